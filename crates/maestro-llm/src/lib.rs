@@ -1,0 +1,9 @@
+//! Talking to language models: the [`Provider`] trait, the OpenAI-compatible Chat Completions
+//! client (Ollama, vLLM, llama.cpp server, OpenAI) with SSE streaming, retries, tool-call modes
+//! and context-length detection.
+//!
+//! This crate knows nothing of pieces.
+
+mod types;
+
+pub use types::*;

@@ -1,0 +1,113 @@
+//! The request/response vocabulary shared by every provider.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use maestro_protocol::{ToolCall, ToolSpec, Usage};
+use serde::{Deserialize, Serialize};
+
+/// A boxed future, so [`Provider`] stays object-safe (`Arc<dyn Provider>`).
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// One chat message.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "role", rename_all = "snake_case")]
+pub enum Message {
+    System { content: String },
+    User { content: String },
+    Assistant {
+        content: String,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        tool_calls: Vec<ToolCall>,
+    },
+    Tool { tool_call_id: String, content: String },
+}
+
+/// How tools are offered to the model.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolMode {
+    /// The `tools` request parameter and `tool_calls` in the answer.
+    #[default]
+    Native,
+    /// For models without native tool calling: the model answers with one JSON object that
+    /// names a tool and its arguments (or gives a final answer), constrained by
+    /// `response_format: json_schema`, and the client turns it into the same [`ToolCall`].
+    Json,
+    /// Probe the endpoint once and pick `Native` or `Json`.
+    Auto,
+}
+
+/// A structured-output constraint (`response_format: {type: json_schema}`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ResponseSchema {
+    pub name: String,
+    pub schema: serde_json::Value,
+}
+
+/// One model call.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ChatRequest {
+    pub model: String,
+    pub messages: Vec<Message>,
+    /// Tools offered for this call; empty means none.
+    pub tools: Vec<ToolSpec>,
+    /// Forces a JSON answer of this shape (judge calls). Tools are not offered with it.
+    pub response_schema: Option<ResponseSchema>,
+    pub temperature: Option<f32>,
+    pub max_tokens: Option<u32>,
+}
+
+/// The assembled answer of one model call.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct ChatResponse {
+    pub content: String,
+    pub tool_calls: Vec<ToolCall>,
+    pub usage: Usage,
+    pub finish_reason: Option<String>,
+}
+
+/// Progress reported while a call runs, for live display and the run's event stream.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StreamEvent {
+    /// A piece of answer text arrived.
+    TextDelta(String),
+    /// A retryable failure happened; the client waits `delay` and tries again.
+    Retry { attempt: u32, delay: Duration, reason: String },
+}
+
+/// Errors a provider reports after its own retries are spent. Messages keep the provider's own
+/// text, with secrets removed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum LlmError {
+    #[error("cannot reach the model endpoint {url}: {message}")]
+    Connect { url: String, message: String },
+    #[error("the model endpoint answered HTTP {status}: {message}")]
+    Http { status: u16, message: String },
+    #[error("the model's stream broke: {0}")]
+    Stream(String),
+    #[error("the model sent an answer that cannot be read: {0}")]
+    Protocol(String),
+    #[error("the model call timed out: {0}")]
+    Timeout(String),
+    #[error("the model call was cancelled")]
+    Cancelled,
+}
+
+/// A chat model endpoint.
+///
+/// An implementation promises: it retries what is retryable (429, 5xx, connect errors, broken
+/// and idle streams) before returning an error, reporting each retry through `on_event`; it
+/// accumulates streamed tool-call deltas into whole [`ToolCall`]s; it fills `usage` from the
+/// endpoint or with an estimate flagged `estimated`; and it never puts a secret into an error.
+pub trait Provider: Send + Sync {
+    fn chat<'a>(
+        &'a self,
+        request: ChatRequest,
+        on_event: &'a (dyn Fn(StreamEvent) + Send + Sync),
+    ) -> BoxFuture<'a, Result<ChatResponse, LlmError>>;
+
+    /// The model's context window in tokens, when the endpoint or config says.
+    fn context_length<'a>(&'a self, model: &'a str) -> BoxFuture<'a, Option<u64>>;
+}

@@ -1,0 +1,232 @@
+//! The piece intermediate representation: what every dialect loader produces and what the
+//! engine runs. It is plain data (serialisable), with all facets already resolved to text.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+/// The YAML dialect a piece was written in. It decides how a movement's outcome is read; the
+/// rest of the engine is shared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Dialect {
+    /// Native format: movements end through the `transition` / `complete` control tools.
+    Maestro,
+    /// TAKT format: movements end with an answer; `[MOVEMENT:N]` tags or a judge pick the rule.
+    Takt,
+    /// Roles + graph format: answers carry YAML frontmatter whose `$status` picks the edge.
+    Graph,
+}
+
+impl Dialect {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Dialect::Maestro => "maestro",
+            Dialect::Takt => "takt",
+            Dialect::Graph => "graph",
+        }
+    }
+}
+
+impl std::fmt::Display for Dialect {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Dialect {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "maestro" => Ok(Dialect::Maestro),
+            "takt" => Ok(Dialect::Takt),
+            "graph" => Ok(Dialect::Graph),
+            other => Err(format!("unknown dialect `{other}`; known: maestro, takt, graph")),
+        }
+    }
+}
+
+/// A loaded, validated piece.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Piece {
+    pub name: String,
+    pub description: String,
+    pub dialect: Dialect,
+    /// The file the piece was loaded from (empty for pieces created from a string).
+    pub source: PathBuf,
+    /// Hex SHA-256 of the source text; a run records it so a resume can tell the piece changed.
+    pub hash: String,
+    /// Hard cap on movements per run (graph pieces get the configurable default, 50).
+    pub max_movements: u32,
+    pub initial_movement: String,
+    /// Graph dialect: the `$START` edge prompt, rendered as the first movement's instruction
+    /// preamble. `None` for other dialects.
+    pub start_prompt: Option<String>,
+    pub movements: Vec<Movement>,
+    pub loop_monitors: Vec<LoopMonitor>,
+    /// `triggers.keywords`: hints for the piece classifier.
+    pub keywords: Vec<String>,
+    /// MCP server slugs that must be up before a run starts.
+    pub required_mcp: Vec<String>,
+    /// Preferred model, if the piece names one.
+    pub model: Option<String>,
+}
+
+impl Piece {
+    /// Finds a top-level movement, or a parallel sub-movement, by name.
+    pub fn movement(&self, name: &str) -> Option<&Movement> {
+        self.movements.iter().find_map(|m| {
+            if m.name == name {
+                Some(m)
+            } else {
+                m.parallel.iter().find(|s| s.name == name)
+            }
+        })
+    }
+
+    /// Names of the top-level movements, in file order.
+    pub fn movement_names(&self) -> Vec<&str> {
+        self.movements.iter().map(|m| m.name.as_str()).collect()
+    }
+}
+
+/// A piece of prompt text that came from a facet file or was written inline.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Facet {
+    /// The key or name the piece used (`coder`, `review`, or the inline text's first line).
+    pub name: String,
+    /// The resolved text.
+    pub text: String,
+    /// Where the text came from: a file, or `None` when it was inline.
+    pub path: Option<PathBuf>,
+}
+
+/// How a movement's conversation relates to earlier visits of the same movement.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SessionMode {
+    /// Keep the conversation of earlier visits (takt default).
+    #[default]
+    Continue,
+    /// Start a fresh conversation on every visit.
+    Refresh,
+}
+
+/// One step of a piece.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Movement {
+    pub name: String,
+    pub persona: Option<Facet>,
+    pub policies: Vec<Facet>,
+    pub knowledge: Vec<Facet>,
+    /// The instruction template; template variables (`{task}` …) are filled at run time.
+    pub instruction: Option<Facet>,
+    /// Whether Write/Edit are offered.
+    pub edit: bool,
+    /// Tool names offered to the model; may contain the `mcp__*` wildcard. For takt pieces this
+    /// is taken from `allowed_tools` or `provider_options.*.allowed_tools`.
+    pub allowed_tools: Vec<String>,
+    /// Bash allowlist of program names; `None` means the configured default.
+    pub allowed_commands: Option<Vec<String>>,
+    /// SSH connection ids this movement may use; `None` (omitted) and `[]` both deny all.
+    pub allowed_ssh_connections: Option<Vec<String>>,
+    pub rules: Vec<Rule>,
+    /// Engine-internal fallback target (context overflow, no control outcome).
+    pub default_next: Option<Target>,
+    pub max_consecutive_revisits: Option<u32>,
+    /// Whether the previous movement's answer is carried into this one (default true).
+    pub pass_previous_response: bool,
+    pub session: SessionMode,
+    pub output_contracts: Vec<OutputContract>,
+    pub quality_gates: Vec<String>,
+    /// Non-empty for a parallel parent: the sub-movements run concurrently and the parent's
+    /// `all()` / `any()` rules aggregate their outcomes.
+    pub parallel: Vec<Movement>,
+    /// Graph dialect: the JSON Schema the answer's frontmatter must satisfy.
+    pub frontmatter_schema: Option<serde_json::Value>,
+}
+
+impl Movement {
+    pub fn is_parallel(&self) -> bool {
+        !self.parallel.is_empty()
+    }
+}
+
+/// A transition rule.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Rule {
+    pub condition: Condition,
+    /// `None` only for parallel sub-movement rules, whose `next` the parent decides.
+    pub next: Option<Target>,
+    pub requires_user_input: bool,
+    pub interactive_only: bool,
+    /// Extra text shown with the rule (takt `appendix`).
+    pub appendix: Option<String>,
+    /// Graph dialect: the edge prompt (`{{{field}}}` filled from the frontmatter) handed to the
+    /// next role.
+    pub prompt: Option<String>,
+}
+
+/// The condition of a rule, as written.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", content = "value", rename_all = "snake_case")]
+pub enum Condition {
+    /// A plain description: shown to the model (maestro), matched by tag or judged (takt).
+    Text(String),
+    /// `ai("…")`: judged by the model against the answer.
+    Ai(String),
+    /// `all("A")` / `all("A", "B")`: every sub-movement matched (positionally when several).
+    All(Vec<String>),
+    /// `any("A")` / `any("A", "B")`: at least one sub-movement matched.
+    Any(Vec<String>),
+    /// Graph dialect: the `$status` value this edge is keyed on; `_` is unconditional.
+    Status(String),
+}
+
+/// Where a rule leads.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Target {
+    Movement(String),
+    /// End the run successfully (`COMPLETE`, `$END`).
+    Complete,
+    /// End the run as aborted (`ABORT`).
+    Abort,
+    /// End the run asking the user (`ASK`).
+    Ask,
+    /// Wait for spawned subtasks (maestro `WAIT_SUBTASKS`).
+    WaitSubtasks,
+}
+
+impl Target {
+    /// The spelling used in piece files and in the `transition` tool's enum.
+    pub fn label(&self) -> &str {
+        match self {
+            Target::Movement(name) => name,
+            Target::Complete => "COMPLETE",
+            Target::Abort => "ABORT",
+            Target::Ask => "ASK",
+            Target::WaitSubtasks => "WAIT_SUBTASKS",
+        }
+    }
+}
+
+/// A report the movement must write into the run's report directory.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutputContract {
+    /// File name inside the report dir, e.g. `plan.md`.
+    pub name: String,
+    /// The label form's key (`Summary: summary.md`), if used.
+    pub label: Option<String>,
+    /// The report format text (resolved from `report_formats` or inline).
+    pub format: Option<Facet>,
+}
+
+/// A takt loop monitor: counts cycles through `cycle` and runs `judge` at `threshold`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LoopMonitor {
+    pub cycle: Vec<String>,
+    pub threshold: u32,
+    /// The judge, as a movement whose rules pick the next movement.
+    pub judge: Movement,
+}

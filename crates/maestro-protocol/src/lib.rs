@@ -1,0 +1,141 @@
+//! Types that several Maestro crates exchange: tool specifications and calls, token usage,
+//! run statuses and secrets.
+//!
+//! This crate is deliberately tiny and has no behaviour beyond (de)serialisation, so that the
+//! LLM client, the tools and the engine agree on one definition instead of three copies.
+
+mod secret;
+
+pub use secret::Secret;
+
+use serde::{Deserialize, Serialize};
+
+/// What the model is told about one tool: its name, a one-sentence description and the JSON
+/// Schema of its input.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolSpec {
+    pub name: String,
+    pub description: String,
+    /// JSON Schema (draft 2020-12 compatible object schema) of the tool's input.
+    pub input_schema: serde_json::Value,
+}
+
+/// One tool call as the model sent it. `arguments` is the raw JSON text, kept unparsed so that a
+/// malformed call can be reported back to the model verbatim.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolCall {
+    pub id: String,
+    pub name: String,
+    pub arguments: String,
+}
+
+/// Token usage reported by (or estimated for) one model call.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub total_tokens: u64,
+    /// True when the endpoint reported no usage and the figures are an estimate.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub estimated: bool,
+}
+
+impl Usage {
+    /// Adds another call's usage to this running total.
+    pub fn add(&mut self, other: &Usage) {
+        self.prompt_tokens += other.prompt_tokens;
+        self.completion_tokens += other.completion_tokens;
+        self.total_tokens += other.total_tokens;
+        self.estimated |= other.estimated;
+    }
+}
+
+/// How a run ended. The CLI maps each status to its exit code with [`RunStatus::exit_code`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    /// `complete{status: success}`, takt `COMPLETE`, graph `$END`.
+    Completed,
+    /// `complete{status: aborted}`, takt `ABORT`, loop detection, no control outcome.
+    Aborted,
+    /// `complete{status: needs_user_input}` or a rule with `requires_user_input`.
+    NeedsUserInput,
+    /// `max_movements` reached while another movement was due.
+    Exceeded,
+    /// An error the run could not recover from.
+    Failed,
+}
+
+impl RunStatus {
+    /// The process exit code `maestro run` uses for this status.
+    pub fn exit_code(self) -> i32 {
+        match self {
+            RunStatus::Completed => 0,
+            RunStatus::Aborted => 3,
+            RunStatus::NeedsUserInput => 4,
+            RunStatus::Exceeded => 5,
+            RunStatus::Failed => 1,
+        }
+    }
+
+    /// The snake_case name used in events and output.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Completed => "completed",
+            RunStatus::Aborted => "aborted",
+            RunStatus::NeedsUserInput => "needs_user_input",
+            RunStatus::Exceeded => "exceeded",
+            RunStatus::Failed => "failed",
+        }
+    }
+}
+
+impl std::fmt::Display for RunStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_status_serialises_as_the_event_vocabulary() {
+        let all = [
+            RunStatus::Completed,
+            RunStatus::Aborted,
+            RunStatus::NeedsUserInput,
+            RunStatus::Exceeded,
+            RunStatus::Failed,
+        ];
+        let names: Vec<String> = all
+            .iter()
+            .map(|s| serde_json::to_string(s).unwrap_or_default())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "\"completed\"",
+                "\"aborted\"",
+                "\"needs_user_input\"",
+                "\"exceeded\"",
+                "\"failed\""
+            ]
+        );
+        for s in all {
+            assert_eq!(serde_json::to_string(&s).unwrap_or_default(), format!("\"{s}\""));
+        }
+    }
+
+    #[test]
+    fn usage_adds_up_and_keeps_the_estimate_flag() {
+        let mut total = Usage::default();
+        total.add(&Usage { prompt_tokens: 10, completion_tokens: 2, total_tokens: 12, estimated: false });
+        total.add(&Usage { prompt_tokens: 5, completion_tokens: 1, total_tokens: 6, estimated: true });
+        assert_eq!(
+            total,
+            Usage { prompt_tokens: 15, completion_tokens: 3, total_tokens: 18, estimated: true }
+        );
+    }
+}

@@ -1,0 +1,8 @@
+//! `maestro pieces`.
+
+#[derive(Debug, clap::Args)]
+pub struct Args {}
+
+pub fn run(_args: Args) -> anyhow::Result<u8> {
+    anyhow::bail!("`maestro pieces` is not available in this build yet")
+}

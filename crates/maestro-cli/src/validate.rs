@@ -1,0 +1,8 @@
+//! `maestro validate`.
+
+#[derive(Debug, clap::Args)]
+pub struct Args {}
+
+pub fn run(_args: Args) -> anyhow::Result<u8> {
+    anyhow::bail!("`maestro validate` is not available in this build yet")
+}

@@ -1,8 +1,120 @@
-//! `maestro pieces`.
+//! `maestro pieces`: list the pieces found in a directory with name, dialect, movement count
+//! and description. Invalid pieces are listed too, marked, so nothing silently disappears.
+
+use std::io::Write as _;
+use std::path::PathBuf;
+
+use maestro_piece::{discover, load_file};
 
 #[derive(Debug, clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Where to look (all *.yaml / *.yml below it). Default: the project's `.maestro/pieces`
+    /// and the user's `~/.maestro/pieces`, those that exist.
+    #[arg(value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+    /// Print one JSON object per piece per line.
+    #[arg(long)]
+    pub json: bool,
+}
 
-pub fn run(_args: Args) -> anyhow::Result<u8> {
-    anyhow::bail!("`maestro pieces` is not available in this build yet")
+struct Row {
+    name: String,
+    dialect: String,
+    movements: String,
+    description: String,
+    file: String,
+}
+
+pub fn run(args: Args) -> anyhow::Result<u8> {
+    let dirs = match args.dir {
+        Some(dir) => {
+            if !dir.exists() {
+                anyhow::bail!("{}: no such directory", dir.display());
+            }
+            vec![dir]
+        }
+        None => default_dirs(),
+    };
+    let opts = crate::validate::load_options(None, &[]);
+    let mut rows = Vec::new();
+    for dir in &dirs {
+        for file in discover(dir) {
+            let stem = file
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let row = match load_file(&file, &opts) {
+                Ok(loaded) => Row {
+                    name: loaded.piece.name.clone(),
+                    dialect: loaded.piece.dialect.to_string(),
+                    movements: loaded.piece.movements.len().to_string(),
+                    description: one_line(&loaded.piece.description),
+                    file: file.display().to_string(),
+                },
+                Err(failed) => Row {
+                    name: stem,
+                    dialect: failed.dialect.map(|d| d.to_string()).unwrap_or_else(|| "-".into()),
+                    movements: "-".into(),
+                    description: format!(
+                        "INVALID ({} error{}; run `maestro validate {}`)",
+                        failed.errors.len(),
+                        if failed.errors.len() == 1 { "" } else { "s" },
+                        file.display()
+                    ),
+                    file: file.display().to_string(),
+                },
+            };
+            rows.push(row);
+        }
+    }
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    if args.json {
+        for r in &rows {
+            let movements = r.movements.parse::<usize>().ok();
+            writeln!(
+                out,
+                "{}",
+                serde_json::json!({
+                    "name": r.name,
+                    "dialect": r.dialect,
+                    "movements": movements,
+                    "description": r.description,
+                    "file": r.file,
+                })
+            )?;
+        }
+        return Ok(0);
+    }
+    if rows.is_empty() {
+        let searched: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
+        writeln!(out, "no pieces found (searched: {})", searched.join(", "))?;
+        return Ok(0);
+    }
+    let name_w = rows.iter().map(|r| r.name.len()).max().unwrap_or(4).max(4);
+    let dialect_w = 7;
+    writeln!(out, "{:name_w$}  {:dialect_w$}  MOVEMENTS  DESCRIPTION", "NAME", "DIALECT")?;
+    for r in &rows {
+        writeln!(
+            out,
+            "{:name_w$}  {:dialect_w$}  {:>9}  {}",
+            r.name, r.dialect, r.movements, r.description
+        )?;
+    }
+    Ok(0)
+}
+
+fn default_dirs() -> Vec<PathBuf> {
+    let mut dirs = Vec::new();
+    if let Ok(cwd) = std::env::current_dir() {
+        dirs.push(cwd.join(".maestro").join("pieces"));
+    }
+    if let Some(home) = std::env::var_os("HOME") {
+        dirs.push(PathBuf::from(home).join(".maestro").join("pieces"));
+    }
+    dirs.into_iter().filter(|d| d.is_dir()).collect()
+}
+
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
 }

@@ -1,8 +1,70 @@
-//! `maestro prompt`.
+//! `maestro prompt`: print the system prompt and first user message the engine would send for
+//! a movement, so a piece author sees exactly what the model gets.
+
+use std::io::Write as _;
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use maestro_piece::prompt::{PromptContext, assemble};
+use maestro_piece::{Dialect, load_str, render_diagnostics};
 
 #[derive(Debug, clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// The piece file.
+    #[arg(value_name = "PIECE")]
+    pub piece: PathBuf,
+    /// The movement (or parallel sub-movement) to show.
+    #[arg(long, value_name = "NAME")]
+    pub movement: String,
+    /// The task text, as a user would give it.
+    #[arg(long, value_name = "TEXT")]
+    pub task: String,
+    /// Read the piece as this dialect (maestro, takt or graph) instead of detecting it.
+    #[arg(long, value_name = "DIALECT")]
+    pub dialect: Option<Dialect>,
+    /// An extra facet root, searched as DIR/<kind>/<name>.md after the built-in places.
+    #[arg(long = "facets-dir", value_name = "DIR")]
+    pub facets_dirs: Vec<PathBuf>,
+}
 
-pub fn run(_args: Args) -> anyhow::Result<u8> {
-    anyhow::bail!("`maestro prompt` is not available in this build yet")
+pub fn run(args: Args) -> anyhow::Result<u8> {
+    let opts = crate::validate::load_options(args.dialect, &args.facets_dirs);
+    let source = std::fs::read_to_string(&args.piece)
+        .with_context(|| format!("cannot read {}", args.piece.display()))?;
+    let piece = match load_str(&source, &args.piece, &opts) {
+        Ok(loaded) => loaded.piece,
+        Err(failed) => {
+            eprint!("{}", render_diagnostics(&source, &failed.errors));
+            return Ok(1);
+        }
+    };
+    let Some(movement) = piece.movement(&args.movement) else {
+        let mut known: Vec<&str> = Vec::new();
+        for m in &piece.movements {
+            known.push(&m.name);
+            known.extend(m.parallel.iter().map(|s| s.name.as_str()));
+        }
+        anyhow::bail!(
+            "piece `{}` has no movement `{}`; known: {}",
+            piece.name,
+            args.movement,
+            known.join(", ")
+        );
+    };
+    let ctx = PromptContext {
+        task: args.task,
+        iteration: 1,
+        max_movements: piece.max_movements,
+        movement_iteration: 1,
+        ..PromptContext::default()
+    };
+    let prompt = assemble(&piece, movement, &ctx);
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    write!(
+        out,
+        "===== system =====\n{}\n===== user =====\n{}",
+        prompt.system, prompt.user
+    )?;
+    Ok(0)
 }

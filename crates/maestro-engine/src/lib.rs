@@ -1,1 +1,40 @@
-//! placeholder
+//! The Maestro engine: runs a piece against a model endpoint, movement after movement, as an
+//! explicit state machine whose every change is an event.
+//!
+//! It owns the run state and its events, the agent loop (one movement's ReAct loop), the piece
+//! runner (transitions, limits, loops, parallel movements, loop monitors), outcome reading per
+//! dialect, the context manager and the piece classifier. It knows nothing of HTTP servers or SQL.
+//!
+//! Start with [`Engine::run`]; read a finished run back with [`read_events`] and
+//! [`RunState::replay`].
+
+mod agent;
+mod classifier;
+mod config;
+mod context;
+mod control;
+mod error;
+mod event;
+mod journal;
+mod judge;
+mod movement;
+mod outcome;
+mod prompt;
+mod record;
+mod run;
+mod runner;
+mod state;
+
+pub use classifier::{Classified, ClassifyError, PieceSummary, classify};
+pub use config::EngineConfig;
+pub use context::{ContextMeter, ContextThresholds};
+pub use control::{COMPLETE, TRANSITION, WRITE_REPORT};
+pub use error::EngineError;
+pub use event::*;
+pub use journal::Journal;
+pub use outcome::{
+    FrontmatterError, aggregate, eligible_rules, extract_frontmatter, last_tag, route, validate_frontmatter,
+};
+pub use record::{RunRecord, new_run_id};
+pub use run::{Engine, RunReport};
+pub use state::{PieceIdentity, RunPhase, RunState};

@@ -4,6 +4,8 @@
 //!
 //! This crate knows nothing of pieces.
 
+mod openai;
 mod types;
 
+pub use openai::{ConfigError, OpenAiCompat, OpenAiConfig, RetryPolicy};
 pub use types::*;

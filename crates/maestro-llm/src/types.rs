@@ -14,14 +14,21 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "role", rename_all = "snake_case")]
 pub enum Message {
-    System { content: String },
-    User { content: String },
+    System {
+        content: String,
+    },
+    User {
+        content: String,
+    },
     Assistant {
         content: String,
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         tool_calls: Vec<ToolCall>,
     },
-    Tool { tool_call_id: String, content: String },
+    Tool {
+        tool_call_id: String,
+        content: String,
+    },
 }
 
 /// How tools are offered to the model.
@@ -74,7 +81,11 @@ pub enum StreamEvent {
     /// A piece of answer text arrived.
     TextDelta(String),
     /// A retryable failure happened; the client waits `delay` and tries again.
-    Retry { attempt: u32, delay: Duration, reason: String },
+    Retry {
+        attempt: u32,
+        delay: Duration,
+        reason: String,
+    },
 }
 
 /// Errors a provider reports after its own retries are spent. Messages keep the provider's own

@@ -1,11 +1,35 @@
 //! Maestro pieces: the typed piece model (IR), the three dialect loaders (maestro, takt, graph)
 //! that compile into it, the one validator, facet resolution and prompt assembly.
 //!
+//! ```no_run
+//! use maestro_piece::{LoadOptions, load_file, render_diagnostics};
+//! let path = std::path::Path::new("pieces/default.yaml");
+//! match load_file(path, &LoadOptions::default()) {
+//!     Ok(loaded) => println!("{} movements", loaded.piece.movements.len()),
+//!     Err(failed) => {
+//!         let source = std::fs::read_to_string(path).unwrap_or_default();
+//!         eprint!("{}", render_diagnostics(&source, &failed.errors));
+//!     }
+//! }
+//! ```
+//!
 //! This crate knows nothing of LLMs, tools or storage.
 
+mod check;
+mod detect;
 mod diagnostic;
+mod facets;
+mod graph;
 mod ir;
+mod load;
+mod maestro;
 pub mod prompt;
+mod takt;
+mod template;
+mod yaml;
 
-pub use diagnostic::{Diagnostic, Severity};
+pub use detect::{Detection, detect_dialect};
+pub use diagnostic::{Diagnostic, Severity, render_diagnostics};
 pub use ir::*;
+pub use load::{Failed, LoadOptions, Loaded, discover, load_file, load_str};
+pub use template::render_edge_prompt;

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use maestro_protocol::ToolSpec;
 use serde::{Deserialize, Serialize};
-use tokio_util::sync::CancellationToken;
+pub use tokio_util::sync::CancellationToken;
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -75,4 +75,11 @@ pub trait Tool: Send + Sync {
 
     fn call<'a>(&'a self, ctx: &'a ToolContext, input: serde_json::Value)
     -> BoxFuture<'a, ToolOutput>;
+
+    /// The time limit the registry applies to one call; `None` means the configured
+    /// `call_timeout`. Tools that enforce their own, longer limit (Bash) return it here plus a
+    /// margin so that their own, more informative timeout fires first.
+    fn time_limit(&self) -> Option<std::time::Duration> {
+        None
+    }
 }

@@ -1,0 +1,5 @@
+//! Engine benchmarks (filled in below).
+
+fn main() {
+    divan::main();
+}

@@ -1,0 +1,256 @@
+//! The agent loop: one movement's ReAct loop. It calls the model, runs the tool calls it asks
+//! for (control tools in the engine, the rest through the tool registry), records each step as
+//! an event, watches the context and stops at the movement's call bound.
+//!
+//! It does not decide outcomes: it ends a turn with a [`TurnEnd`], and the dialect's rules
+//! (see `movement.rs`) read it, possibly asking again in the same conversation.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use maestro_llm::{ChatRequest, ChatResponse, Message, StreamEvent};
+use maestro_piece::Movement;
+use maestro_protocol::{RunStatus, ToolCall, ToolSpec};
+use maestro_tools::{ToolContext, ToolOutput};
+
+use crate::context::ContextMeter;
+use crate::control::{self, ControlCall};
+use crate::error::EngineError;
+use crate::event::{CallPurpose, ContextLevel, ReminderKind, RunEvent};
+use crate::prompt;
+use crate::run::RunCtx;
+
+/// How a turn of the model ended.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum TurnEnd {
+    /// The model answered without tool calls.
+    Answer(String),
+    Transition { next: String, summary: Option<String>, lessons: Vec<String> },
+    Complete { status: RunStatus, result: String },
+    /// The context reached the force threshold.
+    ContextExhausted,
+    /// The movement used up its model calls.
+    IterationsExhausted,
+}
+
+/// One movement's conversation and its bookkeeping.
+pub(crate) struct Agent<'a> {
+    run: &'a RunCtx,
+    movement: &'a Movement,
+    tools: Vec<ToolSpec>,
+    pub messages: Vec<Message>,
+    calls: u32,
+    meter: ContextMeter,
+    /// Reports written in this visit.
+    pub reports_written: BTreeSet<String>,
+    report_reminder_sent: bool,
+}
+
+impl<'a> Agent<'a> {
+    pub fn new(run: &'a RunCtx, movement: &'a Movement, messages: Vec<Message>) -> Self {
+        let mut tools = run.tools.offered(&movement.allowed_tools, movement.edit);
+        tools.extend(control::control_tools(run.piece.dialect, movement));
+        Agent {
+            run,
+            movement,
+            tools,
+            messages,
+            calls: 0,
+            meter: ContextMeter::new(run.context_window, run.config.context_thresholds),
+            reports_written: BTreeSet::new(),
+            report_reminder_sent: false,
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.movement.name
+    }
+
+    /// True once the context reached the force threshold.
+    pub fn context_exhausted(&self) -> bool {
+        self.meter.window().is_some_and(|w| self.meter.used() as f64 >= w as f64 * self.run.config.context_thresholds.force)
+    }
+
+    /// Required reports not written yet in this visit.
+    pub fn missing_reports(&self) -> Vec<String> {
+        self.movement
+            .output_contracts
+            .iter()
+            .map(|c| c.name.clone())
+            .filter(|n| !self.reports_written.contains(n))
+            .collect()
+    }
+
+    /// Adds a user message (a reminder or a follow-up) and records why.
+    pub fn ask_again(&mut self, kind: ReminderKind, attempt: u32, message: String) -> Result<(), EngineError> {
+        self.run.emit(RunEvent::Reminder { movement: self.name().to_string(), kind, attempt, message: message.clone() })?;
+        self.messages.push(Message::User { content: message });
+        Ok(())
+    }
+
+    /// Asks once for missing reports after an answer; returns whether it asked.
+    pub fn ask_for_missing_reports(&mut self) -> Result<bool, EngineError> {
+        let missing = self.missing_reports();
+        if missing.is_empty() || self.report_reminder_sent {
+            return Ok(false);
+        }
+        self.report_reminder_sent = true;
+        self.ask_again(ReminderKind::Report, 1, prompt::report_reminder(&missing))?;
+        Ok(true)
+    }
+
+    /// Runs the loop until the model's turn ends.
+    pub async fn drive(&mut self) -> Result<TurnEnd, EngineError> {
+        loop {
+            if self.calls >= self.run.config.max_iterations_per_movement {
+                return Ok(TurnEnd::IterationsExhausted);
+            }
+            self.calls += 1;
+            let response = self.call_model().await?;
+            let level = self.observe_context(&response)?;
+            if response.tool_calls.is_empty() {
+                self.messages.push(Message::Assistant { content: response.content.clone(), tool_calls: vec![] });
+                return Ok(TurnEnd::Answer(response.content));
+            }
+            self.messages.push(Message::Assistant {
+                content: response.content.clone(),
+                tool_calls: response.tool_calls.clone(),
+            });
+            let mut end = None;
+            for call in &response.tool_calls {
+                if end.is_some() {
+                    self.messages.push(Message::Tool {
+                        tool_call_id: call.id.clone(),
+                        content: "not run: the movement had already ended".into(),
+                    });
+                    continue;
+                }
+                end = self.run_tool_call(call).await?;
+            }
+            if let Some(end) = end {
+                return Ok(end);
+            }
+            match level {
+                Some(ContextLevel::Force) => return Ok(TurnEnd::ContextExhausted),
+                Some(ContextLevel::Prompt) => {
+                    self.ask_again(ReminderKind::ContextPressure, 1, prompt::CONTEXT_PRESSURE.to_string())?
+                }
+                Some(ContextLevel::Warn) | None => {}
+            }
+        }
+    }
+
+    async fn call_model(&self) -> Result<ChatResponse, EngineError> {
+        let request = ChatRequest {
+            model: self.run.config.model.clone(),
+            messages: self.messages.clone(),
+            tools: self.tools.clone(),
+            response_schema: None,
+            temperature: self.run.config.temperature,
+            max_tokens: None,
+        };
+        self.run.chat(self.name(), CallPurpose::Movement, request).await
+    }
+
+    fn observe_context(&mut self, response: &ChatResponse) -> Result<Option<ContextLevel>, EngineError> {
+        let level = self.meter.observe(&response.usage);
+        if let (Some(level), Some(window)) = (level, self.meter.window()) {
+            self.run.emit(RunEvent::ContextWarning {
+                movement: self.name().to_string(),
+                level,
+                used_tokens: self.meter.used(),
+                context_length: window,
+            })?;
+        }
+        Ok(level)
+    }
+
+    /// Runs one tool call, answers it in the conversation, and returns the turn's end when it
+    /// was a control tool that ends the movement.
+    async fn run_tool_call(&mut self, call: &ToolCall) -> Result<Option<TurnEnd>, EngineError> {
+        let movement = self.name().to_string();
+        let input = serde_json::from_str(&call.arguments).unwrap_or_else(|_| serde_json::Value::String(call.arguments.clone()));
+        self.run.emit(RunEvent::ToolCall { movement: movement.clone(), tool: call.name.clone(), call_id: call.id.clone(), input })?;
+        let mut end = None;
+        let output = match control::parse_control(&self.tools, self.movement, &call.name, &call.arguments) {
+            Some(Ok(ControlCall::WriteReport { name, content })) => self.write_report(&name, &content)?,
+            Some(Ok(ending)) => {
+                let missing = self.missing_reports();
+                if !missing.is_empty() && !self.report_reminder_sent {
+                    self.report_reminder_sent = true;
+                    ToolOutput::error(prompt::report_reminder(&missing))
+                } else {
+                    end = Some(match ending {
+                        ControlCall::Transition { next, summary, lessons } => TurnEnd::Transition { next, summary, lessons },
+                        ControlCall::Complete { status, result } => TurnEnd::Complete { status, result },
+                        ControlCall::WriteReport { .. } => TurnEnd::Answer(String::new()),
+                    });
+                    ToolOutput::ok("recorded")
+                }
+            }
+            Some(Err(message)) => ToolOutput::error(message),
+            None => self.run_registry_tool(call).await?,
+        };
+        self.run.emit(RunEvent::ToolResult {
+            movement,
+            tool: call.name.clone(),
+            call_id: call.id.clone(),
+            ok: output.ok,
+            output_chars: output.output.chars().count(),
+            truncated: output.truncated,
+        })?;
+        let content = if output.ok { output.output } else { format!("error: {}", output.output) };
+        self.messages.push(Message::Tool { tool_call_id: call.id.clone(), content });
+        Ok(end)
+    }
+
+    async fn run_registry_tool(&self, call: &ToolCall) -> Result<ToolOutput, EngineError> {
+        let ctx = ToolContext {
+            workspace: self.run.record.workspace.clone(),
+            edit: self.movement.edit,
+            allowed_commands: self.movement.allowed_commands.clone(),
+            allowed_ssh_connections: self.movement.allowed_ssh_connections.clone(),
+            cancel: self.run.cancel.child_token(),
+            scratch: Arc::clone(&self.run.scratch),
+        };
+        let before = self.run.scratch_snapshot();
+        let output = self.run.tools.execute_allowed(&ctx, &self.movement.allowed_tools, &call.name, &call.arguments).await;
+        let after = self.run.scratch_snapshot();
+        if after != before {
+            self.run.emit(RunEvent::ScratchUpdated { scratch: after })?;
+        }
+        Ok(output)
+    }
+
+    fn write_report(&mut self, name: &str, content: &str) -> Result<ToolOutput, EngineError> {
+        if name.contains(['/', '\\']) || name.starts_with('.') {
+            return Ok(ToolOutput::error(format!("`{name}` is not a plain file name")));
+        }
+        let path = self.run.record.reports_dir().join(name);
+        if let Err(e) = std::fs::write(&path, content) {
+            return Ok(ToolOutput::error(format!("cannot write report `{name}`: {e}")));
+        }
+        self.run.emit(RunEvent::ReportWritten {
+            movement: self.name().to_string(),
+            name: name.to_string(),
+            path: path.display().to_string(),
+            bytes: content.len(),
+        })?;
+        self.reports_written.insert(name.to_string());
+        Ok(ToolOutput::ok(format!("report `{name}` written")))
+    }
+}
+
+/// Forwards a provider's retries into the run's events.
+pub(crate) fn retry_observer<'r>(run: &'r RunCtx, movement: &'r str) -> impl Fn(StreamEvent) + Send + Sync + 'r {
+    move |event| {
+        if let StreamEvent::Retry { attempt, delay, reason } = event {
+            let _ = run.emit(RunEvent::LlmRetry {
+                movement: movement.to_string(),
+                attempt,
+                delay_ms: delay.as_millis() as u64,
+                reason: run.redact(&reason),
+            });
+        }
+    }
+}

@@ -1,0 +1,105 @@
+//! The piece classifier: one structured model call that picks the piece for a task from every
+//! piece's name and description, with `triggers.keywords` as hints. "Nothing fits" is an answer
+//! too, and becomes a clear error instead of a forced choice.
+
+use maestro_llm::{ChatRequest, LlmError, Message, Provider, ResponseSchema};
+use maestro_piece::Piece;
+use serde_json::json;
+
+use crate::judge::parse_json_object;
+
+/// What the classifier knows of a piece.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PieceSummary {
+    pub name: String,
+    pub description: String,
+    pub keywords: Vec<String>,
+}
+
+impl From<&Piece> for PieceSummary {
+    fn from(piece: &Piece) -> Self {
+        PieceSummary { name: piece.name.clone(), description: piece.description.clone(), keywords: piece.keywords.clone() }
+    }
+}
+
+/// The classifier's choice.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Classified {
+    pub piece: String,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ClassifyError {
+    #[error("no pieces to choose from; add piece files to a pieces directory or name a piece")]
+    NoPieces,
+    #[error("no piece fits this task ({reason}); known pieces: {known}. Name one explicitly, or add a piece for it")]
+    NothingFits { reason: String, known: String },
+    #[error("the classifier's answer cannot be read: {0}")]
+    Unreadable(String),
+    #[error(transparent)]
+    Llm(#[from] LlmError),
+}
+
+const NONE: &str = "none";
+
+/// Picks the piece for `task`.
+pub async fn classify(provider: &dyn Provider, model: &str, task: &str, pieces: &[PieceSummary]) -> Result<Classified, ClassifyError> {
+    if pieces.is_empty() {
+        return Err(ClassifyError::NoPieces);
+    }
+    let names: Vec<&str> = pieces.iter().map(|p| p.name.as_str()).chain([NONE]).collect();
+    let lowered = task.to_lowercase();
+    let listed: Vec<String> = pieces
+        .iter()
+        .map(|p| {
+            let hits: Vec<&str> =
+                p.keywords.iter().filter(|k| lowered.contains(&k.to_lowercase())).map(String::as_str).collect();
+            let mut line = format!("- `{}`: {}", p.name, p.description.trim());
+            if !p.keywords.is_empty() {
+                line.push_str(&format!(" (keywords: {})", p.keywords.join(", ")));
+            }
+            if !hits.is_empty() {
+                line.push_str(&format!(" [the task mentions: {}]", hits.join(", ")));
+            }
+            line
+        })
+        .collect();
+    let user = format!(
+        "## Task\n{task}\n\n## Pieces\n{}\n\nWhich piece should run this task? Reply {{\"piece\": NAME, \"reason\": …}}; \
+         use \"{NONE}\" when no piece fits.",
+        listed.join("\n")
+    );
+    let request = ChatRequest {
+        model: model.to_string(),
+        messages: vec![
+            Message::System {
+                content: "You route tasks to the workflow (piece) best suited to them. Reply only with the JSON object asked for."
+                    .into(),
+            },
+            Message::User { content: user },
+        ],
+        tools: vec![],
+        response_schema: Some(ResponseSchema {
+            name: "piece_choice".into(),
+            schema: json!({
+                "type": "object",
+                "properties": {"piece": {"type": "string", "enum": names}, "reason": {"type": "string"}},
+                "required": ["piece", "reason"],
+                "additionalProperties": false
+            }),
+        }),
+        temperature: Some(0.0),
+        max_tokens: None,
+    };
+    let response = provider.chat(request, &|_| {}).await?;
+    let value = parse_json_object(&response.content).ok_or_else(|| ClassifyError::Unreadable(response.content.clone()))?;
+    let piece = value.get("piece").and_then(|p| p.as_str()).unwrap_or(NONE).to_string();
+    let reason = value.get("reason").and_then(|r| r.as_str()).unwrap_or("").to_string();
+    if piece == NONE || !pieces.iter().any(|p| p.name == piece) {
+        let known = pieces.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(", ");
+        let reason = if reason.is_empty() { format!("the model answered `{piece}`") } else { reason };
+        return Err(ClassifyError::NothingFits { reason, known });
+    }
+    Ok(Classified { piece, reason })
+}

@@ -1,0 +1,45 @@
+//! The engine's settings, with the defaults of engine-semantics.md.
+
+use crate::context::ContextThresholds;
+
+/// How the engine drives a run. `EngineConfig::new(model)` gives the documented defaults.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EngineConfig {
+    /// The model name sent with every request (a piece's own `model` does not override it).
+    pub model: String,
+    /// Model calls one movement may make before the engine ends it.
+    pub max_iterations_per_movement: u32,
+    pub context_thresholds: ContextThresholds,
+    /// The context window in tokens; `None` asks the provider, and if it does not know either,
+    /// the thresholds are off.
+    pub context_length: Option<u64>,
+    /// `max_consecutive_revisits` for movements that do not set it.
+    pub default_max_consecutive_revisits: u32,
+    /// Carried text (previous answers, reports) longer than this is cut, pointing to the full
+    /// copy in the run directory.
+    pub max_carried_chars: usize,
+    /// Interactive use: `interactive_only` rules count. `maestro run` is not interactive.
+    pub interactive: bool,
+    pub temperature: Option<f32>,
+    /// Maestro: reminders to call `transition`/`complete` after a plain-text turn.
+    pub control_reminders: u32,
+    /// Graph: extra requests after invalid frontmatter.
+    pub frontmatter_retries: u32,
+}
+
+impl EngineConfig {
+    pub fn new(model: impl Into<String>) -> Self {
+        EngineConfig {
+            model: model.into(),
+            max_iterations_per_movement: 30,
+            context_thresholds: ContextThresholds::default(),
+            context_length: None,
+            default_max_consecutive_revisits: 3,
+            max_carried_chars: 20_000,
+            interactive: false,
+            temperature: None,
+            control_reminders: 2,
+            frontmatter_retries: 2,
+        }
+    }
+}

@@ -1,0 +1,359 @@
+//! The run's event vocabulary ([`RunEvent`]), its on-disk envelope ([`EventRecord`]: `seq`, `ts`,
+//! `type`, fields) and the sinks events flow into.
+//!
+//! Events are the run's source of truth: the [`crate::Journal`] appends each one to every sink
+//! and applies it to the [`crate::RunState`], so replaying `events.jsonl` rebuilds the state.
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::Path;
+use std::sync::Mutex;
+
+use maestro_piece::Dialect;
+use maestro_protocol::{RunStatus, Usage};
+use maestro_tools::RunScratch;
+use serde::{Deserialize, Serialize};
+
+/// One change in a run. Serialised with `type` as the snake_case variant name.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum RunEvent {
+    RunStarted {
+        run_id: String,
+        piece: String,
+        dialect: Dialect,
+        piece_hash: String,
+        task: String,
+        max_movements: u32,
+        initial_movement: String,
+        /// The run directory (`events.jsonl`, `reports/`, `logs/`).
+        run_dir: String,
+        /// The root the tools work in.
+        workspace: String,
+        /// The `cycle` of each loop monitor, so replay needs nothing but the events.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        loop_monitors: Vec<Vec<String>>,
+    },
+    MovementStarted {
+        movement: String,
+        /// Top-level movements started so far in the run, this one included.
+        iteration: u32,
+        /// Visits of this movement so far, this one included.
+        movement_iteration: u32,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        parent: Option<String>,
+        /// The full system and first user message, written under `logs/` (prompts are too
+        /// large for an event line).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        prompt_log: Option<String>,
+    },
+    LlmRequest {
+        movement: String,
+        purpose: CallPurpose,
+        messages: usize,
+        tools: usize,
+    },
+    LlmRetry {
+        movement: String,
+        attempt: u32,
+        delay_ms: u64,
+        reason: String,
+    },
+    LlmResponse {
+        movement: String,
+        purpose: CallPurpose,
+        usage: Usage,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        finish_reason: Option<String>,
+        tool_calls: usize,
+        text_chars: usize,
+    },
+    ToolCall {
+        movement: String,
+        tool: String,
+        call_id: String,
+        /// The arguments as JSON; a string when the model sent text that is not JSON.
+        input: serde_json::Value,
+    },
+    ToolResult {
+        movement: String,
+        tool: String,
+        call_id: String,
+        ok: bool,
+        output_chars: usize,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        truncated: bool,
+    },
+    /// A judge or `ai()` call is about to pick a rule.
+    JudgeRequest {
+        movement: String,
+        kind: JudgeKind,
+        conditions: Vec<String>,
+    },
+    ReportWritten {
+        movement: String,
+        name: String,
+        path: String,
+        bytes: usize,
+    },
+    ContextWarning {
+        movement: String,
+        level: ContextLevel,
+        used_tokens: u64,
+        context_length: u64,
+    },
+    /// The engine asked the model again in the same conversation.
+    Reminder {
+        movement: String,
+        kind: ReminderKind,
+        attempt: u32,
+        message: String,
+    },
+    LoopWarning {
+        movement: String,
+        consecutive: u32,
+        threshold: u32,
+    },
+    LoopMonitorTriggered {
+        monitor: usize,
+        cycle_count: u32,
+        judge: String,
+    },
+    Warning {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        movement: Option<String>,
+        message: String,
+    },
+    /// Tool state (the checklist) changed.
+    ScratchUpdated { scratch: RunScratch },
+    MovementFinished {
+        movement: String,
+        /// The target label: a movement name, `COMPLETE`, `ABORT`, `ASK`; for a parallel
+        /// sub-movement, the condition it matched.
+        next: String,
+        via: OutcomeSource,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        parent: Option<String>,
+        /// 1-based index of the rule that decided, when a rule did.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        rule: Option<usize>,
+        /// The movement's final answer (the next movement's `{previous_response}`).
+        response: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        summary: Option<String>,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        lessons: Vec<String>,
+        /// Graph dialect: the rendered edge prompt handed to the next role.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        edge_prompt: Option<String>,
+    },
+    RunFinished {
+        status: RunStatus,
+        result: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
+}
+
+impl RunEvent {
+    /// The `type` field's value.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            RunEvent::RunStarted { .. } => "run_started",
+            RunEvent::MovementStarted { .. } => "movement_started",
+            RunEvent::LlmRequest { .. } => "llm_request",
+            RunEvent::LlmRetry { .. } => "llm_retry",
+            RunEvent::LlmResponse { .. } => "llm_response",
+            RunEvent::ToolCall { .. } => "tool_call",
+            RunEvent::ToolResult { .. } => "tool_result",
+            RunEvent::JudgeRequest { .. } => "judge_request",
+            RunEvent::ReportWritten { .. } => "report_written",
+            RunEvent::ContextWarning { .. } => "context_warning",
+            RunEvent::Reminder { .. } => "reminder",
+            RunEvent::LoopWarning { .. } => "loop_warning",
+            RunEvent::LoopMonitorTriggered { .. } => "loop_monitor_triggered",
+            RunEvent::Warning { .. } => "warning",
+            RunEvent::ScratchUpdated { .. } => "scratch_updated",
+            RunEvent::MovementFinished { .. } => "movement_finished",
+            RunEvent::RunFinished { .. } => "run_finished",
+        }
+    }
+}
+
+/// Why a model call was made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CallPurpose {
+    /// A turn of the movement's own conversation.
+    Movement,
+    /// The takt judge picking a rule by number.
+    Judge,
+    /// One structured call evaluating every `ai("…")` condition of a movement.
+    AiConditions,
+    /// The piece classifier choosing a piece.
+    Classifier,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JudgeKind {
+    Judge,
+    AiConditions,
+}
+
+/// Which context threshold was crossed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ContextLevel {
+    /// Recorded only.
+    Warn,
+    /// The model is told to wrap up.
+    Prompt,
+    /// The engine ends the movement.
+    Force,
+}
+
+/// What the engine asked again for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReminderKind {
+    /// Maestro: the turn ended in plain text instead of `transition` / `complete`.
+    ControlTool,
+    /// A required report was not written.
+    Report,
+    /// Graph: the frontmatter was missing or invalid.
+    Frontmatter,
+    /// The context is nearly full: wrap up.
+    ContextPressure,
+}
+
+/// How a movement's outcome was decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OutcomeSource {
+    TransitionTool,
+    CompleteTool,
+    DefaultNext,
+    Aggregate,
+    Tag,
+    SingleRule,
+    AiCondition,
+    Judge,
+    Frontmatter,
+    /// No rule matched, the context ran out, or a bound was hit.
+    Engine,
+}
+
+/// An event with its envelope: `{"seq":1,"ts":"…","type":"run_started",…}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EventRecord {
+    /// Gapless from 1 within a run.
+    pub seq: u64,
+    /// RFC 3339, UTC.
+    pub ts: String,
+    #[serde(flatten)]
+    pub event: RunEvent,
+}
+
+/// Somewhere events go.
+///
+/// An implementation promises to handle records in the order it receives them (the journal calls
+/// it in `seq` order, under its lock, so it must be quick) and, when it is durable, to have the
+/// line on disk before it returns.
+pub trait EventSink: Send + Sync {
+    fn record(&self, record: &EventRecord) -> std::io::Result<()>;
+}
+
+/// JSON lines into any writer, flushed after each line: `events.jsonl`, or stdout for
+/// `--events jsonl`.
+pub struct JsonlSink<W: Write + Send> {
+    writer: Mutex<W>,
+}
+
+impl JsonlSink<BufWriter<File>> {
+    /// Creates (or appends to) a JSONL file.
+    pub fn append_to(path: &Path) -> std::io::Result<Self> {
+        let file = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
+        Ok(JsonlSink::new(BufWriter::new(file)))
+    }
+}
+
+impl<W: Write + Send> JsonlSink<W> {
+    pub fn new(writer: W) -> Self {
+        JsonlSink { writer: Mutex::new(writer) }
+    }
+}
+
+impl<W: Write + Send> EventSink for JsonlSink<W> {
+    fn record(&self, record: &EventRecord) -> std::io::Result<()> {
+        let line = serde_json::to_string(record).map_err(std::io::Error::other)?;
+        let mut writer = self.writer.lock().map_err(|_| std::io::Error::other("event sink poisoned"))?;
+        writer.write_all(line.as_bytes())?;
+        writer.write_all(b"\n")?;
+        writer.flush()
+    }
+}
+
+/// Keeps every record in memory; for tests and benchmarks.
+#[derive(Default)]
+pub struct MemorySink {
+    records: Mutex<Vec<EventRecord>>,
+}
+
+impl MemorySink {
+    pub fn records(&self) -> Vec<EventRecord> {
+        self.records.lock().map(|r| r.clone()).unwrap_or_default()
+    }
+}
+
+impl EventSink for MemorySink {
+    fn record(&self, record: &EventRecord) -> std::io::Result<()> {
+        self.records
+            .lock()
+            .map_err(|_| std::io::Error::other("event sink poisoned"))?
+            .push(record.clone());
+        Ok(())
+    }
+}
+
+/// Reads an `events.jsonl` file back, naming the line that cannot be read.
+pub fn read_events(path: &Path) -> Result<Vec<EventRecord>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    text.lines()
+        .enumerate()
+        .filter(|(_, line)| !line.trim().is_empty())
+        .map(|(i, line)| {
+            serde_json::from_str(line).map_err(|e| format!("{}:{}: not a run event: {e}", path.display(), i + 1))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+
+    #[test]
+    fn records_serialise_flat_with_type_and_round_trip() {
+        let record = EventRecord {
+            seq: 3,
+            ts: "2026-01-01T00:00:00Z".into(),
+            event: RunEvent::LlmResponse {
+                movement: "plan".into(),
+                purpose: CallPurpose::Movement,
+                usage: Usage { prompt_tokens: 10, completion_tokens: 2, total_tokens: 12, estimated: false },
+                finish_reason: Some("stop".into()),
+                tool_calls: 0,
+                text_chars: 5,
+            },
+        };
+        let line = serde_json::to_string(&record).unwrap();
+        assert_eq!(
+            line,
+            r#"{"seq":3,"ts":"2026-01-01T00:00:00Z","type":"llm_response","movement":"plan","purpose":"movement","usage":{"prompt_tokens":10,"completion_tokens":2,"total_tokens":12},"finish_reason":"stop","tool_calls":0,"text_chars":5}"#
+        );
+        let back: EventRecord = serde_json::from_str(&line).unwrap();
+        assert_eq!(back, record);
+        assert_eq!(record.event.kind(), "llm_response");
+    }
+}

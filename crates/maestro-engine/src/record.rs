@@ -1,0 +1,98 @@
+//! The run record on disk: `<runs dir>/<run-id>/` with `events.jsonl`, `reports/`, `logs/` and,
+//! unless another workspace is given, the job workspace layout (`input/`, `output/`, `logs/`,
+//! `subtasks/`, `skills/`).
+
+use std::path::{Path, PathBuf};
+
+use time::macros::format_description;
+
+use crate::error::EngineError;
+
+/// Where one run keeps its files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunRecord {
+    pub run_id: String,
+    /// `<runs dir>/<run-id>`.
+    pub dir: PathBuf,
+    /// The root the tools work in: the run directory, or `--workspace`.
+    pub workspace: PathBuf,
+}
+
+impl RunRecord {
+    /// Creates a fresh run directory under `runs_dir`. With `workspace`, the tools work there
+    /// (created if missing, its contents left alone); otherwise in the run directory, laid out as
+    /// a job workspace.
+    pub fn create(runs_dir: &Path, workspace: Option<&Path>) -> Result<RunRecord, EngineError> {
+        let io = |what: &str, path: &Path, e: std::io::Error| {
+            EngineError::Record(format!("cannot create {what} {}: {e}", path.display()))
+        };
+        std::fs::create_dir_all(runs_dir).map_err(|e| io("the runs directory", runs_dir, e))?;
+        let (run_id, dir) = loop {
+            let id = new_run_id();
+            let dir = runs_dir.join(&id);
+            match std::fs::create_dir(&dir) {
+                Ok(()) => break (id, dir),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(io("the run directory", &dir, e)),
+            }
+        };
+        for sub in ["reports", "logs"] {
+            let path = dir.join(sub);
+            std::fs::create_dir_all(&path).map_err(|e| io("", &path, e))?;
+        }
+        let workspace = match workspace {
+            Some(ws) => {
+                std::fs::create_dir_all(ws).map_err(|e| io("the workspace", ws, e))?;
+                ws.canonicalize().map_err(|e| io("the workspace", ws, e))?
+            }
+            None => {
+                maestro_tools::prepare_workspace(&dir).map_err(|e| io("the workspace in", &dir, e))?;
+                dir.canonicalize().map_err(|e| io("the run directory", &dir, e))?
+            }
+        };
+        let dir = dir.canonicalize().map_err(|e| io("the run directory", &dir, e))?;
+        Ok(RunRecord { run_id, dir, workspace })
+    }
+
+    pub fn events_path(&self) -> PathBuf {
+        self.dir.join("events.jsonl")
+    }
+
+    pub fn reports_dir(&self) -> PathBuf {
+        self.dir.join("reports")
+    }
+
+    pub fn logs_dir(&self) -> PathBuf {
+        self.dir.join("logs")
+    }
+}
+
+/// A time-ordered, readable run id: `YYYYMMDD-HHMMSS-xxxx` (UTC, 4 random hex digits).
+pub fn new_run_id() -> String {
+    let now = time::OffsetDateTime::now_utc();
+    let stamp = now
+        .format(format_description!("[year][month][day]-[hour][minute][second]"))
+        .unwrap_or_else(|_| now.unix_timestamp().to_string());
+    let random = uuid::Uuid::new_v4().simple().to_string();
+    format!("{stamp}-{}", &random[..4])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_directory_has_the_job_layout() {
+        let tmp = tempfile::tempdir().unwrap();
+        let record = RunRecord::create(&tmp.path().join("runs"), None).unwrap();
+        for sub in ["reports", "logs", "input", "output", "subtasks", "skills"] {
+            assert!(record.dir.join(sub).is_dir(), "{sub}");
+        }
+        assert_eq!(record.workspace, record.dir);
+        assert!(record.run_id.len() == "20260101-000000-abcd".len(), "{}", record.run_id);
+        let other = RunRecord::create(&tmp.path().join("runs"), Some(&tmp.path().join("ws"))).unwrap();
+        assert_ne!(other.run_id, record.run_id);
+        assert!(!other.dir.join("input").exists());
+        assert!(other.workspace.ends_with("ws"));
+    }
+}

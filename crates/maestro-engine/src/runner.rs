@@ -1,0 +1,279 @@
+//! The piece runner: the state machine that takes the due movement from the run state, checks
+//! the limits (`max_movements`, consecutive revisits, loop monitors), runs the movement (or its
+//! parallel sub-movements, concurrently, aggregating their results) and records where it leads.
+//!
+//! Every decision is taken from the [`crate::RunState`] the journal holds, so a run resumed from
+//! its events would continue exactly here.
+
+use std::sync::Arc;
+
+use maestro_llm::Message;
+use maestro_piece::{Movement, SessionMode, Target};
+use maestro_protocol::RunStatus;
+use tokio::task::JoinSet;
+
+use crate::error::EngineError;
+use crate::event::RunEvent;
+use crate::judge::decide_rule;
+use crate::movement::{self, Ended, Step};
+use crate::prompt::{self, Visit};
+use crate::run::RunCtx;
+use crate::state::RunState;
+
+/// How the run ends.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Finish {
+    pub status: RunStatus,
+    pub result: String,
+    pub reason: Option<String>,
+}
+
+/// Runs movements until the run reaches a terminal status.
+pub(crate) async fn drive(run: &Arc<RunCtx>) -> Result<Finish, EngineError> {
+    loop {
+        let state = run.journal.state();
+        let Some(next) = state.next.clone() else {
+            return Err(EngineError::Internal("no movement is due".into()));
+        };
+        let last_answer = state.previous_response.clone().unwrap_or_default();
+        if state.iteration >= run.piece.max_movements {
+            run.emit(RunEvent::Warning {
+                movement: None,
+                message: format!("max_movements ({}) reached while `{next}` was due", run.piece.max_movements),
+            })?;
+            return Ok(Finish { status: RunStatus::Exceeded, result: last_answer, reason: Some("max_movements".into()) });
+        }
+        let Some(due) = run.piece.movements.iter().find(|m| m.name == next) else {
+            return Err(EngineError::Piece(format!(
+                "a rule leads to `{next}`, which is not a movement of piece `{}`",
+                run.piece.name
+            )));
+        };
+        let (movement, cycle_count, loop_warning) = match due_monitor(run, &state, &next) {
+            Some(index) => {
+                let monitor = &run.piece.loop_monitors[index];
+                let count = state.cycle_count(index);
+                run.emit(RunEvent::LoopMonitorTriggered { monitor: index, cycle_count: count, judge: monitor.judge.name.clone() })?;
+                (&monitor.judge, count, None)
+            }
+            None => {
+                let consecutive = if state.current.as_deref() == Some(next.as_str()) { state.consecutive + 1 } else { 1 };
+                let threshold = due.max_consecutive_revisits.unwrap_or(run.config.default_max_consecutive_revisits);
+                if consecutive > threshold {
+                    run.emit(RunEvent::Warning {
+                        movement: Some(next.clone()),
+                        message: format!("`{next}` was due for the {consecutive}th time in a row (limit {threshold})"),
+                    })?;
+                    return Ok(Finish { status: RunStatus::Aborted, result: last_answer, reason: Some("loop_detected".into()) });
+                }
+                let warning = (consecutive >= 2).then(|| prompt::loop_warning(&next, consecutive, threshold));
+                if warning.is_some() {
+                    run.emit(RunEvent::LoopWarning { movement: next.clone(), consecutive, threshold })?;
+                }
+                (due, 0, warning)
+            }
+        };
+        let ended = if movement.is_parallel() {
+            run_parallel(run, movement).await?
+        } else {
+            run_visit(run, movement, None, cycle_count, loop_warning).await?
+        };
+        if let Some(finish) = finish_of(&ended) {
+            return Ok(finish);
+        }
+    }
+}
+
+/// The loop monitor due before `next` runs: `next` belongs to its cycle and the cycle has
+/// completed `threshold` times.
+fn due_monitor(run: &RunCtx, state: &RunState, next: &str) -> Option<usize> {
+    run.piece
+        .loop_monitors
+        .iter()
+        .enumerate()
+        .find(|(i, m)| m.cycle.iter().any(|c| c == next) && state.cycle_count(*i) >= m.threshold)
+        .map(|(i, _)| i)
+}
+
+/// The run's end, when the movement's step ends it.
+fn finish_of(ended: &Ended) -> Option<Finish> {
+    let finish = |status, reason: Option<&str>| Finish { status, result: ended.response.clone(), reason: reason.map(str::to_string) };
+    match &ended.step {
+        Step::Go(Target::Movement(_)) | Step::Matched(_) => None,
+        Step::Go(Target::Complete) => Some(finish(RunStatus::Completed, None)),
+        Step::Go(Target::Abort) => Some(finish(RunStatus::Aborted, Some("abort_rule"))),
+        Step::Go(Target::Ask) => Some(finish(RunStatus::NeedsUserInput, Some("ask"))),
+        Step::Go(Target::WaitSubtasks) => Some(finish(RunStatus::Aborted, Some("wait_subtasks_unsupported"))),
+        Step::Finish { status, result, reason } => Some(Finish {
+            status: *status,
+            result: result.clone().unwrap_or_else(|| ended.response.clone()),
+            reason: reason.clone(),
+        }),
+    }
+}
+
+/// The label recorded as `movement_finished.next`.
+fn next_label(step: &Step) -> String {
+    match step {
+        Step::Go(target) => target.label().to_string(),
+        Step::Matched(condition) => condition.clone(),
+        Step::Finish { status, .. } => match status {
+            RunStatus::Completed => "COMPLETE".into(),
+            RunStatus::NeedsUserInput => "ASK".into(),
+            RunStatus::Aborted | RunStatus::Exceeded => "ABORT".into(),
+            RunStatus::Failed => "FAIL".into(),
+        },
+    }
+}
+
+/// One visit of a non-parallel movement (top-level, or a sub-movement of `parent`).
+async fn run_visit(
+    run: &RunCtx,
+    movement: &Movement,
+    parent: Option<&str>,
+    cycle_count: u32,
+    loop_warning: Option<String>,
+) -> Result<Ended, EngineError> {
+    let state = run.journal.state();
+    let iteration = if parent.is_some() { state.iteration } else { state.iteration + 1 };
+    let mut started = RunEvent::MovementStarted {
+        movement: movement.name.clone(),
+        iteration,
+        movement_iteration: state.visits_of(&movement.name) + 1,
+        parent: parent.map(str::to_string),
+        prompt_log: None,
+    };
+    let mut preview = state;
+    preview.apply(&started);
+    let visit = Visit {
+        movement,
+        cycle_count,
+        loop_warning,
+        report_dir: run.record.reports_dir().display().to_string(),
+        max_carried_chars: run.config.max_carried_chars,
+    };
+    let first = prompt::first_messages(&run.piece, &preview, &visit);
+    if let RunEvent::MovementStarted { prompt_log, .. } = &mut started {
+        *prompt_log = write_prompt_log(run, &preview, movement, &first)?;
+    }
+    run.emit(started)?;
+    let messages = session_messages(run, movement, first);
+    let (ended, messages) = movement::visit(run, movement, messages).await?;
+    if movement.session == SessionMode::Continue
+        && let Ok(mut sessions) = run.sessions.lock()
+    {
+        sessions.insert(movement.name.clone(), messages);
+    }
+    record_finished(run, movement, parent, &ended)?;
+    Ok(ended)
+}
+
+/// A parallel movement: its sub-movements run concurrently, then the parent's rules read their
+/// results (`all()` / `any()` first).
+async fn run_parallel(run: &Arc<RunCtx>, parent: &Movement) -> Result<Ended, EngineError> {
+    let state = run.journal.state();
+    run.emit(RunEvent::MovementStarted {
+        movement: parent.name.clone(),
+        iteration: state.iteration + 1,
+        movement_iteration: state.visits_of(&parent.name) + 1,
+        parent: None,
+        prompt_log: None,
+    })?;
+    let mut tasks = JoinSet::new();
+    for (index, sub) in parent.parallel.iter().enumerate() {
+        let run = Arc::clone(run);
+        let sub = sub.clone();
+        let parent_name = parent.name.clone();
+        tasks.spawn(async move { (index, run_visit(&run, &sub, Some(&parent_name), 0, None).await) });
+    }
+    let mut results: Vec<Option<Ended>> = vec![None; parent.parallel.len()];
+    let mut failure = None;
+    while let Some(joined) = tasks.join_next().await {
+        match joined {
+            Ok((index, Ok(ended))) => results[index] = Some(ended),
+            Ok((_, Err(e))) => {
+                failure.get_or_insert(e);
+                run.cancel.cancel();
+            }
+            Err(e) => {
+                failure.get_or_insert(EngineError::Internal(format!("a sub-movement of `{}` crashed: {e}", parent.name)));
+            }
+        }
+    }
+    if let Some(e) = failure {
+        return Err(e);
+    }
+    let sub_results: Vec<Option<String>> = results
+        .iter()
+        .map(|r| match r.as_ref().map(|e| &e.step) {
+            Some(Step::Matched(condition)) => Some(condition.clone()),
+            _ => None,
+        })
+        .collect();
+    let combined = parent
+        .parallel
+        .iter()
+        .zip(&results)
+        .map(|(sub, r)| format!("## {}\n{}", sub.name, r.as_ref().map(|e| e.response.as_str()).unwrap_or("")))
+        .collect::<Vec<_>>()
+        .join("\n\n");
+    let ended = match decide_rule(run, parent, &combined, Some(&sub_results)).await? {
+        Some((index, via)) => Ended::by_rule(parent, combined, via, index),
+        None => Ended::no_rule_matched(combined),
+    };
+    record_finished(run, parent, None, &ended)?;
+    Ok(ended)
+}
+
+fn record_finished(run: &RunCtx, movement: &Movement, parent: Option<&str>, ended: &Ended) -> Result<(), EngineError> {
+    run.emit(RunEvent::MovementFinished {
+        movement: movement.name.clone(),
+        next: next_label(&ended.step),
+        via: ended.via,
+        parent: parent.map(str::to_string),
+        rule: ended.rule,
+        response: ended.response.clone(),
+        summary: ended.summary.clone(),
+        lessons: ended.lessons.clone(),
+        edge_prompt: ended.edge_prompt.clone(),
+    })
+}
+
+/// The conversation a visit starts from: a fresh one, or for `session: continue` the earlier
+/// visit's conversation with the new instruction appended.
+fn session_messages(run: &RunCtx, movement: &Movement, first: maestro_piece::prompt::Prompt) -> Vec<Message> {
+    if movement.session == SessionMode::Continue
+        && let Some(mut earlier) = run.sessions.lock().ok().and_then(|s| s.get(&movement.name).cloned())
+    {
+        earlier.push(Message::User { content: first.user });
+        return earlier;
+    }
+    vec![Message::System { content: first.system }, Message::User { content: first.user }]
+}
+
+/// Writes the visit's full first messages under `logs/` and returns the path for the event.
+fn write_prompt_log(
+    run: &RunCtx,
+    state: &RunState,
+    movement: &Movement,
+    prompt: &maestro_piece::prompt::Prompt,
+) -> Result<Option<String>, EngineError> {
+    let name = format!(
+        "{:03}-{}-{}.prompt.md",
+        state.iteration,
+        movement.name.replace(['/', '\\'], "_"),
+        state.visits_of(&movement.name)
+    );
+    let path = run.record.logs_dir().join(name);
+    let text = format!("# System\n\n{}\n\n# User\n\n{}\n", prompt.system, prompt.user);
+    match std::fs::write(&path, text) {
+        Ok(()) => Ok(Some(path.display().to_string())),
+        Err(e) => {
+            run.emit(RunEvent::Warning {
+                movement: Some(movement.name.clone()),
+                message: format!("cannot write the prompt log {}: {e}", path.display()),
+            })?;
+            Ok(None)
+        }
+    }
+}

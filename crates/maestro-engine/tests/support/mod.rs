@@ -1,0 +1,185 @@
+//! Shared support for the engine's integration tests: small IR builders, and a runner that
+//! drives a piece through the real OpenAI-compatible client against the scripted HTTP server.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use maestro_engine::{Engine, EngineConfig, EventRecord, RunRecord, RunReport, RunState, read_events};
+use maestro_llm::{OpenAiCompat, OpenAiConfig, Provider, RetryPolicy};
+use maestro_piece::{Condition, Dialect, Facet, Movement, Piece, Rule, SessionMode, Target};
+use maestro_protocol::Secret;
+use maestro_testkit::{ScriptedLlm, Turn};
+use maestro_tools::{Registry, ToolsConfig};
+use serde_json::Value;
+
+pub fn facet(text: &str) -> Facet {
+    Facet { name: "inline".into(), text: text.into(), path: None }
+}
+
+pub fn target(label: &str) -> Target {
+    match label {
+        "COMPLETE" | "$END" => Target::Complete,
+        "ABORT" => Target::Abort,
+        "ASK" => Target::Ask,
+        other => Target::Movement(other.into()),
+    }
+}
+
+/// A plain-text rule.
+pub fn rule(condition: &str, next: &str) -> Rule {
+    Rule {
+        condition: Condition::Text(condition.into()),
+        next: Some(target(next)),
+        requires_user_input: false,
+        interactive_only: false,
+        appendix: None,
+        prompt: None,
+    }
+}
+
+pub fn rule_if(condition: Condition, next: Option<&str>) -> Rule {
+    Rule { condition, next: next.map(target), ..rule("", "x") }
+}
+
+/// A movement reading the workspace, with an instruction that names it.
+pub fn mv(name: &str, rules: Vec<Rule>) -> Movement {
+    Movement {
+        name: name.into(),
+        persona: Some(facet(&format!("You are the {name} agent."))),
+        policies: vec![],
+        knowledge: vec![],
+        instruction: Some(facet(&format!("Perform the {name} step."))),
+        edit: false,
+        allowed_tools: vec!["Read".into(), "Glob".into(), "Grep".into()],
+        allowed_commands: None,
+        allowed_ssh_connections: None,
+        rules,
+        default_next: None,
+        max_consecutive_revisits: None,
+        pass_previous_response: true,
+        session: SessionMode::Refresh,
+        output_contracts: vec![],
+        quality_gates: vec![],
+        parallel: vec![],
+        frontmatter_schema: None,
+    }
+}
+
+pub fn piece(dialect: Dialect, movements: Vec<Movement>) -> Piece {
+    Piece {
+        name: "test-piece".into(),
+        description: "a piece for tests".into(),
+        dialect,
+        source: Default::default(),
+        hash: "0123abcd".into(),
+        max_movements: 10,
+        initial_movement: movements[0].name.clone(),
+        start_prompt: None,
+        movements,
+        loop_monitors: vec![],
+        keywords: vec![],
+        required_mcp: vec![],
+        model: None,
+    }
+}
+
+/// A finished run and everything a test looks at.
+pub struct Ran {
+    pub server: ScriptedLlm,
+    pub report: RunReport,
+    pub events: Vec<EventRecord>,
+    pub dir: tempfile::TempDir,
+}
+
+impl Ran {
+    pub fn kinds(&self) -> Vec<&'static str> {
+        self.events.iter().map(|r| r.event.kind()).collect()
+    }
+
+    pub fn count(&self, kind: &str) -> usize {
+        self.kinds().iter().filter(|k| **k == kind).count()
+    }
+
+    /// Chat requests the server received.
+    pub fn requests(&self) -> Vec<Value> {
+        self.server.requests()
+    }
+
+    /// The text of every message of request `i`, joined.
+    pub fn request_text(&self, i: usize) -> String {
+        messages_text(&self.requests()[i])
+    }
+
+    /// `(status, reason)` of the run.
+    pub fn status(&self) -> (String, Option<String>) {
+        (self.report.status.to_string(), self.report.reason.clone())
+    }
+
+    /// Checks what every run must satisfy: `seq` gapless from 1, one `run_started` first and
+    /// one `run_finished` last, and replaying the events gives the final state.
+    pub fn assert_record_is_sound(&self) {
+        let seqs: Vec<u64> = self.events.iter().map(|r| r.seq).collect();
+        assert_eq!(seqs, (1..=self.events.len() as u64).collect::<Vec<_>>(), "seq must be gapless from 1");
+        assert_eq!(self.events.first().map(|r| r.event.kind()), Some("run_started"));
+        assert_eq!(self.events.last().map(|r| r.event.kind()), Some("run_finished"));
+        assert_eq!(self.count("run_finished"), 1);
+        let replayed = RunState::replay(&self.events);
+        pretty_assertions::assert_eq!(replayed, self.report.state, "replaying events.jsonl must rebuild the state");
+    }
+}
+
+pub fn messages_text(request: &Value) -> String {
+    request["messages"]
+        .as_array()
+        .map(|ms| {
+            ms.iter()
+                .map(|m| m["content"].as_str().unwrap_or_default().to_string())
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .unwrap_or_default()
+}
+
+/// The text of the last user message of a request.
+pub fn last_user_text(request: &Value) -> String {
+    request["messages"]
+        .as_array()
+        .and_then(|ms| ms.iter().rev().find(|m| m["role"] == "user"))
+        .and_then(|m| m["content"].as_str())
+        .unwrap_or_default()
+        .to_string()
+}
+
+pub fn fast_retries() -> RetryPolicy {
+    RetryPolicy { max_attempts: 4, initial: Duration::from_millis(10), max: Duration::from_millis(40), jitter: 0.0 }
+}
+
+pub fn engine_config() -> EngineConfig {
+    EngineConfig { context_length: Some(100_000), ..EngineConfig::new("scripted-model") }
+}
+
+/// Runs `piece` for a task against a scripted server serving `turns`.
+pub async fn run(piece: Piece, turns: Vec<Turn>) -> Ran {
+    run_with(piece, turns, engine_config(), None).await
+}
+
+pub async fn run_with(piece: Piece, turns: Vec<Turn>, config: EngineConfig, api_key: Option<&str>) -> Ran {
+    let server = ScriptedLlm::start(turns).await;
+    let mut llm_config = OpenAiConfig::new(server.base_url()).with_retry(fast_retries());
+    if let Some(key) = api_key {
+        llm_config = llm_config.with_api_key(Secret::new(key));
+    }
+    let provider: Arc<dyn Provider> = Arc::new(OpenAiCompat::new(llm_config).unwrap());
+    let mut engine = Engine::new(provider, Registry::builtin(ToolsConfig::default()), config);
+    if let Some(key) = api_key {
+        engine = engine.with_secret(Secret::new(key));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let record = RunRecord::create(&dir.path().join("runs"), None).unwrap();
+    std::fs::write(record.workspace.join("input/notes.txt"), "the secret ingredient is cardamom\n").unwrap();
+    let events_path = record.events_path();
+    let report = engine.run(Arc::new(piece), "Write the cookbook.", record, vec![]).await.unwrap();
+    let events = read_events(&events_path).unwrap();
+    Ran { server, report, events, dir }
+}

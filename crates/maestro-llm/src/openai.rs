@@ -1,0 +1,393 @@
+//! [`OpenAiCompat`]: the [`Provider`] for OpenAI-compatible Chat Completions endpoints (Ollama,
+//! vLLM, llama.cpp server, OpenAI). This module owns the attempt loop; its submodules own the
+//! wire format, SSE accumulation, retry rules, JSON tool mode and context detection.
+
+mod config;
+mod context;
+mod json_mode;
+mod probe;
+mod retry;
+mod sse;
+mod wire;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use reqwest::header::{
+    AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, RETRY_AFTER,
+};
+use serde_json::Value;
+
+pub use config::{ConfigError, OpenAiConfig, RetryPolicy};
+
+use self::context::Endpoints;
+use self::retry::{
+    Failure, Feature, classify_status, describe, parse_retry_after, provider_message,
+};
+use self::wire::{RawAnswer, Shape, Transport};
+use crate::{BoxFuture, ChatRequest, ChatResponse, LlmError, Provider, StreamEvent, ToolMode};
+
+/// Side requests (context detection, tool-mode probing) never wait longer than this.
+const SIDE_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A client for one OpenAI-compatible endpoint.
+///
+/// It streams answers over SSE (falling back to plain answers where the endpoint refuses),
+/// retries what is retryable as [`OpenAiConfig::retry`] says, offers tools natively or in JSON
+/// mode, and detects the context window. It remembers per endpoint what the endpoint refused
+/// and per model the tool mode and context length it found, so it is meant to be shared
+/// (`Arc<OpenAiCompat>` or `Arc<dyn Provider>`).
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// use maestro_llm::{ChatRequest, Message, OpenAiCompat, OpenAiConfig, Provider};
+///
+/// let llm = OpenAiCompat::new(OpenAiConfig::new("http://127.0.0.1:8088/v1"))?;
+/// let request = ChatRequest {
+///     model: "local".into(),
+///     messages: vec![Message::User { content: "Say hi.".into() }],
+///     ..ChatRequest::default()
+/// };
+/// let answer = llm.chat(request, &|event| eprintln!("{event:?}")).await?;
+/// println!("{} ({} tokens)", answer.content, answer.usage.total_tokens);
+/// # Ok(()) }
+/// ```
+pub struct OpenAiCompat {
+    config: OpenAiConfig,
+    endpoints: Endpoints,
+    client: reqwest::Client,
+    learned: Mutex<Learned>,
+}
+
+/// What the client found out about its endpoint while running.
+#[derive(Debug, Default)]
+struct Learned {
+    stream_options_refused: bool,
+    streaming_refused: bool,
+    tool_modes: HashMap<String, ToolMode>,
+    context_lengths: HashMap<String, u64>,
+}
+
+impl fmt::Debug for OpenAiCompat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OpenAiCompat")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl OpenAiCompat {
+    /// Builds the client. Fails on a base URL that is not `http(s)://…` or a header that cannot
+    /// be sent; nothing is contacted yet.
+    pub fn new(config: OpenAiConfig) -> Result<OpenAiCompat, ConfigError> {
+        let parsed = url::Url::parse(&config.base_url).map_err(|e| ConfigError::BaseUrl {
+            url: config.base_url.clone(),
+            reason: e.to_string(),
+        })?;
+        if !matches!(parsed.scheme(), "http" | "https") {
+            return Err(ConfigError::BaseUrl {
+                url: config.base_url.clone(),
+                reason: format!("the scheme must be http or https, not {}", parsed.scheme()),
+            });
+        }
+        let mut headers = HeaderMap::new();
+        if let Some(key) = &config.api_key {
+            let mut value =
+                HeaderValue::from_str(&format!("Bearer {}", key.expose())).map_err(|_| {
+                    ConfigError::Header {
+                        name: "Authorization".into(),
+                        reason: "the API key has characters a header cannot carry".into(),
+                    }
+                })?;
+            value.set_sensitive(true);
+            headers.insert(AUTHORIZATION, value);
+        }
+        for (name, value) in &config.extra_headers {
+            let header = |reason: String| ConfigError::Header {
+                name: name.clone(),
+                reason,
+            };
+            let key = HeaderName::from_bytes(name.as_bytes()).map_err(|e| header(e.to_string()))?;
+            let mut value = HeaderValue::from_str(value.expose())
+                .map_err(|_| header("the value has characters a header cannot carry".into()))?;
+            value.set_sensitive(true);
+            headers.insert(key, value);
+        }
+        let client = reqwest::Client::builder()
+            .default_headers(headers)
+            .connect_timeout(config.connect_timeout)
+            .build()
+            .map_err(|e| ConfigError::Client(describe(&e)))?;
+        Ok(OpenAiCompat {
+            endpoints: Endpoints::new(&config.base_url),
+            config,
+            client,
+            learned: Mutex::default(),
+        })
+    }
+
+    /// The configuration this client was built from.
+    pub fn config(&self) -> &OpenAiConfig {
+        &self.config
+    }
+
+    /// The tool mode used for `model`: the configured one, or for [`ToolMode::Auto`] the result
+    /// of probing the endpoint (once per model; an unanswered probe counts as `Native` and is
+    /// asked again next time).
+    pub async fn tool_mode_for(&self, model: &str) -> ToolMode {
+        match self.config.tool_mode {
+            ToolMode::Native => return ToolMode::Native,
+            ToolMode::Json => return ToolMode::Json,
+            ToolMode::Auto => {}
+        }
+        if let Some(mode) = self.learned().tool_modes.get(model) {
+            return *mode;
+        }
+        match probe::probe(&self.client, &self.endpoints, model, self.side_timeout()).await {
+            Some(mode) => {
+                tracing::info!(model, ?mode, "tool mode detected");
+                self.learned().tool_modes.insert(model.to_string(), mode);
+                mode
+            }
+            None => ToolMode::Native,
+        }
+    }
+
+    fn learned(&self) -> std::sync::MutexGuard<'_, Learned> {
+        self.learned
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn side_timeout(&self) -> Duration {
+        self.config.idle_timeout.min(SIDE_REQUEST_TIMEOUT)
+    }
+
+    fn transport(&self) -> Transport {
+        let learned = self.learned();
+        Transport {
+            stream: self.config.stream && !learned.streaming_refused,
+            stream_options: !learned.stream_options_refused,
+        }
+    }
+
+    async fn shape(&self, request: &ChatRequest) -> Shape {
+        if request.response_schema.is_some() {
+            return Shape::Schema;
+        }
+        if request.tools.is_empty() {
+            return Shape::Plain;
+        }
+        match self.tool_mode_for(&request.model).await {
+            ToolMode::Json => Shape::JsonTools,
+            ToolMode::Native | ToolMode::Auto => Shape::NativeTools,
+        }
+    }
+
+    async fn run(
+        &self,
+        request: ChatRequest,
+        on_event: &(dyn Fn(StreamEvent) + Send + Sync),
+    ) -> Result<ChatResponse, LlmError> {
+        let shape = self.shape(&request).await;
+        let policy = self.config.retry;
+        let mut attempt = 1u32;
+        let mut fallbacks = 0;
+        loop {
+            let transport = self.transport();
+            let body = wire::body(&request, shape, transport);
+            let failure = match self.attempt(&body, transport, shape, on_event).await {
+                Ok(raw) => return Ok(self.finish(raw, &body, shape, &request)),
+                Err(failure) => failure,
+            };
+            match failure {
+                Failure::Unsupported(feature, error) => {
+                    fallbacks += 1;
+                    if fallbacks > 2 {
+                        return Err(self.redact(error));
+                    }
+                    tracing::info!(base_url = %self.endpoints.base, ?feature, "endpoint refused a feature; sending without it");
+                    let mut learned = self.learned();
+                    match feature {
+                        Feature::StreamOptions => learned.stream_options_refused = true,
+                        Feature::Streaming => learned.streaming_refused = true,
+                    }
+                }
+                Failure::Final(error) => return Err(self.redact(error)),
+                Failure::Retryable { error, retry_after } => {
+                    let error = self.redact(error);
+                    if attempt >= policy.max_attempts.max(1) {
+                        return Err(error);
+                    }
+                    let delay = retry_after.unwrap_or_else(|| policy.backoff(attempt));
+                    tracing::warn!(attempt, ?delay, %error, "model call failed; retrying");
+                    on_event(StreamEvent::Retry {
+                        attempt,
+                        delay,
+                        reason: error.to_string(),
+                    });
+                    tokio::time::sleep(delay).await;
+                    attempt += 1;
+                }
+            }
+        }
+    }
+
+    async fn attempt(
+        &self,
+        body: &Value,
+        transport: Transport,
+        shape: Shape,
+        on_event: &(dyn Fn(StreamEvent) + Send + Sync),
+    ) -> Result<RawAnswer, Failure> {
+        let idle = self.config.idle_timeout;
+        let url = format!("{}/chat/completions", self.endpoints.base);
+        let retry = |error| Failure::Retryable {
+            error,
+            retry_after: None,
+        };
+        let response =
+            match tokio::time::timeout(idle, self.client.post(&url).json(body).send()).await {
+                Err(_) => {
+                    return Err(retry(LlmError::Timeout(format!(
+                        "no answer from {url} within {} ms (idle_timeout)",
+                        idle.as_millis()
+                    ))));
+                }
+                Ok(Err(e)) if e.is_builder() => {
+                    return Err(Failure::Final(LlmError::Connect {
+                        url,
+                        message: describe(&e),
+                    }));
+                }
+                Ok(Err(e)) => {
+                    return Err(retry(LlmError::Connect {
+                        url,
+                        message: describe(&e),
+                    }));
+                }
+                Ok(Ok(response)) => response,
+            };
+        let status = response.status();
+        if !status.is_success() {
+            let retry_after = response
+                .headers()
+                .get(RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(parse_retry_after);
+            let text = match tokio::time::timeout(idle, response.text()).await {
+                Ok(Ok(text)) => text,
+                _ => String::new(),
+            };
+            let sent_options = transport.stream && transport.stream_options;
+            return Err(classify_status(
+                status.as_u16(),
+                provider_message(&text),
+                retry_after,
+                sent_options,
+                transport.stream,
+            ));
+        }
+        // JSON mode answers are JSON, not prose for a reader: they are not streamed as text.
+        let on_text = |text: &str| {
+            if shape != Shape::JsonTools {
+                on_event(StreamEvent::TextDelta(text.to_string()));
+            }
+        };
+        let is_sse = response
+            .headers()
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("text/event-stream"));
+        if transport.stream && is_sse {
+            return sse::read(response, idle, &on_text).await;
+        }
+        let text = match tokio::time::timeout(idle, response.text()).await {
+            Err(_) => {
+                return Err(retry(LlmError::Timeout(format!(
+                    "the answer did not arrive within {} ms (idle_timeout)",
+                    idle.as_millis()
+                ))));
+            }
+            Ok(Err(e)) => return Err(retry(LlmError::Stream(describe(&e)))),
+            Ok(Ok(text)) => text,
+        };
+        let raw = wire::parse_completion(&text).map_err(Failure::Final)?;
+        if !raw.content.is_empty() {
+            on_text(&raw.content);
+        }
+        Ok(raw)
+    }
+
+    fn finish(
+        &self,
+        raw: RawAnswer,
+        sent: &Value,
+        shape: Shape,
+        request: &ChatRequest,
+    ) -> ChatResponse {
+        let usage = raw
+            .usage
+            .unwrap_or_else(|| wire::estimate_usage(sent, &raw));
+        let raw = match shape {
+            Shape::JsonTools => json_mode::interpret(raw, &request.tools),
+            Shape::Plain | Shape::NativeTools | Shape::Schema => raw,
+        };
+        ChatResponse {
+            content: raw.content,
+            tool_calls: raw.tool_calls,
+            usage,
+            finish_reason: raw.finish_reason,
+        }
+    }
+
+    fn redact(&self, error: LlmError) -> LlmError {
+        let r = |text: String| self.config.redact(&text);
+        match error {
+            LlmError::Connect { url, message } => LlmError::Connect {
+                url: r(url),
+                message: r(message),
+            },
+            LlmError::Http { status, message } => LlmError::Http {
+                status,
+                message: r(message),
+            },
+            LlmError::Stream(message) => LlmError::Stream(r(message)),
+            LlmError::Protocol(message) => LlmError::Protocol(r(message)),
+            LlmError::Timeout(message) => LlmError::Timeout(r(message)),
+            LlmError::Cancelled => LlmError::Cancelled,
+        }
+    }
+
+    async fn detect_context_length(&self, model: &str) -> Option<u64> {
+        if let Some(configured) = self.config.context_length {
+            return Some(configured);
+        }
+        if let Some(known) = self.learned().context_lengths.get(model) {
+            return Some(*known);
+        }
+        let found =
+            context::detect(&self.client, &self.endpoints, model, self.side_timeout()).await?;
+        tracing::info!(model, context_length = found, "context length detected");
+        self.learned()
+            .context_lengths
+            .insert(model.to_string(), found);
+        Some(found)
+    }
+}
+
+impl Provider for OpenAiCompat {
+    fn chat<'a>(
+        &'a self,
+        request: ChatRequest,
+        on_event: &'a (dyn Fn(StreamEvent) + Send + Sync),
+    ) -> BoxFuture<'a, Result<ChatResponse, LlmError>> {
+        Box::pin(self.run(request, on_event))
+    }
+
+    fn context_length<'a>(&'a self, model: &'a str) -> BoxFuture<'a, Option<u64>> {
+        Box::pin(self.detect_context_length(model))
+    }
+}

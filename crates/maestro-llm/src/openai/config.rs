@@ -1,0 +1,156 @@
+//! Configuration of the OpenAI-compatible client: endpoint, credentials, tool mode, timeouts
+//! and the retry policy.
+
+use std::time::Duration;
+
+use maestro_protocol::Secret;
+
+use crate::ToolMode;
+
+/// How an [`OpenAiCompat`](super::OpenAiCompat) endpoint is reached and how hard it is retried.
+///
+/// Build it with [`OpenAiConfig::new`] and adjust the public fields (or the `with_*` methods):
+///
+/// ```
+/// use std::time::Duration;
+/// use maestro_llm::{OpenAiConfig, ToolMode};
+/// use maestro_protocol::Secret;
+///
+/// let config = OpenAiConfig::new("http://127.0.0.1:11434/v1")
+///     .with_api_key(Secret::new("sk-local"))
+///     .with_tool_mode(ToolMode::Auto)
+///     .with_idle_timeout(Duration::from_secs(300));
+/// assert_eq!(config.retry.max_attempts, 6);
+/// ```
+#[derive(Debug, Clone)]
+pub struct OpenAiConfig {
+    /// The API root including the version segment, e.g. `http://127.0.0.1:8088/v1`. Requests go
+    /// to `{base_url}/chat/completions` and `{base_url}/models`; llama.cpp's `/props` and
+    /// Ollama's `/api/show` are looked up beside it (the `/v1` removed).
+    pub base_url: String,
+    /// Sent as `Authorization: Bearer …`; never printed, logged or put into an error.
+    pub api_key: Option<Secret>,
+    /// How tools are offered to the model. [`ToolMode::Auto`] probes once per model.
+    pub tool_mode: ToolMode,
+    /// The longest silence tolerated while waiting for response headers or the next stream
+    /// chunk (for a non-streaming call: for the whole answer). Then the attempt is retried.
+    pub idle_timeout: Duration,
+    /// The longest wait for the TCP (and TLS) connection.
+    pub connect_timeout: Duration,
+    /// Backoff between attempts on retryable failures.
+    pub retry: RetryPolicy,
+    /// The model's context window in tokens. When set it wins over anything the endpoint says.
+    pub context_length: Option<u64>,
+    /// Ask for a streamed (SSE) answer. The client falls back to a plain answer by itself when
+    /// the endpoint rejects streaming, and remembers that.
+    pub stream: bool,
+    /// Further headers sent with every request (e.g. `OpenAI-Organization`, `api-key`). Values
+    /// are secrets: they are redacted from errors like the API key.
+    pub extra_headers: Vec<(String, Secret)>,
+}
+
+impl OpenAiConfig {
+    /// A configuration with the defaults of `docs/engine-semantics.md`: native tools, streaming,
+    /// a 120 s idle timeout, a 10 s connect timeout and [`RetryPolicy::default`].
+    pub fn new(base_url: impl Into<String>) -> Self {
+        OpenAiConfig {
+            base_url: base_url.into(),
+            api_key: None,
+            tool_mode: ToolMode::Native,
+            idle_timeout: Duration::from_secs(120),
+            connect_timeout: Duration::from_secs(10),
+            retry: RetryPolicy::default(),
+            context_length: None,
+            stream: true,
+            extra_headers: Vec::new(),
+        }
+    }
+
+    pub fn with_api_key(mut self, key: Secret) -> Self {
+        self.api_key = Some(key);
+        self
+    }
+
+    pub fn with_tool_mode(mut self, mode: ToolMode) -> Self {
+        self.tool_mode = mode;
+        self
+    }
+
+    pub fn with_idle_timeout(mut self, timeout: Duration) -> Self {
+        self.idle_timeout = timeout;
+        self
+    }
+
+    pub fn with_retry(mut self, retry: RetryPolicy) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    pub fn with_context_length(mut self, tokens: u64) -> Self {
+        self.context_length = Some(tokens);
+        self
+    }
+
+    pub fn with_stream(mut self, stream: bool) -> Self {
+        self.stream = stream;
+        self
+    }
+
+    pub fn with_header(mut self, name: impl Into<String>, value: Secret) -> Self {
+        self.extra_headers.push((name.into(), value));
+        self
+    }
+
+    /// Replaces every secret of this configuration found in `text` with `***`.
+    pub(crate) fn redact(&self, text: &str) -> String {
+        let mut out = text.to_string();
+        for secret in self
+            .api_key
+            .iter()
+            .chain(self.extra_headers.iter().map(|(_, v)| v))
+        {
+            out = secret.redact(&out);
+        }
+        out
+    }
+}
+
+/// Exponential backoff with jitter: attempt `n` (1-based) that failed waits
+/// `min(initial * 2^(n-1), max)`, scaled by a random factor in `1 ± jitter`. A `Retry-After`
+/// header given by the endpoint wins over the computed delay.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RetryPolicy {
+    /// Attempts in total, the first one included. `1` disables retries.
+    pub max_attempts: u32,
+    /// The wait after the first failure.
+    pub initial: Duration,
+    /// The longest computed wait.
+    pub max: Duration,
+    /// The relative spread of the random factor, e.g. `0.2` for ±20 %.
+    pub jitter: f64,
+}
+
+impl Default for RetryPolicy {
+    /// 6 attempts, 1 s doubling up to 30 s, ±20 % jitter.
+    fn default() -> Self {
+        RetryPolicy {
+            max_attempts: 6,
+            initial: Duration::from_secs(1),
+            max: Duration::from_secs(30),
+            jitter: 0.2,
+        }
+    }
+}
+
+/// A configuration the client cannot be built from.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error(
+        "invalid model endpoint base_url {url:?}: {reason}; expected e.g. http://127.0.0.1:11434/v1"
+    )]
+    BaseUrl { url: String, reason: String },
+    #[error("invalid extra header {name:?}: {reason}")]
+    Header { name: String, reason: String },
+    #[error("cannot build the HTTP client: {0}")]
+    Client(String),
+}

@@ -1,0 +1,241 @@
+//! Reading a streamed answer: SSE `data:` chunks folded into one [`RawAnswer`], tool-call
+//! deltas accumulated by their `index`, the idle timeout between chunks, and the check that the
+//! stream really finished (`[DONE]` or a `finish_reason`) rather than broke off.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use eventsource_stream::Eventsource;
+use futures::StreamExt;
+use maestro_protocol::ToolCall;
+use serde_json::Value;
+
+use super::retry::{Failure, describe};
+use super::wire::{RawAnswer, new_call_id, parse_usage};
+use crate::LlmError;
+
+/// Folds stream chunks into an answer.
+#[derive(Debug, Default)]
+pub(crate) struct Accumulator {
+    content: String,
+    calls: BTreeMap<u64, PartialCall>,
+    usage: Option<maestro_protocol::Usage>,
+    finish_reason: Option<String>,
+    done: bool,
+}
+
+#[derive(Debug, Default)]
+struct PartialCall {
+    id: Option<String>,
+    name: String,
+    arguments: String,
+}
+
+impl Accumulator {
+    /// Applies one `data:` payload and returns the text it added, if any. An `error` payload
+    /// (some servers report failures mid-stream that way) becomes an error.
+    pub(crate) fn apply(&mut self, data: &str) -> Result<Option<String>, LlmError> {
+        if data.trim() == "[DONE]" {
+            self.done = true;
+            return Ok(None);
+        }
+        let chunk: Value = serde_json::from_str(data).map_err(|e| {
+            LlmError::Protocol(format!(
+                "a stream chunk is not JSON ({e}): {}",
+                super::retry::shorten(data, 300)
+            ))
+        })?;
+        if let Some(error) = chunk.get("error") {
+            let message = error
+                .get("message")
+                .and_then(Value::as_str)
+                .map(str::to_string);
+            return Err(LlmError::Stream(
+                message.unwrap_or_else(|| error.to_string()),
+            ));
+        }
+        if let Some(usage) = chunk.get("usage").and_then(parse_usage) {
+            self.usage = Some(usage);
+        }
+        let Some(choice) = chunk.pointer("/choices/0") else {
+            return Ok(None);
+        };
+        if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
+            self.finish_reason = Some(reason.to_string());
+        }
+        let Some(delta) = choice.get("delta") else {
+            return Ok(None);
+        };
+        for call in delta
+            .get("tool_calls")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            self.apply_tool_delta(call);
+        }
+        match delta.get("content").and_then(Value::as_str) {
+            Some(text) if !text.is_empty() => {
+                self.content.push_str(text);
+                Ok(Some(text.to_string()))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    fn apply_tool_delta(&mut self, call: &Value) {
+        let id = call
+            .get("id")
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty());
+        let index = match call.get("index").and_then(Value::as_u64) {
+            Some(index) => index,
+            // Servers that omit `index` send one call after another: a new id starts a new call.
+            None => match id {
+                Some(id) if !self.calls.values().any(|c| c.id.as_deref() == Some(id)) => {
+                    self.calls.len() as u64
+                }
+                _ => self.calls.keys().next_back().copied().unwrap_or(0),
+            },
+        };
+        let entry = self.calls.entry(index).or_default();
+        if let Some(id) = id {
+            entry.id = Some(id.to_string());
+        }
+        let function = call.get("function");
+        if let Some(name) = function.and_then(|f| f.get("name")).and_then(Value::as_str) {
+            // Some servers repeat the whole name in every delta; others split it.
+            if entry.name != name {
+                entry.name.push_str(name);
+            }
+        }
+        match function.and_then(|f| f.get("arguments")) {
+            Some(Value::String(part)) => entry.arguments.push_str(part),
+            Some(other) if !other.is_null() => entry.arguments.push_str(&other.to_string()),
+            _ => {}
+        }
+    }
+
+    /// Whether the endpoint said it had finished (`[DONE]` or a `finish_reason`).
+    pub(crate) fn is_complete(&self) -> bool {
+        self.done || self.finish_reason.is_some()
+    }
+
+    pub(crate) fn finish(self) -> RawAnswer {
+        RawAnswer {
+            content: self.content,
+            tool_calls: self
+                .calls
+                .into_values()
+                .map(|c| ToolCall {
+                    id: c.id.unwrap_or_else(new_call_id),
+                    name: c.name,
+                    arguments: c.arguments,
+                })
+                .collect(),
+            usage: self.usage,
+            finish_reason: self.finish_reason,
+        }
+    }
+}
+
+/// Reads an SSE response to its end. Every gap longer than `idle` between chunks, a transport
+/// error, or an end before `[DONE]`/`finish_reason` is a retryable failure.
+pub(crate) async fn read(
+    response: reqwest::Response,
+    idle: Duration,
+    on_text: &(dyn Fn(&str) + Send + Sync),
+) -> Result<RawAnswer, Failure> {
+    let retry = |error| Failure::Retryable {
+        error,
+        retry_after: None,
+    };
+    let mut events = response.bytes_stream().eventsource();
+    let mut acc = Accumulator::default();
+    loop {
+        let next = match tokio::time::timeout(idle, events.next()).await {
+            Err(_) => {
+                return Err(retry(LlmError::Timeout(format!(
+                    "no data on the stream for {} ms (idle_timeout)",
+                    idle.as_millis()
+                ))));
+            }
+            Ok(next) => next,
+        };
+        let event = match next {
+            None => break,
+            Some(Err(e)) => return Err(retry(LlmError::Stream(describe(&e)))),
+            Some(Ok(event)) => event,
+        };
+        if event.data.trim().is_empty() {
+            continue;
+        }
+        match acc.apply(&event.data) {
+            Ok(Some(text)) => on_text(&text),
+            Ok(None) => {}
+            Err(e @ LlmError::Protocol(_)) => return Err(Failure::Final(e)),
+            Err(e) => return Err(retry(e)),
+        }
+        if acc.done {
+            break;
+        }
+    }
+    if !acc.is_complete() {
+        return Err(retry(LlmError::Stream(
+            "the stream ended before [DONE] or a finish_reason".to_string(),
+        )));
+    }
+    Ok(acc.finish())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    #[test]
+    fn interleaved_tool_call_deltas_are_joined_by_index() {
+        let mut acc = Accumulator::default();
+        let chunks = [
+            r#"{"choices":[{"delta":{"role":"assistant","content":"Let me "}}]}"#,
+            r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"id":"a","type":"function","function":{"name":"Read","arguments":""}}]}}]}"#,
+            r#"{"choices":[{"delta":{"tool_calls":[{"index":1,"id":"b","type":"function","function":{"name":"Grep","arguments":"{\"pat"}}]}}]}"#,
+            r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"path\":"}}]}}]}"#,
+            r#"{"choices":[{"delta":{"tool_calls":[{"index":1,"function":{"arguments":"tern\":\"x\"}"}}]}}]}"#,
+            r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":"\"a.rs\"}"}}]},"finish_reason":"tool_calls"}]}"#,
+            r#"{"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":6,"total_tokens":11}}"#,
+            "[DONE]",
+        ];
+        for chunk in chunks {
+            acc.apply(chunk).unwrap();
+        }
+        let answer = acc.finish();
+        assert_eq!(answer.content, "Let me ");
+        assert_eq!(
+            answer.tool_calls,
+            vec![
+                ToolCall {
+                    id: "a".into(),
+                    name: "Read".into(),
+                    arguments: r#"{"path":"a.rs"}"#.into()
+                },
+                ToolCall {
+                    id: "b".into(),
+                    name: "Grep".into(),
+                    arguments: r#"{"pattern":"x"}"#.into()
+                },
+            ]
+        );
+        assert_eq!(answer.usage.map(|u| u.total_tokens), Some(11));
+    }
+
+    #[test]
+    fn an_error_chunk_is_a_stream_error() {
+        let mut acc = Accumulator::default();
+        assert_eq!(
+            acc.apply(r#"{"error":{"message":"model crashed"}}"#),
+            Err(LlmError::Stream("model crashed".into()))
+        );
+    }
+}

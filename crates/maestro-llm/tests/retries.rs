@@ -1,0 +1,232 @@
+//! Retries at the model boundary: 429 with Retry-After, 5xx, broken and idle streams, connect
+//! errors, and what is final.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Events, ask, client, config, fast_retry};
+use maestro_llm::{LlmError, OpenAiConfig, Provider};
+use maestro_testkit::{ScriptedLlm, Turn};
+use pretty_assertions::assert_eq;
+
+#[tokio::test]
+async fn a_429_waits_as_long_as_retry_after_says() {
+    let server = ScriptedLlm::start([
+        Turn::http_error(429, r#"{"error":{"message":"rate limited, slow down"}}"#).retry_after(1),
+        Turn::text("finally"),
+    ])
+    .await;
+    let llm = client(config(server.base_url()));
+    let events = Events::default();
+    let answer = llm.chat(ask("hi"), &events.sink()).await.unwrap();
+    assert_eq!(answer.content, "finally");
+    assert_eq!(
+        events.retries(),
+        vec![(
+            1,
+            Duration::from_secs(1),
+            "the model endpoint answered HTTP 429: rate limited, slow down".to_string()
+        )]
+    );
+    assert_eq!(server.requests().len(), 2);
+}
+
+#[tokio::test]
+async fn server_errors_are_retried_with_growing_backoff() {
+    let server = ScriptedLlm::start([
+        Turn::http_error(500, "internal error"),
+        Turn::http_error(503, "overloaded"),
+        Turn::http_error(502, "bad gateway"),
+        Turn::text("recovered"),
+    ])
+    .await;
+    let llm = client(config(server.base_url()));
+    let events = Events::default();
+    assert_eq!(
+        llm.chat(ask("hi"), &events.sink()).await.unwrap().content,
+        "recovered"
+    );
+    let delays: Vec<(u32, Duration)> = events
+        .retries()
+        .into_iter()
+        .map(|(a, d, _)| (a, d))
+        .collect();
+    // fast_retry: 5 ms doubling, capped at 20 ms, no jitter.
+    assert_eq!(
+        delays,
+        vec![
+            (1, Duration::from_millis(5)),
+            (2, Duration::from_millis(10)),
+            (3, Duration::from_millis(20))
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_stream_broken_before_done_is_retried_and_text_restarts() {
+    let server = ScriptedLlm::start([Turn::broken_stream(2), Turn::text("complete answer")]).await;
+    let llm = client(config(server.base_url()));
+    let events = Events::default();
+    let answer = llm.chat(ask("hi"), &events.sink()).await.unwrap();
+    assert_eq!(answer.content, "complete answer");
+    // What streamed before the break was reported; after the Retry event the answer starts over.
+    assert_eq!(events.text(), "this answer bcomplete answer");
+    let retries = events.retries();
+    assert_eq!(retries.len(), 1);
+    assert!(
+        retries[0].2.starts_with("the model's stream broke"),
+        "{}",
+        retries[0].2
+    );
+}
+
+#[tokio::test]
+async fn a_stream_ending_in_good_order_but_before_done_is_retried() {
+    let server = ScriptedLlm::start([Turn::truncated_stream(3), Turn::text("whole")]).await;
+    let llm = client(config(server.base_url()));
+    let events = Events::default();
+    assert_eq!(
+        llm.chat(ask("hi"), &events.sink()).await.unwrap().content,
+        "whole"
+    );
+    let reasons: Vec<String> = events.retries().into_iter().map(|r| r.2).collect();
+    assert_eq!(
+        reasons,
+        vec![
+            "the model's stream broke: the stream ended before [DONE] or a finish_reason"
+                .to_string()
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_truncated_plain_answer_is_retried() {
+    let server = ScriptedLlm::start([Turn::broken_stream(0), Turn::text("ok")]).await;
+    let llm = client(config(server.base_url()).with_stream(false));
+    let events = Events::default();
+    assert_eq!(
+        llm.chat(ask("hi"), &events.sink()).await.unwrap().content,
+        "ok"
+    );
+    assert_eq!(events.retries().len(), 1);
+}
+
+#[tokio::test]
+async fn exhausted_retries_return_the_providers_own_message() {
+    let server = ScriptedLlm::start((0..3).map(|_| {
+        Turn::http_error(
+            503,
+            r#"{"error":{"message":"model is loading, try later","code":503}}"#,
+        )
+    }))
+    .await;
+    let llm = client(config(server.base_url()).with_retry(fast_retry(3)));
+    let events = Events::default();
+    let error = llm.chat(ask("hi"), &events.sink()).await.unwrap_err();
+    assert_eq!(
+        error,
+        LlmError::Http {
+            status: 503,
+            message: "model is loading, try later".into()
+        }
+    );
+    assert_eq!(events.retries().len(), 2, "3 attempts means 2 retries");
+    assert_eq!(server.requests().len(), 3);
+}
+
+#[tokio::test]
+async fn an_exhausted_script_fails_loudly() {
+    let server = ScriptedLlm::start([]).await;
+    let llm = client(config(server.base_url()).with_retry(fast_retry(2)));
+    let error = llm.chat(ask("hi"), &|_| {}).await.unwrap_err();
+    match error {
+        LlmError::Http {
+            status: 500,
+            message,
+        } => assert!(message.starts_with("script exhausted"), "{message}"),
+        other => panic!("expected HTTP 500 script exhausted, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_400_is_final() {
+    let server = ScriptedLlm::start([
+        Turn::http_error(
+            400,
+            r#"{"error":{"message":"'messages' must contain at least one entry"}}"#,
+        ),
+        Turn::text("never reached"),
+    ])
+    .await;
+    let llm = client(config(server.base_url()));
+    let events = Events::default();
+    let error = llm.chat(ask("hi"), &events.sink()).await.unwrap_err();
+    assert_eq!(
+        error,
+        LlmError::Http {
+            status: 400,
+            message: "'messages' must contain at least one entry".into()
+        }
+    );
+    assert!(events.retries().is_empty());
+    assert_eq!(server.remaining(), 1);
+}
+
+#[tokio::test]
+async fn an_idle_stream_times_out_and_is_retried() {
+    let server =
+        ScriptedLlm::start([Turn::stall(Duration::from_secs(10)), Turn::text("awake")]).await;
+    let llm = client(config(server.base_url()).with_idle_timeout(Duration::from_millis(200)));
+    let events = Events::default();
+    assert_eq!(
+        llm.chat(ask("hi"), &events.sink()).await.unwrap().content,
+        "awake"
+    );
+    let retries = events.retries();
+    assert_eq!(retries.len(), 1);
+    assert_eq!(
+        retries[0].2,
+        "the model call timed out: no data on the stream for 200 ms (idle_timeout)"
+    );
+}
+
+#[tokio::test]
+async fn an_endpoint_that_never_answers_gives_a_timeout_error() {
+    let server = ScriptedLlm::start([
+        Turn::stall(Duration::from_secs(10)),
+        Turn::stall(Duration::from_secs(10)),
+    ])
+    .await;
+    let llm = client(
+        config(server.base_url())
+            .with_stream(false)
+            .with_idle_timeout(Duration::from_millis(150))
+            .with_retry(fast_retry(2)),
+    );
+    let error = llm.chat(ask("hi"), &|_| {}).await.unwrap_err();
+    assert!(
+        matches!(&error, LlmError::Timeout(m) if m.contains("idle_timeout")),
+        "{error:?}"
+    );
+}
+
+#[tokio::test]
+async fn connect_errors_are_retried_then_reported() {
+    // Bind and drop a listener to get a loopback port nobody listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("http://127.0.0.1:{port}/v1");
+    let llm = client(OpenAiConfig::new(url.clone()).with_retry(fast_retry(3)));
+    let events = Events::default();
+    let error = llm.chat(ask("hi"), &events.sink()).await.unwrap_err();
+    match error {
+        LlmError::Connect { url: got, .. } => assert_eq!(got, format!("{url}/chat/completions")),
+        other => panic!("expected a connect error, got {other:?}"),
+    }
+    assert_eq!(events.retries().len(), 2);
+}

@@ -1,0 +1,301 @@
+//! The diagnostic sink and the typed readers the dialect loaders walk the YAML tree with.
+//!
+//! Each reader takes the node and its field path, and on a type mismatch records an error that
+//! says what was found and what is expected, then returns `None` so the loader carries on and
+//! reports every problem in one pass.
+
+use std::path::{Path, PathBuf};
+
+use crate::diagnostic::{Diagnostic, Severity};
+use crate::yaml::{Key, Node, ScalarKind, Span, Value, join_index, join_key};
+
+/// Collects errors and warnings for one file.
+#[derive(Debug)]
+pub(crate) struct Sink {
+    file: PathBuf,
+    pub errors: Vec<Diagnostic>,
+    pub warnings: Vec<Diagnostic>,
+    /// Keys that have no meaning for us, grouped by key so a file reports each once.
+    ignored: Vec<(String, Diagnostic, usize)>,
+}
+
+impl Sink {
+    pub fn new(file: &Path) -> Self {
+        Sink {
+            file: file.to_owned(),
+            errors: Vec::new(),
+            warnings: Vec::new(),
+            ignored: Vec::new(),
+        }
+    }
+
+    fn make(&self, severity: Severity, path: &str, span: Span, message: String) -> Diagnostic {
+        Diagnostic {
+            severity,
+            file: self.file.clone(),
+            path: path.to_owned(),
+            line: span.line,
+            column: span.column,
+            span: (span.start, span.end),
+            message,
+        }
+    }
+
+    pub fn error(&mut self, path: &str, span: Span, message: impl Into<String>) {
+        let d = self.make(Severity::Error, path, span, message.into());
+        self.errors.push(d);
+    }
+
+    pub fn warn(&mut self, path: &str, span: Span, message: impl Into<String>) {
+        let d = self.make(Severity::Warning, path, span, message.into());
+        self.warnings.push(d);
+    }
+
+    /// Records a key we accept but do not use; reported once per key name, with a count.
+    pub fn ignored(&mut self, key: &str, path: &str, span: Span, why: &str) {
+        if let Some(entry) = self.ignored.iter_mut().find(|(k, _, _)| k == key) {
+            entry.2 += 1;
+            return;
+        }
+        let d = self.make(
+            Severity::Warning,
+            path,
+            span,
+            format!("`{key}` is ignored: {why}"),
+        );
+        self.ignored.push((key.to_owned(), d, 1));
+    }
+
+    pub fn has_errors(&self) -> bool {
+        !self.errors.is_empty()
+    }
+
+    /// Errors and warnings, each sorted by position.
+    pub fn finish(mut self) -> (Vec<Diagnostic>, Vec<Diagnostic>) {
+        for (_, mut d, count) in self.ignored.drain(..) {
+            if count > 1 {
+                d.message
+                    .push_str(&format!(" ({count} places in this file; the first is shown)"));
+            }
+            self.warnings.push(d);
+        }
+        let by_position = |a: &Diagnostic, b: &Diagnostic| (a.line, a.column).cmp(&(b.line, b.column));
+        self.errors.sort_by(by_position);
+        self.warnings.sort_by(by_position);
+        (self.errors, self.warnings)
+    }
+}
+
+/// What to do with a key a mapping does not define.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Unknown {
+    Error,
+    Warn,
+}
+
+/// A mapping whose keys were checked against the known set.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Fields<'n> {
+    pub node: &'n Node,
+    pub entries: &'n [(Key, Node)],
+    pub path: &'n str,
+}
+
+/// Reads a mapping and reports keys outside `known` (an error or a warning, per `unknown`).
+pub(crate) fn fields<'n>(
+    sink: &mut Sink,
+    node: &'n Node,
+    path: &'n str,
+    what: &str,
+    known: &[&str],
+    unknown: Unknown,
+) -> Option<Fields<'n>> {
+    let Some(entries) = node.as_map() else {
+        sink.error(
+            path,
+            node.span,
+            format!("expected {what} (a mapping), found {}", node.kind_name()),
+        );
+        return None;
+    };
+    for (key, _) in entries {
+        if known.contains(&key.text.as_str()) {
+            continue;
+        }
+        let key_path = join_key(path, &key.text);
+        let message = format!(
+            "unknown field `{}` in {what}; known: {}",
+            key.text,
+            known.join(", ")
+        );
+        match unknown {
+            Unknown::Error => sink.error(&key_path, key.span, message),
+            Unknown::Warn => sink.warn(&key_path, key.span, format!("{message}; it is ignored")),
+        }
+    }
+    Some(Fields {
+        node,
+        entries,
+        path,
+    })
+}
+
+impl<'n> Fields<'n> {
+    pub fn get(&self, key: &str) -> Option<(&'n Node, String)> {
+        self.entries
+            .iter()
+            .find(|(k, _)| k.text == key)
+            .map(|(_, v)| (v, join_key(self.path, key)))
+    }
+
+    pub fn key_span(&self, key: &str) -> Option<Span> {
+        self.entries.iter().find(|(k, _)| k.text == key).map(|(k, _)| k.span)
+    }
+
+    /// The value under `key`, or an error naming the missing field and where it belongs.
+    pub fn required(&self, sink: &mut Sink, key: &str, what: &str) -> Option<(&'n Node, String)> {
+        let found = self.get(key);
+        if found.is_none() {
+            let span = self.entries.first().map_or(self.node.span, |(k, _)| k.span);
+            sink.error(
+                &join_key(self.path, key),
+                span,
+                format!("missing required field `{key}` in {what}"),
+            );
+        }
+        found
+    }
+}
+
+/// A string value with where it came from.
+#[derive(Debug, Clone)]
+pub(crate) struct Str<'n> {
+    pub text: &'n str,
+    pub span: Span,
+    pub path: String,
+}
+
+fn type_error(sink: &mut Sink, node: &Node, path: &str, expected: &str) {
+    let mut message = format!("expected {expected}, found {}", node.kind_name());
+    if expected == "a string"
+        && let Value::Scalar(s) = &node.value
+        && matches!(
+            s.kind(),
+            ScalarKind::Int(_) | ScalarKind::Float(_) | ScalarKind::Bool(_)
+        )
+    {
+        message.push_str(&format!("; quote it (\"{}\") to use it as text", s.text));
+    }
+    sink.error(path, node.span, message);
+}
+
+pub(crate) fn string<'n>(sink: &mut Sink, node: &'n Node, path: &str) -> Option<&'n str> {
+    let text = node.as_str();
+    if text.is_none() {
+        type_error(sink, node, path, "a string");
+    }
+    text
+}
+
+/// A string that must not be empty or blank.
+pub(crate) fn nonempty_string<'n>(sink: &mut Sink, node: &'n Node, path: &str) -> Option<&'n str> {
+    let text = string(sink, node, path)?;
+    if text.trim().is_empty() {
+        sink.error(path, node.span, "expected a non-empty string");
+        return None;
+    }
+    Some(text)
+}
+
+pub(crate) fn boolean(sink: &mut Sink, node: &Node, path: &str) -> Option<bool> {
+    match &node.value {
+        Value::Scalar(s) => match s.kind() {
+            ScalarKind::Bool(b) => Some(b),
+            _ => {
+                type_error(sink, node, path, "`true` or `false`");
+                None
+            }
+        },
+        _ => {
+            type_error(sink, node, path, "`true` or `false`");
+            None
+        }
+    }
+}
+
+/// A positive integer that fits in `u32`.
+pub(crate) fn positive(sink: &mut Sink, node: &Node, path: &str) -> Option<u32> {
+    if let Value::Scalar(s) = &node.value
+        && let ScalarKind::Int(n) = s.kind()
+    {
+        return match u32::try_from(n) {
+            Ok(v) if v > 0 => Some(v),
+            _ => {
+                sink.error(
+                    path,
+                    node.span,
+                    format!("expected a positive integer (1 to {}), found `{n}`", u32::MAX),
+                );
+                None
+            }
+        };
+    }
+    type_error(sink, node, path, "a positive integer");
+    None
+}
+
+pub(crate) fn list<'n>(sink: &mut Sink, node: &'n Node, path: &str, what: &str) -> Option<&'n [Node]> {
+    match &node.value {
+        Value::Seq(items) => Some(items),
+        _ => {
+            type_error(sink, node, path, what);
+            None
+        }
+    }
+}
+
+/// A list of strings; bad entries are reported and skipped.
+pub(crate) fn string_list<'n>(sink: &mut Sink, node: &'n Node, path: &str) -> Option<Vec<Str<'n>>> {
+    let items = list(sink, node, path, "a list of strings")?;
+    Some(strings_of(sink, items, path))
+}
+
+fn strings_of<'n>(sink: &mut Sink, items: &'n [Node], path: &str) -> Vec<Str<'n>> {
+    let mut out = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        let item_path = join_index(path, i);
+        if let Some(text) = string(sink, item, &item_path) {
+            out.push(Str {
+                text,
+                span: item.span,
+                path: item_path,
+            });
+        }
+    }
+    out
+}
+
+/// A single string or a list of strings (takt `policy: review` / `policy: [a, b]`).
+pub(crate) fn one_or_many<'n>(sink: &mut Sink, node: &'n Node, path: &str) -> Vec<Str<'n>> {
+    match &node.value {
+        Value::Seq(items) => strings_of(sink, items, path),
+        _ => string(sink, node, path)
+            .map(|text| {
+                vec![Str {
+                    text,
+                    span: node.span,
+                    path: path.to_owned(),
+                }]
+            })
+            .unwrap_or_default(),
+    }
+}
+
+/// "`x`; known: a, b" style list of valid names.
+pub(crate) fn known_list<S: AsRef<str>>(names: &[S]) -> String {
+    if names.is_empty() {
+        "(none)".to_owned()
+    } else {
+        names.iter().map(AsRef::as_ref).collect::<Vec<_>>().join(", ")
+    }
+}

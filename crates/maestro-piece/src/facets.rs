@@ -1,0 +1,250 @@
+//! Facet resolution: turning a persona, policy, knowledge, instruction or report-format name
+//! into text.
+//!
+//! A name is looked up, in order:
+//! 1. in the piece's section map (`personas: {coder: ../personas/coder.md}`);
+//! 2. as a path relative to the piece file;
+//! 3. in `<piece dir>/../facets/<kind>/<name>.md` (the layout takt's builtins use);
+//! 4. in the project's `.maestro/facets/<kind>/`;
+//! 5. in the user's `~/.maestro/facets/<kind>/`;
+//! 6. in each extra `--facets-dir` (`<dir>/<kind>/<name>.md`).
+//!
+//! A name found nowhere is the text itself (the maestro schema's inline `persona:` and
+//! `instruction:` strings). When it looks like a name rather than prose, a warning says where
+//! it was looked for.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use crate::LoadOptions;
+use crate::check::{Fields, Sink};
+use crate::ir::Facet;
+use crate::yaml::{Span, join_key};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum FacetKind {
+    Persona,
+    Policy,
+    Knowledge,
+    Instruction,
+    ReportFormat,
+}
+
+impl FacetKind {
+    pub const ALL: [FacetKind; 5] = [
+        FacetKind::Persona,
+        FacetKind::Policy,
+        FacetKind::Knowledge,
+        FacetKind::Instruction,
+        FacetKind::ReportFormat,
+    ];
+
+    /// The directory name under a facets root.
+    pub fn dir(self) -> &'static str {
+        match self {
+            FacetKind::Persona => "personas",
+            FacetKind::Policy => "policies",
+            FacetKind::Knowledge => "knowledge",
+            FacetKind::Instruction => "instructions",
+            FacetKind::ReportFormat => "output-contracts",
+        }
+    }
+
+    /// The top-level section map key in a takt piece.
+    pub fn section(self) -> &'static str {
+        match self {
+            FacetKind::Persona => "personas",
+            FacetKind::Policy => "policies",
+            FacetKind::Knowledge => "knowledge",
+            FacetKind::Instruction => "instructions",
+            FacetKind::ReportFormat => "report_formats",
+        }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            FacetKind::Persona => "persona",
+            FacetKind::Policy => "policy",
+            FacetKind::Knowledge => "knowledge",
+            FacetKind::Instruction => "instruction",
+            FacetKind::ReportFormat => "report format",
+        }
+    }
+}
+
+/// Resolves facet names for one piece file.
+#[derive(Debug)]
+pub(crate) struct Resolver {
+    piece_dir: PathBuf,
+    /// Facet roots searched after the section map and the piece-relative path, in order.
+    roots: Vec<PathBuf>,
+    sections: BTreeMap<(FacetKind, String), PathBuf>,
+}
+
+impl Resolver {
+    pub fn new(origin: &Path, opts: &LoadOptions) -> Self {
+        let piece_dir = origin
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_default();
+        let mut roots = vec![piece_dir.join("..").join("facets")];
+        if let Some(project) = &opts.project_dir {
+            roots.push(project.join(".maestro").join("facets"));
+        }
+        if let Some(user) = &opts.user_dir {
+            roots.push(user.join("facets"));
+        }
+        roots.extend(opts.facet_dirs.iter().cloned());
+        Resolver {
+            piece_dir,
+            roots,
+            sections: BTreeMap::new(),
+        }
+    }
+
+    /// Reads the takt section maps (`personas:`, `policies:`, …) from the top level. Every
+    /// entry must name a readable file relative to the piece.
+    pub fn read_sections(&mut self, sink: &mut Sink, top: &Fields<'_>) {
+        for kind in FacetKind::ALL {
+            let Some((node, path)) = top.get(kind.section()) else {
+                continue;
+            };
+            let Some(entries) = node.as_map() else {
+                sink.error(
+                    &path,
+                    node.span,
+                    format!(
+                        "expected a mapping of {} names to file paths, found {}",
+                        kind.label(),
+                        node.kind_name()
+                    ),
+                );
+                continue;
+            };
+            for (key, value) in entries {
+                let entry_path = join_key(&path, &key.text);
+                let Some(rel) = crate::check::string(sink, value, &entry_path) else {
+                    continue;
+                };
+                let file = self.piece_dir.join(rel);
+                if file.is_file() {
+                    self.sections.insert((kind, key.text.clone()), file);
+                } else {
+                    sink.error(
+                        &entry_path,
+                        value.span,
+                        format!(
+                            "{} file `{rel}` not found (looked for {}); paths are relative to the piece file",
+                            kind.label(),
+                            file.display()
+                        ),
+                    );
+                }
+            }
+        }
+    }
+
+    /// Resolves `name` to a facet; see the module doc for the search order.
+    pub fn resolve(
+        &self,
+        sink: &mut Sink,
+        kind: FacetKind,
+        name: &str,
+        path: &str,
+        span: Span,
+    ) -> Facet {
+        let mut looked = Vec::new();
+        if let Some(file) = self.sections.get(&(kind, name.to_owned())) {
+            if let Some(facet) = read(sink, name, file, path, span) {
+                return facet;
+            }
+        }
+        if looks_like_path(name) {
+            let file = self.piece_dir.join(name);
+            if file.is_file()
+                && let Some(facet) = read(sink, name, &file, path, span)
+            {
+                return facet;
+            }
+            looked.push(file);
+        }
+        if is_simple_name(name) {
+            let file_name = format!("{name}.md");
+            for root in &self.roots {
+                let file = root.join(kind.dir()).join(&file_name);
+                if file.is_file()
+                    && let Some(facet) = read(sink, name, &file, path, span)
+                {
+                    return facet;
+                }
+                looked.push(file);
+            }
+            sink.warn(
+                path,
+                span,
+                format!(
+                    "{} `{name}` names no facet file, so the text `{name}` itself is used; looked in: {}",
+                    kind.label(),
+                    looked
+                        .iter()
+                        .map(|p| p.display().to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            );
+        }
+        Facet {
+            name: name.lines().next().unwrap_or_default().trim().to_owned(),
+            text: name.to_owned(),
+            path: None,
+        }
+    }
+}
+
+fn read(sink: &mut Sink, name: &str, file: &Path, path: &str, span: Span) -> Option<Facet> {
+    match std::fs::read_to_string(file) {
+        Ok(text) => Some(Facet {
+            name: name.to_owned(),
+            text,
+            path: Some(file.to_owned()),
+        }),
+        Err(e) => {
+            sink.error(
+                path,
+                span,
+                format!("cannot read facet file {}: {e}", file.display()),
+            );
+            None
+        }
+    }
+}
+
+/// One word of name characters: a facet name rather than inline prose.
+fn is_simple_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 128
+        && !name.contains("..")
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
+fn looks_like_path(name: &str) -> bool {
+    name.len() <= 4096
+        && !name.contains('\n')
+        && (name.contains('/') || name.ends_with(".md"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn simple_names_exclude_prose_and_traversal() {
+        assert!(is_simple_name("coder"));
+        assert!(is_simple_name("ai-antipattern_2"));
+        assert!(!is_simple_name("Run health checks."));
+        assert!(!is_simple_name("../etc"));
+        assert!(!is_simple_name("a/b"));
+    }
+}

@@ -1,0 +1,242 @@
+//! Loading entry points: text or file in, a validated [`Piece`] (with warnings) or every error
+//! found out. File loading and the HTTP API (`CreatePiece`, `PUT /api/pieces`) both call
+//! [`load_str`], so there is one validator.
+
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+use crate::check::{Sink, Unknown, fields};
+use crate::detect::detect;
+use crate::diagnostic::Diagnostic;
+use crate::facets::Resolver;
+use crate::ir::{Dialect, Piece};
+use crate::yaml::{Node, Span};
+
+/// How to load a piece.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoadOptions {
+    /// Forces a dialect (`--dialect`); `None` detects it.
+    pub dialect: Option<Dialect>,
+    /// Extra facet roots (`--facets-dir`), searched last, each as `<dir>/<kind>/<name>.md`.
+    pub facet_dirs: Vec<PathBuf>,
+    /// The project root; its `.maestro/facets/` is searched.
+    pub project_dir: Option<PathBuf>,
+    /// The user's maestro directory (normally `~/.maestro`); its `facets/` is searched.
+    pub user_dir: Option<PathBuf>,
+    /// `max_movements` for dialects that have none of their own (graph).
+    pub default_max_movements: u32,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        LoadOptions {
+            dialect: None,
+            facet_dirs: Vec::new(),
+            project_dir: None,
+            user_dir: None,
+            default_max_movements: 50,
+        }
+    }
+}
+
+/// A valid piece and the warnings found on the way.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Loaded {
+    pub piece: Piece,
+    pub warnings: Vec<Diagnostic>,
+}
+
+/// An invalid piece: every error found, sorted by position.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Failed {
+    /// The dialect the file was read as, when it got that far.
+    pub dialect: Option<Dialect>,
+    pub errors: Vec<Diagnostic>,
+    pub warnings: Vec<Diagnostic>,
+}
+
+impl std::fmt::Display for Failed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, e) in self.errors.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            write!(f, "{}:{}:{}: ", e.file.display(), e.line, e.column)?;
+            if !e.path.is_empty() {
+                write!(f, "{}: ", e.path)?;
+            }
+            write!(f, "{}", e.message)?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for Failed {}
+
+/// Shared state of one load.
+pub(crate) struct Cx<'a> {
+    pub sink: Sink,
+    pub facets: Resolver,
+    pub opts: &'a LoadOptions,
+}
+
+/// Reads and loads a piece file.
+pub fn load_file(path: &Path, opts: &LoadOptions) -> Result<Loaded, Failed> {
+    match std::fs::read_to_string(path) {
+        Ok(source) => load_str(&source, path, opts),
+        Err(e) => {
+            let mut sink = Sink::new(path);
+            sink.error("", Span::default(), format!("cannot read {}: {e}", path.display()));
+            let (errors, warnings) = sink.finish();
+            Err(Failed {
+                dialect: None,
+                errors,
+                warnings,
+            })
+        }
+    }
+}
+
+/// Loads a piece from text. `origin` names the file in diagnostics and anchors relative facet
+/// paths; it need not exist.
+pub fn load_str(source: &str, origin: &Path, opts: &LoadOptions) -> Result<Loaded, Failed> {
+    let mut cx = Cx {
+        sink: Sink::new(origin),
+        facets: Resolver::new(origin, opts),
+        opts,
+    };
+    let parsed = crate::yaml::parse(source);
+    for e in parsed.errors {
+        cx.sink.error(&e.path, e.span, e.message);
+    }
+    let (dialect, piece) = match parsed.root {
+        None => {
+            if !cx.sink.has_errors() {
+                cx.sink.error(
+                    "",
+                    Span {
+                        line: 1,
+                        column: 1,
+                        ..Span::default()
+                    },
+                    "the file is empty; a piece needs at least `name` and `movements` (or `roles` and `graph`)",
+                );
+            }
+            (None, None)
+        }
+        Some(root) => {
+            let dialect = choose_dialect(&mut cx, &root);
+            (dialect, dialect.and_then(|d| load_tree(&mut cx, &root, d)))
+        }
+    };
+    let (errors, warnings) = cx.sink.finish();
+    match piece {
+        Some(mut piece) if errors.is_empty() => {
+            piece.source = origin.to_owned();
+            piece.hash = hex::encode(Sha256::digest(source.as_bytes()));
+            Ok(Loaded { piece, warnings })
+        }
+        _ => Err(Failed {
+            dialect,
+            errors,
+            warnings,
+        }),
+    }
+}
+
+fn choose_dialect(cx: &mut Cx<'_>, root: &Node) -> Option<Dialect> {
+    if root.as_map().is_none() {
+        cx.sink.error(
+            "",
+            root.span,
+            format!(
+                "a piece is a mapping with `name`, `movements`, … at the top level; found {}",
+                root.kind_name()
+            ),
+        );
+        return None;
+    }
+    if let Some(node) = root.get("dialect") {
+        match node.as_str().map(str::parse::<Dialect>) {
+            Some(Ok(_)) => {}
+            Some(Err(message)) => cx.sink.error("dialect", node.span, message),
+            None => cx.sink.error(
+                "dialect",
+                node.span,
+                format!("expected one of maestro, takt, graph, found {}", node.kind_name()),
+            ),
+        }
+    }
+    if let Some(forced) = cx.opts.dialect {
+        return Some(forced);
+    }
+    let detection = detect(root);
+    if detection.dialect == Dialect::Takt
+        && root.get("dialect").is_none()
+        && let Some((path, span)) = crate::detect::maestro_feature(root)
+    {
+        cx.sink.warn(
+            &path,
+            span,
+            format!(
+                "this file is read as takt because {}, but `{path}` is a maestro field; add `dialect: maestro` at the top if it is a maestro piece",
+                detection.reason
+            ),
+        );
+    }
+    Some(detection.dialect)
+}
+
+fn load_tree(cx: &mut Cx<'_>, root: &Node, dialect: Dialect) -> Option<Piece> {
+    match dialect {
+        Dialect::Maestro => {
+            let top = fields(
+                &mut cx.sink,
+                root,
+                "",
+                "a maestro piece",
+                crate::maestro::TOP_KEYS,
+                Unknown::Error,
+            )?;
+            crate::maestro::load(cx, &top)
+        }
+        Dialect::Takt => crate::takt::load(cx, root),
+        Dialect::Graph => crate::graph::load(cx, root),
+    }
+}
+
+/// Every `*.yaml` / `*.yml` file below `dir`, sorted. A file path is returned as is. Symlinked
+/// directories are not followed (no cycles).
+pub fn discover(dir: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    if dir.is_file() {
+        found.push(dir.to_owned());
+        return found;
+    }
+    let mut pending = vec![dir.to_owned()];
+    while let Some(d) = pending.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let Ok(kind) = entry.file_type() else {
+                continue;
+            };
+            if kind.is_dir() {
+                pending.push(path);
+            } else if is_yaml(&path) && (kind.is_file() || path.is_file()) {
+                found.push(path);
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+fn is_yaml(path: &Path) -> bool {
+    path.extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| e == "yaml" || e == "yml")
+}

@@ -1,0 +1,391 @@
+//! The native maestro dialect: every rule of `maestro-piece-schema.md`, enforced with precise
+//! paths. Unknown keys are errors here (a typo must not silently drop a permission).
+
+use std::sync::LazyLock;
+
+use regex::Regex;
+
+use crate::check::{
+    Fields, Str, Unknown, boolean, fields, known_list, list, nonempty_string, positive, string,
+    string_list,
+};
+use crate::facets::FacetKind;
+use crate::ir::{Condition, Dialect, Movement, Piece, Rule, SessionMode, Target};
+use crate::load::Cx;
+use crate::yaml::{Node, join_index};
+
+pub(crate) const TOP_KEYS: &[&str] = &[
+    "name",
+    "description",
+    "max_movements",
+    "initial_movement",
+    "triggers",
+    "required_mcp",
+    "model",
+    "movements",
+    "dialect",
+];
+
+const MOVEMENT_KEYS: &[&str] = &[
+    "name",
+    "edit",
+    "persona",
+    "instruction",
+    "allowed_tools",
+    "allowed_commands",
+    "allowed_ssh_connections",
+    "rules",
+    "default_next",
+    "max_consecutive_revisits",
+];
+
+const RULE_KEYS: &[&str] = &["condition", "next"];
+
+/// Tools that reach a remote host and so need `allowed_ssh_connections`.
+pub(crate) const SSH_TOOLS: &[&str] = &["SshExec", "SshUpload", "SshDownload"];
+
+/// Sentinels a rule's `next` may not use (they end the run through the `complete` tool).
+const TERMINAL: &[&str] = &["COMPLETE", "ABORT", "ASK"];
+
+#[allow(clippy::unwrap_used)] // constant patterns
+static PIECE_NAME: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"^[a-z0-9-]+$").unwrap());
+#[allow(clippy::unwrap_used)]
+static MCP_SLUG: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"^[a-z0-9_-]{1,64}$").unwrap());
+#[allow(clippy::unwrap_used)]
+static SSH_ID: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"^[0-9a-f-]{8,}$").unwrap());
+#[allow(clippy::unwrap_used)]
+static TOOL_NAME: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"^(?:[A-Za-z0-9_-]+|mcp__\*|mcp__[a-z0-9_-]{1,64}__\*)$").unwrap()
+});
+
+pub(crate) fn load(cx: &mut Cx<'_>, top: &Fields<'_>) -> Option<Piece> {
+    const WHAT: &str = "a maestro piece";
+    let sink = &mut cx.sink;
+    let name = top.required(sink, "name", WHAT).and_then(|(node, path)| {
+        let name = string(sink, node, &path)?;
+        if !PIECE_NAME.is_match(name) {
+            sink.error(
+                &path,
+                node.span,
+                format!("invalid piece name `{name}`; use lowercase letters, digits and `-` (pattern [a-z0-9-]+)"),
+            );
+        }
+        Some(name.to_owned())
+    });
+    let description = top
+        .required(sink, "description", WHAT)
+        .and_then(|(node, path)| string(sink, node, &path).map(str::to_owned));
+    let max_movements = top
+        .required(sink, "max_movements", WHAT)
+        .and_then(|(node, path)| positive(sink, node, &path));
+    let keywords = read_triggers(cx, top);
+    let required_mcp = read_required_mcp(cx, top);
+    let model = top
+        .get("model")
+        .and_then(|(node, path)| string(&mut cx.sink, node, &path).map(str::to_owned));
+
+    let items = top
+        .required(&mut cx.sink, "movements", WHAT)
+        .and_then(|(node, path)| {
+            let items = list(&mut cx.sink, node, &path, "a list of movements")?;
+            if items.is_empty() {
+                cx.sink
+                    .error(&path, node.span, "a piece needs at least one movement");
+            }
+            Some(items)
+        })
+        .unwrap_or_default();
+    let names = movement_names(cx, items);
+    let known: Vec<&str> = names.iter().flatten().map(String::as_str).collect();
+
+    let initial_movement = top
+        .required(&mut cx.sink, "initial_movement", WHAT)
+        .and_then(|(node, path)| {
+            let initial = string(&mut cx.sink, node, &path)?;
+            if !known.is_empty() && !known.contains(&initial) {
+                cx.sink.error(
+                    &path,
+                    node.span,
+                    format!("unknown movement `{initial}`; known: {}", known_list(&known)),
+                );
+            }
+            Some(initial.to_owned())
+        });
+
+    let movements: Vec<Movement> = items
+        .iter()
+        .enumerate()
+        .filter_map(|(i, item)| read_movement(cx, item, &join_index("movements", i), &known))
+        .collect();
+
+    Some(Piece {
+        name: name?,
+        description: description?,
+        dialect: Dialect::Maestro,
+        source: Default::default(),
+        hash: String::new(),
+        max_movements: max_movements?,
+        initial_movement: initial_movement?,
+        start_prompt: None,
+        movements,
+        loop_monitors: Vec::new(),
+        keywords,
+        required_mcp,
+        model,
+    })
+}
+
+fn read_triggers(cx: &mut Cx<'_>, top: &Fields<'_>) -> Vec<String> {
+    let Some((node, path)) = top.get("triggers") else {
+        return Vec::new();
+    };
+    let Some(triggers) = fields(&mut cx.sink, node, &path, "`triggers`", &["keywords"], Unknown::Error)
+    else {
+        return Vec::new();
+    };
+    triggers
+        .get("keywords")
+        .and_then(|(node, path)| string_list(&mut cx.sink, node, &path))
+        .map(|items| items.into_iter().map(|s| s.text.to_owned()).collect())
+        .unwrap_or_default()
+}
+
+fn read_required_mcp(cx: &mut Cx<'_>, top: &Fields<'_>) -> Vec<String> {
+    let Some((node, path)) = top.get("required_mcp") else {
+        return Vec::new();
+    };
+    let items = string_list(&mut cx.sink, node, &path).unwrap_or_default();
+    for slug in &items {
+        if !MCP_SLUG.is_match(slug.text) {
+            cx.sink.error(
+                &slug.path,
+                slug.span,
+                format!(
+                    "invalid MCP server slug `{}`; use 1 to 64 of lowercase letters, digits, `_` and `-`",
+                    slug.text
+                ),
+            );
+        }
+    }
+    items.into_iter().map(|s| s.text.to_owned()).collect()
+}
+
+/// First pass: the movement names, with duplicates and reserved words reported. An entry is
+/// `None` where the name is missing or unusable.
+fn movement_names(cx: &mut Cx<'_>, items: &[Node]) -> Vec<Option<String>> {
+    let mut names: Vec<Option<String>> = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        let Some(node) = item.get("name") else {
+            names.push(None);
+            continue;
+        };
+        let path = format!("movements[{i}].name");
+        let Some(name) = node.as_str() else {
+            names.push(None);
+            continue;
+        };
+        if TERMINAL.contains(&name) || name == "WAIT_SUBTASKS" {
+            cx.sink.error(
+                &path,
+                node.span,
+                format!("`{name}` is reserved and cannot name a movement"),
+            );
+        }
+        if let Some(first) = names.iter().position(|n| n.as_deref() == Some(name)) {
+            cx.sink.error(
+                &path,
+                node.span,
+                format!("duplicate movement name `{name}`; movements[{first}] already has it"),
+            );
+            names.push(None);
+            continue;
+        }
+        names.push(Some(name.to_owned()));
+    }
+    names
+}
+
+fn read_movement(cx: &mut Cx<'_>, item: &Node, path: &str, known: &[&str]) -> Option<Movement> {
+    const WHAT: &str = "a movement";
+    let m = fields(&mut cx.sink, item, path, WHAT, MOVEMENT_KEYS, Unknown::Error)?;
+    let sink = &mut cx.sink;
+    let name = m
+        .required(sink, "name", WHAT)
+        .and_then(|(node, path)| nonempty_string(sink, node, &path));
+    let edit = m
+        .required(sink, "edit", WHAT)
+        .and_then(|(node, path)| boolean(sink, node, &path));
+    let persona = m.required(sink, "persona", WHAT).and_then(|(node, path)| {
+        let text = nonempty_string(sink, node, &path)?;
+        Some(cx.facets.resolve(sink, FacetKind::Persona, text, &path, node.span))
+    });
+    let instruction = m.required(sink, "instruction", WHAT).and_then(|(node, path)| {
+        let text = nonempty_string(sink, node, &path)?;
+        Some(cx.facets.resolve(sink, FacetKind::Instruction, text, &path, node.span))
+    });
+    let tools = m
+        .required(sink, "allowed_tools", WHAT)
+        .and_then(|(node, path)| string_list(sink, node, &path));
+    let allowed_commands = m
+        .get("allowed_commands")
+        .and_then(|(node, path)| string_list(sink, node, &path))
+        .map(|items| items.into_iter().map(|s| s.text.to_owned()).collect());
+    let ssh = read_ssh_connections(cx, &m);
+    if let Some(tools) = &tools {
+        check_tools(cx, tools, ssh.is_some());
+    }
+    let sink = &mut cx.sink;
+    let rules = m
+        .required(sink, "rules", WHAT)
+        .and_then(|(node, path)| list(sink, node, &path, "a list of rules"))
+        .map(|rules| {
+            rules
+                .iter()
+                .enumerate()
+                .filter_map(|(j, rule)| read_rule(cx, rule, &join_index(&format!("{path}.rules"), j), known))
+                .collect::<Vec<_>>()
+        });
+    let sink = &mut cx.sink;
+    let default_next = m.get("default_next").and_then(|(node, path)| {
+        let text = string(sink, node, &path)?;
+        match sentinel(text) {
+            Some(t) => Some(t),
+            None if known.contains(&text) => Some(Target::Movement(text.to_owned())),
+            None => {
+                sink.error(
+                    &path,
+                    node.span,
+                    format!(
+                        "unknown movement `{text}`; known: {}, COMPLETE, ABORT, ASK, WAIT_SUBTASKS",
+                        known_list(known)
+                    ),
+                );
+                None
+            }
+        }
+    });
+    let max_consecutive_revisits = m
+        .get("max_consecutive_revisits")
+        .and_then(|(node, path)| positive(sink, node, &path));
+
+    Some(Movement {
+        name: name?.to_owned(),
+        persona: Some(persona?),
+        policies: Vec::new(),
+        knowledge: Vec::new(),
+        instruction: Some(instruction?),
+        edit: edit?,
+        allowed_tools: tools?.into_iter().map(|s| s.text.to_owned()).collect(),
+        allowed_commands,
+        allowed_ssh_connections: ssh,
+        rules: rules?,
+        default_next,
+        max_consecutive_revisits,
+        pass_previous_response: true,
+        session: SessionMode::default(),
+        output_contracts: Vec::new(),
+        quality_gates: Vec::new(),
+        parallel: Vec::new(),
+        frontmatter_schema: None,
+    })
+}
+
+fn read_ssh_connections(cx: &mut Cx<'_>, m: &Fields<'_>) -> Option<Vec<String>> {
+    let (node, path) = m.get("allowed_ssh_connections")?;
+    let items = string_list(&mut cx.sink, node, &path)?;
+    for id in &items {
+        if id.text != "*" && !SSH_ID.is_match(id.text) {
+            cx.sink.error(
+                &id.path,
+                id.span,
+                format!(
+                    "invalid SSH connection id `{}`; use `*` or a connection id of 8 or more lowercase hex digits and `-`",
+                    id.text
+                ),
+            );
+        }
+    }
+    Some(items.into_iter().map(|s| s.text.to_owned()).collect())
+}
+
+fn check_tools(cx: &mut Cx<'_>, tools: &[Str<'_>], has_ssh_list: bool) {
+    for tool in tools {
+        if !TOOL_NAME.is_match(tool.text) {
+            let message = if tool.text.contains('*') {
+                format!(
+                    "invalid tool pattern `{}`; the only wildcards are `mcp__*` and `mcp__<server>__*`",
+                    tool.text
+                )
+            } else {
+                format!(
+                    "invalid tool name `{}`; tool names use letters, digits, `_` and `-`",
+                    tool.text
+                )
+            };
+            cx.sink.error(&tool.path, tool.span, message);
+        }
+        if SSH_TOOLS.contains(&tool.text) && !has_ssh_list {
+            cx.sink.error(
+                &tool.path,
+                tool.span,
+                format!(
+                    "`{}` needs `allowed_ssh_connections` on this movement: list connection ids, `['*']` for any, or `[]` to deny all",
+                    tool.text
+                ),
+            );
+        }
+    }
+}
+
+fn read_rule(cx: &mut Cx<'_>, item: &Node, path: &str, known: &[&str]) -> Option<Rule> {
+    const WHAT: &str = "a rule";
+    let r = fields(&mut cx.sink, item, path, WHAT, RULE_KEYS, Unknown::Error)?;
+    let sink = &mut cx.sink;
+    let condition = r
+        .required(sink, "condition", WHAT)
+        .and_then(|(node, path)| nonempty_string(sink, node, &path));
+    let next = r.required(sink, "next", WHAT).and_then(|(node, path)| {
+        let text = string(sink, node, &path)?;
+        if TERMINAL.contains(&text) {
+            sink.error(
+                &path,
+                node.span,
+                format!(
+                    "`{text}` cannot be a rule's `next`: a movement ends the run by calling the `complete` tool; terminal sentinels are allowed only in `default_next`; known: {}, WAIT_SUBTASKS",
+                    known_list(known)
+                ),
+            );
+            return None;
+        }
+        if text == "WAIT_SUBTASKS" {
+            return Some(Target::WaitSubtasks);
+        }
+        if !known.contains(&text) {
+            sink.error(
+                &path,
+                node.span,
+                format!("unknown movement `{text}`; known: {}, WAIT_SUBTASKS", known_list(known)),
+            );
+            return None;
+        }
+        Some(Target::Movement(text.to_owned()))
+    });
+    Some(Rule {
+        condition: Condition::Text(condition?.to_owned()),
+        next: Some(next?),
+        requires_user_input: false,
+        interactive_only: false,
+        appendix: None,
+        prompt: None,
+    })
+}
+
+fn sentinel(text: &str) -> Option<Target> {
+    match text {
+        "COMPLETE" => Some(Target::Complete),
+        "ABORT" => Some(Target::Abort),
+        "ASK" => Some(Target::Ask),
+        "WAIT_SUBTASKS" => Some(Target::WaitSubtasks),
+        _ => None,
+    }
+}

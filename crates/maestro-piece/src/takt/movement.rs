@@ -1,0 +1,476 @@
+//! Takt movements: normal, parallel (with sub-movements) and loop-monitor judges, and their
+//! rules.
+
+use super::Targets;
+use super::contracts::{output_contracts, provider_tools};
+use super::parse_condition;
+use crate::check::{
+    Fields, Unknown, boolean, fields, known_list, list, nonempty_string, one_or_many, string,
+    string_list,
+};
+use crate::facets::FacetKind;
+use crate::ir::{Condition, Facet, Movement, Rule, SessionMode, Target};
+use crate::load::Cx;
+use crate::yaml::{Node, Value, join_index};
+
+const MOVEMENT_KEYS: &[&str] = &[
+    "name",
+    "persona",
+    "policy",
+    "knowledge",
+    "instruction",
+    "instruction_template",
+    "edit",
+    "permission_mode",
+    "required_permission_mode",
+    "session",
+    "pass_previous_response",
+    "allowed_tools",
+    "provider_options",
+    "provider",
+    "team_leader",
+    "output_contracts",
+    "quality_gates",
+    "rules",
+    "parallel",
+];
+
+const JUDGE_KEYS: &[&str] = &[
+    "persona",
+    "policy",
+    "knowledge",
+    "instruction",
+    "instruction_template",
+    "rules",
+];
+
+const RULE_KEYS: &[&str] = &[
+    "condition",
+    "next",
+    "requires_user_input",
+    "interactive_only",
+    "appendix",
+];
+
+/// Which kind of movement is being read; it decides what its rules may say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    /// A top-level movement without `parallel`.
+    Normal,
+    /// A top-level movement with `parallel`: its rules may aggregate with `all()`/`any()`.
+    Parent,
+    /// A sub-movement of a parallel movement: its rules classify, the parent picks `next`.
+    Sub,
+    /// A loop monitor's judge.
+    Judge,
+}
+
+/// Top-level movement names (duplicates, also against sub-movements, are errors).
+pub(super) fn names(cx: &mut Cx<'_>, items: &[Node]) -> Vec<String> {
+    let mut top = Vec::new();
+    let mut seen: Vec<(String, String)> = Vec::new();
+    let mut check = |cx: &mut Cx<'_>, node: &Node, path: String| -> Option<String> {
+        let name = node.as_str()?;
+        if matches!(name, "COMPLETE" | "ABORT") {
+            cx.sink.error(
+                &path,
+                node.span,
+                format!("`{name}` is reserved and cannot name a movement"),
+            );
+        }
+        if let Some((_, first)) = seen.iter().find(|(n, _)| n == name) {
+            cx.sink.error(
+                &path,
+                node.span,
+                format!("duplicate movement name `{name}`; `{first}` already has it"),
+            );
+            return None;
+        }
+        seen.push((name.to_owned(), path));
+        Some(name.to_owned())
+    };
+    for (i, item) in items.iter().enumerate() {
+        if let Some(node) = item.get("name")
+            && let Some(name) = check(cx, node, format!("movements[{i}].name"))
+        {
+            top.push(name);
+        }
+        if let Some(Value::Seq(subs)) = item.get("parallel").map(|p| &p.value) {
+            for (j, sub) in subs.iter().enumerate() {
+                if let Some(node) = sub.get("name") {
+                    check(cx, node, format!("movements[{i}].parallel[{j}].name"));
+                }
+            }
+        }
+    }
+    top
+}
+
+pub(super) fn read(
+    cx: &mut Cx<'_>,
+    item: &Node,
+    path: &str,
+    targets: &Targets,
+    piece_tools: &[String],
+) -> Option<Movement> {
+    let role = if item.get("parallel").is_some() {
+        Role::Parent
+    } else {
+        Role::Normal
+    };
+    read_movement(cx, item, path, targets, piece_tools, role)
+}
+
+/// A loop monitor's judge, as a movement named `judge` whose rules pick the next movement.
+pub(super) fn read_judge(
+    cx: &mut Cx<'_>,
+    node: &Node,
+    path: &str,
+    targets: &Targets,
+) -> Option<Movement> {
+    let j = fields(&mut cx.sink, node, path, "a judge", JUDGE_KEYS, Unknown::Warn)?;
+    let mut m = read_body(cx, &j, targets, Role::Judge, &[])?;
+    m.name = "judge".to_owned();
+    Some(m)
+}
+
+fn read_movement(
+    cx: &mut Cx<'_>,
+    item: &Node,
+    path: &str,
+    targets: &Targets,
+    piece_tools: &[String],
+    role: Role,
+) -> Option<Movement> {
+    const WHAT: &str = "a movement";
+    let m = fields(&mut cx.sink, item, path, WHAT, MOVEMENT_KEYS, Unknown::Warn)?;
+    let name = m
+        .required(&mut cx.sink, "name", WHAT)
+        .and_then(|(node, p)| nonempty_string(&mut cx.sink, node, &p))?;
+    let subs = match (role, m.get("parallel")) {
+        (Role::Parent, Some((node, p))) => read_parallel(cx, node, &p, targets, piece_tools),
+        _ => Vec::new(),
+    };
+    let mut movement = read_body(cx, &m, targets, role, &subs)?;
+    movement.name = name.to_owned();
+    movement.parallel = subs;
+
+    match m.get("edit") {
+        Some((node, p)) => movement.edit = boolean(&mut cx.sink, node, &p).unwrap_or(false),
+        None if role != Role::Parent => cx.sink.warn(
+            &format!("{path}.edit"),
+            m.key_span("name").unwrap_or(item.span),
+            format!("movement `{name}` has no `edit`; read as `edit: false` (Write and Edit are not offered)"),
+        ),
+        None => {}
+    }
+    for (key, why) in [
+        ("permission_mode", "`edit` decides whether Write and Edit are offered"),
+        ("required_permission_mode", "`edit` decides whether Write and Edit are offered"),
+        ("provider", "maestro runs every movement on the configured endpoint"),
+        ("team_leader", "team-leader decomposition is not supported; the movement runs as one agent"),
+    ] {
+        if let Some((_, p)) = m.get(key) {
+            cx.sink.ignored(key, &p, m.key_span(key).unwrap_or(item.span), why);
+        }
+    }
+    if let Some((node, p)) = m.get("session") {
+        movement.session = match string(&mut cx.sink, node, &p) {
+            Some("refresh") => SessionMode::Refresh,
+            Some("continue") | None => SessionMode::Continue,
+            Some(other) => {
+                cx.sink.error(
+                    &p,
+                    node.span,
+                    format!("unknown session mode `{other}`; known: continue, refresh"),
+                );
+                SessionMode::Continue
+            }
+        };
+    }
+    if let Some((node, p)) = m.get("pass_previous_response") {
+        movement.pass_previous_response = boolean(&mut cx.sink, node, &p).unwrap_or(true);
+    }
+    let mut tools: Vec<String> = Vec::new();
+    if let Some((node, p)) = m.get("allowed_tools") {
+        tools.extend(
+            string_list(&mut cx.sink, node, &p)
+                .unwrap_or_default()
+                .into_iter()
+                .map(|s| s.text.to_owned()),
+        );
+    }
+    if let Some((node, p)) = m.get("provider_options") {
+        for tool in provider_tools(cx, node, &p) {
+            if !tools.contains(&tool) {
+                tools.push(tool);
+            }
+        }
+    }
+    if tools.is_empty() {
+        tools = piece_tools.to_vec();
+    }
+    movement.allowed_tools = tools;
+    if let Some((node, p)) = m.get("output_contracts") {
+        movement.output_contracts = output_contracts(cx, node, &p);
+    }
+    if let Some((node, p)) = m.get("quality_gates") {
+        movement.quality_gates = string_list(&mut cx.sink, node, &p)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|s| s.text.to_owned())
+            .collect();
+    }
+    Some(movement)
+}
+
+/// What every movement kind shares: facets and rules.
+fn read_body(
+    cx: &mut Cx<'_>,
+    m: &Fields<'_>,
+    targets: &Targets,
+    role: Role,
+    subs: &[Movement],
+) -> Option<Movement> {
+    let persona = single_facet(cx, m, "persona", FacetKind::Persona);
+    let policies = many_facets(cx, m, "policy", FacetKind::Policy);
+    let knowledge = many_facets(cx, m, "knowledge", FacetKind::Knowledge);
+    let instruction = match (m.get("instruction"), m.get("instruction_template")) {
+        (Some(_), Some((_, p))) => {
+            cx.sink.warn(
+                &p,
+                m.key_span("instruction_template").unwrap_or(m.node.span),
+                "both `instruction` and `instruction_template` are set; `instruction_template` is used",
+            );
+            single_facet(cx, m, "instruction_template", FacetKind::Instruction)
+        }
+        (Some(_), None) => single_facet(cx, m, "instruction", FacetKind::Instruction),
+        (None, _) => single_facet(cx, m, "instruction_template", FacetKind::Instruction),
+    };
+    let rules = match role {
+        Role::Sub => m.get("rules").map(|(node, p)| read_rules(cx, node, &p, targets, role, subs)),
+        _ => m
+            .required(&mut cx.sink, "rules", "a movement")
+            .map(|(node, p)| read_rules(cx, node, &p, targets, role, subs)),
+    };
+    Some(Movement {
+        name: String::new(),
+        persona,
+        policies,
+        knowledge,
+        instruction,
+        edit: false,
+        allowed_tools: Vec::new(),
+        allowed_commands: None,
+        allowed_ssh_connections: None,
+        rules: rules.unwrap_or_default(),
+        default_next: None,
+        max_consecutive_revisits: None,
+        pass_previous_response: true,
+        session: SessionMode::default(),
+        output_contracts: Vec::new(),
+        quality_gates: Vec::new(),
+        parallel: Vec::new(),
+        frontmatter_schema: None,
+    })
+}
+
+fn single_facet(cx: &mut Cx<'_>, m: &Fields<'_>, key: &str, kind: FacetKind) -> Option<Facet> {
+    let (node, p) = m.get(key)?;
+    let text = nonempty_string(&mut cx.sink, node, &p)?;
+    Some(cx.facets.resolve(&mut cx.sink, kind, text, &p, node.span))
+}
+
+fn many_facets(cx: &mut Cx<'_>, m: &Fields<'_>, key: &str, kind: FacetKind) -> Vec<Facet> {
+    let Some((node, p)) = m.get(key) else {
+        return Vec::new();
+    };
+    one_or_many(&mut cx.sink, node, &p)
+        .into_iter()
+        .map(|s| cx.facets.resolve(&mut cx.sink, kind, s.text, &s.path, s.span))
+        .collect()
+}
+
+fn read_parallel(
+    cx: &mut Cx<'_>,
+    node: &Node,
+    path: &str,
+    targets: &Targets,
+    piece_tools: &[String],
+) -> Vec<Movement> {
+    let Some(items) = list(&mut cx.sink, node, path, "a list of sub-movements") else {
+        return Vec::new();
+    };
+    if items.is_empty() {
+        cx.sink
+            .error(path, node.span, "a parallel movement needs at least one sub-movement");
+    }
+    let mut subs = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        let item_path = join_index(path, i);
+        if item.get("parallel").is_some() {
+            cx.sink.error(
+                &format!("{item_path}.parallel"),
+                item.span,
+                "parallel movements cannot be nested",
+            );
+            continue;
+        }
+        if let Some(sub) = read_movement(cx, item, &item_path, targets, piece_tools, Role::Sub) {
+            subs.push(sub);
+        }
+    }
+    subs
+}
+
+/// Each argument of `all()`/`any()` must be a rule condition of a sub-movement. `all("A", "B")`
+/// is positional (one argument per sub-movement, in order); `any("A", "B")` means some
+/// sub-movement matched one of them (takt's semantics).
+fn check_aggregate(condition: &Condition, subs: &[Movement]) -> Result<(), String> {
+    let (args, positional) = match condition {
+        Condition::All(args) => (args, args.len() > 1),
+        Condition::Any(args) => (args, false),
+        Condition::Text(_) | Condition::Ai(_) | Condition::Status(_) => return Ok(()),
+    };
+    if positional && args.len() != subs.len() {
+        return Err(format!(
+            "{} conditions for {} sub-movements; the positional form names one condition per sub-movement, in order",
+            args.len(),
+            subs.len()
+        ));
+    }
+    let conditions = |sub: &Movement| -> Vec<String> {
+        sub.rules
+            .iter()
+            .filter_map(|r| match &r.condition {
+                Condition::Text(t) | Condition::Ai(t) => Some(t.clone()),
+                Condition::All(_) | Condition::Any(_) | Condition::Status(_) => None,
+            })
+            .collect()
+    };
+    for (i, arg) in args.iter().enumerate() {
+        let (candidates, whom): (Vec<String>, String) = match subs.get(i) {
+            Some(sub) if positional => (conditions(sub), format!("sub-movement `{}`", sub.name)),
+            _ => (subs.iter().flat_map(conditions).collect(), "any sub-movement".to_owned()),
+        };
+        if !candidates.contains(arg) {
+            return Err(format!(
+                "condition \"{arg}\" is not a rule condition of {whom}; known: {}",
+                known_list(&candidates)
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn read_rules(
+    cx: &mut Cx<'_>,
+    node: &Node,
+    path: &str,
+    targets: &Targets,
+    role: Role,
+    subs: &[Movement],
+) -> Vec<Rule> {
+    let Some(items) = list(&mut cx.sink, node, path, "a list of rules") else {
+        return Vec::new();
+    };
+    items
+        .iter()
+        .enumerate()
+        .filter_map(|(i, item)| read_rule(cx, item, &join_index(path, i), targets, role, subs))
+        .collect()
+}
+
+fn read_rule(
+    cx: &mut Cx<'_>,
+    item: &Node,
+    path: &str,
+    targets: &Targets,
+    role: Role,
+    subs: &[Movement],
+) -> Option<Rule> {
+    const WHAT: &str = "a rule";
+    let r = fields(&mut cx.sink, item, path, WHAT, RULE_KEYS, Unknown::Warn)?;
+    let sink = &mut cx.sink;
+    let condition = r
+        .required(sink, "condition", WHAT)
+        .and_then(|(node, p)| {
+            let text = nonempty_string(sink, node, &p)?;
+            match parse_condition(text) {
+                Ok(c @ (Condition::All(_) | Condition::Any(_))) if role != Role::Parent => {
+                    sink.error(
+                        &p,
+                        node.span,
+                        "`all(…)` and `any(…)` aggregate sub-movement results, so they only work in the rules of a movement with `parallel`",
+                    );
+                    Some(c)
+                }
+                Ok(c @ (Condition::All(_) | Condition::Any(_))) => {
+                    if let Err(message) = check_aggregate(&c, subs) {
+                        sink.error(&p, node.span, message);
+                    }
+                    Some(c)
+                }
+                Ok(c) => Some(c),
+                Err(message) => {
+                    sink.error(&p, node.span, message);
+                    None
+                }
+            }
+        });
+    let next = match (role, r.get("next")) {
+        (Role::Sub, Some((_, p))) => {
+            sink.ignored(
+                "next",
+                &p,
+                r.key_span("next").unwrap_or(item.span),
+                "a sub-movement's rules only classify its result; the parallel parent's rules pick the next movement",
+            );
+            None
+        }
+        (Role::Sub, None) => None,
+        (_, _) => r
+            .required(sink, "next", WHAT)
+            .and_then(|(node, p)| {
+                let text = string(sink, node, &p)?;
+                match text {
+                    "COMPLETE" => Some(Target::Complete),
+                    "ABORT" => Some(Target::Abort),
+                    _ if targets.movements.iter().any(|m| m == text) => {
+                        Some(Target::Movement(text.to_owned()))
+                    }
+                    _ => {
+                        sink.error(
+                            &p,
+                            node.span,
+                            format!("unknown movement `{text}`; known: {}", targets.describe()),
+                        );
+                        None
+                    }
+                }
+            })
+            .map(Some)
+            .unwrap_or(None),
+    };
+    let flag = |sink: &mut crate::check::Sink, key: &str| {
+        r.get(key)
+            .and_then(|(node, p)| boolean(sink, node, &p))
+            .unwrap_or(false)
+    };
+    let requires_user_input = flag(sink, "requires_user_input");
+    let interactive_only = flag(sink, "interactive_only");
+    let appendix = r
+        .get("appendix")
+        .and_then(|(node, p)| string(sink, node, &p).map(str::to_owned));
+    if role != Role::Sub && next.is_none() {
+        return None;
+    }
+    Some(Rule {
+        condition: condition?,
+        next,
+        requires_user_input,
+        interactive_only,
+        appendix,
+        prompt: None,
+    })
+}

@@ -1,0 +1,273 @@
+//! Turning a [`Turn`] into HTTP answers shaped like a real Chat Completions server's: SSE chunks
+//! (text in pieces, tool-call deltas split and interleaved by index, an optional usage chunk,
+//! `[DONE]`) or one `chat.completion` object.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use serde_json::{Value, json};
+
+use crate::turn::{Action, ScriptedCall, Turn};
+
+/// Something the response body does next.
+enum Frame {
+    Data(String),
+    Sleep(Duration),
+    Abort,
+}
+
+/// The answer to one chat request. `seq` numbers the answers, for ids.
+pub(crate) fn respond(turn: Turn, request: &Value, seq: usize) -> Response {
+    let stream = request
+        .get("stream")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    let include_usage = request
+        .pointer("/stream_options/include_usage")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    let model = request
+        .get("model")
+        .and_then(Value::as_str)
+        .unwrap_or("scripted")
+        .to_string();
+    let usage = turn
+        .usage
+        .map(|(p, c)| json!({"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}));
+    let meta = Meta {
+        id: format!("chatcmpl-scripted-{seq}"),
+        model,
+        seq,
+    };
+    match turn.action {
+        Action::HttpError {
+            status,
+            body,
+            retry_after,
+        } => {
+            let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            let mut response = (status, body).into_response();
+            if let Some(seconds) = retry_after {
+                response
+                    .headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+            }
+            response
+        }
+        Action::Reply {
+            content,
+            tool_calls,
+        } if stream => {
+            let mut frames = reply_chunks(&meta, &content, &tool_calls);
+            if let (true, Some(usage)) = (include_usage, usage) {
+                frames.push(Frame::Data(meta.chunk(json!([]), Some(usage))));
+            }
+            frames.push(Frame::Data("[DONE]".into()));
+            sse(frames)
+        }
+        Action::Reply {
+            content,
+            tool_calls,
+        } => {
+            let body = meta.completion(&content, &tool_calls, usage);
+            (
+                StatusCode::OK,
+                [(header::CONTENT_TYPE, "application/json")],
+                body.to_string(),
+            )
+                .into_response()
+        }
+        Action::BrokenStream {
+            after_chunks,
+            clean_close,
+        } if stream => {
+            let mut frames: Vec<Frame> =
+                reply_chunks(&meta, "this answer breaks off before it ends", &[])
+                    .into_iter()
+                    .take(after_chunks)
+                    .collect();
+            if !clean_close {
+                frames.push(Frame::Abort);
+            }
+            sse(frames)
+        }
+        Action::BrokenStream { .. } => {
+            let frames = vec![
+                Frame::Data("{\"id\":\"chatcmpl-broken\",\"choices\":[{\"mess".into()),
+                Frame::Abort,
+            ];
+            body_response("application/json", frames, false)
+        }
+        Action::Stall(duration) if stream => {
+            let first = meta.chunk(json!([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": null}]), None);
+            sse(vec![
+                Frame::Data(first),
+                Frame::Sleep(duration),
+                Frame::Abort,
+            ])
+        }
+        Action::Stall(duration) => body_response(
+            "application/json",
+            vec![Frame::Sleep(duration), Frame::Abort],
+            false,
+        ),
+    }
+}
+
+struct Meta {
+    id: String,
+    model: String,
+    seq: usize,
+}
+
+impl Meta {
+    fn chunk(&self, choices: Value, usage: Option<Value>) -> String {
+        let mut chunk = json!({"id": self.id, "object": "chat.completion.chunk", "created": 0,
+                               "model": self.model, "choices": choices});
+        if let (Some(map), Some(usage)) = (chunk.as_object_mut(), usage) {
+            map.insert("usage".into(), usage);
+        }
+        chunk.to_string()
+    }
+
+    fn delta(&self, delta: Value, finish_reason: Option<&str>) -> Frame {
+        Frame::Data(self.chunk(
+            json!([{"index": 0, "delta": delta, "finish_reason": finish_reason}]),
+            None,
+        ))
+    }
+
+    fn call_id(&self, index: usize) -> String {
+        format!("call_{}_{index}", self.seq)
+    }
+
+    fn completion(&self, content: &str, calls: &[ScriptedCall], usage: Option<Value>) -> Value {
+        let mut message = json!({"role": "assistant", "content": if content.is_empty() && !calls.is_empty() { Value::Null } else { json!(content) }});
+        if !calls.is_empty() {
+            let calls: Vec<Value> = calls
+                .iter()
+                .enumerate()
+                .map(|(i, c)| {
+                    json!({"id": self.call_id(i), "type": "function",
+                                     "function": {"name": c.name, "arguments": c.arguments}})
+                })
+                .collect();
+            message["tool_calls"] = Value::Array(calls);
+        }
+        let finish = if calls.is_empty() {
+            "stop"
+        } else {
+            "tool_calls"
+        };
+        let mut body = json!({"id": self.id, "object": "chat.completion", "created": 0, "model": self.model,
+                              "choices": [{"index": 0, "message": message, "finish_reason": finish}]});
+        if let Some(usage) = usage {
+            body["usage"] = usage;
+        }
+        body
+    }
+}
+
+/// Role chunk, text in up to three pieces, tool-call deltas (names first, then each call's
+/// arguments in two or more pieces, interleaved by index), and the finishing chunk.
+fn reply_chunks(meta: &Meta, content: &str, calls: &[ScriptedCall]) -> Vec<Frame> {
+    let mut frames = vec![meta.delta(json!({"role": "assistant", "content": ""}), None)];
+    for piece in split(content, 3) {
+        frames.push(meta.delta(json!({"content": piece}), None));
+    }
+    for (i, call) in calls.iter().enumerate() {
+        frames.push(meta.delta(
+            json!({"tool_calls": [{"index": i, "id": meta.call_id(i), "type": "function",
+                                   "function": {"name": call.name, "arguments": ""}}]}),
+            None,
+        ));
+    }
+    let pieces: Vec<Vec<String>> = calls.iter().map(|c| split(&c.arguments, 3)).collect();
+    let rounds = pieces.iter().map(Vec::len).max().unwrap_or(0);
+    for round in 0..rounds {
+        for (i, parts) in pieces.iter().enumerate() {
+            if let Some(part) = parts.get(round) {
+                frames.push(meta.delta(
+                    json!({"tool_calls": [{"index": i, "function": {"arguments": part}}]}),
+                    None,
+                ));
+            }
+        }
+    }
+    let finish = if calls.is_empty() {
+        "stop"
+    } else {
+        "tool_calls"
+    };
+    frames.push(meta.delta(json!({}), Some(finish)));
+    frames
+}
+
+/// Splits `text` into at most `parts` non-empty pieces on character boundaries.
+fn split(text: &str, parts: usize) -> Vec<String> {
+    let chars: Vec<char> = text.chars().collect();
+    if chars.is_empty() {
+        return Vec::new();
+    }
+    let size = chars.len().div_ceil(parts.max(1));
+    chars.chunks(size).map(|c| c.iter().collect()).collect()
+}
+
+fn sse(frames: Vec<Frame>) -> Response {
+    body_response("text/event-stream", frames, true)
+}
+
+fn body_response(content_type: &'static str, frames: Vec<Frame>, sse: bool) -> Response {
+    let queue: VecDeque<Frame> = frames.into();
+    let stream = futures::stream::unfold(queue, move |mut queue| async move {
+        loop {
+            match queue.pop_front()? {
+                Frame::Sleep(duration) => tokio::time::sleep(duration).await,
+                Frame::Data(data) => {
+                    let bytes = if sse {
+                        Bytes::from(format!("data: {data}\n\n"))
+                    } else {
+                        Bytes::from(data)
+                    };
+                    return Some((Ok(bytes), queue));
+                }
+                Frame::Abort => {
+                    // Let what came before reach the client (a real server flushes as it goes),
+                    // then drop the connection.
+                    tokio::time::sleep(Duration::from_millis(30)).await;
+                    queue.clear();
+                    return Some((
+                        Err(std::io::Error::other("scripted connection drop")),
+                        queue,
+                    ));
+                }
+            }
+        }
+    });
+    let mut response = Response::new(Body::from_stream(stream));
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    response
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    #[test]
+    fn split_keeps_every_character() {
+        assert_eq!(split("abcdefg", 3), vec!["abc", "def", "g"]);
+        assert_eq!(split("é", 3), vec!["é"]);
+        assert!(split("", 3).is_empty());
+    }
+}

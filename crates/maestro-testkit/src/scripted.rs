@@ -1,0 +1,401 @@
+//! [`ScriptedLlm`]: an OpenAI-compatible Chat Completions server on 127.0.0.1 that replays a
+//! script of [`Turn`]s and records every request it receives.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde_json::{Map, Value, json};
+
+use crate::render;
+use crate::turn::Turn;
+
+/// A request as the server received it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecordedRequest {
+    /// The request path, e.g. `/v1/chat/completions`.
+    pub path: String,
+    /// Header names (lower case) and values, in arrival order.
+    pub headers: Vec<(String, String)>,
+    /// The body as JSON (`null` when empty or not JSON).
+    pub body: Value,
+}
+
+impl RecordedRequest {
+    /// The value of header `name` (case-insensitive), if sent.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        let name = name.to_ascii_lowercase();
+        self.headers
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// A scripted OpenAI-compatible model server for tests, speaking real HTTP and SSE.
+///
+/// Each `POST /v1/chat/completions` takes the next [`Turn`] (turns made with
+/// [`Turn::when_contains`] are matched first) and answers streamed or not, as the request's
+/// `stream` flag says. When the script is used up it answers HTTP 500 `script exhausted`, so a
+/// test that makes an unplanned call fails loudly. It also serves `GET /v1/models`, and
+/// optionally llama.cpp's `GET /props` and Ollama's `POST /api/show`.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// use maestro_testkit::{ScriptedLlm, Turn};
+///
+/// let server = ScriptedLlm::start([Turn::text("hello")]).await;
+/// let url = server.base_url(); // http://127.0.0.1:PORT/v1
+/// # let _ = url;
+/// // … run the code under test against `url`, then assert on what it sent:
+/// assert!(server.requests().is_empty());
+/// # }
+/// ```
+///
+/// The server stops when the value is dropped.
+pub struct ScriptedLlm {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl std::fmt::Debug for ScriptedLlm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ScriptedLlm")
+            .field("addr", &self.addr)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Options of a [`ScriptedLlm`] beyond its script; start from [`ScriptedLlm::builder`].
+#[derive(Debug, Clone)]
+pub struct ScriptedLlmBuilder {
+    turns: Vec<Turn>,
+    model_id: String,
+    model_fields: Map<String, Value>,
+    props: Option<Value>,
+    ollama_show: Option<Value>,
+    reject_stream_options: bool,
+    reject_streaming: bool,
+}
+
+struct Shared {
+    options: ScriptedLlmBuilder,
+    script: Mutex<VecDeque<Turn>>,
+    recorded: Mutex<Vec<RecordedRequest>>,
+    answered: Mutex<usize>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl ScriptedLlmBuilder {
+    /// Appends turns to the script.
+    pub fn turns(mut self, turns: impl IntoIterator<Item = Turn>) -> Self {
+        self.turns.extend(turns);
+        self
+    }
+
+    /// The model id listed by `/v1/models` (default `scripted-model`).
+    pub fn model_id(mut self, id: impl Into<String>) -> Self {
+        self.model_id = id.into();
+        self
+    }
+
+    /// Lists `max_model_len` (vLLM style) in the `/v1/models` entry.
+    pub fn max_model_len(self, tokens: u64) -> Self {
+        self.model_field("max_model_len", json!(tokens))
+    }
+
+    /// Adds any field to the `/v1/models` entry, e.g. `("context_length", json!(4096))` or
+    /// `("meta", json!({"n_ctx_train": 2048}))`.
+    pub fn model_field(mut self, key: impl Into<String>, value: Value) -> Self {
+        self.model_fields.insert(key.into(), value);
+        self
+    }
+
+    /// Serves `GET /props` (llama.cpp) with this body, e.g.
+    /// `json!({"default_generation_settings": {"n_ctx": 8192}})`.
+    pub fn props(mut self, body: Value) -> Self {
+        self.props = Some(body);
+        self
+    }
+
+    /// Serves `POST /api/show` (Ollama) with this body, e.g.
+    /// `json!({"model_info": {"llama.context_length": 131072}})`.
+    pub fn ollama_show(mut self, body: Value) -> Self {
+        self.ollama_show = Some(body);
+        self
+    }
+
+    /// Answers HTTP 400 naming `stream_options` to any request that carries it.
+    pub fn reject_stream_options(mut self) -> Self {
+        self.reject_stream_options = true;
+        self
+    }
+
+    /// Answers HTTP 400 ("streaming is not supported") to any request with `stream: true`.
+    pub fn reject_streaming(mut self) -> Self {
+        self.reject_streaming = true;
+        self
+    }
+
+    /// Binds 127.0.0.1 on a free port and starts serving.
+    ///
+    /// # Panics
+    /// When no loopback port can be bound: test support fails the test at once.
+    #[allow(clippy::expect_used)]
+    pub async fn start(self) -> ScriptedLlm {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind 127.0.0.1:0 for ScriptedLlm");
+        let addr = listener
+            .local_addr()
+            .expect("local address of the ScriptedLlm listener");
+        let shared = Arc::new(Shared {
+            script: Mutex::new(self.turns.iter().cloned().collect()),
+            options: self,
+            recorded: Mutex::default(),
+            answered: Mutex::default(),
+        });
+        let app = Router::new()
+            .route("/v1/chat/completions", post(chat))
+            .route("/v1/models", get(models))
+            .route("/props", get(props))
+            .route("/api/show", post(ollama_show))
+            .fallback(not_found)
+            .with_state(shared.clone());
+        let task = tokio::spawn(async move {
+            if let Err(e) = axum::serve(listener, app).await {
+                eprintln!("ScriptedLlm server stopped: {e}");
+            }
+        });
+        ScriptedLlm { addr, shared, task }
+    }
+}
+
+impl ScriptedLlm {
+    /// A server with default options replaying `turns`.
+    pub async fn start(turns: impl IntoIterator<Item = Turn>) -> ScriptedLlm {
+        ScriptedLlm::builder().turns(turns).start().await
+    }
+
+    /// Options beyond the script: model listing, `/props`, `/api/show`, refused features.
+    pub fn builder() -> ScriptedLlmBuilder {
+        ScriptedLlmBuilder {
+            turns: Vec::new(),
+            model_id: "scripted-model".into(),
+            model_fields: Map::new(),
+            props: None,
+            ollama_show: None,
+            reject_stream_options: false,
+            reject_streaming: false,
+        }
+    }
+
+    /// The API root to configure clients with: `http://127.0.0.1:PORT/v1`.
+    pub fn base_url(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+
+    /// The server root: `http://127.0.0.1:PORT`.
+    pub fn root_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Appends a turn to the script while the server runs.
+    pub fn push(&self, turn: Turn) {
+        lock(&self.shared.script).push_back(turn);
+    }
+
+    /// The bodies of every chat-completion request received, in arrival order (including those
+    /// answered with scripted errors).
+    pub fn requests(&self) -> Vec<Value> {
+        lock(&self.shared.recorded)
+            .iter()
+            .filter(|r| r.path == "/v1/chat/completions")
+            .map(|r| r.body.clone())
+            .collect()
+    }
+
+    /// Every request received on any route, with headers.
+    pub fn recorded(&self) -> Vec<RecordedRequest> {
+        lock(&self.shared.recorded).clone()
+    }
+
+    /// How many turns are left in the script.
+    pub fn remaining(&self) -> usize {
+        lock(&self.shared.script).len()
+    }
+}
+
+impl Drop for ScriptedLlm {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Shared {
+    fn record(&self, uri: &Uri, headers: &HeaderMap, body: &[u8]) -> Value {
+        let body: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+        let headers = headers
+            .iter()
+            .map(|(n, v)| {
+                (
+                    n.as_str().to_string(),
+                    String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                )
+            })
+            .collect();
+        lock(&self.recorded).push(RecordedRequest {
+            path: uri.path().to_string(),
+            headers,
+            body: body.clone(),
+        });
+        body
+    }
+
+    /// The first conditional turn whose needle occurs in the request's messages, else the first
+    /// unconditional turn.
+    fn take_turn(&self, request: &Value) -> Option<Turn> {
+        let haystack = message_text(request);
+        let mut script = lock(&self.script);
+        let position = script
+            .iter()
+            .position(|t| {
+                t.matcher
+                    .as_ref()
+                    .is_some_and(|needle| haystack.contains(needle.as_str()))
+            })
+            .or_else(|| script.iter().position(|t| t.matcher.is_none()))?;
+        script.remove(position)
+    }
+}
+
+/// Every string inside the request's `messages`, one per line.
+fn message_text(request: &Value) -> String {
+    fn collect(value: &Value, out: &mut String) {
+        match value {
+            Value::String(s) => {
+                out.push_str(s);
+                out.push('\n');
+            }
+            Value::Array(items) => items.iter().for_each(|v| collect(v, out)),
+            Value::Object(map) => map.values().for_each(|v| collect(v, out)),
+            Value::Null | Value::Bool(_) | Value::Number(_) => {}
+        }
+    }
+    let mut out = String::new();
+    if let Some(messages) = request.get("messages") {
+        collect(messages, &mut out);
+    }
+    out
+}
+
+fn error(status: StatusCode, message: &str) -> Response {
+    (
+        status,
+        axum::Json(json!({"error": {"message": message, "type": "scripted"}})),
+    )
+        .into_response()
+}
+
+async fn chat(
+    State(shared): State<Arc<Shared>>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let request = shared.record(&uri, &headers, &body);
+    let options = &shared.options;
+    let stream = request
+        .get("stream")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    if options.reject_stream_options && request.get("stream_options").is_some() {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "Unrecognized request argument supplied: stream_options",
+        );
+    }
+    if options.reject_streaming && stream {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "streaming is not supported by this server",
+        );
+    }
+    let Some(turn) = shared.take_turn(&request) else {
+        let answered = *lock(&shared.answered);
+        return error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            &format!(
+                "script exhausted: the ScriptedLlm has no turn left for this request ({answered} turns were served)"
+            ),
+        );
+    };
+    if let Some(delay) = turn.delay {
+        tokio::time::sleep(delay).await;
+    }
+    let seq = {
+        let mut answered = lock(&shared.answered);
+        *answered += 1;
+        *answered
+    };
+    render::respond(turn, &request, seq)
+}
+
+async fn models(State(shared): State<Arc<Shared>>, uri: Uri, headers: HeaderMap) -> Response {
+    shared.record(&uri, &headers, &[]);
+    let mut entry = json!({"id": shared.options.model_id, "object": "model", "created": 0, "owned_by": "maestro-testkit"});
+    if let Some(map) = entry.as_object_mut() {
+        map.extend(shared.options.model_fields.clone());
+    }
+    axum::Json(json!({"object": "list", "data": [entry]})).into_response()
+}
+
+async fn props(State(shared): State<Arc<Shared>>, uri: Uri, headers: HeaderMap) -> Response {
+    shared.record(&uri, &headers, &[]);
+    match &shared.options.props {
+        Some(body) => axum::Json(body.clone()).into_response(),
+        None => error(StatusCode::NOT_FOUND, "File Not Found"),
+    }
+}
+
+async fn ollama_show(
+    State(shared): State<Arc<Shared>>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    shared.record(&uri, &headers, &body);
+    match &shared.options.ollama_show {
+        Some(body) => axum::Json(body.clone()).into_response(),
+        None => error(StatusCode::NOT_FOUND, "404 page not found"),
+    }
+}
+
+async fn not_found(
+    State(shared): State<Arc<Shared>>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    shared.record(&uri, &headers, &body);
+    error(
+        StatusCode::NOT_FOUND,
+        &format!("ScriptedLlm does not serve {}", uri.path()),
+    )
+}

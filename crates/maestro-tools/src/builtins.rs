@@ -1,0 +1,37 @@
+//! The list of built-in tools [`Registry::builtin`](crate::Registry::builtin) registers.
+
+use std::sync::Arc;
+
+use crate::config::ToolsConfig;
+use crate::checklist::ChecklistTool;
+use crate::pieces::{PiecesOp, PiecesTool};
+use crate::{Tool, core, data, docs, sandbox, skills};
+
+/// Every built-in tool of this crate, configured by `config`.
+pub(crate) fn builtin_tools(config: &Arc<ToolsConfig>) -> Vec<Arc<dyn Tool>> {
+    let c = || Arc::clone(config);
+    let mut tools: Vec<Arc<dyn Tool>> = vec![
+        Arc::new(core::ReadTool { config: c() }),
+        Arc::new(core::WriteTool { config: c() }),
+        Arc::new(core::EditTool { config: c() }),
+        Arc::new(core::GlobTool { config: c() }),
+        Arc::new(core::GrepTool { config: c() }),
+        Arc::new(sandbox::BashTool { config: c() }),
+        Arc::new(data::SqliteTool { config: c() }),
+        Arc::new(ChecklistTool::Create),
+        Arc::new(ChecklistTool::Check),
+        Arc::new(ChecklistTool::Get),
+        Arc::new(PiecesTool { op: PiecesOp::List, config: c() }),
+        Arc::new(PiecesTool { op: PiecesOp::Get, config: c() }),
+        Arc::new(PiecesTool { op: PiecesOp::Create, config: c() }),
+        Arc::new(PiecesTool { op: PiecesOp::Update, config: c() }),
+        Arc::new(docs::ReadToolDocTool { config: c() }),
+    ];
+    // The skills tools are meta tools (offered to every movement), so they exist only where
+    // there are skills to offer.
+    if !config.skills_dirs.is_empty() {
+        tools.push(Arc::new(skills::SkillsTool { read: false, config: c() }));
+        tools.push(Arc::new(skills::SkillsTool { read: true, config: c() }));
+    }
+    tools
+}

@@ -1,0 +1,114 @@
+//! Tool configuration: the knobs an operator sets once (sandbox mode, default Bash allowlist,
+//! writable directories, output caps, time limits, where pieces and skills live).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// How `Bash` is confined (`safety.bash_sandbox`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BashSandboxMode {
+    /// Use bubblewrap when a probe shows it works here; otherwise the hardened allowlist
+    /// fallback (parsed allowlist, scrubbed environment, path checks, time limit).
+    #[default]
+    Auto,
+    /// Use bubblewrap or refuse to run any command.
+    Always,
+    /// Never use bubblewrap; always the hardened allowlist fallback.
+    Off,
+}
+
+/// Configuration shared by every built-in tool. Build it once and hand it to
+/// [`Registry::builtin`](crate::Registry::builtin).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ToolsConfig {
+    pub bash_sandbox: BashSandboxMode,
+    /// Programs `Bash` may run when a movement sets no `allowed_commands`.
+    pub default_allowed_commands: Vec<String>,
+    /// Workspace-relative directories `Write`, `Edit` and `Bash` may write to (when the movement
+    /// has `edit: true`). `"."` makes the whole workspace writable.
+    pub writable_dirs: Vec<String>,
+    /// Maximum bytes of tool output handed back to the model.
+    pub output_cap_bytes: usize,
+    /// `Bash` time limit when the call gives none.
+    #[serde(with = "millis")]
+    pub bash_default_timeout: Duration,
+    /// Upper bound on a `Bash` call's `timeout`.
+    #[serde(with = "millis")]
+    pub bash_max_timeout: Duration,
+    /// Time limit the registry applies to every other tool call.
+    #[serde(with = "millis")]
+    pub call_timeout: Duration,
+    /// Maximum number of processes one `Bash` call may hold at once (enforced with a pids
+    /// cgroup where the host lets us create one; the PID namespace and time limit apply always).
+    pub bash_max_processes: u32,
+    /// Directory `ListPieces`/`GetPiece` read and `CreatePiece`/`UpdatePiece` write.
+    pub pieces_dir: Option<PathBuf>,
+    /// Further read-only piece directories (e.g. built-ins) listed by `ListPieces`/`GetPiece`.
+    pub extra_pieces_dirs: Vec<PathBuf>,
+    /// Directories holding skills: `<dir>/<name>.md` or `<dir>/<name>/SKILL.md`.
+    pub skills_dirs: Vec<PathBuf>,
+    /// Directory of `<Tool>.md` files read before the embedded tool docs (for operators who
+    /// document their own tools).
+    pub docs_dir: Option<PathBuf>,
+}
+
+impl Default for ToolsConfig {
+    fn default() -> Self {
+        ToolsConfig {
+            bash_sandbox: BashSandboxMode::Auto,
+            default_allowed_commands: DEFAULT_ALLOWED_COMMANDS.iter().map(|s| s.to_string()).collect(),
+            writable_dirs: vec!["output".to_string()],
+            output_cap_bytes: 30_000,
+            bash_default_timeout: Duration::from_secs(120),
+            bash_max_timeout: Duration::from_secs(600),
+            call_timeout: Duration::from_secs(120),
+            bash_max_processes: 256,
+            pieces_dir: None,
+            extra_pieces_dirs: Vec::new(),
+            skills_dirs: Vec::new(),
+            docs_dir: None,
+        }
+    }
+}
+
+/// The programs `Bash` may run when neither the movement nor the configuration says otherwise:
+/// reading, searching and transforming text, moving files around inside the workspace, and the
+/// usual build helpers. Shells, `env`, `sudo`, network clients and package managers are absent
+/// on purpose (see `docs/tools/Bash.md`).
+pub const DEFAULT_ALLOWED_COMMANDS: &[&str] = &[
+    "ls", "cat", "head", "tail", "wc", "grep", "egrep", "fgrep", "rg", "find", "sed", "awk",
+    "sort", "uniq", "cut", "tr", "diff", "cmp", "comm", "paste", "join", "fold", "nl", "column",
+    "echo", "printf", "pwd", "mkdir", "cp", "mv", "rm", "rmdir", "touch", "ln", "basename",
+    "dirname", "realpath", "readlink", "stat", "file", "du", "date", "true", "false", "test",
+    "seq", "sleep", "tee", "xxd", "od", "md5sum", "sha1sum", "sha256sum", "base64", "jq",
+    "sqlite3", "tar", "gzip", "gunzip", "zcat", "unzip", "zip", "xargs", "python3", "python",
+    "git", "make",
+];
+
+impl ToolsConfig {
+    /// The cap applied to the `timeout` a model asked for (milliseconds), or the default.
+    pub fn bash_timeout(&self, requested_ms: Option<u64>) -> Duration {
+        match requested_ms {
+            Some(ms) => Duration::from_millis(ms.max(1)).min(self.bash_max_timeout),
+            None => self.bash_default_timeout,
+        }
+    }
+}
+
+mod millis {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        u64::deserialize(d).map(Duration::from_millis)
+    }
+}

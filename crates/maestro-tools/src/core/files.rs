@@ -1,0 +1,241 @@
+//! `Read`, `Write` and `Edit`: reading with line ranges, and exact-match editing limited to the
+//! writable directories of movements that may edit.
+
+use std::sync::Arc;
+
+use maestro_protocol::ToolSpec;
+use schemars::JsonSchema;
+use serde::Deserialize;
+
+use super::open_workspace;
+use crate::config::ToolsConfig;
+use crate::input::{capped, parse_input, spec_for};
+use crate::{BoxFuture, Tool, ToolContext, ToolOutput};
+
+/// Lines `Read` returns when the call gives no `limit`.
+const DEFAULT_READ_LINES: usize = 2000;
+/// Longer lines are cut so one minified file cannot fill the context.
+const MAX_LINE_CHARS: usize = 2000;
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct ReadInput {
+    /// Path of the file, relative to the workspace root (e.g. `input/data.csv`).
+    pub file_path: String,
+    /// 1-based line number to start reading from.
+    pub offset: Option<u64>,
+    /// Maximum number of lines to return (default 2000).
+    pub limit: Option<u64>,
+}
+
+/// `Read`: a text file's lines, numbered like `cat -n`.
+pub struct ReadTool {
+    pub config: Arc<ToolsConfig>,
+}
+
+impl Tool for ReadTool {
+    fn spec(&self) -> ToolSpec {
+        spec_for::<ReadInput>("Read", "Read a text file from the workspace, with line numbers; use offset and limit for long files.")
+    }
+
+    fn call<'a>(&'a self, ctx: &'a ToolContext, input: serde_json::Value) -> BoxFuture<'a, ToolOutput> {
+        Box::pin(async move {
+            let input: ReadInput = match parse_input(&self.spec(), input) {
+                Ok(i) => i,
+                Err(e) => return e,
+            };
+            let ws = match open_workspace(ctx) {
+                Ok(ws) => ws,
+                Err(e) => return e,
+            };
+            let path = match ws.resolve(&input.file_path) {
+                Ok(p) => p,
+                Err(e) => return ToolOutput::error(e),
+            };
+            if path.abs.is_dir() {
+                return ToolOutput::error(format!("`{}` is a directory; use Glob to list files", path.display()));
+            }
+            let bytes = match tokio::fs::read(&path.abs).await {
+                Ok(b) => b,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    return ToolOutput::error(format!("`{}` does not exist; use Glob to find files", path.display()));
+                }
+                Err(e) => return ToolOutput::error(format!("cannot read `{}`: {e}", path.display())),
+            };
+            if bytes.iter().take(8192).any(|b| *b == 0) {
+                return ToolOutput::error(format!(
+                    "`{}` is a binary file ({} bytes); Read shows text files only",
+                    path.display(),
+                    bytes.len()
+                ));
+            }
+            let text = String::from_utf8_lossy(&bytes);
+            let start = input.offset.unwrap_or(1).max(1) as usize;
+            let limit = input.limit.map(|l| l as usize).unwrap_or(DEFAULT_READ_LINES).max(1);
+            let total_lines = text.lines().count();
+            if total_lines == 0 {
+                return ToolOutput::ok(format!("`{}` is empty", path.display()));
+            }
+            if start > total_lines {
+                return ToolOutput::error(format!(
+                    "offset {start} is past the end of `{}` ({total_lines} lines)",
+                    path.display()
+                ));
+            }
+            let mut out = String::new();
+            for (i, line) in text.lines().enumerate().skip(start - 1).take(limit) {
+                let line = match line.char_indices().nth(MAX_LINE_CHARS) {
+                    Some((cut, _)) => format!("{}… [line cut at {MAX_LINE_CHARS} characters]", &line[..cut]),
+                    None => line.to_string(),
+                };
+                out.push_str(&format!("{:>6}\t{line}\n", i + 1));
+            }
+            let end = (start - 1 + limit).min(total_lines);
+            if end < total_lines {
+                out.push_str(&format!(
+                    "[showing lines {start}-{end} of {total_lines}; call Read with offset {} to continue]\n",
+                    end + 1
+                ));
+            }
+            capped(out, self.config.output_cap_bytes)
+        })
+    }
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct WriteInput {
+    /// Path of the file to create or overwrite, relative to the workspace root (e.g. `output/report.md`).
+    pub file_path: String,
+    /// The complete new content of the file.
+    pub content: String,
+}
+
+/// `Write`: creates or overwrites a file under the writable directories.
+pub struct WriteTool {
+    pub config: Arc<ToolsConfig>,
+}
+
+impl Tool for WriteTool {
+    fn spec(&self) -> ToolSpec {
+        spec_for::<WriteInput>("Write", "Create or overwrite a file in the workspace's output directory with the given content.")
+    }
+
+    fn call<'a>(&'a self, ctx: &'a ToolContext, input: serde_json::Value) -> BoxFuture<'a, ToolOutput> {
+        Box::pin(async move {
+            let input: WriteInput = match parse_input(&self.spec(), input) {
+                Ok(i) => i,
+                Err(e) => return e,
+            };
+            if !ctx.edit {
+                return ToolOutput::error("this movement cannot edit files (edit: false); Write is not available");
+            }
+            let ws = match open_workspace(ctx) {
+                Ok(ws) => ws,
+                Err(e) => return e,
+            };
+            let path = match ws.resolve_writable(&input.file_path, &self.config.writable_dirs) {
+                Ok(p) => p,
+                Err(e) => return ToolOutput::error(e),
+            };
+            if path.abs.is_dir() {
+                return ToolOutput::error(format!("`{}` is a directory; give a file path", path.display()));
+            }
+            if let Some(parent) = path.abs.parent()
+                && let Err(e) = tokio::fs::create_dir_all(parent).await
+            {
+                return ToolOutput::error(format!("cannot create the directory for `{}`: {e}", path.display()));
+            }
+            let existed = path.abs.exists();
+            match tokio::fs::write(&path.abs, input.content.as_bytes()).await {
+                Ok(()) => ToolOutput::ok(format!(
+                    "{} `{}` ({} bytes)",
+                    if existed { "overwrote" } else { "created" },
+                    path.display(),
+                    input.content.len()
+                )),
+                Err(e) => ToolOutput::error(format!("cannot write `{}`: {e}", path.display())),
+            }
+        })
+    }
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct EditInput {
+    /// Path of the file to edit, relative to the workspace root.
+    pub file_path: String,
+    /// The exact text to replace (must match the file exactly, including whitespace).
+    pub old_string: String,
+    /// The text to put in its place.
+    pub new_string: String,
+    /// Replace every occurrence instead of requiring exactly one (default false).
+    #[serde(default)]
+    pub replace_all: Option<bool>,
+}
+
+/// `Edit`: exact-match replacement in a file under the writable directories.
+pub struct EditTool {
+    pub config: Arc<ToolsConfig>,
+}
+
+impl Tool for EditTool {
+    fn spec(&self) -> ToolSpec {
+        spec_for::<EditInput>("Edit", "Replace an exact string in a workspace file (unique unless replace_all is true).")
+    }
+
+    fn call<'a>(&'a self, ctx: &'a ToolContext, input: serde_json::Value) -> BoxFuture<'a, ToolOutput> {
+        Box::pin(async move {
+            let input: EditInput = match parse_input(&self.spec(), input) {
+                Ok(i) => i,
+                Err(e) => return e,
+            };
+            if !ctx.edit {
+                return ToolOutput::error("this movement cannot edit files (edit: false); Edit is not available");
+            }
+            if input.old_string.is_empty() {
+                return ToolOutput::error("old_string is empty; give the exact text to replace (use Write to create a file)");
+            }
+            if input.old_string == input.new_string {
+                return ToolOutput::error("old_string and new_string are identical; nothing would change");
+            }
+            let ws = match open_workspace(ctx) {
+                Ok(ws) => ws,
+                Err(e) => return e,
+            };
+            let path = match ws.resolve_writable(&input.file_path, &self.config.writable_dirs) {
+                Ok(p) => p,
+                Err(e) => return ToolOutput::error(e),
+            };
+            let text = match tokio::fs::read_to_string(&path.abs).await {
+                Ok(t) => t,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    return ToolOutput::error(format!("`{}` does not exist; use Write to create it", path.display()));
+                }
+                Err(e) => return ToolOutput::error(format!("cannot read `{}` as text: {e}", path.display())),
+            };
+            let count = text.matches(&input.old_string).count();
+            let replace_all = input.replace_all.unwrap_or(false);
+            let new_text = match (count, replace_all) {
+                (0, _) => {
+                    return ToolOutput::error(format!(
+                        "old_string was not found in `{}`; Read the file and copy the text exactly, including whitespace",
+                        path.display()
+                    ));
+                }
+                (1, _) | (_, true) => text.replace(&input.old_string, &input.new_string),
+                (n, false) => {
+                    return ToolOutput::error(format!(
+                        "old_string occurs {n} times in `{}`; include more surrounding text to make it unique, or set replace_all to true",
+                        path.display()
+                    ));
+                }
+            };
+            match tokio::fs::write(&path.abs, new_text).await {
+                Ok(()) => ToolOutput::ok(format!(
+                    "replaced {count} occurrence{} in `{}`",
+                    if count == 1 { "" } else { "s" },
+                    path.display()
+                )),
+                Err(e) => ToolOutput::error(format!("cannot write `{}`: {e}", path.display())),
+            }
+        })
+    }
+}

@@ -1,0 +1,27 @@
+//! The core file tools, all confined to the job workspace: `Read`, `Write`, `Edit`, `Glob`,
+//! `Grep`.
+
+mod files;
+mod search;
+
+pub use files::{EditTool, ReadTool, WriteTool};
+pub use search::{GlobTool, GrepTool};
+
+use crate::ToolOutput;
+use crate::workspace::Workspace;
+
+/// Opens the context's workspace, or explains why it cannot be used.
+pub(crate) fn open_workspace(ctx: &crate::ToolContext) -> Result<Workspace, ToolOutput> {
+    Workspace::open(&ctx.workspace).map_err(ToolOutput::error)
+}
+
+/// Runs blocking work off the async runtime; a panic inside becomes a tool error.
+pub(crate) async fn blocking<F>(f: F) -> ToolOutput
+where
+    F: FnOnce() -> ToolOutput + Send + 'static,
+{
+    match tokio::task::spawn_blocking(f).await {
+        Ok(out) => out,
+        Err(e) => ToolOutput::error(format!("the tool failed internally: {e}")),
+    }
+}

@@ -1,0 +1,211 @@
+//! `SQLite`: one SQL statement against a database file inside the workspace. Read-only (the file
+//! opened read-only and `query_only` set) unless the movement may edit and the file lies in a
+//! writable directory. `ATTACH` and `VACUUM` are refused: they would reach files outside.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use maestro_protocol::ToolSpec;
+use rusqlite::hooks::{AuthAction, AuthContext, Authorization};
+use rusqlite::types::{Value as SqlValue, ValueRef};
+use rusqlite::{Connection, OpenFlags};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::config::ToolsConfig;
+use crate::core::{blocking, open_workspace};
+use crate::input::{capped, parse_input, spec_for};
+use crate::{BoxFuture, Tool, ToolContext, ToolOutput};
+
+/// Most rows one query returns.
+const MAX_ROWS: usize = 1000;
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct SqliteInput {
+    /// Path of the database file, relative to the workspace root (e.g. `input/data.db`).
+    pub database: String,
+    /// One SQL statement; use `?` placeholders for values.
+    pub query: String,
+    /// Values for the `?` placeholders, in order.
+    #[serde(default)]
+    pub params: Vec<Value>,
+}
+
+/// `SQLite`.
+pub struct SqliteTool {
+    pub config: Arc<ToolsConfig>,
+}
+
+impl Tool for SqliteTool {
+    fn spec(&self) -> ToolSpec {
+        spec_for::<SqliteInput>(
+            "SQLite",
+            "Run one SQL statement on a SQLite database file in the workspace; rows come back as JSON (read-only unless the movement can edit).",
+        )
+    }
+
+    fn call<'a>(&'a self, ctx: &'a ToolContext, input: Value) -> BoxFuture<'a, ToolOutput> {
+        Box::pin(async move {
+            let input: SqliteInput = match parse_input(&self.spec(), input) {
+                Ok(i) => i,
+                Err(e) => return e,
+            };
+            let ws = match open_workspace(ctx) {
+                Ok(ws) => ws,
+                Err(e) => return e,
+            };
+            let path = match ws.resolve(&input.database) {
+                Ok(p) => p,
+                Err(e) => return ToolOutput::error(e),
+            };
+            let writable = ctx.edit && ws.resolve_writable(&input.database, &self.config.writable_dirs).is_ok();
+            if !writable && !path.abs.is_file() {
+                return ToolOutput::error(format!(
+                    "`{}` does not exist{}",
+                    path.display(),
+                    if ctx.edit { " (new databases can be created only in the writable directories)" } else { "" }
+                ));
+            }
+            if first_keyword(&input.query).eq_ignore_ascii_case("vacuum") {
+                return ToolOutput::error("VACUUM is not available (it can write files outside the workspace)");
+            }
+            let flags = if writable {
+                OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX
+            } else {
+                OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX
+            };
+            let conn = match open(&path.abs, flags, writable) {
+                Ok(c) => c,
+                Err(e) => return ToolOutput::error(format!("cannot open `{}` as a SQLite database: {e}", path.display())),
+            };
+            // A runaway query is interrupted at the time limit or on cancellation.
+            let interrupt = conn.get_interrupt_handle();
+            let limit = self.config.call_timeout.saturating_sub(Duration::from_secs(1));
+            let cancel = ctx.cancel.clone();
+            let watchdog = tokio::spawn(async move {
+                tokio::select! {
+                    _ = tokio::time::sleep(limit) => {}
+                    _ = cancel.cancelled() => {}
+                }
+                interrupt.interrupt();
+            });
+            let cap = self.config.output_cap_bytes;
+            let display = path.display();
+            let out = blocking(move || run(&conn, &input, cap, writable, &display)).await;
+            watchdog.abort();
+            out
+        })
+    }
+}
+
+fn open(path: &std::path::Path, flags: OpenFlags, writable: bool) -> rusqlite::Result<Connection> {
+    let conn = Connection::open_with_flags(path, flags)?;
+    conn.set_limit(rusqlite::limits::Limit::SQLITE_LIMIT_ATTACHED, 0)?;
+    if !writable {
+        conn.pragma_update(None, "query_only", true)?;
+    }
+    conn.authorizer(Some(move |ctx: AuthContext<'_>| match ctx.action {
+        AuthAction::Attach { .. } | AuthAction::Detach { .. } => Authorization::Deny,
+        AuthAction::Pragma { pragma_name, pragma_value: Some(_) }
+            if !writable
+                || matches!(
+                    pragma_name.to_ascii_lowercase().as_str(),
+                    "query_only" | "writable_schema" | "temp_store_directory" | "data_store_directory" | "trusted_schema"
+                ) =>
+        {
+            Authorization::Deny
+        }
+        _ => Authorization::Allow,
+    }))?;
+    Ok(conn)
+}
+
+fn first_keyword(sql: &str) -> &str {
+    let mut s = sql.trim_start();
+    // Skip leading `-- comments`.
+    while let Some(rest) = s.strip_prefix("--") {
+        s = rest.split_once('\n').map(|(_, r)| r).unwrap_or("").trim_start();
+    }
+    s.split(|c: char| !c.is_ascii_alphabetic()).next().unwrap_or("")
+}
+
+fn run(conn: &Connection, input: &SqliteInput, cap: usize, writable: bool, display: &str) -> ToolOutput {
+    let read_only_hint = if writable {
+        ""
+    } else {
+        " (the database is open read-only: this movement cannot edit, or the file is outside the writable directories)"
+    };
+    let mut stmt = match conn.prepare(&input.query) {
+        Ok(s) => s,
+        Err(e) => return ToolOutput::error(format!("SQL error in `{display}`: {e}{read_only_hint}")),
+    };
+    let params: Vec<SqlValue> = input.params.iter().map(to_sql).collect();
+    if stmt.parameter_count() != params.len() {
+        return ToolOutput::error(format!(
+            "the statement has {} `?` placeholder(s) but {} param(s) were given",
+            stmt.parameter_count(),
+            params.len()
+        ));
+    }
+    let columns: Vec<String> = stmt.column_names().iter().map(|c| c.to_string()).collect();
+    if columns.is_empty() {
+        return match stmt.execute(rusqlite::params_from_iter(params)) {
+            Ok(n) => ToolOutput::ok(format!("ok; {n} row(s) changed")),
+            Err(e) => ToolOutput::error(format!("SQL error in `{display}`: {e}{read_only_hint}")),
+        };
+    }
+    let mut rows = match stmt.query(rusqlite::params_from_iter(params)) {
+        Ok(r) => r,
+        Err(e) => return ToolOutput::error(format!("SQL error in `{display}`: {e}{read_only_hint}")),
+    };
+    let mut out: Vec<Value> = Vec::new();
+    let mut more = false;
+    loop {
+        match rows.next() {
+            Ok(Some(row)) => {
+                if out.len() == MAX_ROWS {
+                    more = true;
+                    break;
+                }
+                let mut obj = serde_json::Map::new();
+                for (i, name) in columns.iter().enumerate() {
+                    let v = row.get_ref(i).map(to_json).unwrap_or(Value::Null);
+                    obj.insert(name.clone(), v);
+                }
+                out.push(Value::Object(obj));
+            }
+            Ok(None) => break,
+            Err(e) => return ToolOutput::error(format!("SQL error in `{display}`: {e}")),
+        }
+    }
+    let mut text = serde_json::to_string_pretty(&out).unwrap_or_default();
+    text.push('\n');
+    if more {
+        text.push_str(&format!("[stopped after {MAX_ROWS} rows; add LIMIT/OFFSET or a WHERE clause]\n"));
+    }
+    capped(text, cap)
+}
+
+fn to_sql(v: &Value) -> SqlValue {
+    match v {
+        Value::Null => SqlValue::Null,
+        Value::Bool(b) => SqlValue::Integer(i64::from(*b)),
+        Value::Number(n) => match n.as_i64() {
+            Some(i) => SqlValue::Integer(i),
+            None => SqlValue::Real(n.as_f64().unwrap_or(0.0)),
+        },
+        Value::String(s) => SqlValue::Text(s.clone()),
+        other => SqlValue::Text(other.to_string()),
+    }
+}
+
+fn to_json(v: ValueRef<'_>) -> Value {
+    match v {
+        ValueRef::Null => Value::Null,
+        ValueRef::Integer(i) => Value::from(i),
+        ValueRef::Real(f) => serde_json::Number::from_f64(f).map(Value::Number).unwrap_or(Value::Null),
+        ValueRef::Text(t) => Value::String(String::from_utf8_lossy(t).into_owned()),
+        ValueRef::Blob(b) => Value::String(format!("<blob, {} bytes>", b.len())),
+    }
+}

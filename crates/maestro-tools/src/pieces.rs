@@ -1,0 +1,212 @@
+//! `ListPieces`, `GetPiece`, `CreatePiece`, `UpdatePiece`: pieces as the model sees them. New and
+//! changed pieces go through the same loader and validator as piece files, and are written into
+//! the configured pieces directory only when valid; otherwise the diagnostics go back to the
+//! model.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use maestro_piece::{Diagnostic, LoadOptions, discover, load_file, load_str};
+use maestro_protocol::ToolSpec;
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::config::ToolsConfig;
+use crate::core::blocking;
+use crate::input::{capped, parse_input, spec_for};
+use crate::{BoxFuture, Tool, ToolContext, ToolOutput};
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct ListPiecesInput {}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct GetPieceInput {
+    /// The piece's name (as listed by ListPieces).
+    pub name: String,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct PieceSourceInput {
+    /// The piece's name: lowercase letters, digits and `-`; it must equal the YAML's `name`.
+    pub name: String,
+    /// The complete piece YAML.
+    pub content: String,
+}
+
+/// Which of the four pieces tools.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PiecesOp {
+    List,
+    Get,
+    Create,
+    Update,
+}
+
+pub struct PiecesTool {
+    pub op: PiecesOp,
+    pub config: Arc<ToolsConfig>,
+}
+
+impl Tool for PiecesTool {
+    fn spec(&self) -> ToolSpec {
+        match self.op {
+            PiecesOp::List => spec_for::<ListPiecesInput>("ListPieces", "List the available pieces with their descriptions."),
+            PiecesOp::Get => spec_for::<GetPieceInput>("GetPiece", "Show a piece's YAML source by name."),
+            PiecesOp::Create => spec_for::<PieceSourceInput>(
+                "CreatePiece",
+                "Create a new piece from YAML; it is validated first and any errors are returned with line and column.",
+            ),
+            PiecesOp::Update => spec_for::<PieceSourceInput>(
+                "UpdatePiece",
+                "Replace an existing piece's YAML; it is validated first and any errors are returned with line and column.",
+            ),
+        }
+    }
+
+    fn call<'a>(&'a self, _ctx: &'a ToolContext, input: Value) -> BoxFuture<'a, ToolOutput> {
+        Box::pin(async move {
+            let spec = self.spec();
+            let config = Arc::clone(&self.config);
+            match self.op {
+                PiecesOp::List => match parse_input::<ListPiecesInput>(&spec, input) {
+                    Ok(_) => blocking(move || list(&config)).await,
+                    Err(e) => e,
+                },
+                PiecesOp::Get => match parse_input::<GetPieceInput>(&spec, input) {
+                    Ok(i) => blocking(move || get(&config, &i.name)).await,
+                    Err(e) => e,
+                },
+                PiecesOp::Create | PiecesOp::Update => match parse_input::<PieceSourceInput>(&spec, input) {
+                    Ok(i) => {
+                        let creating = self.op == PiecesOp::Create;
+                        blocking(move || save(&config, &i, creating)).await
+                    }
+                    Err(e) => e,
+                },
+            }
+        })
+    }
+}
+
+fn dirs(config: &ToolsConfig) -> Vec<&Path> {
+    config.pieces_dir.iter().chain(config.extra_pieces_dirs.iter()).map(PathBuf::as_path).collect()
+}
+
+const NO_DIR: &str = "no pieces directory is configured, so there are no pieces to work with";
+
+/// Every piece file with its name (the YAML's, or the file stem when it does not load).
+fn catalogue(config: &ToolsConfig) -> Vec<(String, PathBuf, Result<maestro_piece::Loaded, maestro_piece::Failed>)> {
+    let mut out = Vec::new();
+    for dir in dirs(config) {
+        for file in discover(dir) {
+            let loaded = load_file(&file, &LoadOptions::default());
+            let name = match &loaded {
+                Ok(l) => l.piece.name.clone(),
+                Err(_) => file.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default(),
+            };
+            out.push((name, file, loaded));
+        }
+    }
+    out
+}
+
+fn list(config: &ToolsConfig) -> ToolOutput {
+    if dirs(config).is_empty() {
+        return ToolOutput::error(NO_DIR);
+    }
+    let mut out = String::new();
+    for (name, _file, loaded) in catalogue(config) {
+        match loaded {
+            Ok(l) => out.push_str(&format!(
+                "{name} ({}, {} movements): {}\n",
+                l.piece.dialect.as_str(),
+                l.piece.movements.len(),
+                l.piece.description.trim()
+            )),
+            Err(f) => out.push_str(&format!("{name} (invalid: {} error(s); GetPiece shows the source)\n", f.errors.len())),
+        }
+    }
+    if out.is_empty() {
+        out.push_str("no pieces found\n");
+    }
+    capped(out, config.output_cap_bytes)
+}
+
+fn get(config: &ToolsConfig, name: &str) -> ToolOutput {
+    if dirs(config).is_empty() {
+        return ToolOutput::error(NO_DIR);
+    }
+    let catalogue = catalogue(config);
+    match catalogue.iter().find(|(n, _, _)| n == name) {
+        Some((_, file, _)) => match std::fs::read_to_string(file) {
+            Ok(source) => capped(source, config.output_cap_bytes),
+            Err(e) => ToolOutput::error(format!("cannot read piece `{name}`: {e}")),
+        },
+        None => ToolOutput::error(format!(
+            "no piece named `{name}`; available: {}",
+            catalogue.iter().map(|(n, _, _)| n.as_str()).collect::<Vec<_>>().join(", ")
+        )),
+    }
+}
+
+fn save(config: &ToolsConfig, input: &PieceSourceInput, creating: bool) -> ToolOutput {
+    let Some(dir) = &config.pieces_dir else {
+        return ToolOutput::error("no writable pieces directory is configured; pieces cannot be created or changed here");
+    };
+    let name = input.name.as_str();
+    if name.is_empty() || !name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-') {
+        return ToolOutput::error(format!("invalid piece name `{name}`: use lowercase letters, digits and `-`"));
+    }
+    let existing = catalogue(config).into_iter().find(|(n, _, _)| n == name).map(|(_, f, _)| f);
+    let target = match (creating, existing) {
+        (true, Some(_)) => return ToolOutput::error(format!("a piece named `{name}` already exists; use UpdatePiece to change it")),
+        (true, None) => dir.join(format!("{name}.yaml")),
+        (false, None) => return ToolOutput::error(format!("no piece named `{name}`; use CreatePiece to create it")),
+        (false, Some(file)) if file.starts_with(dir) => file,
+        (false, Some(file)) => {
+            return ToolOutput::error(format!("piece `{name}` is built in ({}) and cannot be changed", file.display()));
+        }
+    };
+    let origin = PathBuf::from(format!("{name}.yaml"));
+    let loaded = match load_str(&input.content, &target, &LoadOptions::default()) {
+        Ok(l) => l,
+        Err(failed) => {
+            return ToolOutput::error(format!(
+                "the piece is invalid; nothing was saved. Fix these and call {} again:\n{}",
+                if creating { "CreatePiece" } else { "UpdatePiece" },
+                render(&failed.errors, &origin)
+            ));
+        }
+    };
+    if loaded.piece.name != name {
+        return ToolOutput::error(format!(
+            "the YAML's `name` is `{}` but the tool was called with name `{name}`; make them equal",
+            loaded.piece.name
+        ));
+    }
+    if let Err(e) = std::fs::create_dir_all(dir).and_then(|()| std::fs::write(&target, &input.content)) {
+        return ToolOutput::error(format!("cannot write `{}`: {e}", target.display()));
+    }
+    let mut out = format!(
+        "{} piece `{name}` ({} movements)\n",
+        if creating { "created" } else { "updated" },
+        loaded.piece.movements.len()
+    );
+    if !loaded.warnings.is_empty() {
+        out.push_str("warnings:\n");
+        out.push_str(&render(&loaded.warnings, &origin));
+    }
+    ToolOutput::ok(out)
+}
+
+/// `name.yaml:LINE:COL: path: message` lines (file name only; host paths stay out of the prompt).
+fn render(diagnostics: &[Diagnostic], origin: &Path) -> String {
+    diagnostics
+        .iter()
+        .map(|d| {
+            let path = if d.path.is_empty() { String::new() } else { format!("{}: ", d.path) };
+            format!("{}:{}:{}: {path}{}\n", origin.display(), d.line, d.column, d.message)
+        })
+        .collect()
+}

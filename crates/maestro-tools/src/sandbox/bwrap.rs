@@ -1,0 +1,143 @@
+//! Wrapping a command into a bubblewrap (`bwrap`) argv, and probing once whether bubblewrap
+//! works on this host.
+//!
+//! The sandbox sees: `/usr` and the Debian `/bin`, `/lib*` links read-only; a handful of
+//! harmless `/etc` files (never `/etc/shadow`, never the host's credentials); fresh `/proc`,
+//! `/dev` and `/tmp`; and the workspace at `/workspace`, read-only except the writable
+//! directories of a movement that may edit. It runs as an unprivileged user in new user, PID,
+//! network, IPC, UTS and cgroup namespaces, with every capability dropped and an empty
+//! environment.
+
+use std::ffi::OsString;
+use std::path::Path;
+
+use tokio::sync::OnceCell;
+
+use crate::workspace::{SANDBOX_WORKSPACE, Workspace};
+
+/// The `bwrap` program.
+pub const BWRAP: &str = "bwrap";
+
+/// `PATH` inside the sandbox (and in the fallback).
+pub const SANDBOX_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+
+/// `/etc` entries bound read-only into the sandbox: what dynamic linking, user-name lookups,
+/// `update-alternatives` links (e.g. `awk`), Python and `file` need. Anything else — `shadow`,
+/// host keys, credentials — stays invisible.
+const ETC_ENTRIES: &[&str] = &[
+    "alternatives", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "timezone", "passwd",
+    "group", "nsswitch.conf", "hosts", "mime.types", "magic", "magic.mime", "os-release",
+    "debian_version", "ssl", "python3", "python3.11", "python3.12", "python3.13",
+];
+
+/// Top-level entries that are symlinks into `/usr` on merged-`/usr` systems (or real
+/// directories elsewhere).
+const ROOT_LINKS: &[&str] = &["bin", "sbin", "lib", "lib32", "lib64", "libx32"];
+
+/// The user the command runs as inside the sandbox (`nobody`).
+const SANDBOX_UID: &str = "65534";
+
+/// The argv that runs `program_argv` in the sandbox with `workspace` mounted at `/workspace`.
+/// `writable` are workspace directories (already resolved inside it) mounted read-write.
+pub fn argv(workspace: &Workspace, writable: &[&Path], program_argv: &[OsString]) -> Vec<OsString> {
+    let mut a: Vec<OsString> = Vec::new();
+    let mut push = |parts: &[&str]| a.extend(parts.iter().map(OsString::from));
+    push(&[BWRAP, "--unshare-all", "--unshare-user", "--uid", SANDBOX_UID, "--gid", SANDBOX_UID]);
+    push(&["--cap-drop", "ALL", "--die-with-parent", "--new-session", "--clearenv"]);
+    push(&["--ro-bind", "/usr", "/usr"]);
+    for name in ROOT_LINKS {
+        let host = Path::new("/").join(name);
+        match std::fs::read_link(&host) {
+            Ok(target) => {
+                let target = target.to_string_lossy().into_owned();
+                let host = host.to_string_lossy().into_owned();
+                push(&["--symlink", &target, &host]);
+            }
+            Err(_) if host.is_dir() => {
+                let host = host.to_string_lossy().into_owned();
+                push(&["--ro-bind", &host, &host]);
+            }
+            Err(_) => {}
+        }
+    }
+    push(&["--dir", "/etc"]);
+    for entry in ETC_ENTRIES {
+        let path = format!("/etc/{entry}");
+        push(&["--ro-bind-try", &path, &path]);
+    }
+    push(&["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]);
+    a.push("--ro-bind".into());
+    a.push(workspace.root().into());
+    a.push(SANDBOX_WORKSPACE.into());
+    for dir in writable {
+        if let Ok(rel) = dir.strip_prefix(workspace.root()) {
+            a.push("--bind".into());
+            a.push(dir.into());
+            a.push(Path::new(SANDBOX_WORKSPACE).join(rel).into());
+        }
+    }
+    let mut push = |parts: &[&str]| a.extend(parts.iter().map(OsString::from));
+    // The sandbox's root is a tmpfs bwrap builds; make it read-only so nothing but `/tmp` and
+    // the writable workspace directories takes writes.
+    push(&["--remount-ro", "/", "--chdir", SANDBOX_WORKSPACE]);
+    for (k, v) in sandbox_env(SANDBOX_WORKSPACE) {
+        push(&["--setenv", &k, &v]);
+    }
+    push(&["--"]);
+    a.extend(program_argv.iter().cloned());
+    a
+}
+
+/// The whole environment a command gets: no API keys, tokens or host paths.
+pub fn sandbox_env(home: &str) -> Vec<(String, String)> {
+    vec![
+        ("PATH".to_string(), SANDBOX_PATH.to_string()),
+        ("HOME".to_string(), home.to_string()),
+        ("LANG".to_string(), "C.UTF-8".to_string()),
+        ("TMPDIR".to_string(), "/tmp".to_string()),
+        ("TERM".to_string(), "dumb".to_string()),
+        ("PYTHONDONTWRITEBYTECODE".to_string(), "1".to_string()),
+    ]
+}
+
+static PROBE: OnceCell<Result<(), String>> = OnceCell::const_new();
+
+/// Whether bubblewrap works here, checked once per process by running `true` in the exact
+/// sandbox `Bash` uses.
+pub async fn probe() -> Result<(), String> {
+    PROBE.get_or_init(run_probe).await.clone()
+}
+
+async fn run_probe() -> Result<(), String> {
+    let dir = std::env::temp_dir().join(format!("maestro-bwrap-probe-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create a probe directory: {e}"))?;
+    let result = async {
+        let ws = Workspace::open(&dir)?;
+        let argv = argv(&ws, &[], &["/bin/sh".into(), "-c".into(), "true".into()]);
+        let output = tokio::process::Command::new(&argv[0])
+            .args(&argv[1..])
+            .env_clear()
+            .stdin(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .output();
+        let output = tokio::time::timeout(std::time::Duration::from_secs(10), output)
+            .await
+            .map_err(|_| "bwrap did not start within 10 s".to_string())?
+            .map_err(|e| format!("cannot run `{BWRAP}` ({e}); install the `bubblewrap` package"))?;
+        if output.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "`{BWRAP}` does not work here ({}): {}",
+                output.status,
+                String::from_utf8_lossy(&output.stderr).trim()
+            ))
+        }
+    }
+    .await;
+    let _ = std::fs::remove_dir_all(&dir);
+    if let Err(e) = &result {
+        tracing::warn!(error = %e, "bubblewrap sandbox unavailable");
+    }
+    result
+}

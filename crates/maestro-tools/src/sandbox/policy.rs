@@ -1,0 +1,420 @@
+//! The Bash command policy: every program a command line would start must be on the movement's
+//! allowlist, wrappers (`env`, `xargs`, `timeout`, `find -exec`, ...) are looked through,
+//! shells may not be handed a command string, and runtime package installs are refused.
+//!
+//! The policy is checked on the parsed command line in every sandbox mode. Inside bubblewrap it
+//! is a second line of defence; in the fallback it is the main one, so there the arguments and
+//! redirection targets that name files must also stay inside the workspace.
+
+use std::path::Path;
+
+use super::command_line::{SimpleCommand, Word, parse};
+use crate::workspace::Workspace;
+
+/// Printed when a command would install packages at run time.
+pub const INSTALL_REFUSED: &str = "runtime package installs are not allowed; the sandbox has no \
+    network and the image is fixed. Use the tools and Python packages already installed, or ask \
+    the operator to add the package to the runtime image";
+
+/// Shells: never given `-c`; running a script file needs the shell on the allowlist.
+const SHELLS: &[&str] = &["sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "fish", "csh", "tcsh", "busybox"];
+
+/// Never allowed: they run code the parser cannot see, or change who runs it.
+const NEVER: &[(&str, &str)] = &[
+    ("eval", "`eval` runs a string the allowlist cannot check"),
+    ("exec", "`exec` is not needed; run the program directly"),
+    ("source", "`source` runs a script the allowlist cannot check"),
+    (".", "`.` runs a script the allowlist cannot check"),
+    ("sudo", "privilege changes are not allowed"),
+    ("su", "privilege changes are not allowed"),
+    ("doas", "privilege changes are not allowed"),
+    ("watch", "`watch` runs its argument through a shell"),
+    ("{", "command grouping is not allowed; write the commands one after another"),
+    ("}", "command grouping is not allowed; write the commands one after another"),
+    ("function", "shell functions are not allowed"),
+    ("coproc", "coprocesses are not allowed"),
+    ("trap", "`trap` runs a string the allowlist cannot check"),
+    ("alias", "aliases are not allowed"),
+    ("builtin", "`builtin` is not needed; call the command directly"),
+];
+
+/// Shell keywords: each hides the commands it contains from a simple reading.
+const KEYWORDS: &[&str] = &["if", "then", "else", "elif", "fi", "for", "while", "until", "do", "done", "case", "esac", "select", "!"];
+
+/// Environment variables a command-prefix assignment may not set: they change which program
+/// runs or inject code into it.
+const DANGEROUS_ENV: &[&str] = &["PATH", "LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "BASH_ENV", "ENV", "IFS", "SHELLOPTS", "BASHOPTS", "PS4", "PROMPT_COMMAND", "PYTHONSTARTUP", "PERL5OPT", "NODE_OPTIONS", "GIT_EXEC_PATH", "GIT_SSH", "GIT_SSH_COMMAND"];
+
+/// Where a program given by absolute path may live (its name is then checked like a bare name).
+const SYSTEM_BIN_DIRS: &[&str] = &["/usr/local/bin", "/usr/bin", "/bin", "/usr/local/sbin", "/usr/sbin", "/sbin"];
+
+/// How deep wrappers may nest (`env nice timeout 5 ls`).
+const MAX_WRAPPER_DEPTH: usize = 6;
+
+/// What the policy checks besides program names.
+#[derive(Debug, Clone, Copy)]
+pub struct PathPolicy<'a> {
+    /// The workspace arguments and redirections must stay in (fallback mode).
+    pub workspace: &'a Workspace,
+    pub edit: bool,
+    pub writable_dirs: &'a [String],
+}
+
+/// Checks a command line against `allowed` program names. With `paths`, file arguments and
+/// redirection targets must also resolve inside the workspace (writes into writable dirs).
+pub fn check(line: &str, allowed: &[String], paths: Option<PathPolicy<'_>>) -> Result<(), String> {
+    if line.trim().is_empty() {
+        return Err("the command is empty".to_string());
+    }
+    let commands = parse(line)?;
+    for command in &commands {
+        check_simple(command, allowed, paths)?;
+    }
+    Ok(())
+}
+
+fn check_simple(command: &SimpleCommand, allowed: &[String], paths: Option<PathPolicy<'_>>) -> Result<(), String> {
+    let mut words = command.words.as_slice();
+    while let Some((first, rest)) = words.split_first() {
+        match assignment_name(first) {
+            Some(name) => {
+                if DANGEROUS_ENV.contains(&name) {
+                    return Err(format!("setting `{name}` for a command is not allowed"));
+                }
+                words = rest;
+            }
+            None => break,
+        }
+    }
+    if let Some(policy) = paths {
+        for redirect in &command.redirects {
+            if let Some(target) = &redirect.target {
+                if redirect.op == "<<<" {
+                    continue;
+                }
+                check_path_word(target, redirect.writes(), policy, true)?;
+            }
+        }
+        for word in words.iter().skip(1) {
+            check_path_word(word, false, policy, false)?;
+        }
+    }
+    if words.is_empty() {
+        return Ok(());
+    }
+    check_program(words, allowed, 0)
+}
+
+/// `NAME=value` at the start of a command.
+fn assignment_name(word: &Word) -> Option<&str> {
+    let (name, _) = word.text.split_once('=')?;
+    let valid = !name.is_empty()
+        && name.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    valid.then_some(name)
+}
+
+/// Checks `words[0]` (the program) and, for wrappers, the program they start.
+fn check_program(words: &[Word], allowed: &[String], depth: usize) -> Result<(), String> {
+    let Some((program, args)) = words.split_first() else {
+        return Ok(());
+    };
+    if depth > MAX_WRAPPER_DEPTH {
+        return Err("too many nested wrapper commands".to_string());
+    }
+    if program.expands || program.globs {
+        return Err(format!(
+            "the program name `{}` comes from an expansion or a glob; write the program name literally",
+            program.text
+        ));
+    }
+    let name = program_name(&program.text)?;
+    let arg_texts: Vec<&str> = args.iter().map(|a| a.text.as_str()).collect();
+    if is_package_install(name, &arg_texts) {
+        return Err(INSTALL_REFUSED.to_string());
+    }
+    if let Some((_, why)) = NEVER.iter().find(|(n, _)| *n == name) {
+        return Err(format!("`{name}` is not allowed: {why}"));
+    }
+    if KEYWORDS.contains(&name) {
+        return Err(format!(
+            "shell control structures (`{name}`) are not supported; run simple commands, or write a script and run it with an allowed interpreter (e.g. `python3 script.py`)"
+        ));
+    }
+    if SHELLS.contains(&name) && args.iter().any(|a| is_command_flag(&a.text)) {
+        return Err(format!(
+            "`{name} -c` hides the command it runs from the allowlist; write the command directly"
+        ));
+    }
+    if !allowed.iter().any(|a| a == name) {
+        return Err(format!(
+            "`{name}` is not in this movement's allowed commands; allowed: {}",
+            if allowed.is_empty() { "none".to_string() } else { allowed.join(", ") }
+        ));
+    }
+    match wrapped_program(name, args)? {
+        Some(inner) => check_program(inner, allowed, depth + 1),
+        None => Ok(()),
+    }
+}
+
+/// The name a program word runs: bare names as they are, absolute paths in system binary
+/// directories by their file name.
+fn program_name(text: &str) -> Result<&str, String> {
+    if !text.contains('/') {
+        return Ok(text);
+    }
+    let path = Path::new(text);
+    let in_system_dir = path.parent().is_some_and(|dir| SYSTEM_BIN_DIRS.iter().any(|d| Path::new(d) == dir));
+    match path.file_name().and_then(|n| n.to_str()) {
+        Some(name) if in_system_dir => Ok(name),
+        _ => Err(format!(
+            "`{text}` runs a program by path; run allowed programs by name, and scripts through an allowed interpreter (e.g. `python3 {text}`)"
+        )),
+    }
+}
+
+/// `-c`, or a flag cluster containing `c` (`-ec`, `-lc`).
+fn is_command_flag(arg: &str) -> bool {
+    arg == "-c" || (arg.starts_with('-') && !arg.starts_with("--") && arg[1..].contains('c')) || arg == "--command"
+}
+
+/// For wrappers, the words that form the command they start.
+fn wrapped_program<'w>(name: &str, args: &'w [Word]) -> Result<Option<&'w [Word]>, String> {
+    // (flags that take a separate value, whether a positional argument precedes the program)
+    let (valued, positional): (&[&str], usize) = match name {
+        "env" => {
+            if args.iter().any(|a| a.text == "-S" || a.text.starts_with("--split-string") || (a.text.starts_with("-S") && !a.text.starts_with("--"))) {
+                return Err("`env -S` runs a string the allowlist cannot check".to_string());
+            }
+            (&["-u", "--unset", "-C", "--chdir"], 0)
+        }
+        "nice" => (&["-n", "--adjustment"], 0),
+        "nohup" | "time" | "setsid" | "command" => {
+            if name == "command" && args.first().is_some_and(|a| a.text == "-v" || a.text == "-V") {
+                return Ok(None);
+            }
+            (&[], 0)
+        }
+        "timeout" => (&["-s", "--signal", "-k", "--kill-after"], 1),
+        "stdbuf" => (&["-i", "-o", "-e", "--input", "--output", "--error"], 0),
+        "ionice" => (&["-c", "-n", "--class", "--classdata"], 0),
+        "taskset" => (&["-c"], 1),
+        "chrt" => (&[], 1),
+        "flock" => (&["-w", "--timeout", "-E", "--conflict-exit-code"], 1),
+        "xargs" => (&["-a", "--arg-file", "-d", "--delimiter", "-E", "-I", "-L", "-n", "--max-args", "-P", "--max-procs", "-s", "--max-chars"], 0),
+        "busybox" => (&[], 0),
+        "find" => return Ok(find_exec(args)),
+        _ => return Ok(None),
+    };
+    let mut i = 0;
+    while i < args.len() {
+        let a = &args[i].text;
+        if a == "--" {
+            i += 1;
+            break;
+        }
+        if name == "env" && assignment_name(&args[i]).is_some() {
+            if let Some(n) = assignment_name(&args[i]).filter(|n| DANGEROUS_ENV.contains(n)) {
+                return Err(format!("setting `{n}` for a command is not allowed"));
+            }
+            i += 1;
+            continue;
+        }
+        if a.starts_with('-') && a.len() > 1 {
+            i += if valued.contains(&a.as_str()) { 2 } else { 1 };
+            continue;
+        }
+        break;
+    }
+    let rest = args.get(i + positional..).unwrap_or(&[]);
+    if rest.is_empty() {
+        // `xargs` with no program runs `echo`; the others with none run nothing.
+        return Ok(None);
+    }
+    Ok(Some(rest))
+}
+
+/// The command of `find ... -exec CMD ... ;` (or `-execdir`, `-ok`, `-okdir`).
+fn find_exec(args: &[Word]) -> Option<&[Word]> {
+    let start = args.iter().position(|a| matches!(a.text.as_str(), "-exec" | "-execdir" | "-ok" | "-okdir"))? + 1;
+    let len = args[start..].iter().position(|a| a.text == ";" || a.text == "+").unwrap_or(args.len() - start);
+    Some(&args[start..start + len])
+}
+
+/// `pip install`, `npm i`, `apt-get install`, `python -m pip install`, ...
+pub fn is_package_install(name: &str, args: &[&str]) -> bool {
+    let sub = args.iter().find(|a| !a.starts_with('-')).copied().unwrap_or("");
+    match name {
+        "pip" | "pip3" | "pipx" | "easy_install" => matches!(sub, "install" | "download") || name == "easy_install",
+        "uv" => sub == "pip" && args.contains(&"install") || matches!(sub, "add" | "tool"),
+        "poetry" | "pdm" | "rye" | "yarn" | "pnpm" | "bun" => matches!(sub, "add" | "install" | "i"),
+        "npm" => matches!(sub, "install" | "i" | "add" | "ci" | "isntall" | "in"),
+        "npx" | "pnpx" | "bunx" => true,
+        "apt" | "apt-get" | "aptitude" | "yum" | "dnf" | "apk" | "zypper" | "brew" | "snap" | "conda" | "mamba" | "micromamba" => {
+            matches!(sub, "install" | "add" | "reinstall")
+        }
+        "dpkg" | "rpm" => args.iter().any(|a| matches!(*a, "-i" | "--install" | "-U" | "--upgrade")),
+        "cargo" | "gem" | "go" | "composer" | "cpan" | "cpanm" | "luarocks" | "R" => {
+            matches!(sub, "install" | "get" | "require") || matches!(name, "cpanm")
+        }
+        _ if name.starts_with("python") => {
+            args.windows(3).any(|w| w[0] == "-m" && matches!(w[1], "pip" | "ensurepip" | "uv") && w[2] == "install")
+                || args.windows(2).any(|w| w[0] == "-m" && w[1] == "ensurepip")
+        }
+        _ => false,
+    }
+}
+
+/// In the fallback, a word that names a file outside the workspace is refused.
+fn check_path_word(word: &Word, writes: bool, policy: PathPolicy<'_>, is_redirect: bool) -> Result<(), String> {
+    let text = word.text.as_str();
+    if is_redirect && (word.expands || word.globs) {
+        return Err(format!("the redirection target `{text}` must be a literal path"));
+    }
+    if matches!(text, "/dev/null" | "/dev/stdout" | "/dev/stderr" | "-") {
+        return Ok(());
+    }
+    // `--file=/etc/passwd` names a path after the `=` too.
+    let candidates = [Some(text), text.split_once('=').map(|(_, v)| v)];
+    for candidate in candidates.into_iter().flatten() {
+        if !(is_redirect || looks_like_path(candidate)) {
+            continue;
+        }
+        if candidate.starts_with('~') {
+            return Err(format!("`{candidate}`: use paths relative to the workspace instead of `~`"));
+        }
+        let resolved = if writes {
+            if !policy.edit {
+                return Err(format!("this movement cannot edit files, so it cannot write `{candidate}`"));
+            }
+            policy.workspace.resolve_writable(candidate, policy.writable_dirs)
+        } else {
+            policy.workspace.resolve(candidate)
+        };
+        resolved?;
+    }
+    Ok(())
+}
+
+/// An argument that names a file outside the current directory: an absolute path whose first
+/// component exists (so `/pattern/` regexes are not mistaken for paths), `~`, or `..`.
+fn looks_like_path(text: &str) -> bool {
+    if text.starts_with('~') {
+        return true;
+    }
+    if text.split('/').any(|c| c == "..") {
+        return true;
+    }
+    match text.strip_prefix('/') {
+        Some(rest) => {
+            let first = rest.split('/').next().unwrap_or("");
+            first.is_empty() || Path::new("/").join(first).exists()
+        }
+        None => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn allowed(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn allowed_programs_pass_in_every_position() {
+        let a = allowed(&["ls", "grep", "wc", "echo", "xargs", "find", "env", "timeout"]);
+        for line in [
+            "ls -la | grep x | wc -l",
+            "echo a && ls; echo b || echo c & ls",
+            "find . -name '*.rs' -exec grep -l fn {} ;",
+            "find . -type f | xargs -n 1 grep x",
+            "env A=1 ls",
+            "timeout 5 ls",
+            "FOO=bar ls > output/x.txt 2>&1",
+            "/usr/bin/ls",
+        ] {
+            assert_eq!(check(line, &a, None), Ok(()), "{line}");
+        }
+    }
+
+    #[test]
+    fn bypass_attempts_are_refused() {
+        let a = allowed(&["ls", "echo", "env", "xargs", "find", "timeout", "nice", "python3"]);
+        for line in [
+            "curl http://x",
+            "ls | curl x",
+            "ls && curl x",
+            "ls; curl x",
+            "ls\ncurl x",
+            "ls & curl x",
+            "sh -c 'ls'",
+            "bash -c ls",
+            "bash -lc ls",
+            "env curl x",
+            "env -i curl x",
+            "env PATH=/tmp ls",
+            "env -S 'curl x'",
+            "xargs curl",
+            "xargs -I{} sh -c 'curl {}'",
+            "find . -exec curl x ;",
+            "timeout 5 curl x",
+            "nice -n 5 curl x",
+            "echo `curl x`",
+            "echo $(curl x)",
+            "$CMD x",
+            "c\"url\" x",
+            "./curl",
+            "/tmp/curl",
+            "eval ls",
+            "exec ls",
+            "PATH=/tmp ls",
+            "LD_PRELOAD=/x.so ls",
+            "for i in 1; do curl x; done",
+            "sudo ls",
+            "l* x",
+        ] {
+            assert!(check(line, &a, None).is_err(), "`{line}` should be refused");
+        }
+    }
+
+    #[test]
+    fn package_installs_are_refused_with_the_install_message() {
+        let a = allowed(&["pip", "pip3", "npm", "python3", "apt-get", "cargo", "yarn", "go", "gem"]);
+        for line in [
+            "pip install requests",
+            "pip3 install -U x",
+            "python3 -m pip install x",
+            "npm install left-pad",
+            "npm i x",
+            "yarn add x",
+            "apt-get install -y curl",
+            "cargo install ripgrep",
+            "go install x@latest",
+            "gem install rails",
+        ] {
+            assert_eq!(check(line, &a, None), Err(INSTALL_REFUSED.to_string()), "{line}");
+        }
+        assert_eq!(check("pip list", &a, None), Ok(()));
+    }
+
+    #[test]
+    fn fallback_paths_stay_in_the_workspace() {
+        let dir = tempfile::tempdir().unwrap();
+        crate::workspace::prepare_workspace(dir.path()).unwrap();
+        let ws = Workspace::open(dir.path()).unwrap();
+        let writable = allowed(&["output"]);
+        let policy = PathPolicy { workspace: &ws, edit: true, writable_dirs: &writable };
+        let a = allowed(&["cat", "echo", "grep", "awk"]);
+        assert_eq!(check("cat input/a.txt > output/b.txt 2>/dev/null", &a, Some(policy)), Ok(()));
+        assert_eq!(check("awk '/etcx/ {print}' input/a", &a, Some(policy)), Ok(()));
+        for line in ["cat /etc/passwd", "cat ../x", "echo x > /tmp/x", "echo x > input/x", "grep --file=/etc/shadow x", "cat ~/.bashrc"] {
+            assert!(check(line, &a, Some(policy)).is_err(), "`{line}` should be refused");
+        }
+        let read_only = PathPolicy { edit: false, ..policy };
+        assert!(check("echo x > output/x", &a, Some(read_only)).is_err());
+    }
+}

@@ -1,0 +1,207 @@
+//! `ListSkills` and `ReadSkill`: skills are markdown files in the configured skills directories
+//! (`<dir>/<name>.md` or `<dir>/<name>/SKILL.md` with its supporting files). Reading one
+//! materialises it into the workspace's `skills/` so later commands can use its files.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use maestro_protocol::ToolSpec;
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::config::ToolsConfig;
+use crate::core::{blocking, open_workspace};
+use crate::input::{capped, parse_input, spec_for};
+use crate::workspace::Workspace;
+use crate::{BoxFuture, Tool, ToolContext, ToolOutput};
+
+/// Most files copied with a directory skill, and their total size.
+const MAX_SKILL_FILES: usize = 200;
+const MAX_SKILL_BYTES: u64 = 20 * 1024 * 1024;
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct ListSkillsInput {}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct ReadSkillInput {
+    /// The skill's name, as listed by ListSkills.
+    pub name: String,
+}
+
+/// A skill found on disk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Skill {
+    pub name: String,
+    /// The markdown file (`<name>.md` or `<name>/SKILL.md`).
+    pub file: PathBuf,
+    /// For directory skills, the directory.
+    pub dir: Option<PathBuf>,
+}
+
+/// Every skill in `dirs`, first occurrence of a name winning, sorted by name.
+pub fn find_skills(dirs: &[PathBuf]) -> Vec<Skill> {
+    let mut skills: Vec<Skill> = Vec::new();
+    for dir in dirs {
+        let Ok(entries) = std::fs::read_dir(dir) else { continue };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let Ok(kind) = entry.file_type() else { continue };
+            let skill = if kind.is_dir() && path.join("SKILL.md").is_file() {
+                path.file_name().map(|n| Skill {
+                    name: n.to_string_lossy().into_owned(),
+                    file: path.join("SKILL.md"),
+                    dir: Some(path.clone()),
+                })
+            } else if kind.is_file() && path.extension().is_some_and(|e| e == "md") {
+                path.file_stem().map(|n| Skill { name: n.to_string_lossy().into_owned(), file: path.clone(), dir: None })
+            } else {
+                None
+            };
+            if let Some(skill) = skill
+                && !skills.iter().any(|s| s.name == skill.name)
+            {
+                skills.push(skill);
+            }
+        }
+    }
+    skills.sort_by(|a, b| a.name.cmp(&b.name));
+    skills
+}
+
+/// The `description:` of a YAML front matter, else the first non-empty line without `#`.
+pub fn summary(markdown: &str) -> String {
+    let mut lines = markdown.lines();
+    if markdown.starts_with("---") {
+        lines.next();
+        for line in lines.by_ref() {
+            if line.trim() == "---" {
+                break;
+            }
+            if let Some(d) = line.trim().strip_prefix("description:") {
+                return d.trim().trim_matches('"').to_string();
+            }
+        }
+    }
+    lines
+        .map(|l| l.trim().trim_start_matches('#').trim())
+        .find(|l| !l.is_empty())
+        .unwrap_or("")
+        .to_string()
+}
+
+/// `ListSkills` or `ReadSkill`.
+pub struct SkillsTool {
+    pub read: bool,
+    pub config: Arc<ToolsConfig>,
+}
+
+impl Tool for SkillsTool {
+    fn spec(&self) -> ToolSpec {
+        if self.read {
+            spec_for::<ReadSkillInput>(
+                "ReadSkill",
+                "Read a skill's instructions and copy it (with its files) into the workspace's skills/ directory.",
+            )
+        } else {
+            spec_for::<ListSkillsInput>("ListSkills", "List the available skills with a one-line summary each.")
+        }
+    }
+
+    fn call<'a>(&'a self, ctx: &'a ToolContext, input: Value) -> BoxFuture<'a, ToolOutput> {
+        Box::pin(async move {
+            let spec = self.spec();
+            let config = Arc::clone(&self.config);
+            if !self.read {
+                if let Err(e) = parse_input::<ListSkillsInput>(&spec, input) {
+                    return e;
+                }
+                return blocking(move || list(&config)).await;
+            }
+            let input: ReadSkillInput = match parse_input(&spec, input) {
+                Ok(i) => i,
+                Err(e) => return e,
+            };
+            let ws = match open_workspace(ctx) {
+                Ok(ws) => ws,
+                Err(e) => return e,
+            };
+            blocking(move || read(&config, &ws, &input.name)).await
+        })
+    }
+}
+
+fn list(config: &ToolsConfig) -> ToolOutput {
+    let skills = find_skills(&config.skills_dirs);
+    if skills.is_empty() {
+        return ToolOutput::ok("no skills are available");
+    }
+    let out: String = skills
+        .iter()
+        .map(|s| {
+            let text = std::fs::read_to_string(&s.file).unwrap_or_default();
+            format!("{}: {}\n", s.name, summary(&text))
+        })
+        .collect();
+    capped(out, config.output_cap_bytes)
+}
+
+fn read(config: &ToolsConfig, ws: &Workspace, name: &str) -> ToolOutput {
+    let skills = find_skills(&config.skills_dirs);
+    let Some(skill) = skills.iter().find(|s| s.name == name) else {
+        return ToolOutput::error(format!(
+            "no skill named `{name}`; available: {}",
+            if skills.is_empty() { "none".to_string() } else { skills.iter().map(|s| s.name.as_str()).collect::<Vec<_>>().join(", ") }
+        ));
+    };
+    let content = match std::fs::read_to_string(&skill.file) {
+        Ok(c) => c,
+        Err(e) => return ToolOutput::error(format!("cannot read skill `{name}`: {e}")),
+    };
+    let saved = match &skill.dir {
+        None => materialise(ws, &format!("skills/{name}.md"), &skill.file).map(|()| format!("skills/{name}.md")),
+        Some(dir) => copy_dir(ws, dir, &format!("skills/{name}")).map(|n| format!("skills/{name}/ ({n} file(s); instructions in skills/{name}/SKILL.md)")),
+    };
+    match saved {
+        Ok(where_) => {
+            let mut out = format!("[skill `{name}` saved to {where_}]\n\n");
+            out.push_str(&content);
+            capped(out, config.output_cap_bytes)
+        }
+        Err(e) => ToolOutput::error(format!("cannot copy skill `{name}` into the workspace: {e}")),
+    }
+}
+
+/// Copies one file to a workspace path (resolved safely, parents created).
+fn materialise(ws: &Workspace, rel: &str, from: &Path) -> Result<(), String> {
+    let target = ws.resolve_writable(rel, &["skills".to_string()])?;
+    if let Some(parent) = target.abs.parent() {
+        std::fs::create_dir_all(parent).map_err(|e| e.to_string())?;
+    }
+    std::fs::copy(from, &target.abs).map(|_| ()).map_err(|e| e.to_string())
+}
+
+/// Copies a skill directory's regular files (symlinks are skipped) into the workspace.
+fn copy_dir(ws: &Workspace, dir: &Path, rel: &str) -> Result<usize, String> {
+    let mut copied = 0usize;
+    let mut bytes = 0u64;
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(d) = pending.pop() {
+        for entry in std::fs::read_dir(&d).map_err(|e| e.to_string())?.flatten() {
+            let Ok(kind) = entry.file_type() else { continue };
+            let path = entry.path();
+            if kind.is_dir() {
+                pending.push(path);
+            } else if kind.is_file() {
+                let Ok(sub) = path.strip_prefix(dir) else { continue };
+                bytes += entry.metadata().map(|m| m.len()).unwrap_or(0);
+                if copied >= MAX_SKILL_FILES || bytes > MAX_SKILL_BYTES {
+                    return Err(format!("the skill is too large (more than {MAX_SKILL_FILES} files or {MAX_SKILL_BYTES} bytes)"));
+                }
+                materialise(ws, &format!("{rel}/{}", sub.display()), &path)?;
+                copied += 1;
+            }
+        }
+    }
+    Ok(copied)
+}

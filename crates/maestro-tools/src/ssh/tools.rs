@@ -1,0 +1,317 @@
+//! `SshExec`, `SshUpload` and `SshDownload`: each call authorizes the connection against the
+//! movement's `allowed_ssh_connections`, opens a session, does one thing and closes it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use maestro_protocol::ToolSpec;
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::access::authorize;
+use super::client::{SshSession, connect};
+use super::registry::{SshConnection, SshRegistry};
+use crate::web::workspace_file::{display, existing_file, writable_file};
+use crate::{BoxFuture, Tool, ToolContext, ToolOutput};
+
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
+const DEFAULT_EXEC_TIMEOUT_SECS: u64 = 60;
+const MAX_EXEC_TIMEOUT_SECS: u64 = 600;
+/// Bytes kept of each of stdout and stderr.
+const OUTPUT_CAP: usize = 32 * 1024;
+/// Largest file moved by SshUpload or SshDownload.
+const MAX_TRANSFER_BYTES: u64 = 256 * 1024 * 1024;
+
+/// Which of the three tools a [`SshTool`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SshAction {
+    Exec,
+    Upload,
+    Download,
+}
+
+pub(crate) struct SshTool {
+    action: SshAction,
+    registry: Arc<SshRegistry>,
+    owner: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExecInput {
+    connection_id: String,
+    command: String,
+    #[serde(default)]
+    timeout: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UploadInput {
+    connection_id: String,
+    local_path: String,
+    remote_path: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DownloadInput {
+    connection_id: String,
+    remote_path: String,
+    #[serde(default)]
+    local_path: Option<String>,
+}
+
+impl SshTool {
+    pub(crate) fn new(action: SshAction, registry: Arc<SshRegistry>, owner: Option<String>) -> Self {
+        SshTool { action, registry, owner }
+    }
+
+    fn name(&self) -> &'static str {
+        match self.action {
+            SshAction::Exec => "SshExec",
+            SshAction::Upload => "SshUpload",
+            SshAction::Download => "SshDownload",
+        }
+    }
+
+    fn parse<T: DeserializeOwned>(&self, input: serde_json::Value) -> Result<T, String> {
+        serde_json::from_value(input).map_err(|e| {
+            let expected = match self.action {
+                SshAction::Exec => r#"{"connection_id": "<uuid>", "command": "uptime", "timeout": 60}"#,
+                SshAction::Upload => {
+                    r#"{"connection_id": "<uuid>", "local_path": "output/a.txt", "remote_path": "/tmp/a.txt"}"#
+                }
+                SshAction::Download => {
+                    r#"{"connection_id": "<uuid>", "remote_path": "/var/log/syslog", "local_path": "input/syslog"}"#
+                }
+            };
+            format!("invalid input: {e}; expected {expected}")
+        })
+    }
+
+    /// The connection `id`, if this movement and run may use it; the error carries its code.
+    fn authorized(&self, ctx: &ToolContext, id: &str) -> Result<&SshConnection, String> {
+        let allowed = ctx.allowed_ssh_connections.as_deref();
+        authorize(&self.registry, allowed, self.owner.as_deref(), id).map_err(|e| e.to_string())
+    }
+
+    async fn open(&self, ctx: &ToolContext, conn: &SshConnection) -> Result<SshSession, String> {
+        tokio::select! {
+            s = connect(conn, CONNECT_TIMEOUT) => s,
+            () = ctx.cancel.cancelled() => Err("cancelled".to_string()),
+        }
+    }
+
+    async fn exec(&self, ctx: &ToolContext, input: ExecInput) -> Result<ToolOutput, String> {
+        let conn = self.authorized(ctx, &input.connection_id)?;
+        if input.command.trim().is_empty() {
+            return Err("the command is empty".to_string());
+        }
+        let secs = input.timeout.unwrap_or(DEFAULT_EXEC_TIMEOUT_SECS).clamp(1, MAX_EXEC_TIMEOUT_SECS);
+        let session = self.open(ctx, conn).await?;
+        let result = session.exec(&input.command, Duration::from_secs(secs), OUTPUT_CAP, &ctx.cancel).await;
+        let result = match result {
+            Ok(r) => r,
+            Err(e) => {
+                let e = session.scrub(&e);
+                session.close().await;
+                return Err(e);
+            }
+        };
+        let status = match (&result.exit_code, &result.signal, result.timed_out) {
+            (_, _, true) => format!("timed out after {secs}s (the command may still be running)"),
+            (Some(code), _, false) => format!("exit_code: {code}"),
+            (None, Some(signal), false) => format!("killed by signal {signal}"),
+            (None, None, false) => "ended without an exit status".to_string(),
+        };
+        let mut out = format!("{}\n{status}\n", describe(conn));
+        for (label, bytes) in [("stdout", &result.stdout), ("stderr", &result.stderr)] {
+            if !bytes.is_empty() {
+                out.push_str(&format!("--- {label} ---\n{}\n", String::from_utf8_lossy(bytes).trim_end()));
+            }
+        }
+        if result.truncated {
+            out.push_str(&format!("[truncated: each stream is cut at {OUTPUT_CAP} bytes]\n"));
+        }
+        let output = session.scrub(&out);
+        session.close().await;
+        Ok(ToolOutput { ok: result.exit_code == Some(0), output, truncated: result.truncated })
+    }
+
+    async fn upload(&self, ctx: &ToolContext, input: UploadInput) -> Result<ToolOutput, String> {
+        let conn = self.authorized(ctx, &input.connection_id)?;
+        let local = existing_file(&ctx.workspace, &input.local_path)?;
+        let size = std::fs::metadata(&local).map_err(|e| format!("cannot read {}: {e}", input.local_path))?.len();
+        if size > MAX_TRANSFER_BYTES {
+            return Err(format!("{} is {size} bytes; the limit is {MAX_TRANSFER_BYTES}", input.local_path));
+        }
+        let session = self.open(ctx, conn).await?;
+        let copied = async {
+            let sftp = session.sftp().await?;
+            let mut remote = sftp
+                .create(input.remote_path.clone())
+                .await
+                .map_err(|e| format!("cannot create {} on the server: {e}", input.remote_path))?;
+            let mut file = tokio::fs::File::open(&local).await.map_err(|e| format!("cannot read {}: {e}", input.local_path))?;
+            let n = tokio::io::copy(&mut file, &mut remote)
+                .await
+                .map_err(|e| format!("uploading to {} failed: {e}", input.remote_path))?;
+            remote.shutdown().await.map_err(|e| format!("closing {} failed: {e}", input.remote_path))?;
+            let _ = sftp.close().await;
+            Ok::<u64, String>(n)
+        };
+        let copied = tokio::select! {
+            r = copied => r,
+            () = ctx.cancel.cancelled() => Err("cancelled".to_string()),
+        };
+        let result = copied
+            .map(|n| ToolOutput::ok(format!("{}\nuploaded {} ({n} bytes) to {}", describe(conn), input.local_path, input.remote_path)))
+            .map_err(|e| session.scrub(&e));
+        session.close().await;
+        result
+    }
+
+    async fn download(&self, ctx: &ToolContext, input: DownloadInput) -> Result<ToolOutput, String> {
+        let conn = self.authorized(ctx, &input.connection_id)?;
+        let local_rel = match &input.local_path {
+            Some(path) => path.clone(),
+            None => {
+                let base = input.remote_path.rsplit('/').next().unwrap_or("");
+                format!("input/{}", crate::web::workspace_file::sanitize_file_name(base))
+            }
+        };
+        let rel = crate::Workspace::open(&ctx.workspace)?.resolve(&local_rel)?.rel;
+        if !ctx.edit && !rel.starts_with("input") {
+            return Err(format!(
+                "{local_rel} is outside input/; this movement has edit: false, so SshDownload may \
+                 only write under input/"
+            ));
+        }
+        let local = writable_file(&ctx.workspace, &local_rel)?;
+        let session = self.open(ctx, conn).await?;
+        let partial = local.with_file_name(format!(
+            ".{}.part",
+            local.file_name().and_then(|n| n.to_str()).unwrap_or("download")
+        ));
+        let copied = async {
+            let sftp = session.sftp().await?;
+            let meta = sftp
+                .metadata(input.remote_path.clone())
+                .await
+                .map_err(|e| format!("cannot stat {} on the server: {e}", input.remote_path))?;
+            if meta.is_dir() {
+                return Err(format!("{} is a directory; SshDownload moves one file", input.remote_path));
+            }
+            if meta.len() > MAX_TRANSFER_BYTES {
+                return Err(format!("{} is {} bytes; the limit is {MAX_TRANSFER_BYTES}", input.remote_path, meta.len()));
+            }
+            let remote = sftp
+                .open(input.remote_path.clone())
+                .await
+                .map_err(|e| format!("cannot open {} on the server: {e}", input.remote_path))?;
+            let mut file = tokio::fs::File::create(&partial).await.map_err(|e| format!("cannot write {local_rel}: {e}"))?;
+            let n = tokio::io::copy(&mut remote.take(MAX_TRANSFER_BYTES + 1), &mut file)
+                .await
+                .map_err(|e| format!("downloading {} failed: {e}", input.remote_path))?;
+            if n > MAX_TRANSFER_BYTES {
+                return Err(format!("{} grew past the {MAX_TRANSFER_BYTES}-byte limit", input.remote_path));
+            }
+            file.flush().await.map_err(|e| format!("cannot write {local_rel}: {e}"))?;
+            let _ = sftp.close().await;
+            Ok::<u64, String>(n)
+        };
+        let copied = tokio::select! {
+            r = copied => r,
+            () = ctx.cancel.cancelled() => Err("cancelled".to_string()),
+        };
+        let copied = match copied {
+            Ok(n) => tokio::fs::rename(&partial, &local).await.map(|()| n).map_err(|e| format!("cannot write {local_rel}: {e}")),
+            Err(e) => Err(e),
+        };
+        if copied.is_err() {
+            let _ = tokio::fs::remove_file(&partial).await;
+        }
+        let result = copied
+            .map(|n| {
+                let shown = display(&ctx.workspace, &local);
+                ToolOutput::ok(format!("{}\ndownloaded {} ({n} bytes) to {shown}", describe(conn), input.remote_path))
+            })
+            .map_err(|e| session.scrub(&e));
+        session.close().await;
+        result
+    }
+}
+
+fn describe(conn: &SshConnection) -> String {
+    format!("connection: {} ({}) {}@{}:{}", conn.name, conn.id, conn.user, conn.host, conn.port)
+}
+
+impl Tool for SshTool {
+    fn spec(&self) -> ToolSpec {
+        let id = json!({"type": "string", "description": "id of a registered SSH connection"});
+        let (description, properties, required) = match self.action {
+            SshAction::Exec => (
+                "Run a shell command on a registered SSH connection and return its exit code and output.",
+                json!({
+                    "connection_id": id,
+                    "command": {"type": "string", "description": "command line run by the remote shell"},
+                    "timeout": {"type": "integer", "minimum": 1, "maximum": MAX_EXEC_TIMEOUT_SECS,
+                                "description": "seconds before giving up (default 60)"}
+                }),
+                json!(["connection_id", "command"]),
+            ),
+            SshAction::Upload => (
+                "Copy a workspace file to a path on a registered SSH connection over SFTP.",
+                json!({
+                    "connection_id": id,
+                    "local_path": {"type": "string", "description": "file inside the workspace"},
+                    "remote_path": {"type": "string", "description": "destination path on the server"}
+                }),
+                json!(["connection_id", "local_path", "remote_path"]),
+            ),
+            SshAction::Download => (
+                "Copy a file from a registered SSH connection into the workspace over SFTP.",
+                json!({
+                    "connection_id": id,
+                    "remote_path": {"type": "string", "description": "file on the server"},
+                    "local_path": {"type": "string",
+                                   "description": "destination inside the workspace (default input/<file name>)"}
+                }),
+                json!(["connection_id", "remote_path"]),
+            ),
+        };
+        ToolSpec {
+            name: self.name().to_string(),
+            description: description.to_string(),
+            input_schema: json!({
+                "type": "object",
+                "properties": properties,
+                "required": required,
+                "additionalProperties": false
+            }),
+        }
+    }
+
+    fn call<'a>(&'a self, ctx: &'a ToolContext, input: serde_json::Value) -> BoxFuture<'a, ToolOutput> {
+        Box::pin(async move {
+            let result = match self.action {
+                SshAction::Exec => match self.parse(input) {
+                    Ok(input) => self.exec(ctx, input).await,
+                    Err(e) => Err(e),
+                },
+                SshAction::Upload => match self.parse(input) {
+                    Ok(input) => self.upload(ctx, input).await,
+                    Err(e) => Err(e),
+                },
+                SshAction::Download => match self.parse(input) {
+                    Ok(input) => self.download(ctx, input).await,
+                    Err(e) => Err(e),
+                },
+            };
+            result.unwrap_or_else(|e| ToolOutput::error(format!("{}: {e}", self.name())))
+        })
+    }
+}

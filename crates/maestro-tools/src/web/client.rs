@@ -1,0 +1,199 @@
+//! The guarded HTTP client every web tool uses, and the bounded body reader.
+
+use std::error::Error as _;
+use std::sync::Arc;
+use std::time::Duration;
+
+use reqwest::redirect::{Attempt, Policy};
+use tokio_util::sync::CancellationToken;
+
+use super::WebConfig;
+use super::guard::{Blocked, GuardedResolver, HostLookup, HostPolicy};
+
+/// Redirect hops followed before giving up.
+pub const MAX_REDIRECTS: usize = 5;
+
+/// An HTTP client whose every connection and redirect passes the SSRF guard.
+#[derive(Clone)]
+pub struct WebClient {
+    http: reqwest::Client,
+    policy: Arc<HostPolicy>,
+    pub(crate) max_bytes: u64,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for WebClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WebClient").field("policy", &self.policy).finish_non_exhaustive()
+    }
+}
+
+/// A response whose status is a success, with the URL it finally came from.
+pub struct Fetched {
+    pub response: reqwest::Response,
+    pub final_url: String,
+    pub content_type: Option<String>,
+}
+
+impl WebClient {
+    pub fn new(config: &WebConfig, lookup: Arc<dyn HostLookup>) -> Self {
+        Self::with_policy(config, HostPolicy::new(config.allow_private, &config.allow_hosts), lookup)
+    }
+
+    pub(crate) fn with_policy(
+        config: &WebConfig,
+        policy: HostPolicy,
+        lookup: Arc<dyn HostLookup>,
+    ) -> Self {
+        let policy = Arc::new(policy);
+        let resolver = GuardedResolver { policy: Arc::clone(&policy), lookup };
+        let redirect_policy = Arc::clone(&policy);
+        let http = reqwest::Client::builder()
+            // A proxy would resolve names itself and bypass the guard.
+            .no_proxy()
+            .dns_resolver(Arc::new(resolver))
+            .redirect(Policy::custom(move |attempt| check_redirect(&redirect_policy, attempt)))
+            .timeout(config.timeout())
+            .connect_timeout(config.timeout().min(Duration::from_secs(10)))
+            .user_agent(concat!("maestro/", env!("CARGO_PKG_VERSION")))
+            .build()
+            // Building fails only when the TLS backend cannot initialise; then every request
+            // reports it instead.
+            .unwrap_or_else(|_| reqwest::Client::new());
+        WebClient { http, policy, max_bytes: config.max_bytes, timeout: config.timeout() }
+    }
+
+    /// GETs `url` (http or https only), following guarded redirects, and fails on a non-2xx
+    /// status. Errors are sentences for the model.
+    pub async fn get(&self, url: &str, cancel: &CancellationToken) -> Result<Fetched, String> {
+        let parsed = url::Url::parse(url).map_err(|e| format!("invalid URL {url:?}: {e}"))?;
+        if !matches!(parsed.scheme(), "http" | "https") {
+            return Err(format!(
+                "unsupported URL scheme {:?} in {url}: only http and https are fetched",
+                parsed.scheme()
+            ));
+        }
+        if parsed.host_str().is_none() {
+            return Err(format!("URL {url} has no host"));
+        }
+        self.policy.check_url(&parsed).map_err(|b| b.to_string())?;
+        let response = tokio::select! {
+            r = self.http.get(parsed).send() => r.map_err(|e| self.describe(&e))?,
+            () = cancel.cancelled() => return Err("cancelled".to_string()),
+        };
+        let final_url = response.url().to_string();
+        let status = response.status();
+        if status.is_redirection() {
+            let location = response
+                .headers()
+                .get(reqwest::header::LOCATION)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("(no location)");
+            return Err(format!(
+                "{final_url} redirects to {location}, which was not followed: only http and https \
+                 redirects are"
+            ));
+        }
+        if !status.is_success() {
+            return Err(format!("{final_url} answered HTTP {status}"));
+        }
+        let content_type = response
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(|v| v.to_ascii_lowercase());
+        Ok(Fetched { response, final_url, content_type })
+    }
+
+    /// Turns a reqwest error into a sentence, naming the SSRF refusal when that is the cause.
+    pub(crate) fn describe(&self, err: &reqwest::Error) -> String {
+        let mut source = err.source();
+        while let Some(cause) = source {
+            if let Some(blocked) = cause.downcast_ref::<Blocked>() {
+                return format!(
+                    "{blocked}; private, loopback and metadata addresses are not reachable from \
+                     the web tools"
+                );
+            }
+            if let Some(hops) = cause.downcast_ref::<TooManyRedirects>() {
+                return hops.to_string();
+            }
+            if let Some(scheme) = cause.downcast_ref::<BadRedirectScheme>() {
+                return scheme.0.clone();
+            }
+            source = cause.source();
+        }
+        if err.is_timeout() {
+            return format!("request timed out after {}s", self.timeout.as_secs());
+        }
+        let mut text = err.to_string();
+        let mut source = err.source();
+        while let Some(cause) = source {
+            text.push_str(": ");
+            text.push_str(&cause.to_string());
+            source = cause.source();
+        }
+        text
+    }
+}
+
+#[derive(Debug)]
+struct TooManyRedirects;
+
+impl std::fmt::Display for TooManyRedirects {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "stopped after {MAX_REDIRECTS} redirects")
+    }
+}
+
+impl std::error::Error for TooManyRedirects {}
+
+#[derive(Debug)]
+struct BadRedirectScheme(String);
+
+impl std::fmt::Display for BadRedirectScheme {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for BadRedirectScheme {}
+
+fn check_redirect(policy: &HostPolicy, attempt: Attempt<'_>) -> reqwest::redirect::Action {
+    if attempt.previous().len() > MAX_REDIRECTS {
+        return attempt.error(TooManyRedirects);
+    }
+    let url = attempt.url();
+    if !matches!(url.scheme(), "http" | "https") {
+        let msg = format!("refused redirect to {url}: only http and https are followed");
+        return attempt.error(BadRedirectScheme(msg));
+    }
+    // Names are checked by the resolver when the new connection is made.
+    match policy.check_url(url) {
+        Ok(()) => attempt.follow(),
+        Err(blocked) => attempt.error(blocked),
+    }
+}
+
+/// Reads at most `limit` bytes of the body; the flag says whether more was left unread.
+pub async fn read_limited(
+    client: &WebClient,
+    mut response: reqwest::Response,
+    limit: u64,
+    cancel: &CancellationToken,
+) -> Result<(Vec<u8>, bool), String> {
+    let mut body = Vec::new();
+    loop {
+        let chunk = tokio::select! {
+            c = response.chunk() => c.map_err(|e| client.describe(&e))?,
+            () = cancel.cancelled() => return Err("cancelled".to_string()),
+        };
+        let Some(chunk) = chunk else { return Ok((body, false)) };
+        let room = usize::try_from(limit).unwrap_or(usize::MAX).saturating_sub(body.len());
+        if chunk.len() > room {
+            body.extend_from_slice(&chunk[..room]);
+            return Ok((body, true));
+        }
+        body.extend_from_slice(&chunk);
+    }
+}

@@ -1,0 +1,168 @@
+//! `DownloadFile`: saves one URL into the workspace's `input/` folder, within the size limit.
+
+use std::path::{Path, PathBuf};
+
+use maestro_protocol::ToolSpec;
+use serde::Deserialize;
+use serde_json::json;
+use tokio::io::AsyncWriteExt;
+
+use super::client::WebClient;
+use super::workspace_file::{display, sanitize_file_name, writable_file};
+use crate::{BoxFuture, Tool, ToolContext, ToolOutput};
+
+pub(crate) struct DownloadFile {
+    client: WebClient,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Input {
+    url: String,
+    #[serde(default)]
+    filename: Option<String>,
+}
+
+impl DownloadFile {
+    pub(crate) fn new(client: WebClient) -> Self {
+        DownloadFile { client }
+    }
+
+    async fn run(&self, ctx: &ToolContext, input: Input) -> Result<String, String> {
+        if let Some(name) = &input.filename
+            && (name.contains('/') || name.contains('\\') || name == "." || name == "..")
+        {
+            return Err(format!(
+                "filename {name:?} must be a plain file name without folders; it is saved into input/"
+            ));
+        }
+        let fetched = self.client.get(&input.url, &ctx.cancel).await?;
+        let limit = self.client.max_bytes;
+        if let Some(length) = fetched.response.content_length()
+            && length > limit
+        {
+            return Err(format!("the file is {length} bytes, larger than the {limit}-byte limit"));
+        }
+        let wanted = match &input.filename {
+            Some(name) => sanitize_file_name(name),
+            None => sanitize_file_name(&name_from_url(&fetched.final_url)),
+        };
+        let target = unique_target(&ctx.workspace, &wanted)?;
+        let partial = target.with_file_name(format!(
+            ".{}.part",
+            target.file_name().and_then(|n| n.to_str()).unwrap_or("download")
+        ));
+        let written = save(&self.client, fetched.response, &partial, limit, ctx).await;
+        let written = match written {
+            Ok(n) => n,
+            Err(e) => {
+                let _ = tokio::fs::remove_file(&partial).await;
+                return Err(e);
+            }
+        };
+        tokio::fs::rename(&partial, &target)
+            .await
+            .map_err(|e| format!("cannot move the download into place: {e}"))?;
+        Ok(format!(
+            "Saved {written} bytes from {} to {} ({})",
+            fetched.final_url,
+            display(&ctx.workspace, &target),
+            fetched.content_type.as_deref().unwrap_or("no content type")
+        ))
+    }
+}
+
+async fn save(
+    client: &WebClient,
+    mut response: reqwest::Response,
+    path: &Path,
+    limit: u64,
+    ctx: &ToolContext,
+) -> Result<u64, String> {
+    let mut file = tokio::fs::File::create(path)
+        .await
+        .map_err(|e| format!("cannot create {}: {e}", display(&ctx.workspace, path)))?;
+    let mut written: u64 = 0;
+    loop {
+        let chunk = tokio::select! {
+            c = response.chunk() => c.map_err(|e| client.describe(&e))?,
+            () = ctx.cancel.cancelled() => return Err("cancelled".to_string()),
+        };
+        let Some(chunk) = chunk else { break };
+        written += chunk.len() as u64;
+        if written > limit {
+            return Err(format!("the file is larger than the {limit}-byte limit; nothing was saved"));
+        }
+        file.write_all(&chunk).await.map_err(|e| format!("writing the file failed: {e}"))?;
+    }
+    file.flush().await.map_err(|e| format!("writing the file failed: {e}"))?;
+    Ok(written)
+}
+
+fn name_from_url(url: &str) -> String {
+    url::Url::parse(url)
+        .ok()
+        .and_then(|u| u.path_segments().and_then(|mut s| s.next_back().map(str::to_string)))
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "download".to_string())
+}
+
+/// `input/<name>`, or `input/<stem>-N.<ext>` when that name is taken.
+fn unique_target(workspace: &Path, name: &str) -> Result<PathBuf, String> {
+    let (stem, ext) = match name.rsplit_once('.') {
+        Some((stem, ext)) if !stem.is_empty() => (stem, Some(ext)),
+        _ => (name, None),
+    };
+    for n in 0..1000 {
+        let candidate = match (n, ext) {
+            (0, _) => name.to_string(),
+            (n, Some(ext)) => format!("{stem}-{n}.{ext}"),
+            (n, None) => format!("{stem}-{n}"),
+        };
+        let path = writable_file(workspace, &format!("input/{candidate}"))?;
+        if !path.exists() {
+            return Ok(path);
+        }
+    }
+    Err(format!("input/ already holds 1000 files named like {name}; choose another filename"))
+}
+
+impl Tool for DownloadFile {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: "DownloadFile".to_string(),
+            description: "Download a file from a public URL into the workspace's input/ folder."
+                .to_string(),
+            input_schema: json!({
+                "type": "object",
+                "properties": {
+                    "url": {"type": "string", "description": "http or https URL of the file"},
+                    "filename": {
+                        "type": "string",
+                        "description": "file name to save as inside input/ (default: taken from the URL)"
+                    }
+                },
+                "required": ["url"],
+                "additionalProperties": false
+            }),
+        }
+    }
+
+    fn call<'a>(&'a self, ctx: &'a ToolContext, input: serde_json::Value) -> BoxFuture<'a, ToolOutput> {
+        Box::pin(async move {
+            let input: Input = match serde_json::from_value(input) {
+                Ok(input) => input,
+                Err(e) => {
+                    return ToolOutput::error(format!(
+                        "invalid DownloadFile input: {e}; expected {{\"url\": \"https://...\", \"filename\": \"optional.name\"}}"
+                    ));
+                }
+            };
+            let url = input.url.clone();
+            match self.run(ctx, input).await {
+                Ok(text) => ToolOutput::ok(text),
+                Err(e) => ToolOutput::error(format!("DownloadFile {url}: {e}")),
+            }
+        })
+    }
+}

@@ -1,0 +1,134 @@
+//! `WebSearch`: a query against the configured SearXNG instance's JSON API.
+
+use std::sync::Arc;
+
+use maestro_protocol::ToolSpec;
+use serde::Deserialize;
+use serde_json::json;
+
+use super::client::{WebClient, read_limited};
+use super::guard::{HostLookup, HostPolicy};
+use super::{SearchProvider, WebConfig};
+use crate::{BoxFuture, Tool, ToolContext, ToolOutput};
+
+const DEFAULT_RESULTS: usize = 8;
+const MAX_RESULTS: usize = 20;
+const SNIPPET_CHARS: usize = 400;
+
+pub(crate) struct WebSearch {
+    backend: Option<(SearchProvider, WebClient)>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Input {
+    query: String,
+    #[serde(default)]
+    max_results: Option<usize>,
+}
+
+#[derive(Deserialize)]
+struct SearxResponse {
+    #[serde(default)]
+    results: Vec<SearxResult>,
+}
+
+#[derive(Deserialize)]
+struct SearxResult {
+    #[serde(default)]
+    url: String,
+    #[serde(default)]
+    title: String,
+    #[serde(default)]
+    content: String,
+}
+
+impl WebSearch {
+    pub(crate) fn new(config: &WebConfig, lookup: Arc<dyn HostLookup>) -> Self {
+        let backend = config.search.clone().map(|provider| {
+            // The operator chose this instance, so its host is trusted even when it is local;
+            // everything else (including redirects elsewhere) stays guarded.
+            let mut policy = HostPolicy::new(config.allow_private, &config.allow_hosts);
+            if let Ok(url) = url::Url::parse(&provider.searxng_url)
+                && let Some(host) = url.host_str()
+            {
+                policy.allow(host);
+            }
+            let client = WebClient::with_policy(config, policy, lookup);
+            (provider, client)
+        });
+        WebSearch { backend }
+    }
+
+    async fn run(&self, ctx: &ToolContext, input: Input) -> Result<String, String> {
+        let Some((provider, client)) = &self.backend else {
+            return Err("WebSearch is not configured: set web.search.searxng_url".to_string());
+        };
+        if input.query.trim().is_empty() {
+            return Err("the query is empty".to_string());
+        }
+        let wanted = input.max_results.unwrap_or(DEFAULT_RESULTS).clamp(1, MAX_RESULTS);
+        let mut url = url::Url::parse(&provider.searxng_url)
+            .map_err(|e| format!("web.search.searxng_url {:?} is not a URL: {e}", provider.searxng_url))?;
+        let path = format!("{}/search", url.path().trim_end_matches('/'));
+        url.set_path(&path);
+        url.query_pairs_mut().clear().append_pair("format", "json").append_pair("q", &input.query);
+        let fetched = client.get(url.as_str(), &ctx.cancel).await.map_err(|e| {
+            format!("the search provider failed: {e}")
+        })?;
+        let (body, _) = read_limited(client, fetched.response, client.max_bytes, &ctx.cancel).await?;
+        let parsed: SearxResponse = serde_json::from_slice(&body).map_err(|e| {
+            format!("the search provider did not answer with SearXNG JSON ({e}); is format=json enabled?")
+        })?;
+        if parsed.results.is_empty() {
+            return Ok(format!("No results for {:?}.", input.query));
+        }
+        let mut out = format!("Results for {:?}:\n", input.query);
+        for (i, r) in parsed.results.iter().take(wanted).enumerate() {
+            out.push_str(&format!("\n{}. {}\n   {}\n", i + 1, r.title.trim(), r.url));
+            let snippet: String = r.content.trim().chars().take(SNIPPET_CHARS).collect();
+            if !snippet.is_empty() {
+                out.push_str(&format!("   {snippet}\n"));
+            }
+        }
+        Ok(out)
+    }
+}
+
+impl Tool for WebSearch {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: "WebSearch".to_string(),
+            description: "Search the web and return result titles, URLs and snippets.".to_string(),
+            input_schema: json!({
+                "type": "object",
+                "properties": {
+                    "query": {"type": "string", "description": "search terms"},
+                    "max_results": {
+                        "type": "integer", "minimum": 1, "maximum": MAX_RESULTS,
+                        "description": "how many results to return (default 8)"
+                    }
+                },
+                "required": ["query"],
+                "additionalProperties": false
+            }),
+        }
+    }
+
+    fn call<'a>(&'a self, ctx: &'a ToolContext, input: serde_json::Value) -> BoxFuture<'a, ToolOutput> {
+        Box::pin(async move {
+            let input: Input = match serde_json::from_value(input) {
+                Ok(input) => input,
+                Err(e) => {
+                    return ToolOutput::error(format!(
+                        "invalid WebSearch input: {e}; expected {{\"query\": \"...\", \"max_results\": 8}}"
+                    ));
+                }
+            };
+            match self.run(ctx, input).await {
+                Ok(text) => ToolOutput::ok(text),
+                Err(e) => ToolOutput::error(e),
+            }
+        })
+    }
+}

@@ -1,0 +1,50 @@
+//! The hardened fallback (`safety.bash_sandbox: off`, or `auto` without bubblewrap): the
+//! allowlist plus path checks, a scrubbed environment and the time limit.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use maestro_tools::BashSandboxMode;
+use support::{Bench, processes_with};
+
+#[tokio::test]
+async fn commands_run_in_the_workspace_with_a_clean_environment() {
+    let b = Bench::new(BashSandboxMode::Off).allow(&["cat", "pwd", "echo"]);
+    b.write("input/a.txt", "hello\n");
+    let out = b.bash("cat input/a.txt; echo \"[$MAESTRO_API_KEY][$CARGO_HOME]\"").await;
+    assert_eq!((out.ok, out.output.as_str()), (true, "hello\n[][]\n"));
+    let out = b.bash("pwd").await;
+    assert_eq!(out.output.trim(), std::fs::canonicalize(b.root()).unwrap().display().to_string());
+}
+
+#[tokio::test]
+async fn paths_outside_the_workspace_are_refused() {
+    let b = Bench::new(BashSandboxMode::Off).editing().allow(&["cat", "echo", "cp", "ls"]);
+    for command in [
+        "cat /etc/shadow",
+        "cat /etc/passwd",
+        "cat ../x",
+        "ls /",
+        "cp input/a /tmp/x",
+        "echo x > /tmp/maestro-fallback-pwned",
+        "echo x > input/x",
+        "cat < /etc/passwd",
+        "cat ~/.profile",
+    ] {
+        let out = b.bash(command).await;
+        assert!(!out.ok && out.output.starts_with("command refused: "), "{command}: {out:?}");
+    }
+    assert!(!std::path::Path::new("/tmp/maestro-fallback-pwned").exists());
+    let out = b.bash("echo ok > output/x && cat output/x").await;
+    assert_eq!((out.ok, out.output.as_str()), (true, "ok\n"));
+}
+
+#[tokio::test]
+async fn the_time_limit_kills_the_process_group() {
+    let b = Bench::new(BashSandboxMode::Off).allow(&["sleep"]);
+    let out = b.call("Bash", serde_json::json!({"command": "sleep 4343 & sleep 4344", "timeout": 300})).await;
+    assert!(out.output.contains("[timed out after 300 ms"), "{out:?}");
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert_eq!(processes_with("sleep 4343"), Vec::<String>::new());
+    assert_eq!(processes_with("sleep 4344"), Vec::<String>::new());
+}

@@ -15,3 +15,13 @@ if [ ${#need_apt[@]} -gt 0 ]; then
 fi
 mkdir -p /run/sshd 2>/dev/null || true
 command -v cargo-nextest >/dev/null || cargo install --locked cargo-nextest
+
+# Reference MCP servers the MCP tests talk to (written elsewhere, pinned here).
+python3 -c 'import mcp' 2>/dev/null \
+  || python3 -m pip install -q --disable-pip-version-check 'mcp==2.3.0'
+MCP_FS=/opt/maestro-test/node_modules/.bin/mcp-server-filesystem
+if [ ! -x "$MCP_FS" ]; then
+  command -v npm >/dev/null || { apt-get update -qq && apt-get install -y -qq nodejs npm >/dev/null; }
+  npm install --silent --no-audit --no-fund --prefix /opt/maestro-test \
+    @modelcontextprotocol/server-filesystem@2026.8.31 >/dev/null
+fi

@@ -126,8 +126,10 @@ fn read_role(cx: &mut Cx<'_>, name: &str, node: &Node, path: &str) -> Option<Mov
             return None;
         }
         if let Err(e) = jsonschema::validator_for(&schema) {
-            sink.error(&p, node.span, format!("invalid JSON Schema: {e}"));
-            return None;
+            // Keep the schema: the graph checks below still make sense against it.
+            let at = e.instance_path().to_string();
+            let at = if at.is_empty() { String::new() } else { format!(" at `{at}`") };
+            sink.error(&p, node.span, format!("invalid JSON Schema{at}: {e}"));
         }
         Some(schema)
     });

@@ -274,7 +274,9 @@ impl<'a> Builder<'a> {
     fn scan_error(&self, e: &ScanError) -> YamlError {
         let at = *e.marker();
         let info = e.info();
-        let message = if info.contains("tab") {
+        let message = if info == "recursion limit exceeded" {
+            format!("nesting deeper than {MAX_DEPTH} levels")
+        } else if info.contains("tab") {
             format!("YAML syntax error: {info}; indent with spaces, not tabs")
         } else {
             format!("YAML syntax error: {info}")

@@ -48,10 +48,11 @@ impl Tool for ReadToolDocTool {
             };
             if let Some(dir) = &self.config.docs_dir {
                 let name = input.tool.trim();
-                if !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-                    if let Ok(doc) = tokio::fs::read_to_string(dir.join(format!("{name}.md"))).await {
-                        return capped(doc, self.config.output_cap_bytes);
-                    }
+                if !name.is_empty()
+                    && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                    && let Ok(doc) = tokio::fs::read_to_string(dir.join(format!("{name}.md"))).await
+                {
+                    return capped(doc, self.config.output_cap_bytes);
                 }
             }
             match tool_doc(input.tool.trim()) {

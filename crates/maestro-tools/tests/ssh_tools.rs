@@ -14,9 +14,19 @@ async fn exec_reports_exit_code_and_both_streams() {
     let tools = Tools::new(vec![sshd.connection(CONN)], None);
     let allowed: &[&str] = &[CONN];
     let out = tools
-        .call("SshExec", ws.path(), Some(allowed), false, json!({"connection_id": CONN, "command": "echo hello; echo oops >&2; exit 3"}))
+        .call(
+            "SshExec",
+            ws.path(),
+            Some(allowed),
+            false,
+            json!({"connection_id": CONN, "command": "echo hello; echo oops >&2; exit 3"}),
+        )
         .await;
-    let header = format!("connection: test-sshd ({CONN}) {}@127.0.0.1:{}", ssh_support::current_user(), sshd.port);
+    let header = format!(
+        "connection: test-sshd ({CONN}) {}@127.0.0.1:{}",
+        ssh_support::current_user(),
+        sshd.port
+    );
     assert_eq!(
         out,
         maestro_tools::ToolOutput::error(format!(
@@ -24,9 +34,18 @@ async fn exec_reports_exit_code_and_both_streams() {
         ))
     );
     let out = tools
-        .call("SshExec", ws.path(), Some(allowed), false, json!({"connection_id": CONN, "command": "printf 'ok'"}))
+        .call(
+            "SshExec",
+            ws.path(),
+            Some(allowed),
+            false,
+            json!({"connection_id": CONN, "command": "printf 'ok'"}),
+        )
         .await;
-    assert_eq!(out, maestro_tools::ToolOutput::ok(format!("{header}\nexit_code: 0\n--- stdout ---\nok\n")));
+    assert_eq!(
+        out,
+        maestro_tools::ToolOutput::ok(format!("{header}\nexit_code: 0\n--- stdout ---\nok\n"))
+    );
 }
 
 #[tokio::test]
@@ -35,10 +54,20 @@ async fn exec_stops_at_its_timeout() {
     let ws = tempfile::tempdir().unwrap();
     let tools = Tools::new(vec![sshd.connection(CONN)], None);
     let out = tools
-        .call("SshExec", ws.path(), Some(&["*"]), false, json!({"connection_id": CONN, "command": "echo started; sleep 30", "timeout": 1}))
+        .call(
+            "SshExec",
+            ws.path(),
+            Some(&["*"]),
+            false,
+            json!({"connection_id": CONN, "command": "echo started; sleep 30", "timeout": 1}),
+        )
         .await;
     assert!(!out.ok, "{out:?}");
-    assert!(out.output.contains("timed out after 1s") && out.output.contains("started"), "{}", out.output);
+    assert!(
+        out.output.contains("timed out after 1s") && out.output.contains("started"),
+        "{}",
+        out.output
+    );
 }
 
 #[tokio::test]
@@ -60,35 +89,85 @@ async fn upload_and_download_over_sftp() {
         )
         .await;
     assert!(out.ok, "{out:?}");
-    assert!(out.output.ends_with(&format!("uploaded output/report.txt (12 bytes) to {}", remote.display())), "{}", out.output);
+    assert!(
+        out.output.ends_with(&format!(
+            "uploaded output/report.txt (12 bytes) to {}",
+            remote.display()
+        )),
+        "{}",
+        out.output
+    );
     assert_eq!(std::fs::read_to_string(&remote).unwrap(), "report body\n");
 
     std::fs::write(sshd.path("server.log"), "line 1\nline 2\n").unwrap();
     let out = tools
-        .call("SshDownload", ws.path(), Some(allowed), false, json!({"connection_id": CONN, "remote_path": sshd.path("server.log")}))
+        .call(
+            "SshDownload",
+            ws.path(),
+            Some(allowed),
+            false,
+            json!({"connection_id": CONN, "remote_path": sshd.path("server.log")}),
+        )
         .await;
-    assert!(out.ok && out.output.ends_with("(14 bytes) to input/server.log"), "{out:?}");
-    assert_eq!(std::fs::read_to_string(ws.path().join("input/server.log")).unwrap(), "line 1\nline 2\n");
+    assert!(
+        out.ok && out.output.ends_with("(14 bytes) to input/server.log"),
+        "{out:?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("input/server.log")).unwrap(),
+        "line 1\nline 2\n"
+    );
 
     // Outside input/ only when the movement may edit.
     let input = json!({"connection_id": CONN, "remote_path": sshd.path("server.log"), "local_path": "output/copy.log"});
-    let out = tools.call("SshDownload", ws.path(), Some(allowed), false, input.clone()).await;
+    let out = tools
+        .call(
+            "SshDownload",
+            ws.path(),
+            Some(allowed),
+            false,
+            input.clone(),
+        )
+        .await;
     assert!(!out.ok && out.output.contains("edit: false"), "{out:?}");
-    let out = tools.call("SshDownload", ws.path(), Some(allowed), true, input).await;
+    let out = tools
+        .call("SshDownload", ws.path(), Some(allowed), true, input)
+        .await;
     assert!(out.ok, "{out:?}");
-    assert_eq!(std::fs::read_to_string(ws.path().join("output/copy.log")).unwrap(), "line 1\nline 2\n");
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("output/copy.log")).unwrap(),
+        "line 1\nline 2\n"
+    );
 
     // Never outside the workspace.
     let out = tools
-        .call("SshUpload", ws.path(), Some(allowed), true, json!({"connection_id": CONN, "local_path": "/etc/hostname", "remote_path": "/tmp/x"}))
+        .call(
+            "SshUpload",
+            ws.path(),
+            Some(allowed),
+            true,
+            json!({"connection_id": CONN, "local_path": "/etc/hostname", "remote_path": "/tmp/x"}),
+        )
         .await;
-    assert!(!out.ok && out.output.contains("outside the workspace"), "{out:?}");
+    assert!(
+        !out.ok && out.output.contains("outside the workspace"),
+        "{out:?}"
+    );
     let out = tools
         .call("SshDownload", ws.path(), Some(allowed), true, json!({"connection_id": CONN, "remote_path": sshd.path("server.log"), "local_path": "../escape.log"}))
         .await;
-    assert!(!out.ok && out.output.contains("outside the workspace"), "{out:?}");
+    assert!(
+        !out.ok && out.output.contains("outside the workspace"),
+        "{out:?}"
+    );
     let out = tools
-        .call("SshDownload", ws.path(), Some(allowed), false, json!({"connection_id": CONN, "remote_path": sshd.path("missing.txt")}))
+        .call(
+            "SshDownload",
+            ws.path(),
+            Some(allowed),
+            false,
+            json!({"connection_id": CONN, "remote_path": sshd.path("missing.txt")}),
+        )
         .await;
     assert!(!out.ok && out.output.contains("cannot stat"), "{out:?}");
 }

@@ -4,6 +4,8 @@
 //! is read back into the same [`ToolCall`] a native answer would give. Tool results travel as
 //! user messages, since such models often reject the `tool` role.
 
+mod inline;
+
 use maestro_protocol::{ToolCall, ToolSpec};
 use serde_json::{Map, Value, json};
 
@@ -44,12 +46,12 @@ pub(crate) fn schema(tools: &[ToolSpec]) -> Value {
     json!({"anyOf": branches})
 }
 
-/// A tool's input schema as a nested subschema: no `$schema` keyword, and no properties beyond
-/// the declared ones unless the tool says otherwise (an open object lets a small model ramble).
+/// A tool's input schema as a nested subschema: self-contained (local `$ref`s inlined, no
+/// `$schema` or `$defs`, see [`inline`]), and no properties beyond the declared ones unless the
+/// tool says otherwise (an open object lets a small model ramble).
 fn arguments_schema(input: &Value) -> Value {
-    let mut schema = input.clone();
+    let mut schema = inline::inline_refs(input);
     if let Some(map) = schema.as_object_mut() {
-        map.remove("$schema");
         if map.contains_key("properties") && !map.contains_key("additionalProperties") {
             map.insert("additionalProperties".into(), Value::Bool(false));
         }
@@ -214,6 +216,46 @@ mod tests {
                 {"type": "object", "properties": {"tool": {"const": "answer"}, "content": {"type": "string"}},
                  "required": ["tool", "content"], "additionalProperties": false}
             ]})
+        );
+    }
+
+    #[test]
+    fn tool_schemas_with_defs_and_refs_are_nested_self_contained() {
+        // What schemars 1.x emits for a struct with a nested struct and an enum field.
+        let edit = ToolSpec {
+            name: "Edit".into(),
+            description: "Edits a file.".into(),
+            input_schema: json!({
+                "$schema": "https://json-schema.org/draft/2020-12/schema",
+                "title": "EditInput", "type": "object",
+                "properties": {
+                    "path": {"type": "string"},
+                    "mode": {"$ref": "#/$defs/Mode"},
+                    "span": {"$ref": "#/$defs/Span", "description": "Lines to replace."}
+                },
+                "required": ["path", "mode"],
+                "$defs": {
+                    "Mode": {"type": "string", "enum": ["replace", "append"]},
+                    "Span": {"type": "object", "properties": {"from": {"type": "integer"}, "to": {"type": "integer"}}}
+                }
+            }),
+        };
+        let combined = schema(&[edit]);
+        let text = combined.to_string();
+        assert!(!text.contains("$ref") && !text.contains("$defs") && !text.contains("$schema"), "{text}");
+        assert_eq!(
+            combined["anyOf"][0]["properties"]["arguments"],
+            json!({
+                "title": "EditInput", "type": "object",
+                "properties": {
+                    "path": {"type": "string"},
+                    "mode": {"type": "string", "enum": ["replace", "append"]},
+                    "span": {"type": "object", "description": "Lines to replace.",
+                             "properties": {"from": {"type": "integer"}, "to": {"type": "integer"}}}
+                },
+                "required": ["path", "mode"],
+                "additionalProperties": false
+            })
         );
     }
 

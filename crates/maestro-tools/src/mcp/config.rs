@@ -20,7 +20,11 @@ pub struct McpConfig {
 
 impl Default for McpConfig {
     fn default() -> Self {
-        McpConfig { servers: BTreeMap::new(), startup_timeout_secs: 30, call_timeout_secs: 120 }
+        McpConfig {
+            servers: BTreeMap::new(),
+            startup_timeout_secs: 30,
+            call_timeout_secs: 120,
+        }
     }
 }
 
@@ -32,9 +36,17 @@ pub enum McpServer {
     /// A child process speaking MCP on stdin/stdout. It gets a scrubbed environment (PATH, HOME,
     /// locale and a few runtime variables) plus `env`, so the process's own API keys do not leak
     /// to third-party servers.
-    Stdio { command: String, args: Vec<String>, env: BTreeMap<String, Secret>, cwd: Option<PathBuf> },
+    Stdio {
+        command: String,
+        args: Vec<String>,
+        env: BTreeMap<String, Secret>,
+        cwd: Option<PathBuf>,
+    },
     /// A streamable HTTP endpoint, e.g. `http://127.0.0.1:8000/mcp`.
-    Http { url: String, headers: BTreeMap<String, Secret> },
+    Http {
+        url: String,
+        headers: BTreeMap<String, Secret>,
+    },
 }
 
 #[derive(Deserialize)]
@@ -62,15 +74,27 @@ impl<'de> Deserialize<'de> for McpServer {
         match (f.command, f.url) {
             (Some(command), None) => {
                 if !f.headers.is_empty() {
-                    return Err(err("`headers` applies to `url` servers, not `command` servers"));
+                    return Err(err(
+                        "`headers` applies to `url` servers, not `command` servers",
+                    ));
                 }
-                Ok(McpServer::Stdio { command, args: f.args, env: secrets(f.env), cwd: f.cwd })
+                Ok(McpServer::Stdio {
+                    command,
+                    args: f.args,
+                    env: secrets(f.env),
+                    cwd: f.cwd,
+                })
             }
             (None, Some(url)) => {
                 if !f.args.is_empty() || !f.env.is_empty() || f.cwd.is_some() {
-                    return Err(err("`args`, `env` and `cwd` apply to `command` servers, not `url` servers"));
+                    return Err(err(
+                        "`args`, `env` and `cwd` apply to `command` servers, not `url` servers",
+                    ));
                 }
-                Ok(McpServer::Http { url, headers: secrets(f.headers) })
+                Ok(McpServer::Http {
+                    url,
+                    headers: secrets(f.headers),
+                })
             }
             _ => Err(err(
                 "an MCP server needs exactly one of `command` (a stdio server) or `url` (a streamable HTTP server)",
@@ -82,7 +106,9 @@ impl<'de> Deserialize<'de> for McpServer {
 /// Checks a server slug: `[a-z0-9_-]{1,64}` (as `required_mcp` allows), without `__`, which
 /// separates the parts of a tool name.
 pub fn check_slug(slug: &str) -> Result<(), String> {
-    let valid_chars = slug.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-');
+    let valid_chars = slug
+        .chars()
+        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-');
     if slug.is_empty() || slug.len() > 64 || !valid_chars || slug.contains("__") {
         return Err(format!(
             "MCP server name {slug:?} is invalid: use 1-64 characters from a-z, 0-9, `_` and `-`, without `__`"
@@ -115,9 +141,14 @@ mod tests {
             }
         );
         let shown = format!("{config:?}");
-        assert!(!shown.contains("abc-secret") && !shown.contains("xyz-secret"), "{shown}");
+        assert!(
+            !shown.contains("abc-secret") && !shown.contains("xyz-secret"),
+            "{shown}"
+        );
         let both = r#"{"command": "x", "url": "http://a"}"#;
-        let e = serde_json::from_str::<McpServer>(both).unwrap_err().to_string();
+        let e = serde_json::from_str::<McpServer>(both)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("exactly one of `command`"), "{e}");
     }
 

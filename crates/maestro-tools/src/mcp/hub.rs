@@ -6,13 +6,13 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use maestro_protocol::Secret;
 use rmcp::ServiceExt;
 use rmcp::service::{RoleClient, RunningService};
 use rmcp::transport::TokioChildProcess;
 use rmcp::transport::streamable_http_client::{
     StreamableHttpClientTransport, StreamableHttpClientTransportConfig,
 };
-use maestro_protocol::Secret;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 use super::config::{McpConfig, McpServer, check_slug};
@@ -21,8 +21,19 @@ use crate::Tool;
 
 /// Environment variables a stdio server inherits; everything else is dropped.
 const PASSED_ENV: &[&str] = &[
-    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "PYENV_ROOT",
-    "PYENV_VERSION", "VIRTUAL_ENV", "NODE_PATH",
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "LANG",
+    "LC_ALL",
+    "LC_CTYPE",
+    "TZ",
+    "TMPDIR",
+    "PYENV_ROOT",
+    "PYENV_VERSION",
+    "VIRTUAL_ENV",
+    "NODE_PATH",
 ];
 const STDERR_LINES: usize = 20;
 
@@ -33,7 +44,10 @@ pub enum McpError {
         "required MCP server `{server}` is not configured (configured: {}); add it under mcp.servers",
         if configured.is_empty() { "none".to_string() } else { configured.join(", ") }
     )]
-    NotConfigured { server: String, configured: Vec<String> },
+    NotConfigured {
+        server: String,
+        configured: Vec<String>,
+    },
     #[error("required MCP server `{server}` is not available: {reason}")]
     Unavailable { server: String, reason: String },
 }
@@ -58,7 +72,10 @@ struct StderrTail(Arc<Mutex<VecDeque<String>>>, Arc<Vec<Secret>>);
 
 impl StderrTail {
     fn text(&self) -> String {
-        self.0.lock().map(|lines| lines.iter().cloned().collect::<Vec<_>>().join("\n")).unwrap_or_default()
+        self.0
+            .lock()
+            .map(|lines| lines.iter().cloned().collect::<Vec<_>>().join("\n"))
+            .unwrap_or_default()
     }
 
     fn with_reason(&self, reason: String) -> String {
@@ -77,7 +94,9 @@ pub struct McpHub {
 
 impl std::fmt::Debug for McpHub {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("McpHub").field("servers", &self.status()).finish()
+        f.debug_struct("McpHub")
+            .field("servers", &self.status())
+            .finish()
     }
 }
 
@@ -99,8 +118,14 @@ impl McpHub {
             };
             (slug.clone(), state)
         });
-        let servers = futures::future::join_all(starts).await.into_iter().collect();
-        McpHub { servers, call_timeout: Duration::from_secs(config.call_timeout_secs.max(1)) }
+        let servers = futures::future::join_all(starts)
+            .await
+            .into_iter()
+            .collect();
+        McpHub {
+            servers,
+            call_timeout: Duration::from_secs(config.call_timeout_secs.max(1)),
+        }
     }
 
     /// Checks that every server in `required` (a piece's `required_mcp`) is configured, started
@@ -115,11 +140,19 @@ impl McpHub {
                     });
                 }
                 Some(ServerState::Down(reason)) => {
-                    return Err(McpError::Unavailable { server: server.clone(), reason: reason.clone() });
+                    return Err(McpError::Unavailable {
+                        server: server.clone(),
+                        reason: reason.clone(),
+                    });
                 }
                 Some(ServerState::Up(conn)) if conn.client.peer().is_transport_closed() => {
-                    let reason = conn.stderr.with_reason("its connection closed after it started".to_string());
-                    return Err(McpError::Unavailable { server: server.clone(), reason });
+                    let reason = conn
+                        .stderr
+                        .with_reason("its connection closed after it started".to_string());
+                    return Err(McpError::Unavailable {
+                        server: server.clone(),
+                        reason,
+                    });
                 }
                 Some(ServerState::Up(_)) => {}
             }
@@ -131,7 +164,9 @@ impl McpHub {
     pub fn tools(&self) -> Vec<Arc<dyn Tool>> {
         let mut out: Vec<Arc<dyn Tool>> = Vec::new();
         for state in self.servers.values() {
-            let ServerState::Up(conn) = state else { continue };
+            let ServerState::Up(conn) = state else {
+                continue;
+            };
             let mut seen = std::collections::BTreeSet::new();
             for tool in &conn.tools {
                 let wrapped = McpTool::new(Arc::clone(conn), tool, self.call_timeout);
@@ -168,7 +203,12 @@ async fn connect(slug: &str, server: &McpServer, timeout: Duration) -> Result<Co
     let stderr = StderrTail(Arc::default(), Arc::new(secrets));
     let started = tokio::time::timeout(timeout, async {
         let client = match server {
-            McpServer::Stdio { command, args, env, cwd } => {
+            McpServer::Stdio {
+                command,
+                args,
+                env,
+                cwd,
+            } => {
                 let mut cmd = tokio::process::Command::new(command);
                 cmd.args(args).env_clear();
                 for name in PASSED_ENV {
@@ -189,32 +229,51 @@ async fn connect(slug: &str, server: &McpServer, timeout: Duration) -> Result<Co
                 if let Some(pipe) = err_pipe {
                     collect_stderr(slug.to_string(), pipe, stderr.clone());
                 }
-                ().serve(transport).await.map_err(|e| format!("the MCP handshake failed: {e}"))?
+                ().serve(transport)
+                    .await
+                    .map_err(|e| format!("the MCP handshake failed: {e}"))?
             }
             McpServer::Http { url, headers } => {
                 let mut map = std::collections::HashMap::new();
                 for (name, value) in headers {
                     let name = reqwest::header::HeaderName::from_bytes(name.as_bytes())
                         .map_err(|_| format!("header name {name:?} is invalid"))?;
-                    let value = reqwest::header::HeaderValue::from_str(value.expose())
-                        .map_err(|_| format!("the value of header {name} is not a valid header value"))?;
+                    let value =
+                        reqwest::header::HeaderValue::from_str(value.expose()).map_err(|_| {
+                            format!("the value of header {name} is not a valid header value")
+                        })?;
                     map.insert(name, value);
                 }
-                let config = StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(map);
-                let transport = StreamableHttpClientTransport::with_client(reqwest::Client::new(), config);
-                ().serve(transport).await.map_err(|e| format!("cannot connect to {url}: {e}"))?
+                let config =
+                    StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(map);
+                let transport =
+                    StreamableHttpClientTransport::with_client(reqwest::Client::new(), config);
+                ().serve(transport)
+                    .await
+                    .map_err(|e| format!("cannot connect to {url}: {e}"))?
             }
         };
-        let tools = client.list_all_tools().await.map_err(|e| format!("listing its tools failed: {e}"))?;
+        let tools = client
+            .list_all_tools()
+            .await
+            .map_err(|e| format!("listing its tools failed: {e}"))?;
         Ok::<_, String>((client, tools))
     })
     .await;
     let result = match started {
-        Err(_) => Err(format!("it did not start and list its tools within {}s", timeout.as_secs())),
+        Err(_) => Err(format!(
+            "it did not start and list its tools within {}s",
+            timeout.as_secs()
+        )),
         Ok(result) => result,
     };
     match result {
-        Ok((client, tools)) => Ok(Connection { slug: slug.to_string(), client, tools, stderr }),
+        Ok((client, tools)) => Ok(Connection {
+            slug: slug.to_string(),
+            client,
+            tools,
+            stderr,
+        }),
         Err(reason) => {
             // Give a crashing process a moment to finish writing its stderr.
             tokio::time::sleep(Duration::from_millis(200)).await;

@@ -33,7 +33,12 @@ impl McpTool {
             description,
             input_schema: serde_json::Value::Object((*tool.input_schema).clone()),
         };
-        McpTool { remote: tool.name.to_string(), conn, spec, timeout }
+        McpTool {
+            remote: tool.name.to_string(),
+            conn,
+            spec,
+            timeout,
+        }
     }
 
     pub(crate) fn name(&self) -> &str {
@@ -43,7 +48,15 @@ impl McpTool {
 
 /// Keeps tool names to what model APIs accept: `[A-Za-z0-9_-]`.
 fn sanitize(name: &str) -> String {
-    name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '_' }).collect()
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
 }
 
 /// Tool descriptions ride every model call, so only the first sentence is kept.
@@ -62,14 +75,28 @@ fn render(result: &CallToolResult) -> String {
         .iter()
         .map(|block| match block {
             ContentBlock::Text(t) => t.text.clone(),
-            ContentBlock::Image(i) => format!("[image {} ({} base64 characters) omitted]", i.mime_type, i.data.len()),
-            ContentBlock::Audio(a) => format!("[audio {} ({} base64 characters) omitted]", a.mime_type, a.data.len()),
+            ContentBlock::Image(i) => format!(
+                "[image {} ({} base64 characters) omitted]",
+                i.mime_type,
+                i.data.len()
+            ),
+            ContentBlock::Audio(a) => format!(
+                "[audio {} ({} base64 characters) omitted]",
+                a.mime_type,
+                a.data.len()
+            ),
             ContentBlock::Resource(r) => match &r.resource {
-                ResourceContents::TextResourceContents { uri, text, .. } => format!("[resource {uri}]\n{text}"),
-                ResourceContents::BlobResourceContents { uri, .. } => format!("[binary resource {uri} omitted]"),
+                ResourceContents::TextResourceContents { uri, text, .. } => {
+                    format!("[resource {uri}]\n{text}")
+                }
+                ResourceContents::BlobResourceContents { uri, .. } => {
+                    format!("[binary resource {uri} omitted]")
+                }
                 _ => "[resource of an unknown kind omitted]".to_string(),
             },
-            ContentBlock::ResourceLink(link) => format!("[resource link {} ({})]", link.uri, link.name),
+            ContentBlock::ResourceLink(link) => {
+                format!("[resource link {} ({})]", link.uri, link.name)
+            }
             _ => "[content of an unknown kind omitted]".to_string(),
         })
         .collect();
@@ -86,7 +113,11 @@ impl Tool for McpTool {
         self.spec.clone()
     }
 
-    fn call<'a>(&'a self, ctx: &'a ToolContext, input: serde_json::Value) -> BoxFuture<'a, ToolOutput> {
+    fn call<'a>(
+        &'a self,
+        ctx: &'a ToolContext,
+        input: serde_json::Value,
+    ) -> BoxFuture<'a, ToolOutput> {
         Box::pin(async move {
             let arguments = match input {
                 serde_json::Value::Object(map) => map,
@@ -125,10 +156,20 @@ impl Tool for McpTool {
             let total = text.chars().count();
             if total > OUTPUT_CAP {
                 let mut cut: String = text.chars().take(OUTPUT_CAP).collect();
-                cut.push_str(&format!("\n[truncated: showing {OUTPUT_CAP} of {total} characters]"));
-                ToolOutput { ok, output: cut, truncated: true }
+                cut.push_str(&format!(
+                    "\n[truncated: showing {OUTPUT_CAP} of {total} characters]"
+                ));
+                ToolOutput {
+                    ok,
+                    output: cut,
+                    truncated: true,
+                }
             } else {
-                ToolOutput { ok, output: text, truncated: false }
+                ToolOutput {
+                    ok,
+                    output: text,
+                    truncated: false,
+                }
             }
         })
     }
@@ -143,7 +184,10 @@ mod tests {
     #[test]
     fn names_and_descriptions() {
         assert_eq!(sanitize("read.file"), "read_file");
-        assert_eq!(first_sentence("Read a file. Use it for text.\nMore."), "Read a file.");
+        assert_eq!(
+            first_sentence("Read a file. Use it for text.\nMore."),
+            "Read a file."
+        );
         assert_eq!(first_sentence("Read v1.2 files\nmore"), "Read v1.2 files");
     }
 }

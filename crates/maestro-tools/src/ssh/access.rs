@@ -81,7 +81,9 @@ pub fn authorize<'r>(
     let connection = Uuid::parse_str(&requested)
         .ok()
         .and_then(|id| registry.get(&id))
-        .ok_or_else(|| AccessError::UnknownConnection { id: requested.clone() })?;
+        .ok_or_else(|| AccessError::UnknownConnection {
+            id: requested.clone(),
+        })?;
     if let (Some(owner), Some(run_owner)) = (&connection.owner, run_owner)
         && owner != run_owner
     {
@@ -130,15 +132,36 @@ mod tests {
         assert_eq!(check(None, None, A), denied);
         assert_eq!(check(Some(&[]), None, A), denied);
         assert_eq!(check(Some(&[A]), None, A), Ok(A.to_string()));
-        assert_eq!(check(Some(&[A]), None, &A.to_uppercase()), Ok(A.to_string()));
-        assert_eq!(check(Some(&[A]), None, B), Err("connection_not_allowed".into()));
-        assert_eq!(check(Some(&[A]), None, UNREGISTERED), Err("connection_not_allowed".into()));
-        assert_eq!(check(Some(&[UNREGISTERED]), None, UNREGISTERED), Err("unknown_connection".into()));
+        assert_eq!(
+            check(Some(&[A]), None, &A.to_uppercase()),
+            Ok(A.to_string())
+        );
+        assert_eq!(
+            check(Some(&[A]), None, B),
+            Err("connection_not_allowed".into())
+        );
+        assert_eq!(
+            check(Some(&[A]), None, UNREGISTERED),
+            Err("connection_not_allowed".into())
+        );
+        assert_eq!(
+            check(Some(&[UNREGISTERED]), None, UNREGISTERED),
+            Err("unknown_connection".into())
+        );
         assert_eq!(check(Some(&["*"]), None, B), Ok(B.to_string()));
-        assert_eq!(check(Some(&["*"]), None, UNREGISTERED), Err("unknown_connection".into()));
+        assert_eq!(
+            check(Some(&["*"]), None, UNREGISTERED),
+            Err("unknown_connection".into())
+        );
         assert_eq!(check(Some(&["*"]), Some("alice"), B), Ok(B.to_string()));
-        assert_eq!(check(Some(&["*"]), Some("bob"), B), Err("connection_not_owned".into()));
-        assert_eq!(check(Some(&[B]), Some("bob"), B), Err("connection_not_owned".into()));
+        assert_eq!(
+            check(Some(&["*"]), Some("bob"), B),
+            Err("connection_not_owned".into())
+        );
+        assert_eq!(
+            check(Some(&[B]), Some("bob"), B),
+            Err("connection_not_owned".into())
+        );
         assert_eq!(check(Some(&["*"]), Some("bob"), A), Ok(A.to_string()));
     }
 }

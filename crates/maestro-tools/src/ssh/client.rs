@@ -32,7 +32,10 @@ struct HostKeyCheck {
 impl client::Handler for HostKeyCheck {
     type Error = russh::Error;
 
-    async fn check_server_key(&mut self, key: &PublicKeyOrCertificate) -> Result<bool, Self::Error> {
+    async fn check_server_key(
+        &mut self,
+        key: &PublicKeyOrCertificate,
+    ) -> Result<bool, Self::Error> {
         let key = match key {
             PublicKeyOrCertificate::PublicKey { key, .. } => key,
             PublicKeyOrCertificate::Certificate(_) => {
@@ -64,13 +67,15 @@ fn expected_host_key(conn: &SshConnection) -> Result<ExpectedHostKey, String> {
     if known.starts_with("SHA256:") {
         return Ok(ExpectedHostKey::Fingerprint(known.to_string()));
     }
-    PublicKey::from_openssh(known).map(ExpectedHostKey::Key).map_err(|e| {
-        format!(
-            "known_host_key of SSH connection {} is neither an OpenSSH public key line nor a \
+    PublicKey::from_openssh(known)
+        .map(ExpectedHostKey::Key)
+        .map_err(|e| {
+            format!(
+                "known_host_key of SSH connection {} is neither an OpenSSH public key line nor a \
              SHA256: fingerprint ({e})",
-            conn.id
-        )
-    })
+                conn.id
+            )
+        })
 }
 
 /// An authenticated session. Dropping it closes the connection.
@@ -94,7 +99,10 @@ pub(crate) async fn connect(conn: &SshConnection, timeout: Duration) -> Result<S
     let expected = expected_host_key(conn)?;
     let unknown = matches!(expected, ExpectedHostKey::Unknown);
     let seen = Arc::new(Mutex::new(None));
-    let handler = HostKeyCheck { expected, seen: Arc::clone(&seen) };
+    let handler = HostKeyCheck {
+        expected,
+        seen: Arc::clone(&seen),
+    };
     let config = Arc::new(client::Config {
         inactivity_timeout: Some(Duration::from_secs(600)),
         ..client::Config::default()
@@ -102,7 +110,12 @@ pub(crate) async fn connect(conn: &SshConnection, timeout: Duration) -> Result<S
     let target = format!("{}:{}", conn.host, conn.port);
     let connecting = client::connect(config, (conn.host.as_str(), conn.port), handler);
     let mut handle = match tokio::time::timeout(timeout, connecting).await {
-        Err(_) => return Err(format!("connecting to {target} timed out after {}s", timeout.as_secs())),
+        Err(_) => {
+            return Err(format!(
+                "connecting to {target} timed out after {}s",
+                timeout.as_secs()
+            ));
+        }
         Ok(Ok(handle)) => handle,
         Ok(Err(e)) => {
             let presented = seen.lock().ok().and_then(|s| s.clone());
@@ -124,14 +137,18 @@ pub(crate) async fn connect(conn: &SshConnection, timeout: Duration) -> Result<S
         }
     };
     let mut secrets = Vec::new();
-    let authenticated = match tokio::time::timeout(timeout, authenticate(&mut handle, conn, &mut secrets)).await {
-        Err(_) => Err(format!("authentication at {target} timed out")),
-        Ok(result) => result,
-    };
+    let authenticated =
+        match tokio::time::timeout(timeout, authenticate(&mut handle, conn, &mut secrets)).await {
+            Err(_) => Err(format!("authentication at {target} timed out")),
+            Ok(result) => result,
+        };
     let scrub = |text: String| secrets.iter().fold(text, |t, s| s.redact(&t));
     match authenticated {
         Ok(true) => Ok(SshSession { handle, secrets }),
-        Ok(false) => Err(format!("authentication as {} at {target} was rejected", conn.user)),
+        Ok(false) => Err(format!(
+            "authentication as {} at {target} was rejected",
+            conn.user
+        )),
         Err(e) => Err(scrub(e)),
     }
 }
@@ -147,8 +164,9 @@ async fn authenticate(
             if let Some(p) = &passphrase {
                 secrets.push(p.clone());
             }
-            let key = russh::keys::load_secret_key(path, passphrase.as_ref().map(Secret::expose))
-                .map_err(|e| format!("cannot load the private key {}: {e}", path.display()))?;
+            let key =
+                russh::keys::load_secret_key(path, passphrase.as_ref().map(Secret::expose))
+                    .map_err(|e| format!("cannot load the private key {}: {e}", path.display()))?;
             let hash = handle
                 .best_supported_rsa_hash()
                 .await
@@ -161,16 +179,22 @@ async fn authenticate(
         SshAuth::Password(source) => {
             let password = source.resolve()?;
             secrets.push(password.clone());
-            handle.authenticate_password(&conn.user, password.expose()).await
+            handle
+                .authenticate_password(&conn.user, password.expose())
+                .await
         }
     };
-    result.map(|r| r.success()).map_err(|e| format!("authentication failed: {e}"))
+    result
+        .map(|r| r.success())
+        .map_err(|e| format!("authentication failed: {e}"))
 }
 
 impl SshSession {
     /// Removes every login secret from `text`.
     pub(crate) fn scrub(&self, text: &str) -> String {
-        self.secrets.iter().fold(text.to_string(), |t, s| s.redact(&t))
+        self.secrets
+            .iter()
+            .fold(text.to_string(), |t, s| s.redact(&t))
     }
 
     /// Runs `command`, keeping at most `cap` bytes of each stream.
@@ -186,7 +210,10 @@ impl SshSession {
             .channel_open_session()
             .await
             .map_err(|e| format!("cannot open a channel: {e}"))?;
-        channel.exec(true, command).await.map_err(|e| format!("cannot start the command: {e}"))?;
+        channel
+            .exec(true, command)
+            .await
+            .map_err(|e| format!("cannot start the command: {e}"))?;
         let mut result = ExecResult {
             exit_code: None,
             signal: None,
@@ -208,11 +235,15 @@ impl SshSession {
             };
             match msg {
                 None => break,
-                Some(ChannelMsg::Data { data }) => append(&mut result.stdout, &data, cap, &mut result.truncated),
+                Some(ChannelMsg::Data { data }) => {
+                    append(&mut result.stdout, &data, cap, &mut result.truncated)
+                }
                 Some(ChannelMsg::ExtendedData { data, ext: 1 }) => {
                     append(&mut result.stderr, &data, cap, &mut result.truncated);
                 }
-                Some(ChannelMsg::ExitStatus { exit_status }) => result.exit_code = Some(exit_status),
+                Some(ChannelMsg::ExitStatus { exit_status }) => {
+                    result.exit_code = Some(exit_status)
+                }
                 Some(ChannelMsg::ExitSignal { signal_name, .. }) => {
                     result.signal = Some(format!("{signal_name:?}"));
                 }
@@ -240,7 +271,10 @@ impl SshSession {
     }
 
     pub(crate) async fn close(self) {
-        let _ = self.handle.disconnect(russh::Disconnect::ByApplication, "", "en").await;
+        let _ = self
+            .handle
+            .disconnect(russh::Disconnect::ByApplication, "", "en")
+            .await;
     }
 }
 

@@ -44,7 +44,10 @@ fn default_port() -> u16 {
 #[derive(Debug, Clone, PartialEq)]
 pub enum SshAuth {
     /// A private key file (OpenSSH format), optionally protected by a passphrase.
-    Key { path: PathBuf, passphrase: Option<SecretSource> },
+    Key {
+        path: PathBuf,
+        passphrase: Option<SecretSource>,
+    },
     /// A password.
     Password(SecretSource),
 }
@@ -62,9 +65,9 @@ impl SecretSource {
     pub fn resolve(&self) -> Result<Secret, String> {
         match self {
             SecretSource::Inline(secret) => Ok(secret.clone()),
-            SecretSource::Env(var) => std::env::var(var)
-                .map(Secret::new)
-                .map_err(|_| format!("the environment variable {var} holding the secret is not set")),
+            SecretSource::Env(var) => std::env::var(var).map(Secret::new).map_err(|_| {
+                format!("the environment variable {var} holding the secret is not set")
+            }),
         }
     }
 }
@@ -128,9 +131,8 @@ impl SshRegistry {
     pub fn load(path: &Path) -> Result<Self, String> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("cannot read SSH connections from {}: {e}", path.display()))?;
-        let file: RegistryFile = serde_json::from_str(&text).map_err(|e| {
-            format!("{}:{}:{}: {e}", path.display(), e.line(), e.column())
-        })?;
+        let file: RegistryFile = serde_json::from_str(&text)
+            .map_err(|e| format!("{}:{}:{}: {e}", path.display(), e.line(), e.column()))?;
         Self::new(file.connections).map_err(|e| format!("{}: {e}", path.display()))
     }
 
@@ -163,12 +165,17 @@ mod tests {
         assert_eq!(all[0].port, 22);
         assert_eq!(
             all[1].auth,
-            SshAuth::Key { path: "/k".into(), passphrase: Some(SecretSource::Env("PP".into())) }
+            SshAuth::Key {
+                path: "/k".into(),
+                passphrase: Some(SecretSource::Env("PP".into()))
+            }
         );
         assert!(!format!("{:?}", all[0]).contains("hunter2"));
         let bad = r#"{"id": "6f9619ff-8b86-d011-b42d-00c04fc964ff", "name": "a", "host": "h",
                       "user": "u", "auth": {"password": "x", "key": "/k"}}"#;
-        let err = serde_json::from_str::<SshConnection>(bad).unwrap_err().to_string();
+        let err = serde_json::from_str::<SshConnection>(bad)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("exactly one of"), "{err}");
     }
 }

@@ -65,8 +65,16 @@ struct DownloadInput {
 }
 
 impl SshTool {
-    pub(crate) fn new(action: SshAction, registry: Arc<SshRegistry>, owner: Option<String>) -> Self {
-        SshTool { action, registry, owner }
+    pub(crate) fn new(
+        action: SshAction,
+        registry: Arc<SshRegistry>,
+        owner: Option<String>,
+    ) -> Self {
+        SshTool {
+            action,
+            registry,
+            owner,
+        }
     }
 
     fn name(&self) -> &'static str {
@@ -110,9 +118,19 @@ impl SshTool {
         if input.command.trim().is_empty() {
             return Err("the command is empty".to_string());
         }
-        let secs = input.timeout.unwrap_or(DEFAULT_EXEC_TIMEOUT_SECS).clamp(1, MAX_EXEC_TIMEOUT_SECS);
+        let secs = input
+            .timeout
+            .unwrap_or(DEFAULT_EXEC_TIMEOUT_SECS)
+            .clamp(1, MAX_EXEC_TIMEOUT_SECS);
         let session = self.open(ctx, conn).await?;
-        let result = session.exec(&input.command, Duration::from_secs(secs), OUTPUT_CAP, &ctx.cancel).await;
+        let result = session
+            .exec(
+                &input.command,
+                Duration::from_secs(secs),
+                OUTPUT_CAP,
+                &ctx.cancel,
+            )
+            .await;
         let result = match result {
             Ok(r) => r,
             Err(e) => {
@@ -130,23 +148,37 @@ impl SshTool {
         let mut out = format!("{}\n{status}\n", describe(conn));
         for (label, bytes) in [("stdout", &result.stdout), ("stderr", &result.stderr)] {
             if !bytes.is_empty() {
-                out.push_str(&format!("--- {label} ---\n{}\n", String::from_utf8_lossy(bytes).trim_end()));
+                out.push_str(&format!(
+                    "--- {label} ---\n{}\n",
+                    String::from_utf8_lossy(bytes).trim_end()
+                ));
             }
         }
         if result.truncated {
-            out.push_str(&format!("[truncated: each stream is cut at {OUTPUT_CAP} bytes]\n"));
+            out.push_str(&format!(
+                "[truncated: each stream is cut at {OUTPUT_CAP} bytes]\n"
+            ));
         }
         let output = session.scrub(&out);
         session.close().await;
-        Ok(ToolOutput { ok: result.exit_code == Some(0), output, truncated: result.truncated })
+        Ok(ToolOutput {
+            ok: result.exit_code == Some(0),
+            output,
+            truncated: result.truncated,
+        })
     }
 
     async fn upload(&self, ctx: &ToolContext, input: UploadInput) -> Result<ToolOutput, String> {
         let conn = self.authorized(ctx, &input.connection_id)?;
         let local = existing_file(&ctx.workspace, &input.local_path)?;
-        let size = std::fs::metadata(&local).map_err(|e| format!("cannot read {}: {e}", input.local_path))?.len();
+        let size = std::fs::metadata(&local)
+            .map_err(|e| format!("cannot read {}: {e}", input.local_path))?
+            .len();
         if size > MAX_TRANSFER_BYTES {
-            return Err(format!("{} is {size} bytes; the limit is {MAX_TRANSFER_BYTES}", input.local_path));
+            return Err(format!(
+                "{} is {size} bytes; the limit is {MAX_TRANSFER_BYTES}",
+                input.local_path
+            ));
         }
         let session = self.open(ctx, conn).await?;
         let copied = async {
@@ -155,11 +187,16 @@ impl SshTool {
                 .create(input.remote_path.clone())
                 .await
                 .map_err(|e| format!("cannot create {} on the server: {e}", input.remote_path))?;
-            let mut file = tokio::fs::File::open(&local).await.map_err(|e| format!("cannot read {}: {e}", input.local_path))?;
+            let mut file = tokio::fs::File::open(&local)
+                .await
+                .map_err(|e| format!("cannot read {}: {e}", input.local_path))?;
             let n = tokio::io::copy(&mut file, &mut remote)
                 .await
                 .map_err(|e| format!("uploading to {} failed: {e}", input.remote_path))?;
-            remote.shutdown().await.map_err(|e| format!("closing {} failed: {e}", input.remote_path))?;
+            remote
+                .shutdown()
+                .await
+                .map_err(|e| format!("closing {} failed: {e}", input.remote_path))?;
             let _ = sftp.close().await;
             Ok::<u64, String>(n)
         };
@@ -168,22 +205,38 @@ impl SshTool {
             () = ctx.cancel.cancelled() => Err("cancelled".to_string()),
         };
         let result = copied
-            .map(|n| ToolOutput::ok(format!("{}\nuploaded {} ({n} bytes) to {}", describe(conn), input.local_path, input.remote_path)))
+            .map(|n| {
+                ToolOutput::ok(format!(
+                    "{}\nuploaded {} ({n} bytes) to {}",
+                    describe(conn),
+                    input.local_path,
+                    input.remote_path
+                ))
+            })
             .map_err(|e| session.scrub(&e));
         session.close().await;
         result
     }
 
-    async fn download(&self, ctx: &ToolContext, input: DownloadInput) -> Result<ToolOutput, String> {
+    async fn download(
+        &self,
+        ctx: &ToolContext,
+        input: DownloadInput,
+    ) -> Result<ToolOutput, String> {
         let conn = self.authorized(ctx, &input.connection_id)?;
         let local_rel = match &input.local_path {
             Some(path) => path.clone(),
             None => {
                 let base = input.remote_path.rsplit('/').next().unwrap_or("");
-                format!("input/{}", crate::web::workspace_file::sanitize_file_name(base))
+                format!(
+                    "input/{}",
+                    crate::web::workspace_file::sanitize_file_name(base)
+                )
             }
         };
-        let rel = crate::Workspace::open(&ctx.workspace)?.resolve(&local_rel)?.rel;
+        let rel = crate::Workspace::open(&ctx.workspace)?
+            .resolve(&local_rel)?
+            .rel;
         if !ctx.edit && !rel.starts_with("input") {
             return Err(format!(
                 "{local_rel} is outside input/; this movement has edit: false, so SshDownload may \
@@ -194,7 +247,10 @@ impl SshTool {
         let session = self.open(ctx, conn).await?;
         let partial = local.with_file_name(format!(
             ".{}.part",
-            local.file_name().and_then(|n| n.to_str()).unwrap_or("download")
+            local
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or("download")
         ));
         let copied = async {
             let sftp = session.sftp().await?;
@@ -203,23 +259,37 @@ impl SshTool {
                 .await
                 .map_err(|e| format!("cannot stat {} on the server: {e}", input.remote_path))?;
             if meta.is_dir() {
-                return Err(format!("{} is a directory; SshDownload moves one file", input.remote_path));
+                return Err(format!(
+                    "{} is a directory; SshDownload moves one file",
+                    input.remote_path
+                ));
             }
             if meta.len() > MAX_TRANSFER_BYTES {
-                return Err(format!("{} is {} bytes; the limit is {MAX_TRANSFER_BYTES}", input.remote_path, meta.len()));
+                return Err(format!(
+                    "{} is {} bytes; the limit is {MAX_TRANSFER_BYTES}",
+                    input.remote_path,
+                    meta.len()
+                ));
             }
             let remote = sftp
                 .open(input.remote_path.clone())
                 .await
                 .map_err(|e| format!("cannot open {} on the server: {e}", input.remote_path))?;
-            let mut file = tokio::fs::File::create(&partial).await.map_err(|e| format!("cannot write {local_rel}: {e}"))?;
+            let mut file = tokio::fs::File::create(&partial)
+                .await
+                .map_err(|e| format!("cannot write {local_rel}: {e}"))?;
             let n = tokio::io::copy(&mut remote.take(MAX_TRANSFER_BYTES + 1), &mut file)
                 .await
                 .map_err(|e| format!("downloading {} failed: {e}", input.remote_path))?;
             if n > MAX_TRANSFER_BYTES {
-                return Err(format!("{} grew past the {MAX_TRANSFER_BYTES}-byte limit", input.remote_path));
+                return Err(format!(
+                    "{} grew past the {MAX_TRANSFER_BYTES}-byte limit",
+                    input.remote_path
+                ));
             }
-            file.flush().await.map_err(|e| format!("cannot write {local_rel}: {e}"))?;
+            file.flush()
+                .await
+                .map_err(|e| format!("cannot write {local_rel}: {e}"))?;
             let _ = sftp.close().await;
             Ok::<u64, String>(n)
         };
@@ -228,7 +298,10 @@ impl SshTool {
             () = ctx.cancel.cancelled() => Err("cancelled".to_string()),
         };
         let copied = match copied {
-            Ok(n) => tokio::fs::rename(&partial, &local).await.map(|()| n).map_err(|e| format!("cannot write {local_rel}: {e}")),
+            Ok(n) => tokio::fs::rename(&partial, &local)
+                .await
+                .map(|()| n)
+                .map_err(|e| format!("cannot write {local_rel}: {e}")),
             Err(e) => Err(e),
         };
         if copied.is_err() {
@@ -237,7 +310,11 @@ impl SshTool {
         let result = copied
             .map(|n| {
                 let shown = display(&ctx.workspace, &local);
-                ToolOutput::ok(format!("{}\ndownloaded {} ({n} bytes) to {shown}", describe(conn), input.remote_path))
+                ToolOutput::ok(format!(
+                    "{}\ndownloaded {} ({n} bytes) to {shown}",
+                    describe(conn),
+                    input.remote_path
+                ))
             })
             .map_err(|e| session.scrub(&e));
         session.close().await;
@@ -246,7 +323,10 @@ impl SshTool {
 }
 
 fn describe(conn: &SshConnection) -> String {
-    format!("connection: {} ({}) {}@{}:{}", conn.name, conn.id, conn.user, conn.host, conn.port)
+    format!(
+        "connection: {} ({}) {}@{}:{}",
+        conn.name, conn.id, conn.user, conn.host, conn.port
+    )
 }
 
 impl Tool for SshTool {
@@ -295,7 +375,11 @@ impl Tool for SshTool {
         }
     }
 
-    fn call<'a>(&'a self, ctx: &'a ToolContext, input: serde_json::Value) -> BoxFuture<'a, ToolOutput> {
+    fn call<'a>(
+        &'a self,
+        ctx: &'a ToolContext,
+        input: serde_json::Value,
+    ) -> BoxFuture<'a, ToolOutput> {
         Box::pin(async move {
             let result = match self.action {
                 SshAction::Exec => match self.parse(input) {

@@ -16,7 +16,9 @@ pub const MAX_REDIRECTS: usize = 5;
 /// An HTTP client whose every connection and redirect passes the SSRF guard.
 #[derive(Clone)]
 pub struct WebClient {
-    http: reqwest::Client,
+    /// `Err` when the HTTP client could not be built (the TLS backend failed to initialise);
+    /// every request then reports it. There is deliberately no unguarded fallback client.
+    http: Result<reqwest::Client, String>,
     policy: Arc<HostPolicy>,
     pub(crate) max_bytes: u64,
     timeout: Duration,
@@ -24,7 +26,9 @@ pub struct WebClient {
 
 impl std::fmt::Debug for WebClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("WebClient").field("policy", &self.policy).finish_non_exhaustive()
+        f.debug_struct("WebClient")
+            .field("policy", &self.policy)
+            .finish_non_exhaustive()
     }
 }
 
@@ -37,7 +41,11 @@ pub struct Fetched {
 
 impl WebClient {
     pub fn new(config: &WebConfig, lookup: Arc<dyn HostLookup>) -> Self {
-        Self::with_policy(config, HostPolicy::new(config.allow_private, &config.allow_hosts), lookup)
+        Self::with_policy(
+            config,
+            HostPolicy::new(config.allow_private, &config.allow_hosts),
+            lookup,
+        )
     }
 
     pub(crate) fn with_policy(
@@ -46,21 +54,29 @@ impl WebClient {
         lookup: Arc<dyn HostLookup>,
     ) -> Self {
         let policy = Arc::new(policy);
-        let resolver = GuardedResolver { policy: Arc::clone(&policy), lookup };
+        let resolver = GuardedResolver {
+            policy: Arc::clone(&policy),
+            lookup,
+        };
         let redirect_policy = Arc::clone(&policy);
         let http = reqwest::Client::builder()
             // A proxy would resolve names itself and bypass the guard.
             .no_proxy()
             .dns_resolver(Arc::new(resolver))
-            .redirect(Policy::custom(move |attempt| check_redirect(&redirect_policy, attempt)))
+            .redirect(Policy::custom(move |attempt| {
+                check_redirect(&redirect_policy, attempt)
+            }))
             .timeout(config.timeout())
             .connect_timeout(config.timeout().min(Duration::from_secs(10)))
             .user_agent(concat!("maestro/", env!("CARGO_PKG_VERSION")))
             .build()
-            // Building fails only when the TLS backend cannot initialise; then every request
-            // reports it instead.
-            .unwrap_or_else(|_| reqwest::Client::new());
-        WebClient { http, policy, max_bytes: config.max_bytes, timeout: config.timeout() }
+            .map_err(|e| format!("the HTTP client could not be set up: {e}"));
+        WebClient {
+            http,
+            policy,
+            max_bytes: config.max_bytes,
+            timeout: config.timeout(),
+        }
     }
 
     /// GETs `url` (http or https only), following guarded redirects, and fails on a non-2xx
@@ -77,8 +93,9 @@ impl WebClient {
             return Err(format!("URL {url} has no host"));
         }
         self.policy.check_url(&parsed).map_err(|b| b.to_string())?;
+        let http = self.http.as_ref().map_err(Clone::clone)?;
         let response = tokio::select! {
-            r = self.http.get(parsed).send() => r.map_err(|e| self.describe(&e))?,
+            r = http.get(parsed).send() => r.map_err(|e| self.describe(&e))?,
             () = cancel.cancelled() => return Err("cancelled".to_string()),
         };
         let final_url = response.url().to_string();
@@ -102,7 +119,11 @@ impl WebClient {
             .get(reqwest::header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .map(|v| v.to_ascii_lowercase());
-        Ok(Fetched { response, final_url, content_type })
+        Ok(Fetched {
+            response,
+            final_url,
+            content_type,
+        })
     }
 
     /// Turns a reqwest error into a sentence, naming the SSRF refusal when that is the cause.
@@ -188,8 +209,12 @@ pub async fn read_limited(
             c = response.chunk() => c.map_err(|e| client.describe(&e))?,
             () = cancel.cancelled() => return Err("cancelled".to_string()),
         };
-        let Some(chunk) = chunk else { return Ok((body, false)) };
-        let room = usize::try_from(limit).unwrap_or(usize::MAX).saturating_sub(body.len());
+        let Some(chunk) = chunk else {
+            return Ok((body, false));
+        };
+        let room = usize::try_from(limit)
+            .unwrap_or(usize::MAX)
+            .saturating_sub(body.len());
         if chunk.len() > room {
             body.extend_from_slice(&chunk[..room]);
             return Ok((body, true));

@@ -41,7 +41,9 @@ impl DownloadFile {
         if let Some(length) = fetched.response.content_length()
             && length > limit
         {
-            return Err(format!("the file is {length} bytes, larger than the {limit}-byte limit"));
+            return Err(format!(
+                "the file is {length} bytes, larger than the {limit}-byte limit"
+            ));
         }
         let wanted = match &input.filename {
             Some(name) => sanitize_file_name(name),
@@ -50,7 +52,10 @@ impl DownloadFile {
         let target = unique_target(&ctx.workspace, &wanted)?;
         let partial = target.with_file_name(format!(
             ".{}.part",
-            target.file_name().and_then(|n| n.to_str()).unwrap_or("download")
+            target
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or("download")
         ));
         let written = save(&self.client, fetched.response, &partial, limit, ctx).await;
         let written = match written {
@@ -91,18 +96,27 @@ async fn save(
         let Some(chunk) = chunk else { break };
         written += chunk.len() as u64;
         if written > limit {
-            return Err(format!("the file is larger than the {limit}-byte limit; nothing was saved"));
+            return Err(format!(
+                "the file is larger than the {limit}-byte limit; nothing was saved"
+            ));
         }
-        file.write_all(&chunk).await.map_err(|e| format!("writing the file failed: {e}"))?;
+        file.write_all(&chunk)
+            .await
+            .map_err(|e| format!("writing the file failed: {e}"))?;
     }
-    file.flush().await.map_err(|e| format!("writing the file failed: {e}"))?;
+    file.flush()
+        .await
+        .map_err(|e| format!("writing the file failed: {e}"))?;
     Ok(written)
 }
 
 fn name_from_url(url: &str) -> String {
     url::Url::parse(url)
         .ok()
-        .and_then(|u| u.path_segments().and_then(|mut s| s.next_back().map(str::to_string)))
+        .and_then(|u| {
+            u.path_segments()
+                .and_then(|mut s| s.next_back().map(str::to_string))
+        })
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| "download".to_string())
 }
@@ -124,7 +138,9 @@ fn unique_target(workspace: &Path, name: &str) -> Result<PathBuf, String> {
             return Ok(path);
         }
     }
-    Err(format!("input/ already holds 1000 files named like {name}; choose another filename"))
+    Err(format!(
+        "input/ already holds 1000 files named like {name}; choose another filename"
+    ))
 }
 
 impl Tool for DownloadFile {
@@ -148,7 +164,11 @@ impl Tool for DownloadFile {
         }
     }
 
-    fn call<'a>(&'a self, ctx: &'a ToolContext, input: serde_json::Value) -> BoxFuture<'a, ToolOutput> {
+    fn call<'a>(
+        &'a self,
+        ctx: &'a ToolContext,
+        input: serde_json::Value,
+    ) -> BoxFuture<'a, ToolOutput> {
         Box::pin(async move {
             let input: Input = match serde_json::from_value(input) {
                 Ok(input) => input,

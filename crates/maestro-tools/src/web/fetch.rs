@@ -27,7 +27,10 @@ enum Body {
 
 impl WebFetch {
     pub(crate) fn new(client: WebClient, max_output_chars: usize) -> Self {
-        WebFetch { client, max_output_chars }
+        WebFetch {
+            client,
+            max_output_chars,
+        }
     }
 
     async fn run(&self, ctx: &ToolContext, input: Input) -> Result<ToolOutput, String> {
@@ -38,7 +41,8 @@ impl WebFetch {
             None => None,
         };
         let limit = self.client.max_bytes;
-        let (bytes, cut_bytes) = read_limited(&self.client, fetched.response, limit, &ctx.cancel).await?;
+        let (bytes, cut_bytes) =
+            read_limited(&self.client, fetched.response, limit, &ctx.cancel).await?;
         let kind = match kind {
             Some(kind) => kind,
             None => sniff(&bytes).ok_or_else(|| not_text(&fetched.final_url, "binary data"))?,
@@ -67,10 +71,16 @@ impl WebFetch {
         } else {
             out.push_str(text.trim_end());
             if cut_bytes {
-                out.push_str(&format!("\n\n[truncated: the page is larger than {limit} bytes]"));
+                out.push_str(&format!(
+                    "\n\n[truncated: the page is larger than {limit} bytes]"
+                ));
             }
         }
-        Ok(ToolOutput { ok: true, output: out, truncated })
+        Ok(ToolOutput {
+            ok: true,
+            output: out,
+            truncated,
+        })
     }
 }
 
@@ -78,8 +88,9 @@ impl Tool for WebFetch {
     fn spec(&self) -> ToolSpec {
         ToolSpec {
             name: "WebFetch".to_string(),
-            description: "Fetch a public web page and return its content as readable markdown or text."
-                .to_string(),
+            description:
+                "Fetch a public web page and return its content as readable markdown or text."
+                    .to_string(),
             input_schema: json!({
                 "type": "object",
                 "properties": {
@@ -91,7 +102,11 @@ impl Tool for WebFetch {
         }
     }
 
-    fn call<'a>(&'a self, ctx: &'a ToolContext, input: serde_json::Value) -> BoxFuture<'a, ToolOutput> {
+    fn call<'a>(
+        &'a self,
+        ctx: &'a ToolContext,
+        input: serde_json::Value,
+    ) -> BoxFuture<'a, ToolOutput> {
         Box::pin(async move {
             let input: Input = match serde_json::from_value(input) {
                 Ok(input) => input,
@@ -118,9 +133,10 @@ fn classify(mime: &str) -> Option<Body> {
     match (top, sub) {
         ("text", "html") | ("application", "xhtml+xml") => Some(Body::Html),
         ("text", _) => Some(Body::Text),
-        ("application", "json" | "xml" | "javascript" | "yaml" | "x-yaml" | "x-ndjson" | "toml") => {
-            Some(Body::Text)
-        }
+        (
+            "application",
+            "json" | "xml" | "javascript" | "yaml" | "x-yaml" | "x-ndjson" | "toml",
+        ) => Some(Body::Text),
         ("application", s) if s.ends_with("+json") || s.ends_with("+xml") => Some(Body::Text),
         _ => None,
     }
@@ -138,7 +154,11 @@ fn sniff(bytes: &[u8]) -> Option<Body> {
         Err(e) if e.error_len().is_none() => std::str::from_utf8(&bytes[..e.valid_up_to()]).ok()?,
         Err(_) => return None,
     };
-    let start = text.trim_start().get(..15).unwrap_or("").to_ascii_lowercase();
+    let start = text
+        .trim_start()
+        .get(..15)
+        .unwrap_or("")
+        .to_ascii_lowercase();
     if start.starts_with("<!doctype html") || start.starts_with("<html") {
         Some(Body::Html)
     } else {
@@ -159,8 +179,9 @@ fn html_to_markdown(html: &str) -> Result<String, String> {
             "script", "style", "noscript", "template", "svg", "iframe", "object", "embed", "head",
         ])
         .build();
-    let markdown =
-        converter.convert(html).map_err(|e| format!("the HTML could not be converted: {e}"))?;
+    let markdown = converter
+        .convert(html)
+        .map_err(|e| format!("the HTML could not be converted: {e}"))?;
     Ok(collapse_blank_lines(&markdown))
 }
 
@@ -190,7 +211,10 @@ mod tests {
 
     #[test]
     fn content_types() {
-        assert_eq!(classify(mime_of("text/html; charset=utf-8")), Some(Body::Html));
+        assert_eq!(
+            classify(mime_of("text/html; charset=utf-8")),
+            Some(Body::Html)
+        );
         assert_eq!(classify("application/ld+json"), Some(Body::Text));
         assert_eq!(classify("text/markdown"), Some(Body::Text));
         assert_eq!(classify("application/pdf"), None);
@@ -204,6 +228,9 @@ mod tests {
     fn html_becomes_markdown_without_scripts() {
         let html = "<html><head><title>T</title><style>p{}</style></head><body>\
                     <h1>Hello</h1><script>alert(1)</script><p>A <a href=\"/x\">link</a>.</p></body></html>";
-        assert_eq!(html_to_markdown(html).unwrap(), "# Hello\n\nA [link](/x).\n");
+        assert_eq!(
+            html_to_markdown(html).unwrap(),
+            "# Hello\n\nA [link](/x).\n"
+        );
     }
 }

@@ -135,7 +135,11 @@ impl fmt::Display for Blocked {
         if self.host == self.ip.to_string() {
             write!(f, "refused to connect to {} ({})", self.ip, self.reason)
         } else {
-            write!(f, "refused to connect to {}: it resolves to {} ({})", self.host, self.ip, self.reason)
+            write!(
+                f,
+                "refused to connect to {}: it resolves to {} ({})",
+                self.host, self.ip, self.reason
+            )
         }
     }
 }
@@ -156,7 +160,10 @@ impl HostPolicy {
     /// `allow_hosts` entries are host names (`searx.lan`), addresses (`127.0.0.1`, `::1`) or
     /// networks (`10.1.0.0/16`).
     pub fn new(allow_private: bool, allow_hosts: &[String]) -> Self {
-        let mut policy = HostPolicy { allow_private, ..HostPolicy::default() };
+        let mut policy = HostPolicy {
+            allow_private,
+            ..HostPolicy::default()
+        };
         for entry in allow_hosts {
             policy.allow(entry);
         }
@@ -179,7 +186,10 @@ impl HostPolicy {
     /// Refuses the whole name when any of its addresses is blocked, so a name cannot mix a
     /// public and a private answer.
     pub fn check(&self, host: &str, ips: &[IpAddr]) -> Result<(), Blocked> {
-        let host = host.trim_start_matches('[').trim_end_matches(']').to_ascii_lowercase();
+        let host = host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_ascii_lowercase();
         if self.allow_private || self.hosts.contains(&host) {
             return Ok(());
         }
@@ -188,7 +198,11 @@ impl HostPolicy {
             if let Some(reason) = blocked_reason(ip)
                 && !self.nets.iter().any(|net| net.contains(&ip))
             {
-                return Err(Blocked { host: host.clone(), ip, reason });
+                return Err(Blocked {
+                    host: host.clone(),
+                    ip,
+                    reason,
+                });
             }
         }
         Ok(())
@@ -298,7 +312,11 @@ mod tests {
     fn exceptions_by_name_address_and_network() {
         let policy = HostPolicy::new(
             false,
-            &["searx.lan".to_string(), "127.0.0.1".to_string(), "10.1.0.0/16".to_string()],
+            &[
+                "searx.lan".to_string(),
+                "127.0.0.1".to_string(),
+                "10.1.0.0/16".to_string(),
+            ],
         );
         assert_eq!(policy.check("searx.lan", &[ip("192.168.1.5")]), Ok(()));
         assert_eq!(policy.check("localhost", &[ip("127.0.0.1")]), Ok(()));
@@ -312,9 +330,15 @@ mod tests {
             })
         );
         assert_eq!(
-            policy.check("x", &[ip("::ffff:169.254.169.254")]).unwrap_err().to_string(),
+            policy
+                .check("x", &[ip("::ffff:169.254.169.254")])
+                .unwrap_err()
+                .to_string(),
             "refused to connect to x: it resolves to 169.254.169.254 (link-local / cloud metadata address)"
         );
-        assert_eq!(HostPolicy::new(true, &[]).check("x", &[ip("127.0.0.1")]), Ok(()));
+        assert_eq!(
+            HostPolicy::new(true, &[]).check("x", &[ip("127.0.0.1")]),
+            Ok(())
+        );
     }
 }

@@ -80,7 +80,10 @@ pub fn tools_with_lookup(config: WebConfig, lookup: Arc<dyn HostLookup>) -> Vec<
     let client = WebClient::new(&config, Arc::clone(&lookup));
     let search = search::WebSearch::new(&config, lookup);
     vec![
-        Arc::new(fetch::WebFetch::new(client.clone(), config.max_output_chars)),
+        Arc::new(fetch::WebFetch::new(
+            client.clone(),
+            config.max_output_chars,
+        )),
         Arc::new(download::DownloadFile::new(client)),
         Arc::new(search),
     ]

@@ -67,16 +67,28 @@ impl WebSearch {
         if input.query.trim().is_empty() {
             return Err("the query is empty".to_string());
         }
-        let wanted = input.max_results.unwrap_or(DEFAULT_RESULTS).clamp(1, MAX_RESULTS);
-        let mut url = url::Url::parse(&provider.searxng_url)
-            .map_err(|e| format!("web.search.searxng_url {:?} is not a URL: {e}", provider.searxng_url))?;
+        let wanted = input
+            .max_results
+            .unwrap_or(DEFAULT_RESULTS)
+            .clamp(1, MAX_RESULTS);
+        let mut url = url::Url::parse(&provider.searxng_url).map_err(|e| {
+            format!(
+                "web.search.searxng_url {:?} is not a URL: {e}",
+                provider.searxng_url
+            )
+        })?;
         let path = format!("{}/search", url.path().trim_end_matches('/'));
         url.set_path(&path);
-        url.query_pairs_mut().clear().append_pair("format", "json").append_pair("q", &input.query);
-        let fetched = client.get(url.as_str(), &ctx.cancel).await.map_err(|e| {
-            format!("the search provider failed: {e}")
-        })?;
-        let (body, _) = read_limited(client, fetched.response, client.max_bytes, &ctx.cancel).await?;
+        url.query_pairs_mut()
+            .clear()
+            .append_pair("format", "json")
+            .append_pair("q", &input.query);
+        let fetched = client
+            .get(url.as_str(), &ctx.cancel)
+            .await
+            .map_err(|e| format!("the search provider failed: {e}"))?;
+        let (body, _) =
+            read_limited(client, fetched.response, client.max_bytes, &ctx.cancel).await?;
         let parsed: SearxResponse = serde_json::from_slice(&body).map_err(|e| {
             format!("the search provider did not answer with SearXNG JSON ({e}); is format=json enabled?")
         })?;
@@ -115,7 +127,11 @@ impl Tool for WebSearch {
         }
     }
 
-    fn call<'a>(&'a self, ctx: &'a ToolContext, input: serde_json::Value) -> BoxFuture<'a, ToolOutput> {
+    fn call<'a>(
+        &'a self,
+        ctx: &'a ToolContext,
+        input: serde_json::Value,
+    ) -> BoxFuture<'a, ToolOutput> {
         Box::pin(async move {
             let input: Input = match serde_json::from_value(input) {
                 Ok(input) => input,

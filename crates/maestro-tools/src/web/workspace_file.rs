@@ -11,7 +11,9 @@ use crate::Workspace;
 pub(crate) fn existing_file(workspace: &Path, rel: &str) -> Result<PathBuf, String> {
     let resolved = Workspace::open(workspace)?.resolve(rel)?;
     if !resolved.abs.is_file() {
-        return Err(format!("{rel} is not an existing regular file in the workspace"));
+        return Err(format!(
+            "{rel} is not an existing regular file in the workspace"
+        ));
     }
     Ok(resolved.abs)
 }
@@ -45,18 +47,31 @@ pub(crate) fn writable_file(workspace: &Path, rel: &str) -> Result<PathBuf, Stri
 /// The path relative to the workspace root as a person would write it (`input/a.txt`).
 pub(crate) fn display(workspace: &Path, path: &Path) -> String {
     let root = std::fs::canonicalize(workspace).unwrap_or_else(|_| workspace.to_path_buf());
-    path.strip_prefix(&root).unwrap_or(path).display().to_string()
+    path.strip_prefix(&root)
+        .unwrap_or(path)
+        .display()
+        .to_string()
 }
 
 /// A safe single file name: letters, digits, `.`, `_` and `-` only, no leading dot.
 pub(crate) fn sanitize_file_name(name: &str) -> String {
     let cleaned: String = name
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
         .collect();
     let trimmed = cleaned.trim_start_matches(['.', '_']);
     let cut: String = trimmed.chars().take(120).collect();
-    if cut.is_empty() || cut.chars().all(|c| c == '.') { "download".to_string() } else { cut }
+    if cut.is_empty() || cut.chars().all(|c| c == '.') {
+        "download".to_string()
+    } else {
+        cut
+    }
 }
 
 #[cfg(test)]
@@ -70,11 +85,26 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let ws = dir.path();
         std::fs::write(ws.join("a.txt"), "x").unwrap();
-        assert_eq!(existing_file(ws, "./a.txt").unwrap(), ws.canonicalize().unwrap().join("a.txt"));
-        assert!(existing_file(ws, "../a.txt").unwrap_err().contains("outside the workspace"));
-        assert!(existing_file(ws, "/etc/passwd").unwrap_err().contains("outside the workspace"));
+        assert_eq!(
+            existing_file(ws, "./a.txt").unwrap(),
+            ws.canonicalize().unwrap().join("a.txt")
+        );
+        assert!(
+            existing_file(ws, "../a.txt")
+                .unwrap_err()
+                .contains("outside the workspace")
+        );
+        assert!(
+            existing_file(ws, "/etc/passwd")
+                .unwrap_err()
+                .contains("outside the workspace")
+        );
         std::os::unix::fs::symlink("/etc", ws.join("etc")).unwrap();
-        assert!(existing_file(ws, "etc/passwd").unwrap_err().contains("symlink"));
+        assert!(
+            existing_file(ws, "etc/passwd")
+                .unwrap_err()
+                .contains("symlink")
+        );
         assert!(writable_file(ws, "etc/x").unwrap_err().contains("symlink"));
         let w = writable_file(ws, "input/sub/b.bin").unwrap();
         assert!(w.parent().unwrap().is_dir());

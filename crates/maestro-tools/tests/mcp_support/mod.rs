@@ -1,6 +1,8 @@
 //! Real MCP servers for the hub tests: the reference filesystem server from npm (stdio) and a
 //! server built on the official Python SDK (stdio and streamable HTTP).
 
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)] // each test binary uses part of it
+
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -14,7 +16,9 @@ use tokio_util::sync::CancellationToken;
 pub fn filesystem_server(root: &std::path::Path) -> McpServer {
     let bin = std::env::var_os("MAESTRO_TEST_MCP_FS_SERVER")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/opt/maestro-test/node_modules/.bin/mcp-server-filesystem"));
+        .unwrap_or_else(|| {
+            PathBuf::from("/opt/maestro-test/node_modules/.bin/mcp-server-filesystem")
+        });
     assert!(
         bin.exists(),
         "{} is missing: npm install --prefix /opt/maestro-test @modelcontextprotocol/server-filesystem@2026.8.31",
@@ -57,7 +61,11 @@ impl Drop for HttpServer {
 
 impl HttpServer {
     pub fn start() -> HttpServer {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
         let child = Command::new("python3")
             .args([python_script(), "http".into(), port.to_string()])
             .stdin(Stdio::null())
@@ -65,10 +73,16 @@ impl HttpServer {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        let server = HttpServer { url: format!("http://127.0.0.1:{port}/mcp"), child };
+        let server = HttpServer {
+            url: format!("http://127.0.0.1:{port}/mcp"),
+            child,
+        };
         let deadline = Instant::now() + Duration::from_secs(30);
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "the Python MCP server did not listen (pip install mcp==2.3.0)");
+            assert!(
+                Instant::now() < deadline,
+                "the Python MCP server did not listen (pip install mcp==2.3.0)"
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
         server
@@ -91,5 +105,9 @@ pub fn names(tools: &[std::sync::Arc<dyn Tool>]) -> Vec<String> {
 }
 
 pub fn find(tools: &[std::sync::Arc<dyn Tool>], name: &str) -> std::sync::Arc<dyn Tool> {
-    tools.iter().find(|t| t.spec().name == name).cloned().unwrap_or_else(|| panic!("no tool {name} in {:?}", names(tools)))
+    tools
+        .iter()
+        .find(|t| t.spec().name == name)
+        .cloned()
+        .unwrap_or_else(|| panic!("no tool {name} in {:?}", names(tools)))
 }

@@ -1,6 +1,8 @@
 //! A real OpenSSH server for the SSH tool tests: throwaway host and user keys, a config that
 //! listens on a free loopback port, and a guard that stops the server when the test ends.
 
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)] // each test binary uses part of it
+
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -37,13 +39,20 @@ fn keygen(path: &Path) {
 }
 
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 impl Sshd {
     pub fn start() -> Sshd {
         let sshd = Path::new("/usr/sbin/sshd");
-        assert!(sshd.exists(), "/usr/sbin/sshd is missing: apt-get install openssh-server");
+        assert!(
+            sshd.exists(),
+            "/usr/sbin/sshd is missing: apt-get install openssh-server"
+        );
         std::fs::create_dir_all("/run/sshd").unwrap();
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path();
@@ -69,7 +78,10 @@ impl Sshd {
         let server = Sshd { dir, port, child };
         let deadline = Instant::now() + Duration::from_secs(10);
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "sshd did not listen on port {port}");
+            assert!(
+                Instant::now() < deadline,
+                "sshd did not listen on port {port}"
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
         server
@@ -80,12 +92,19 @@ impl Sshd {
     }
 
     pub fn host_key_line(&self) -> String {
-        std::fs::read_to_string(self.path("host_key.pub")).unwrap().trim().to_string()
+        std::fs::read_to_string(self.path("host_key.pub"))
+            .unwrap()
+            .trim()
+            .to_string()
     }
 
     /// `SHA256:...` as ssh-keygen prints it.
     pub fn host_fingerprint(&self) -> String {
-        let out = Command::new("ssh-keygen").args(["-l", "-E", "sha256", "-f"]).arg(self.path("host_key.pub")).output().unwrap();
+        let out = Command::new("ssh-keygen")
+            .args(["-l", "-E", "sha256", "-f"])
+            .arg(self.path("host_key.pub"))
+            .output()
+            .unwrap();
         let text = String::from_utf8(out.stdout).unwrap();
         text.split_whitespace().nth(1).unwrap().to_string()
     }
@@ -98,7 +117,10 @@ impl Sshd {
             host: "127.0.0.1".into(),
             port: self.port,
             user: current_user(),
-            auth: SshAuth::Key { path: self.path("user_key"), passphrase: None },
+            auth: SshAuth::Key {
+                path: self.path("user_key"),
+                passphrase: None,
+            },
             owner: None,
             known_host_key: Some(self.host_key_line()),
             insecure_accept_any_host_key: false,
@@ -122,7 +144,9 @@ pub struct Tools {
 impl Tools {
     pub fn new(connections: Vec<SshConnection>, owner: Option<&str>) -> Tools {
         let registry = Arc::new(SshRegistry::new(connections).unwrap());
-        Tools { tools: ssh::tools(registry, owner.map(str::to_string)) }
+        Tools {
+            tools: ssh::tools(registry, owner.map(str::to_string)),
+        }
     }
 
     pub async fn call(

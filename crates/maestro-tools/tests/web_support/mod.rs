@@ -1,5 +1,7 @@
 //! A real HTTP server on 127.0.0.1 for the web tool tests, and helpers to call the tools.
 
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)] // each test binary uses part of it
+
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
@@ -56,8 +58,16 @@ async fn redirect(Query(q): Query<HashMap<String, String>>) -> Response {
 }
 
 async fn redirect_loop(headers: HeaderMap) -> Response {
-    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("").to_string();
-    (StatusCode::FOUND, [(header::LOCATION, format!("http://{host}/loop"))]).into_response()
+    let host = headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    (
+        StatusCode::FOUND,
+        [(header::LOCATION, format!("http://{host}/loop"))],
+    )
+        .into_response()
 }
 
 async fn slow() -> Response {
@@ -66,7 +76,9 @@ async fn slow() -> Response {
 }
 
 async fn search(State(h): State<Hits>, Query(q): Query<HashMap<String, String>>) -> Response {
-    h.0.lock().unwrap().push(format!("/search?format={}&q={}", q["format"], q["q"]));
+    h.0.lock()
+        .unwrap()
+        .push(format!("/search?format={}&q={}", q["format"], q["q"]));
     let body = serde_json::json!({
         "query": q["q"],
         "results": [
@@ -102,7 +114,10 @@ impl HostLookup for MapLookup {
     fn lookup<'a>(&'a self, host: &'a str) -> BoxFuture<'a, std::io::Result<Vec<IpAddr>>> {
         Box::pin(async move {
             self.0.get(host).cloned().ok_or_else(|| {
-                std::io::Error::new(std::io::ErrorKind::NotFound, format!("{host} is not in the test map"))
+                std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    format!("{host} is not in the test map"),
+                )
             })
         })
     }
@@ -110,12 +125,19 @@ impl HostLookup for MapLookup {
 
 pub fn lookup(entries: &[(&str, &str)]) -> Arc<MapLookup> {
     Arc::new(MapLookup(
-        entries.iter().map(|(name, ip)| (name.to_string(), vec![ip.parse().unwrap()])).collect(),
+        entries
+            .iter()
+            .map(|(name, ip)| (name.to_string(), vec![ip.parse().unwrap()]))
+            .collect(),
     ))
 }
 
 pub fn tool(tools: &[Arc<dyn Tool>], name: &str) -> Arc<dyn Tool> {
-    tools.iter().find(|t| t.spec().name == name).cloned().unwrap()
+    tools
+        .iter()
+        .find(|t| t.spec().name == name)
+        .cloned()
+        .unwrap()
 }
 
 pub fn ctx(workspace: &std::path::Path) -> ToolContext {
@@ -140,4 +162,3 @@ pub async fn call(
     let tools = web::tools_with_lookup(config, lookup(names));
     tool(&tools, name).call(&ctx(workspace), input).await
 }
-

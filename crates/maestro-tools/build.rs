@@ -20,11 +20,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     entries.sort();
-    let mut code = String::from("/// `(tool name, markdown)` for every embedded tool doc.\npub(crate) const TOOL_DOCS: &[(&str, &str)] = &[\n");
+    let mut code = String::from(
+        "/// `(tool name, markdown)` for every embedded tool doc.\npub(crate) const TOOL_DOCS: &[(&str, &str)] = &[\n",
+    );
     for (name, path) in entries {
-        writeln!(code, "    ({name:?}, include_str!({:?})),", path.display().to_string())?;
+        writeln!(
+            code,
+            "    ({name:?}, include_str!({:?})),",
+            path.display().to_string()
+        )?;
     }
     code.push_str("];\n");
-    std::fs::write(PathBuf::from(std::env::var("OUT_DIR")?).join("tool_docs.rs"), code)?;
+    std::fs::write(
+        PathBuf::from(std::env::var("OUT_DIR")?).join("tool_docs.rs"),
+        code,
+    )?;
     Ok(())
 }

@@ -53,7 +53,10 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
                 },
                 Err(failed) => Row {
                     name: stem,
-                    dialect: failed.dialect.map(|d| d.to_string()).unwrap_or_else(|| "-".into()),
+                    dialect: failed
+                        .dialect
+                        .map(|d| d.to_string())
+                        .unwrap_or_else(|| "-".into()),
                     movements: "-".into(),
                     description: format!(
                         "INVALID ({} error{}; run `maestro validate {}`)",
@@ -93,7 +96,11 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     }
     let name_w = rows.iter().map(|r| r.name.len()).max().unwrap_or(4).max(4);
     let dialect_w = 7;
-    writeln!(out, "{:name_w$}  {:dialect_w$}  MOVEMENTS  DESCRIPTION", "NAME", "DIALECT")?;
+    writeln!(
+        out,
+        "{:name_w$}  {:dialect_w$}  MOVEMENTS  DESCRIPTION",
+        "NAME", "DIALECT"
+    )?;
     for r in &rows {
         writeln!(
             out,

@@ -6,7 +6,10 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, anyhow, bail};
-use maestro_engine::{Engine, EngineConfig, EventRecord, EventSink, JsonlSink, PieceSummary, RunEvent, RunRecord, classify};
+use maestro_engine::{
+    Engine, EngineConfig, EventRecord, EventSink, JsonlSink, PieceSummary, RunEvent, RunRecord,
+    classify,
+};
 use maestro_llm::{OpenAiCompat, OpenAiConfig, Provider, ToolMode};
 use maestro_piece::{LoadOptions, Piece, discover, load_file, render_diagnostics};
 use maestro_protocol::Secret;
@@ -41,6 +44,12 @@ pub struct Args {
     /// The model's context window in tokens (default: asked from the endpoint).
     #[arg(long, env = "MAESTRO_CONTEXT_LENGTH")]
     context_length: Option<u64>,
+    /// Model calls one movement may make before the engine ends it.
+    #[arg(long, default_value_t = 30)]
+    max_iterations: u32,
+    /// Cap on each answer's length in tokens.
+    #[arg(long, env = "MAESTRO_MAX_TOKENS")]
+    max_tokens: Option<u32>,
     /// Directories searched for pieces by name and by the classifier (default: `.maestro/pieces`
     /// and `pieces`).
     #[arg(long)]
@@ -60,16 +69,21 @@ enum ToolModeArg {
 }
 
 pub fn run(args: Args) -> anyhow::Result<u8> {
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
     runtime.block_on(run_async(args))
 }
 
 async fn run_async(args: Args) -> anyhow::Result<u8> {
-    let base_url = args
-        .llm_base_url
-        .clone()
-        .ok_or_else(|| anyhow!("no model endpoint: pass --llm-base-url URL or set MAESTRO_LLM_BASE_URL"))?;
-    let api_key = std::env::var("MAESTRO_API_KEY").ok().filter(|k| !k.is_empty()).map(Secret::new);
+    let base_url = args.llm_base_url.clone().ok_or_else(|| {
+        anyhow!("no model endpoint: pass --llm-base-url URL or set MAESTRO_LLM_BASE_URL")
+    })?;
+    let api_key = std::env::var("MAESTRO_API_KEY")
+        .ok()
+        .filter(|k| !k.is_empty())
+        .map(Secret::new);
     let mut llm_config = OpenAiConfig::new(base_url).with_tool_mode(match args.tool_mode {
         ToolModeArg::Native => ToolMode::Native,
         ToolModeArg::Json => ToolMode::Json,
@@ -91,10 +105,16 @@ async fn run_async(args: Args) -> anyhow::Result<u8> {
         }
         Some(given) => find_piece(given, &dirs)?,
     };
-    let model = args.model.clone().or_else(|| piece.model.clone()).unwrap_or_else(|| "default".into());
+    let model = args
+        .model
+        .clone()
+        .or_else(|| piece.model.clone())
+        .unwrap_or_else(|| "default".into());
 
     let mut config = EngineConfig::new(model);
     config.context_length = args.context_length;
+    config.max_iterations_per_movement = args.max_iterations;
+    config.max_tokens = args.max_tokens;
     let mut engine = Engine::new(provider, Registry::builtin(ToolsConfig::default()), config);
     if let Some(key) = api_key {
         engine = engine.with_secret(key);
@@ -112,7 +132,9 @@ async fn run_async(args: Args) -> anyhow::Result<u8> {
         Some(EventsFormat::Jsonl) => Arc::new(JsonlSink::new(std::io::stdout())),
         None => Arc::new(Progress::new(piece.max_movements)),
     };
-    let report = engine.run(Arc::new(piece), &args.task, record, vec![observer]).await?;
+    let report = engine
+        .run(Arc::new(piece), &args.task, record, vec![observer])
+        .await?;
 
     let mut summary = format!("run {} {}", report.run_id, report.status);
     if let Some(reason) = &report.reason {
@@ -126,7 +148,11 @@ async fn run_async(args: Args) -> anyhow::Result<u8> {
 }
 
 fn pieces_dirs(given: &[PathBuf]) -> Vec<PathBuf> {
-    if given.is_empty() { vec![PathBuf::from(".maestro/pieces"), PathBuf::from("pieces")] } else { given.to_vec() }
+    if given.is_empty() {
+        vec![PathBuf::from(".maestro/pieces"), PathBuf::from("pieces")]
+    } else {
+        given.to_vec()
+    }
 }
 
 fn load(path: &Path) -> anyhow::Result<Piece> {
@@ -158,18 +184,33 @@ fn find_piece(given: &str, dirs: &[PathBuf]) -> anyhow::Result<Piece> {
         return load(path);
     }
     let pieces = available_pieces(dirs);
-    if let Some((_, piece)) = pieces.iter().find(|(p, piece)| piece.name == given || p.file_stem().is_some_and(|s| s == given)) {
+    if let Some((_, piece)) = pieces
+        .iter()
+        .find(|(p, piece)| piece.name == given || p.file_stem().is_some_and(|s| s == given))
+    {
         return Ok(piece.clone());
     }
     let known: Vec<&str> = pieces.iter().map(|(_, p)| p.name.as_str()).collect();
     bail!(
         "no piece file or piece named `{given}` (searched {}); known pieces: {}",
-        dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", "),
-        if known.is_empty() { "none".to_string() } else { known.join(", ") }
+        dirs.iter()
+            .map(|d| d.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
+        if known.is_empty() {
+            "none".to_string()
+        } else {
+            known.join(", ")
+        }
     )
 }
 
-async fn classified_piece(provider: &dyn Provider, model: &str, task: &str, dirs: &[PathBuf]) -> anyhow::Result<Piece> {
+async fn classified_piece(
+    provider: &dyn Provider,
+    model: &str,
+    task: &str,
+    dirs: &[PathBuf],
+) -> anyhow::Result<Piece> {
     let pieces = available_pieces(dirs);
     let summaries: Vec<PieceSummary> = pieces.iter().map(|(_, p)| PieceSummary::from(p)).collect();
     let chosen = classify(provider, model, task, &summaries).await?;
@@ -178,7 +219,12 @@ async fn classified_piece(provider: &dyn Provider, model: &str, task: &str, dirs
         .into_iter()
         .find(|(_, p)| p.name == chosen.piece)
         .map(|(_, p)| p)
-        .ok_or_else(|| anyhow!("the classifier chose `{}`, which did not load", chosen.piece))
+        .ok_or_else(|| {
+            anyhow!(
+                "the classifier chose `{}`, which did not load",
+                chosen.piece
+            )
+        })
 }
 
 /// Live progress on stderr: one line per movement, tool call, retry and warning, with running
@@ -191,7 +237,11 @@ struct Progress {
 
 impl Progress {
     fn new(max_movements: u32) -> Self {
-        Progress { max_movements, tokens: Mutex::new(0), color: std::io::stderr().is_terminal() }
+        Progress {
+            max_movements,
+            tokens: Mutex::new(0),
+            color: std::io::stderr().is_terminal(),
+        }
     }
 
     fn line(&self, text: String) {
@@ -208,8 +258,18 @@ impl Progress {
 impl EventSink for Progress {
     fn record(&self, record: &EventRecord) -> std::io::Result<()> {
         match &record.event {
-            RunEvent::RunStarted { run_id, piece, dialect, .. } => self.line(format!("run {run_id}: piece {piece} ({dialect})")),
-            RunEvent::MovementStarted { movement, iteration, parent, .. } => match parent {
+            RunEvent::RunStarted {
+                run_id,
+                piece,
+                dialect,
+                ..
+            } => self.line(format!("run {run_id}: piece {piece} ({dialect})")),
+            RunEvent::MovementStarted {
+                movement,
+                iteration,
+                parent,
+                ..
+            } => match parent {
                 Some(parent) => self.line(format!("  ▸ {parent}/{movement}")),
                 None => self.line(format!("▶ {movement} ({iteration}/{})", self.max_movements)),
             },
@@ -218,32 +278,64 @@ impl EventSink for Progress {
                     *t += usage.total_tokens;
                 }
             }
-            RunEvent::LlmRetry { attempt, delay_ms, reason, .. } => {
-                self.line(format!("  retry {attempt} in {delay_ms} ms: {reason}"))
-            }
+            RunEvent::LlmRetry {
+                attempt,
+                delay_ms,
+                reason,
+                ..
+            } => self.line(format!("  retry {attempt} in {delay_ms} ms: {reason}")),
             RunEvent::ToolCall { movement, tool, .. } => self.line(format!("  {movement}: {tool}")),
-            RunEvent::ToolResult { tool, ok: false, .. } => self.line(format!("  {tool} failed")),
-            RunEvent::JudgeRequest { movement, kind, .. } => self.line(format!("  {movement}: {kind:?} call")),
+            RunEvent::ToolResult {
+                tool, ok: false, ..
+            } => self.line(format!("  {tool} failed")),
+            RunEvent::JudgeRequest { movement, kind, .. } => {
+                self.line(format!("  {movement}: {kind:?} call"))
+            }
             RunEvent::ReportWritten { name, .. } => self.line(format!("  report {name}")),
-            RunEvent::Reminder { movement, kind, .. } => self.line(format!("  {movement}: reminder ({kind:?})")),
-            RunEvent::ContextWarning { level, used_tokens, context_length, .. } => {
-                self.line(format!("  context {level:?}: {used_tokens}/{context_length} tokens"))
+            RunEvent::Reminder { movement, kind, .. } => {
+                self.line(format!("  {movement}: reminder ({kind:?})"))
             }
-            RunEvent::LoopWarning { movement, consecutive, .. } => {
-                self.line(format!("  loop warning: {movement} entered {consecutive} times in a row"))
-            }
-            RunEvent::LoopMonitorTriggered { judge, cycle_count, .. } => {
-                self.line(format!("  loop monitor: {cycle_count} cycles, judge {judge}"))
-            }
+            RunEvent::ContextWarning {
+                level,
+                used_tokens,
+                context_length,
+                ..
+            } => self.line(format!(
+                "  context {level:?}: {used_tokens}/{context_length} tokens"
+            )),
+            RunEvent::LoopWarning {
+                movement,
+                consecutive,
+                ..
+            } => self.line(format!(
+                "  loop warning: {movement} entered {consecutive} times in a row"
+            )),
+            RunEvent::LoopMonitorTriggered {
+                judge, cycle_count, ..
+            } => self.line(format!(
+                "  loop monitor: {cycle_count} cycles, judge {judge}"
+            )),
             RunEvent::Warning { message, .. } => self.line(format!("  warning: {message}")),
-            RunEvent::MovementFinished { movement, next, via, parent, .. } => {
+            RunEvent::MovementFinished {
+                movement,
+                next,
+                via,
+                parent,
+                ..
+            } => {
                 let indent = if parent.is_some() { "    " } else { "" };
                 self.line(format!("{indent}✓ {movement} → {next} ({via:?})"))
             }
-            RunEvent::RunFinished { status, reason, .. } => {
-                self.line(format!("■ {status}{}", reason.as_ref().map(|r| format!(" ({r})")).unwrap_or_default()))
-            }
-            RunEvent::LlmRequest { .. } | RunEvent::ToolResult { .. } | RunEvent::ScratchUpdated { .. } => {}
+            RunEvent::RunFinished { status, reason, .. } => self.line(format!(
+                "■ {status}{}",
+                reason
+                    .as_ref()
+                    .map(|r| format!(" ({r})"))
+                    .unwrap_or_default()
+            )),
+            RunEvent::LlmRequest { .. }
+            | RunEvent::ToolResult { .. }
+            | RunEvent::ScratchUpdated { .. } => {}
         }
         Ok(())
     }

@@ -67,11 +67,20 @@ pub fn run(cmd: Command) -> anyhow::Result<u8> {
         Command::List { json } => {
             let specs = registry(ToolsConfig::default()).list();
             if json {
-                let _ = writeln!(std::io::stdout(), "{}", serde_json::to_string_pretty(&specs)?);
+                let _ = writeln!(
+                    std::io::stdout(),
+                    "{}",
+                    serde_json::to_string_pretty(&specs)?
+                );
             } else {
                 let width = specs.iter().map(|s| s.name.len()).max().unwrap_or(0);
                 for spec in specs {
-                    let _ = writeln!(std::io::stdout(), "{:width$}  {}", spec.name, spec.description);
+                    let _ = writeln!(
+                        std::io::stdout(),
+                        "{:width$}  {}",
+                        spec.name,
+                        spec.description
+                    );
                 }
             }
             Ok(0)
@@ -82,15 +91,21 @@ pub fn run(cmd: Command) -> anyhow::Result<u8> {
 
 fn call(args: CallArgs) -> anyhow::Result<u8> {
     if !args.workspace.exists() {
-        maestro_tools::prepare_workspace(&args.workspace)
-            .map_err(|e| anyhow::anyhow!("cannot create the workspace `{}`: {e}", args.workspace.display()))?;
+        maestro_tools::prepare_workspace(&args.workspace).map_err(|e| {
+            anyhow::anyhow!(
+                "cannot create the workspace `{}`: {e}",
+                args.workspace.display()
+            )
+        })?;
     }
     let scratch = match &args.scratch {
         Some(path) if path.exists() => {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| anyhow::anyhow!("cannot read the scratch file `{}`: {e}", path.display()))?;
-            serde_json::from_str::<RunScratch>(&text)
-                .map_err(|e| anyhow::anyhow!("the scratch file `{}` is not valid: {e}", path.display()))?
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                anyhow::anyhow!("cannot read the scratch file `{}`: {e}", path.display())
+            })?;
+            serde_json::from_str::<RunScratch>(&text).map_err(|e| {
+                anyhow::anyhow!("the scratch file `{}` is not valid: {e}", path.display())
+            })?
         }
         _ => RunScratch::default(),
     };
@@ -117,12 +132,16 @@ fn call(args: CallArgs) -> anyhow::Result<u8> {
     // Calling a tool by hand offers it (and nothing else): the permissions under test are the
     // edit flag and the allowlist.
     let allowed = vec![args.tool.clone()];
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let output = runtime.block_on(registry.execute_allowed(&ctx, &allowed, &args.tool, &args.input));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let output =
+        runtime.block_on(registry.execute_allowed(&ctx, &allowed, &args.tool, &args.input));
     if let Some(path) = &args.scratch {
         let state = scratch.lock().map(|s| s.clone()).unwrap_or_default();
-        std::fs::write(path, serde_json::to_string_pretty(&state)?)
-            .map_err(|e| anyhow::anyhow!("cannot write the scratch file `{}`: {e}", path.display()))?;
+        std::fs::write(path, serde_json::to_string_pretty(&state)?).map_err(|e| {
+            anyhow::anyhow!("cannot write the scratch file `{}`: {e}", path.display())
+        })?;
     }
     let mut printed = serde_json::json!({
         "ok": output.ok,

@@ -164,10 +164,7 @@ fn human(
             }
             all.sort_by_key(|d| (d.line, d.column));
             eprint!("{}", render_diagnostics(source, &all));
-            let dialect = failed
-                .dialect
-                .map(|d| format!("{d}, "))
-                .unwrap_or_default();
+            let dialect = failed.dialect.map(|d| format!("{d}, ")).unwrap_or_default();
             writeln!(
                 out,
                 "invalid  {} ({dialect}{} error{})",

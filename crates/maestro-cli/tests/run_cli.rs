@@ -9,7 +9,9 @@ use maestro_testkit::{ScriptedLlm, Turn};
 use serde_json::{Value, json};
 
 fn fixture(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures").join(rel)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/fixtures")
+        .join(rel)
 }
 
 /// Runs `maestro run` with `args` against `server`, in a fresh directory.
@@ -19,22 +21,43 @@ async fn maestro_run(server: &ScriptedLlm, args: &[&str]) -> (Output, tempfile::
     cmd.current_dir(dir.path())
         .arg("run")
         .args(args)
-        .args(["--llm-base-url", &server.base_url(), "--model", "scripted-model", "--tool-mode", "native"])
+        .args([
+            "--llm-base-url",
+            &server.base_url(),
+            "--model",
+            "scripted-model",
+            "--tool-mode",
+            "native",
+        ])
         .env_remove("MAESTRO_LLM_BASE_URL")
         .env_remove("MAESTRO_MODEL")
         .env_remove("MAESTRO_API_KEY");
-    let output = tokio::task::spawn_blocking(move || cmd.output().unwrap()).await.unwrap();
+    let output = tokio::task::spawn_blocking(move || cmd.output().unwrap())
+        .await
+        .unwrap();
     (output, dir)
 }
 
 fn events_of(dir: &Path) -> Vec<Value> {
     let runs = dir.join(".maestro/runs");
-    let run = std::fs::read_dir(&runs).unwrap().next().unwrap().unwrap().path();
-    std::fs::read_to_string(run.join("events.jsonl")).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+    let run = std::fs::read_dir(&runs)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    std::fs::read_to_string(run.join("events.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
 }
 
 fn report(name: &str, content: &str) -> (String, Value) {
-    ("write_report".to_string(), json!({"name": name, "content": content}))
+    (
+        "write_report".to_string(),
+        json!({"name": name, "content": content}),
+    )
 }
 
 fn here(movement: &str) -> String {
@@ -44,31 +67,68 @@ fn here(movement: &str) -> String {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_takt_default_fixture_completes() {
     let server = ScriptedLlm::start([
-        Turn::tool_call("write_report", json!({"name": "plan.md", "content": "# Plan\nAdd a greeting."})),
+        Turn::tool_call(
+            "write_report",
+            json!({"name": "plan.md", "content": "# Plan\nAdd a greeting."}),
+        ),
         Turn::text("The plan is clear.\n[PLAN:1]"),
-        Turn::tool_calls([report("test-scope.md", "scope"), report("test-decisions.md", "decisions")]),
+        Turn::tool_calls([
+            report("test-scope.md", "scope"),
+            report("test-decisions.md", "decisions"),
+        ]),
         Turn::text("Tests written.\n[WRITE_TESTS:1]"),
-        Turn::tool_calls([report("coder-scope.md", "scope"), report("coder-decisions.md", "decisions")]),
+        Turn::tool_calls([
+            report("coder-scope.md", "scope"),
+            report("coder-decisions.md", "decisions"),
+        ]),
         Turn::text("Implemented.\n[IMPLEMENT:1]"),
-        Turn::tool_call("write_report", json!({"name": "ai-review.md", "content": "No issues."})),
+        Turn::tool_call(
+            "write_report",
+            json!({"name": "ai-review.md", "content": "No issues."}),
+        ),
         Turn::text("No AI-specific issues.\n[AI_REVIEW:1]"),
-        Turn::when_contains(here("arch-review"), Turn::tool_call("write_report", json!({"name": "architect-review.md", "content": "ok"}))),
-        Turn::when_contains(here("arch-review"), Turn::text("Approved.\n[ARCH-REVIEW:1]")),
+        Turn::when_contains(
+            here("arch-review"),
+            Turn::tool_call(
+                "write_report",
+                json!({"name": "architect-review.md", "content": "ok"}),
+            ),
+        ),
+        Turn::when_contains(
+            here("arch-review"),
+            Turn::text("Approved.\n[ARCH-REVIEW:1]"),
+        ),
         Turn::when_contains(
             here("supervise"),
-            Turn::tool_calls([report("supervisor-validation.md", "ok"), report("summary.md", "All good.")]),
+            Turn::tool_calls([
+                report("supervisor-validation.md", "ok"),
+                report("summary.md", "All good."),
+            ]),
         ),
-        Turn::when_contains(here("supervise"), Turn::text("All checks passed.\n[SUPERVISE:1]")),
+        Turn::when_contains(
+            here("supervise"),
+            Turn::text("All checks passed.\n[SUPERVISE:1]"),
+        ),
     ])
     .await;
     let piece = fixture("takt-v0.30/builtins/en/pieces/default.yaml");
-    let (out, dir) = maestro_run(&server, &[piece.to_str().unwrap(), "--task", "Add a hello function"]).await;
+    let (out, dir) = maestro_run(
+        &server,
+        &[piece.to_str().unwrap(), "--task", "Add a hello function"],
+    )
+    .await;
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "stderr:\n{stderr}");
     assert_eq!(server.remaining(), 0);
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(stdout.contains("Approved.") && stdout.contains("All checks passed."), "{stdout}");
-    assert!(stderr.contains("▶ plan (1/30)") && stderr.contains("completed"), "{stderr}");
+    assert!(
+        stdout.contains("Approved.") && stdout.contains("All checks passed."),
+        "{stdout}"
+    );
+    assert!(
+        stderr.contains("▶ plan (1/30)") && stderr.contains("completed"),
+        "{stderr}"
+    );
     let events = events_of(dir.path());
     let finished: Vec<(&str, &str)> = events
         .iter()
@@ -77,11 +137,22 @@ async fn the_takt_default_fixture_completes() {
         .collect();
     assert_eq!(
         finished,
-        vec![("plan", "write_tests"), ("write_tests", "implement"), ("implement", "ai_review"), ("ai_review", "reviewers"), ("reviewers", "COMPLETE")]
+        vec![
+            ("plan", "write_tests"),
+            ("write_tests", "implement"),
+            ("implement", "ai_review"),
+            ("ai_review", "reviewers"),
+            ("reviewers", "COMPLETE")
+        ]
     );
     assert_eq!(events.last().unwrap()["status"], "completed");
     let run_dir = PathBuf::from(events[0]["run_dir"].as_str().unwrap());
-    for name in ["plan.md", "ai-review.md", "architect-review.md", "summary.md"] {
+    for name in [
+        "plan.md",
+        "ai-review.md",
+        "architect-review.md",
+        "summary.md",
+    ] {
         assert!(run_dir.join("reports").join(name).is_file(), "{name}");
     }
     for sub in ["input", "output", "logs", "subtasks", "skills"] {
@@ -92,28 +163,68 @@ async fn the_takt_default_fixture_completes() {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_graph_debate_fixture_completes() {
     let server = ScriptedLlm::start([
-        Turn::text("---\n$status: continue\nargument: Remote work removes commuting.\n---\nMy case."),
+        Turn::text(
+            "---\n$status: continue\nargument: Remote work removes commuting.\n---\nMy case.",
+        ),
         Turn::text("---\n$status: conceded\nargument: That is convincing.\n---\n"),
     ])
     .await;
     let piece = fixture("workflow-graph/debate.yaml");
-    let (out, dir) = maestro_run(&server, &[piece.to_str().unwrap(), "--task", "Remote work is better than office work."]).await;
-    assert_eq!(out.status.code(), Some(0), "stderr:\n{}", String::from_utf8_lossy(&out.stderr));
+    let (out, dir) = maestro_run(
+        &server,
+        &[
+            piece.to_str().unwrap(),
+            "--task",
+            "Remote work is better than office work.",
+        ],
+    )
+    .await;
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "stderr:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let requests = server.requests();
     assert_eq!(requests.len(), 2);
-    assert!(requests[1].to_string().contains("Counter the opposing argument: Remote work removes commuting."));
+    assert!(
+        requests[1]
+            .to_string()
+            .contains("Counter the opposing argument: Remote work removes commuting.")
+    );
     let events = events_of(dir.path());
     assert_eq!(events.last().unwrap()["status"], "completed");
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn events_jsonl_goes_to_stdout_and_an_abort_exits_3() {
-    let server = ScriptedLlm::start([Turn::text("Too vague to plan.\n[PLAN:3]"), Turn::text("No report: the request is unclear.")]).await;
+    let server = ScriptedLlm::start([
+        Turn::text("Too vague to plan.\n[PLAN:3]"),
+        Turn::text("No report: the request is unclear."),
+    ])
+    .await;
     let piece = fixture("takt-v0.30/builtins/en/pieces/default.yaml");
-    let (out, _dir) = maestro_run(&server, &[piece.to_str().unwrap(), "--task", "Do the thing", "--events", "jsonl"]).await;
-    assert_eq!(out.status.code(), Some(3), "stderr:\n{}", String::from_utf8_lossy(&out.stderr));
-    let lines: Vec<Value> =
-        String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).expect("every stdout line is an event")).collect();
+    let (out, _dir) = maestro_run(
+        &server,
+        &[
+            piece.to_str().unwrap(),
+            "--task",
+            "Do the thing",
+            "--events",
+            "jsonl",
+        ],
+    )
+    .await;
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "stderr:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("every stdout line is an event"))
+        .collect();
     assert_eq!(lines[0]["type"], "run_started");
     assert_eq!(lines.last().unwrap()["type"], "run_finished");
     assert_eq!(lines.last().unwrap()["status"], "aborted");
@@ -129,19 +240,51 @@ async fn the_classifier_picks_a_piece_or_says_none_fits() {
     ])
     .await;
     let dir = fixture("workflow-graph");
-    let (out, _tmp) =
-        maestro_run(&server, &["auto", "--pieces-dir", dir.to_str().unwrap(), "--task", "Debate: tabs beat spaces"]).await;
-    assert_eq!(out.status.code(), Some(0), "stderr:\n{}", String::from_utf8_lossy(&out.stderr));
+    let (out, _tmp) = maestro_run(
+        &server,
+        &[
+            "auto",
+            "--pieces-dir",
+            dir.to_str().unwrap(),
+            "--task",
+            "Debate: tabs beat spaces",
+        ],
+    )
+    .await;
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "stderr:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let first = &server.requests()[0];
     assert_eq!(first["response_format"]["type"], "json_schema");
     let text = first.to_string();
-    assert!(text.contains("debate") && text.contains("analyze-topic"), "{text}");
+    assert!(
+        text.contains("debate") && text.contains("analyze-topic"),
+        "{text}"
+    );
 
-    let none = ScriptedLlm::start([Turn::json(json!({"piece": "none", "reason": "this is a cooking task"}))]).await;
-    let (out, _tmp) = maestro_run(&none, &["--pieces-dir", dir.to_str().unwrap(), "--task", "Bake bread"]).await;
+    let none = ScriptedLlm::start([Turn::json(
+        json!({"piece": "none", "reason": "this is a cooking task"}),
+    )])
+    .await;
+    let (out, _tmp) = maestro_run(
+        &none,
+        &[
+            "--pieces-dir",
+            dir.to_str().unwrap(),
+            "--task",
+            "Bake bread",
+        ],
+    )
+    .await;
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("no piece fits this task (this is a cooking task)"), "{stderr}");
+    assert!(
+        stderr.contains("no piece fits this task (this is a cooking task)"),
+        "{stderr}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

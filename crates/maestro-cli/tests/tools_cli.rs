@@ -19,7 +19,10 @@ fn call(workspace: &std::path::Path, args: &[&str]) -> (i32, Value) {
         .unwrap();
     let stdout = String::from_utf8(out.stdout).unwrap();
     assert_eq!(stdout.lines().count(), 1, "exactly one JSON line: {stdout}");
-    (out.status.code().unwrap(), serde_json::from_str(&stdout).unwrap())
+    (
+        out.status.code().unwrap(),
+        serde_json::from_str(&stdout).unwrap(),
+    )
 }
 
 #[test]
@@ -27,11 +30,33 @@ fn list_names_every_builtin_tool() {
     let out = maestro().args(["tools", "list"]).output().unwrap();
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
-    let names: Vec<&str> = text.lines().filter_map(|l| l.split_whitespace().next()).collect();
-    for tool in ["Read", "Write", "Edit", "Glob", "Grep", "Bash", "SQLite", "CreateChecklist", "CheckItem", "GetChecklist", "ListPieces", "GetPiece", "CreatePiece", "UpdatePiece", "ReadToolDoc"] {
+    let names: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    for tool in [
+        "Read",
+        "Write",
+        "Edit",
+        "Glob",
+        "Grep",
+        "Bash",
+        "SQLite",
+        "CreateChecklist",
+        "CheckItem",
+        "GetChecklist",
+        "ListPieces",
+        "GetPiece",
+        "CreatePiece",
+        "UpdatePiece",
+        "ReadToolDoc",
+    ] {
         assert!(names.contains(&tool), "{tool} missing from:\n{text}");
     }
-    let out = maestro().args(["tools", "list", "--json"]).output().unwrap();
+    let out = maestro()
+        .args(["tools", "list", "--json"])
+        .output()
+        .unwrap();
     let specs: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
     let read = specs.iter().find(|s| s["name"] == "Read").unwrap();
     assert_eq!(read["input_schema"]["required"], json!(["file_path"]));
@@ -41,10 +66,30 @@ fn list_names_every_builtin_tool() {
 fn call_prints_ok_output_and_exits_zero() {
     let dir = tempfile::tempdir().unwrap();
     let ws = dir.path().join("ws");
-    let (code, out) = call(&ws, &["Write", "--edit", "--input", r#"{"file_path":"output/a.txt","content":"hi\n"}"#]);
-    assert_eq!((code, out), (0, json!({"ok": true, "output": "created `output/a.txt` (3 bytes)", "error": null})));
+    let (code, out) = call(
+        &ws,
+        &[
+            "Write",
+            "--edit",
+            "--input",
+            r#"{"file_path":"output/a.txt","content":"hi\n"}"#,
+        ],
+    );
+    assert_eq!(
+        (code, out),
+        (
+            0,
+            json!({"ok": true, "output": "created `output/a.txt` (3 bytes)", "error": null})
+        )
+    );
     let (code, out) = call(&ws, &["Read", "--input", r#"{"file_path":"output/a.txt"}"#]);
-    assert_eq!((code, out), (0, json!({"ok": true, "output": "     1\thi\n", "error": null})));
+    assert_eq!(
+        (code, out),
+        (
+            0,
+            json!({"ok": true, "output": "     1\thi\n", "error": null})
+        )
+    );
     assert!(ws.join("input").is_dir() && ws.join("skills").is_dir());
 }
 
@@ -52,16 +97,41 @@ fn call_prints_ok_output_and_exits_zero() {
 fn tool_failures_exit_one_with_the_error() {
     let dir = tempfile::tempdir().unwrap();
     let ws = dir.path();
-    let (code, out) = call(ws, &["Write", "--input", r#"{"file_path":"output/a.txt","content":"x"}"#]);
+    let (code, out) = call(
+        ws,
+        &[
+            "Write",
+            "--input",
+            r#"{"file_path":"output/a.txt","content":"x"}"#,
+        ],
+    );
     assert_eq!(code, 1);
     assert_eq!(out["ok"], false);
     assert_eq!(out["output"], Value::Null);
-    assert!(out["error"].as_str().unwrap().starts_with("`Write` is not available in this movement"), "{out}");
+    assert!(
+        out["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("`Write` is not available in this movement"),
+        "{out}"
+    );
     let (code, out) = call(ws, &["Nope", "--input", "{}"]);
-    assert_eq!((code, out["error"].as_str().unwrap()), (1, "unknown tool `Nope`; the tools you can call are: ReadToolDoc"));
+    assert_eq!(
+        (code, out["error"].as_str().unwrap()),
+        (
+            1,
+            "unknown tool `Nope`; the tools you can call are: ReadToolDoc"
+        )
+    );
     let (code, out) = call(ws, &["Read", "--input", "{not json"]);
     assert_eq!(code, 1);
-    assert!(out["error"].as_str().unwrap().starts_with("the arguments for `Read` are not valid JSON"), "{out}");
+    assert!(
+        out["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("the arguments for `Read` are not valid JSON"),
+        "{out}"
+    );
 }
 
 #[test]
@@ -70,14 +140,37 @@ fn bash_goes_through_the_sandbox_and_the_allowlist() {
     let ws = dir.path();
     let (code, out) = call(
         ws,
-        &["Bash", "--bash-sandbox", "always", "--allowed-commands", "echo,cat", "--input", r#"{"command":"echo \"[$MAESTRO_API_KEY]\"; cat /etc/shadow"}"#],
+        &[
+            "Bash",
+            "--bash-sandbox",
+            "always",
+            "--allowed-commands",
+            "echo,cat",
+            "--input",
+            r#"{"command":"echo \"[$MAESTRO_API_KEY]\"; cat /etc/shadow"}"#,
+        ],
     );
     assert_eq!(code, 1);
     let error = out["error"].as_str().unwrap();
-    assert!(error.starts_with("[]\ncat: /etc/shadow: No such file or directory\n[exit code: 1]"), "{out}");
-    let (code, out) = call(ws, &["Bash", "--allowed-commands", "echo", "--input", r#"{"command":"sh -c 'echo hi'"}"#]);
+    assert!(
+        error.starts_with("[]\ncat: /etc/shadow: No such file or directory\n[exit code: 1]"),
+        "{out}"
+    );
+    let (code, out) = call(
+        ws,
+        &[
+            "Bash",
+            "--allowed-commands",
+            "echo",
+            "--input",
+            r#"{"command":"sh -c 'echo hi'"}"#,
+        ],
+    );
     assert_eq!(code, 1);
-    assert_eq!(out["error"], "command refused: `sh -c` hides the command it runs from the allowlist; write the command directly");
+    assert_eq!(
+        out["error"],
+        "command refused: `sh -c` hides the command it runs from the allowlist; write the command directly"
+    );
 }
 
 #[test]
@@ -85,11 +178,26 @@ fn the_scratch_file_carries_the_checklist_between_calls() {
     let dir = tempfile::tempdir().unwrap();
     let scratch = dir.path().join("scratch.json");
     let s = scratch.to_str().unwrap();
-    let (code, _) = call(dir.path(), &["CreateChecklist", "--scratch", s, "--input", r#"{"items":["a","b"]}"#]);
+    let (code, _) = call(
+        dir.path(),
+        &[
+            "CreateChecklist",
+            "--scratch",
+            s,
+            "--input",
+            r#"{"items":["a","b"]}"#,
+        ],
+    );
     assert_eq!(code, 0);
-    let (_, _) = call(dir.path(), &["CheckItem", "--scratch", s, "--input", r#"{"index":2}"#]);
+    let (_, _) = call(
+        dir.path(),
+        &["CheckItem", "--scratch", s, "--input", r#"{"index":2}"#],
+    );
     let (code, out) = call(dir.path(), &["GetChecklist", "--scratch", s]);
-    assert_eq!((code, out["output"].as_str().unwrap()), (0, "checklist: 1/2 done\n1. [ ] a\n2. [x] b\n"));
+    assert_eq!(
+        (code, out["output"].as_str().unwrap()),
+        (0, "checklist: 1/2 done\n1. [ ] a\n2. [x] b\n")
+    );
 }
 
 #[test]

@@ -1,53 +1,40 @@
-//! scratch
-#[cfg(test)]
-mod scratch {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
-    use serde::Deserialize;
-    use serde_saphyr::{Spanned, MessageFormatter};
+//! Maestro's configuration file: found, merged, checked and typed, so that `maestro run` and
+//! `maestro serve` read one [`Config`].
+//!
+//! Sources, later ones winning field by field:
+//! 1. the built-in defaults;
+//! 2. the user file `~/.maestro/config.yaml`;
+//! 3. the project file `.maestro/config.yaml`, found by walking up from the current directory
+//!    (a file given with `--config` replaces both files);
+//! 4. the environment: `MAESTRO_LLM_BASE_URL`, `MAESTRO_MODEL`, `MAESTRO_API_KEY`;
+//! 5. command-line flags, which the caller applies to the returned [`Config`].
+//!
+//! Every mistake in a file is reported with the file, line, column and field, and what would be
+//! valid. Secrets are [`Secret`](maestro_protocol::Secret)s: `Debug` and
+//! [`Config::redacted_yaml`] show them as `***`.
+//!
+//! ```no_run
+//! use maestro_config::{Config, LoadFrom};
+//!
+//! let (config, _files) = Config::load(LoadFrom::current(None)?)?;
+//! let engine = config.engine_config()?; // fails when no model is configured
+//! let client = config.llm.to_openai_config();
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! The fields and their defaults are documented in `docs/configuration.md`.
 
-    #[derive(Debug, Deserialize, Default)]
-    #[serde(default, deny_unknown_fields)]
-    struct Llm { model: Option<String>, idle_timeout_secs: u64, tool_mode: Option<maestro_llm::ToolMode> }
-    #[derive(Debug, Deserialize, Default)]
-    #[serde(default, deny_unknown_fields)]
-    struct C { llm: Llm, tools: maestro_tools::ToolsConfig }
+mod config;
+mod display;
+mod engine;
+mod error;
+mod llm;
+mod load;
+mod parse;
 
-    fn show(text: &str) {
-        let mut path = None;
-        let mut ignored = Vec::new();
-        let r = serde_saphyr::with_deserializer_from_str(text, |de| {
-            let mut cb = |p: serde_ignored::Path| ignored.push(p.to_string());
-            let de = serde_ignored::Deserializer::new(de, &mut cb);
-            serde_path_to_error::deserialize::<_, C>(de).map_err(|e| { path = Some(e.path().to_string()); e.into_inner() })
-        });
-        match r {
-            Ok(c) => println!("OK {c:?} ignored={ignored:?}"),
-            Err(e) => {
-                println!("path={path:?} loc={:?}", e.location().map(|l| (l.line(), l.column())));
-                println!("msg={}", serde_saphyr::DefaultMessageFormatter.format_message(e.without_snippet()));
-                println!("user={}", e.render_with_formatter(&serde_saphyr::UserMessageFormatter));
-                println!("display={e}");
-            }
-        }
-        println!("----");
-    }
-
-    #[test]
-    fn play() {
-        show("llm:\n  model: x\n  modle: y\n");
-        show("llm:\n  idle_timeout_secs: soon\n");
-        show("llm:\n  tool_mode: nativ\n");
-        show("tools:\n  bash_sandbx: off\n");
-        show("llm: [1]\n");
-        show("llm:\n  model: x\n  model: y\n");
-        show("llm:\n  model: [x\n");
-        show("");
-        show("# only comment\n");
-        let t: Vec<(Spanned<String>, serde_json::Value)> = serde_saphyr::from_str("- [a, 1]\n- [bb, 2]\n").unwrap();
-        for (k, _) in &t { println!("{} {} {}", k.value, k.referenced.line(), k.referenced.column()); }
-        let t: std::collections::HashMap<Spanned<String>, Spanned<serde_json::Value>> = serde_saphyr::from_str("a: 1\nbb:\n  c: 2\n").unwrap();
-        for (k, v) in &t { println!("{} {} {} / {} {}", k.value, k.referenced.line(), k.referenced.column(), v.referenced.line(), v.referenced.column()); }
-        let v: serde_json::Value = serde_saphyr::from_str("a: 1\nb: ~\nc: '1'\nd: 1.5\ne: [x]\n").unwrap();
-        println!("{v}");
-    }
-}
+pub use config::{Config, PathsConfig, SshConfig};
+pub use display::REDACTED;
+pub use engine::EngineSettings;
+pub use error::{ConfigError, Origin, Problem};
+pub use llm::{DEFAULT_BASE_URL, LlmConfig, ModelOverrides, RetrySettings};
+pub use load::{CONFIG_DIR, CONFIG_FILE, ENV_API_KEY, ENV_BASE_URL, ENV_MODEL, LoadFrom};

@@ -48,7 +48,13 @@ pub(crate) struct Agent<'a> {
 
 impl<'a> Agent<'a> {
     pub fn new(run: &'a RunCtx, movement: &'a Movement, messages: Vec<Message>) -> Self {
-        let mut tools = run.tools.offered(&movement.allowed_tools, movement.edit);
+        // A movement that names no tools gets none (not even the registry's documentation
+        // tools, which only help with tools one has).
+        let mut tools = if movement.allowed_tools.is_empty() {
+            Vec::new()
+        } else {
+            run.tools.offered(&movement.allowed_tools, movement.edit)
+        };
         tools.extend(control::control_tools(run.piece.dialect, movement));
         Agent {
             run,
@@ -147,7 +153,7 @@ impl<'a> Agent<'a> {
             tools: self.tools.clone(),
             response_schema: None,
             temperature: self.run.config.temperature,
-            max_tokens: None,
+            max_tokens: self.run.config.max_tokens,
         };
         self.run.chat(self.name(), CallPurpose::Movement, request).await
     }

@@ -21,6 +21,8 @@ pub struct EngineConfig {
     /// Interactive use: `interactive_only` rules count. `maestro run` is not interactive.
     pub interactive: bool,
     pub temperature: Option<f32>,
+    /// Cap on each answer's length in tokens (`max_tokens`); `None` leaves it to the endpoint.
+    pub max_tokens: Option<u32>,
     /// Maestro: reminders to call `transition`/`complete` after a plain-text turn.
     pub control_reminders: u32,
     /// Graph: extra requests after invalid frontmatter.
@@ -38,6 +40,7 @@ impl EngineConfig {
             max_carried_chars: 20_000,
             interactive: false,
             temperature: None,
+            max_tokens: None,
             control_reminders: 2,
             frontmatter_retries: 2,
         }

@@ -74,12 +74,14 @@ impl Sink {
     pub fn finish(mut self) -> (Vec<Diagnostic>, Vec<Diagnostic>) {
         for (_, mut d, count) in self.ignored.drain(..) {
             if count > 1 {
-                d.message
-                    .push_str(&format!(" ({count} places in this file; the first is shown)"));
+                d.message.push_str(&format!(
+                    " ({count} places in this file; the first is shown)"
+                ));
             }
             self.warnings.push(d);
         }
-        let by_position = |a: &Diagnostic, b: &Diagnostic| (a.line, a.column).cmp(&(b.line, b.column));
+        let by_position =
+            |a: &Diagnostic, b: &Diagnostic| (a.line, a.column).cmp(&(b.line, b.column));
         self.errors.sort_by(by_position);
         self.warnings.sort_by(by_position);
         (self.errors, self.warnings)
@@ -149,7 +151,10 @@ impl<'n> Fields<'n> {
     }
 
     pub fn key_span(&self, key: &str) -> Option<Span> {
-        self.entries.iter().find(|(k, _)| k.text == key).map(|(k, _)| k.span)
+        self.entries
+            .iter()
+            .find(|(k, _)| k.text == key)
+            .map(|(k, _)| k.span)
     }
 
     /// The value under `key`, or an error naming the missing field and where it belongs.
@@ -234,7 +239,10 @@ pub(crate) fn positive(sink: &mut Sink, node: &Node, path: &str) -> Option<u32> 
                 sink.error(
                     path,
                     node.span,
-                    format!("expected a positive integer (1 to {}), found `{n}`", u32::MAX),
+                    format!(
+                        "expected a positive integer (1 to {}), found `{n}`",
+                        u32::MAX
+                    ),
                 );
                 None
             }
@@ -244,7 +252,12 @@ pub(crate) fn positive(sink: &mut Sink, node: &Node, path: &str) -> Option<u32> 
     None
 }
 
-pub(crate) fn list<'n>(sink: &mut Sink, node: &'n Node, path: &str, what: &str) -> Option<&'n [Node]> {
+pub(crate) fn list<'n>(
+    sink: &mut Sink,
+    node: &'n Node,
+    path: &str,
+    what: &str,
+) -> Option<&'n [Node]> {
     match &node.value {
         Value::Seq(items) => Some(items),
         _ => {
@@ -296,6 +309,10 @@ pub(crate) fn known_list<S: AsRef<str>>(names: &[S]) -> String {
     if names.is_empty() {
         "(none)".to_owned()
     } else {
-        names.iter().map(AsRef::as_ref).collect::<Vec<_>>().join(", ")
+        names
+            .iter()
+            .map(AsRef::as_ref)
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 }

@@ -168,6 +168,7 @@ fn key_span(node: &Node, key: &str) -> Option<Span> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
 
@@ -186,7 +187,10 @@ mod tests {
     fn any_takt_feature_means_takt() {
         let d = detect_dialect("name: x\nmovements:\n  - name: a\n    rules:\n      - condition: ok\n        next: COMPLETE\n").unwrap();
         assert_eq!(d.dialect, Dialect::Takt);
-        assert_eq!(d.reason, "`next: COMPLETE` at `movements[0].rules[0].next` is a takt feature");
+        assert_eq!(
+            d.reason,
+            "`next: COMPLETE` at `movements[0].rules[0].next` is a takt feature"
+        );
         assert_eq!(dialect("name: x\nloop_monitors: []\n"), Dialect::Takt);
         assert_eq!(
             dialect("movements:\n  - name: a\n    rules:\n      - condition: all(\"x\")\n"),
@@ -198,7 +202,10 @@ mod tests {
     fn otherwise_maestro_and_the_key_overrides() {
         assert_eq!(dialect("name: x\nmovements: []\n"), Dialect::Maestro);
         assert_eq!(dialect("dialect: takt\nname: x\n"), Dialect::Takt);
-        assert_eq!(dialect("dialect: maestro\nroles: {}\ngraph: {}\n"), Dialect::Maestro);
+        assert_eq!(
+            dialect("dialect: maestro\nroles: {}\ngraph: {}\n"),
+            Dialect::Maestro
+        );
     }
 
     #[test]

@@ -83,10 +83,7 @@ pub(crate) struct Resolver {
 
 impl Resolver {
     pub fn new(origin: &Path, opts: &LoadOptions) -> Self {
-        let piece_dir = origin
-            .parent()
-            .map(Path::to_path_buf)
-            .unwrap_or_default();
+        let piece_dir = origin.parent().map(Path::to_path_buf).unwrap_or_default();
         let mut roots = vec![piece_dir.join("..").join("facets")];
         if let Some(project) = &opts.project_dir {
             roots.push(project.join(".maestro").join("facets"));
@@ -154,10 +151,10 @@ impl Resolver {
         span: Span,
     ) -> Facet {
         let mut looked = Vec::new();
-        if let Some(file) = self.sections.get(&(kind, name.to_owned())) {
-            if let Some(facet) = read(sink, name, file, path, span) {
-                return facet;
-            }
+        if let Some(file) = self.sections.get(&(kind, name.to_owned()))
+            && let Some(facet) = read(sink, name, file, path, span)
+        {
+            return facet;
         }
         if looks_like_path(name) {
             let file = self.piece_dir.join(name);
@@ -230,12 +227,11 @@ fn is_simple_name(name: &str) -> bool {
 }
 
 fn looks_like_path(name: &str) -> bool {
-    name.len() <= 4096
-        && !name.contains('\n')
-        && (name.contains('/') || name.ends_with(".md"))
+    name.len() <= 4096 && !name.contains('\n') && (name.contains('/') || name.ends_with(".md"))
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
 

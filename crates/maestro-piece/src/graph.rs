@@ -76,12 +76,16 @@ fn read_roles<'n>(cx: &mut Cx<'_>, node: &'n Node, path: &str) -> Vec<Role<'n>> 
         cx.sink.error(
             path,
             node.span,
-            format!("expected a mapping of role names to roles, found {}", node.kind_name()),
+            format!(
+                "expected a mapping of role names to roles, found {}",
+                node.kind_name()
+            ),
         );
         return Vec::new();
     };
     if entries.is_empty() {
-        cx.sink.error(path, node.span, "a graph piece needs at least one role");
+        cx.sink
+            .error(path, node.span, "a graph piece needs at least one role");
     }
     let mut roles = Vec::new();
     for (key, value) in entries {
@@ -90,7 +94,10 @@ fn read_roles<'n>(cx: &mut Cx<'_>, node: &'n Node, path: &str) -> Vec<Role<'n>> 
             cx.sink.error(
                 &role_path,
                 key.span,
-                format!("`{}` is reserved for the graph and cannot name a role", key.text),
+                format!(
+                    "`{}` is reserved for the graph and cannot name a role",
+                    key.text
+                ),
             );
             continue;
         }
@@ -121,14 +128,21 @@ fn read_role(cx: &mut Cx<'_>, name: &str, node: &Node, path: &str) -> Option<Mov
             sink.error(
                 &p,
                 node.span,
-                format!("expected a JSON Schema (a mapping), found {}", node.kind_name()),
+                format!(
+                    "expected a JSON Schema (a mapping), found {}",
+                    node.kind_name()
+                ),
             );
             return None;
         }
         if let Err(e) = jsonschema::validator_for(&schema) {
             // Keep the schema: the graph checks below still make sense against it.
             let at = e.instance_path().to_string();
-            let at = if at.is_empty() { String::new() } else { format!(" at `{at}`") };
+            let at = if at.is_empty() {
+                String::new()
+            } else {
+                format!(" at `{at}`")
+            };
             sink.error(&p, node.span, format!("invalid JSON Schema{at}: {e}"));
         }
         Some(schema)
@@ -202,7 +216,14 @@ fn read_graph(
             continue;
         }
         let schema = role_index.and_then(|i| roles[i].movement.frontmatter_schema.clone());
-        let rules = read_edges(cx, key, edges, &source_path, &targets_known, schema.as_ref());
+        let rules = read_edges(
+            cx,
+            key,
+            edges,
+            &source_path,
+            &targets_known,
+            schema.as_ref(),
+        );
         match role_index {
             Some(i) => roles[i].movement.rules = rules,
             None => start = start_edge(cx, key, &source_path, rules),
@@ -212,14 +233,21 @@ fn read_graph(
         cx.sink.error(
             &join_key(path, START),
             node.span,
-            format!("missing `{START}`; add `{START}: {{ _: {{ role: <first role>, prompt: … }} }}`"),
+            format!(
+                "missing `{START}`; add `{START}: {{ _: {{ role: <first role>, prompt: … }} }}`"
+            ),
         );
     }
     check_roles(cx, path, roles, start.as_ref().map(|(s, _)| s.as_str()));
     start
 }
 
-fn start_edge(cx: &mut Cx<'_>, key: &Key, path: &str, rules: Vec<Rule>) -> Option<(String, String)> {
+fn start_edge(
+    cx: &mut Cx<'_>,
+    key: &Key,
+    path: &str,
+    rules: Vec<Rule>,
+) -> Option<(String, String)> {
     if rules.len() != 1 || rules[0].condition != Condition::Status(ANY.to_owned()) {
         cx.sink.error(
             path,
@@ -265,8 +293,14 @@ fn read_edges(
     let mut rules = Vec::new();
     for (status, edge) in entries {
         let edge_path = join_key(path, &status.text);
-        let Some(e) = fields(&mut cx.sink, edge, &edge_path, "an edge", &["role", "prompt"], Unknown::Warn)
-        else {
+        let Some(e) = fields(
+            &mut cx.sink,
+            edge,
+            &edge_path,
+            "an edge",
+            &["role", "prompt"],
+            Unknown::Warn,
+        ) else {
             continue;
         };
         let target = e
@@ -350,8 +384,18 @@ fn check_prompt_fields(
 
 /// A role with several exits must have a schema whose `$status` values are exactly its edge
 /// keys (besides `_`).
-fn check_statuses(cx: &mut Cx<'_>, source: &Key, path: &str, entries: &[(Key, Node)], schema: Option<&Json>) {
-    let keys: Vec<&Key> = entries.iter().map(|(k, _)| k).filter(|k| k.text != ANY).collect();
+fn check_statuses(
+    cx: &mut Cx<'_>,
+    source: &Key,
+    path: &str,
+    entries: &[(Key, Node)],
+    schema: Option<&Json>,
+) {
+    let keys: Vec<&Key> = entries
+        .iter()
+        .map(|(k, _)| k)
+        .filter(|k| k.text != ANY)
+        .collect();
     if keys.is_empty() {
         return;
     }
@@ -420,7 +464,9 @@ fn check_roles(cx: &mut Cx<'_>, path: &str, roles: &[Role<'_>], start: Option<&s
             cx.sink.error(
                 &role_path,
                 role.key.span,
-                format!("role `{name}` is not reachable from `{START}`; add an edge to it in `{path}`"),
+                format!(
+                    "role `{name}` is not reachable from `{START}`; add an edge to it in `{path}`"
+                ),
             );
         }
         if role.movement.rules.is_empty() {

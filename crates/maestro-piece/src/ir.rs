@@ -41,7 +41,9 @@ impl std::str::FromStr for Dialect {
             "maestro" => Ok(Dialect::Maestro),
             "takt" => Ok(Dialect::Takt),
             "graph" => Ok(Dialect::Graph),
-            other => Err(format!("unknown dialect `{other}`; known: maestro, takt, graph")),
+            other => Err(format!(
+                "unknown dialect `{other}`; known: maestro, takt, graph"
+            )),
         }
     }
 }

@@ -87,7 +87,11 @@ pub fn load_file(path: &Path, opts: &LoadOptions) -> Result<Loaded, Failed> {
         Ok(source) => load_str(&source, path, opts),
         Err(e) => {
             let mut sink = Sink::new(path);
-            sink.error("", Span::default(), format!("cannot read {}: {e}", path.display()));
+            sink.error(
+                "",
+                Span::default(),
+                format!("cannot read {}: {e}", path.display()),
+            );
             let (errors, warnings) = sink.finish();
             Err(Failed {
                 dialect: None,
@@ -164,7 +168,10 @@ fn choose_dialect(cx: &mut Cx<'_>, root: &Node) -> Option<Dialect> {
             None => cx.sink.error(
                 "dialect",
                 node.span,
-                format!("expected one of maestro, takt, graph, found {}", node.kind_name()),
+                format!(
+                    "expected one of maestro, takt, graph, found {}",
+                    node.kind_name()
+                ),
             ),
         }
     }

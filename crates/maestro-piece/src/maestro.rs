@@ -106,7 +106,10 @@ pub(crate) fn load(cx: &mut Cx<'_>, top: &Fields<'_>) -> Option<Piece> {
                 cx.sink.error(
                     &path,
                     node.span,
-                    format!("unknown movement `{initial}`; known: {}", known_list(&known)),
+                    format!(
+                        "unknown movement `{initial}`; known: {}",
+                        known_list(&known)
+                    ),
                 );
             }
             Some(initial.to_owned())
@@ -139,8 +142,14 @@ fn read_triggers(cx: &mut Cx<'_>, top: &Fields<'_>) -> Vec<String> {
     let Some((node, path)) = top.get("triggers") else {
         return Vec::new();
     };
-    let Some(triggers) = fields(&mut cx.sink, node, &path, "`triggers`", &["keywords"], Unknown::Error)
-    else {
+    let Some(triggers) = fields(
+        &mut cx.sink,
+        node,
+        &path,
+        "`triggers`",
+        &["keywords"],
+        Unknown::Error,
+    ) else {
         return Vec::new();
     };
     triggers
@@ -207,7 +216,14 @@ fn movement_names(cx: &mut Cx<'_>, items: &[Node]) -> Vec<Option<String>> {
 
 fn read_movement(cx: &mut Cx<'_>, item: &Node, path: &str, known: &[&str]) -> Option<Movement> {
     const WHAT: &str = "a movement";
-    let m = fields(&mut cx.sink, item, path, WHAT, MOVEMENT_KEYS, Unknown::Error)?;
+    let m = fields(
+        &mut cx.sink,
+        item,
+        path,
+        WHAT,
+        MOVEMENT_KEYS,
+        Unknown::Error,
+    )?;
     let sink = &mut cx.sink;
     let name = m
         .required(sink, "name", WHAT)
@@ -217,12 +233,20 @@ fn read_movement(cx: &mut Cx<'_>, item: &Node, path: &str, known: &[&str]) -> Op
         .and_then(|(node, path)| boolean(sink, node, &path));
     let persona = m.required(sink, "persona", WHAT).and_then(|(node, path)| {
         let text = nonempty_string(sink, node, &path)?;
-        Some(cx.facets.resolve(sink, FacetKind::Persona, text, &path, node.span))
+        Some(
+            cx.facets
+                .resolve(sink, FacetKind::Persona, text, &path, node.span),
+        )
     });
-    let instruction = m.required(sink, "instruction", WHAT).and_then(|(node, path)| {
-        let text = nonempty_string(sink, node, &path)?;
-        Some(cx.facets.resolve(sink, FacetKind::Instruction, text, &path, node.span))
-    });
+    let instruction = m
+        .required(sink, "instruction", WHAT)
+        .and_then(|(node, path)| {
+            let text = nonempty_string(sink, node, &path)?;
+            Some(
+                cx.facets
+                    .resolve(sink, FacetKind::Instruction, text, &path, node.span),
+            )
+        });
     let tools = m
         .required(sink, "allowed_tools", WHAT)
         .and_then(|(node, path)| string_list(sink, node, &path));
@@ -242,7 +266,9 @@ fn read_movement(cx: &mut Cx<'_>, item: &Node, path: &str, known: &[&str]) -> Op
             rules
                 .iter()
                 .enumerate()
-                .filter_map(|(j, rule)| read_rule(cx, rule, &join_index(&format!("{path}.rules"), j), known))
+                .filter_map(|(j, rule)| {
+                    read_rule(cx, rule, &join_index(&format!("{path}.rules"), j), known)
+                })
                 .collect::<Vec<_>>()
         });
     let sink = &mut cx.sink;

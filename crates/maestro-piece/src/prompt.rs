@@ -113,7 +113,11 @@ fn system(piece: &Piece, movement: &Movement, ctx: &PromptContext) -> String {
                 Some(p) => format!("the full text is {}", p.display()),
                 None => "the full text is in the piece".to_owned(),
             };
-            let _ = write!(s, "\n\n{}", cut(k.text.trim_end(), ctx.max_carried_chars, &full));
+            let _ = write!(
+                s,
+                "\n\n{}",
+                cut(k.text.trim_end(), ctx.max_carried_chars, &full)
+            );
         }
         parts.push(s);
     }
@@ -127,10 +131,21 @@ fn frame(piece: &Piece, movement: &Movement, ctx: &PromptContext) -> String {
         let _ = write!(s, "\n{}", piece.description.trim_end());
     }
     s.push_str("\n\nMovements:");
-    let here = |name: &str| if name == movement.name { "  <- you are here" } else { "" };
+    let here = |name: &str| {
+        if name == movement.name {
+            "  <- you are here"
+        } else {
+            ""
+        }
+    };
     for m in &piece.movements {
         if m.is_parallel() {
-            let _ = write!(s, "\n- {} (sub-movements run in parallel){}", m.name, here(&m.name));
+            let _ = write!(
+                s,
+                "\n- {} (sub-movements run in parallel){}",
+                m.name,
+                here(&m.name)
+            );
             for sub in &m.parallel {
                 let _ = write!(s, "\n  - {}{}", sub.name, here(&sub.name));
             }
@@ -163,7 +178,12 @@ fn how_it_ends(piece: &Piece, movement: &Movement) -> String {
                 );
                 for rule in &movement.rules {
                     if let Some(next) = &rule.next {
-                        let _ = write!(s, "\n- `{}`: {}", next.label(), condition_text(&rule.condition));
+                        let _ = write!(
+                            s,
+                            "\n- `{}`: {}",
+                            next.label(),
+                            condition_text(&rule.condition)
+                        );
                     }
                 }
             }
@@ -182,7 +202,10 @@ fn how_it_ends(piece: &Piece, movement: &Movement) -> String {
             );
             if let Some(schema) = &movement.frontmatter_schema {
                 let pretty = serde_json::to_string_pretty(schema).unwrap_or_default();
-                let _ = write!(s, "\nThe frontmatter must match this JSON Schema:\n```json\n{pretty}\n```");
+                let _ = write!(
+                    s,
+                    "\nThe frontmatter must match this JSON Schema:\n```json\n{pretty}\n```"
+                );
             }
             let statuses = graph_statuses(movement);
             let _ = write!(
@@ -241,7 +264,11 @@ fn user(piece: &Piece, movement: &Movement, ctx: &PromptContext) -> String {
     if let Some(edge) = edge.filter(|e| !e.trim().is_empty()) {
         parts.push(edge.trim_end().to_owned());
     }
-    let template = movement.instruction.as_ref().map(|f| f.text.as_str()).unwrap_or("");
+    let template = movement
+        .instruction
+        .as_ref()
+        .map(|f| f.text.as_str())
+        .unwrap_or("");
     if !template.trim().is_empty() {
         parts.push(render_template(template.trim_end(), ctx));
     }
@@ -254,11 +281,18 @@ fn user(piece: &Piece, movement: &Movement, ctx: &PromptContext) -> String {
     {
         parts.push(format!(
             "## Previous response\n{}",
-            cut(previous.trim_end(), ctx.max_carried_chars, "the full answer is kept in the run directory")
+            cut(
+                previous.trim_end(),
+                ctx.max_carried_chars,
+                "the full answer is kept in the run directory"
+            )
         ));
     }
     if let Some(feedback) = &ctx.feedback {
-        parts.push(format!("## Feedback from the previous movement\n{}", feedback.trim_end()));
+        parts.push(format!(
+            "## Feedback from the previous movement\n{}",
+            feedback.trim_end()
+        ));
     }
     if !ctx.lessons.is_empty() {
         parts.push(format!("## Lessons so far\n{}", bullets(&ctx.lessons)));
@@ -293,12 +327,18 @@ fn bullets(items: &[String]) -> String {
 /// interactive) but keep their numbers, so tags match the piece file.
 fn takt_rules(movement: &Movement) -> String {
     let tag = tag_name(&movement.name);
-    let mut s = String::from("## Rules\nEnd your answer with the tag of the first rule that applies:");
+    let mut s =
+        String::from("## Rules\nEnd your answer with the tag of the first rule that applies:");
     for (i, rule) in movement.rules.iter().enumerate() {
         if rule.interactive_only {
             continue;
         }
-        let _ = write!(s, "\n- [{tag}:{}] {}", i + 1, condition_text(&rule.condition));
+        let _ = write!(
+            s,
+            "\n- [{tag}:{}] {}",
+            i + 1,
+            condition_text(&rule.condition)
+        );
         if let Some(appendix) = &rule.appendix {
             for line in appendix.trim_end().lines() {
                 let _ = write!(s, "\n  {line}");
@@ -328,6 +368,7 @@ fn output_contracts(movement: &Movement, ctx: &PromptContext) -> String {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
 
@@ -335,7 +376,10 @@ mod tests {
     fn cut_counts_characters_and_says_where_the_rest_is() {
         assert_eq!(cut("abcdef", 0, "x"), "abcdef");
         assert_eq!(cut("abc", 3, "x"), "abc");
-        assert_eq!(cut("äbcdef", 2, "see y"), "äb\n[… cut after 2 of 6 characters; see y]");
+        assert_eq!(
+            cut("äbcdef", 2, "see y"),
+            "äb\n[… cut after 2 of 6 characters; see y]"
+        );
     }
 
     #[test]

@@ -40,7 +40,11 @@ fn variable(name: &str, ctx: &PromptContext) -> Option<String> {
     let value = match name {
         "task" => ctx.task.clone(),
         "previous_response" => match &ctx.previous_response {
-            Some(text) => cut(text, ctx.max_carried_chars, "the full answer is kept in the run directory"),
+            Some(text) => cut(
+                text,
+                ctx.max_carried_chars,
+                "the full answer is kept in the run directory",
+            ),
             None => "(no previous response)".to_owned(),
         },
         "iteration" => ctx.iteration.to_string(),
@@ -132,6 +136,7 @@ pub fn render_edge_prompt(template: &str, fields: &Map<String, Value>) -> Result
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
 
@@ -152,7 +157,10 @@ mod tests {
     fn renders_without_escaping() {
         let f = fields(serde_json::json!({"argument": "a < b & \"c\"", "n": 3, "list": ["x"]}));
         assert_eq!(
-            render_edge_prompt("Counter: {{{argument}}} / {{argument}} / {{n}} / {{{list}}}", &f),
+            render_edge_prompt(
+                "Counter: {{{argument}}} / {{argument}} / {{n}} / {{{list}}}",
+                &f
+            ),
             Ok("Counter: a < b & \"c\" / a < b & \"c\" / 3 / [\"x\"]".to_owned())
         );
     }
@@ -162,12 +170,18 @@ mod tests {
         let f = fields(serde_json::json!({"a": "x"}));
         assert_eq!(
             render_edge_prompt("{{{b}}}", &f),
-            Err("the edge prompt uses `{{{b}}}` but the frontmatter has no field `b`; it has: a".to_owned())
+            Err(
+                "the edge prompt uses `{{{b}}}` but the frontmatter has no field `b`; it has: a"
+                    .to_owned()
+            )
         );
     }
 
     #[test]
     fn unclosed_braces_stay_as_text() {
-        assert_eq!(render_edge_prompt("a {{b", &Map::new()), Ok("a {{b".to_owned()));
+        assert_eq!(
+            render_edge_prompt("a {{b", &Map::new()),
+            Ok("a {{b".to_owned())
+        );
     }
 }

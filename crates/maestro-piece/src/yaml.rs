@@ -79,14 +79,13 @@ impl Scalar {
             ".nan" | ".NaN" | ".NAN" => return ScalarKind::Float(f64::NAN),
             _ => {}
         }
-        if let Some(hex) = t.strip_prefix("0x") {
-            if let Ok(n) = i64::from_str_radix(hex, 16) {
-                return ScalarKind::Int(n);
-            }
-        } else if let Some(oct) = t.strip_prefix("0o") {
-            if let Ok(n) = i64::from_str_radix(oct, 8) {
-                return ScalarKind::Int(n);
-            }
+        let radix = [("0x", 16), ("0o", 8)]
+            .iter()
+            .find_map(|(prefix, radix)| Some((t.strip_prefix(prefix)?, *radix)));
+        if let Some((digits, radix)) = radix
+            && let Ok(n) = i64::from_str_radix(digits, radix)
+        {
+            return ScalarKind::Int(n);
         }
         let digits = t.strip_prefix(['-', '+']).unwrap_or(t);
         if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
@@ -157,7 +156,9 @@ impl Node {
                     .map(|(k, v)| (k.text.clone(), v.to_json()))
                     .collect(),
             ),
-            Value::Seq(items) => serde_json::Value::Array(items.iter().map(Node::to_json).collect()),
+            Value::Seq(items) => {
+                serde_json::Value::Array(items.iter().map(Node::to_json).collect())
+            }
             Value::Scalar(s) => match s.kind() {
                 ScalarKind::Null => serde_json::Value::Null,
                 ScalarKind::Bool(b) => serde_json::Value::Bool(b),
@@ -220,7 +221,8 @@ struct Positions<'a> {
 
 impl<'a> Positions<'a> {
     fn new(source: &'a str) -> Self {
-        let char_bytes = (!source.is_ascii()).then(|| source.char_indices().map(|(b, _)| b).collect());
+        let char_bytes =
+            (!source.is_ascii()).then(|| source.char_indices().map(|(b, _)| b).collect());
         Positions { source, char_bytes }
     }
 
@@ -495,6 +497,7 @@ pub fn join_index(parent: &str, index: usize) -> String {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
 
@@ -576,9 +579,17 @@ mod tests {
     #[test]
     fn deep_nesting_is_stopped() {
         let flow = "[".repeat(200) + &"]".repeat(200);
-        assert_eq!(errors(&flow), vec!["nesting deeper than 128 levels".to_owned()]);
-        let block: String = (0..200).map(|i| format!("{}k{i}:\n", " ".repeat(i))).collect();
-        assert_eq!(errors(&block), vec!["nesting deeper than 128 levels".to_owned()]);
+        assert_eq!(
+            errors(&flow),
+            vec!["nesting deeper than 128 levels".to_owned()]
+        );
+        let block: String = (0..200)
+            .map(|i| format!("{}k{i}:\n", " ".repeat(i)))
+            .collect();
+        assert_eq!(
+            errors(&block),
+            vec!["nesting deeper than 128 levels".to_owned()]
+        );
         // Past the parser's own flow limit the error still comes back as a diagnostic.
         let very_deep = "[".repeat(10_000);
         assert_eq!(errors(&very_deep).len(), 1);

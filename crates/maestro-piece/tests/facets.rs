@@ -54,13 +54,31 @@ fn names_resolve_in_order_and_fall_back_to_inline_text() {
     let root = tmp.path();
     let piece = root.join("repo/pieces/p.yaml");
     write(&piece, PIECE);
-    write(&root.join("repo/pieces/sec/mapped.md"), "from the section map");
-    write(&root.join("repo/pieces/local/relative.md"), "relative to the piece");
+    write(
+        &root.join("repo/pieces/sec/mapped.md"),
+        "from the section map",
+    );
+    write(
+        &root.join("repo/pieces/local/relative.md"),
+        "relative to the piece",
+    );
     // `shared` exists in several places: the earliest wins.
-    write(&root.join("repo/facets/policies/shared.md"), "piece facets policy");
-    write(&root.join("repo/facets/instructions/shared.md"), "piece facets instruction");
-    write(&root.join("project/.maestro/facets/policies/shared.md"), "project copy (shadowed)");
-    write(&root.join("project/.maestro/facets/policies/proj.md"), "project policy");
+    write(
+        &root.join("repo/facets/policies/shared.md"),
+        "piece facets policy",
+    );
+    write(
+        &root.join("repo/facets/instructions/shared.md"),
+        "piece facets instruction",
+    );
+    write(
+        &root.join("project/.maestro/facets/policies/shared.md"),
+        "project copy (shadowed)",
+    );
+    write(
+        &root.join("project/.maestro/facets/policies/proj.md"),
+        "project policy",
+    );
     write(&root.join("user/facets/knowledge/usr.md"), "user knowledge");
     write(&root.join("extra/instructions/ext.md"), "extra instruction");
     let opts = LoadOptions {
@@ -74,22 +92,38 @@ fn names_resolve_in_order_and_fall_back_to_inline_text() {
     let text = |f: &Option<maestro_piece::Facet>| f.as_ref().unwrap().text.clone();
     assert_eq!(text(&m[0].persona), "from the section map");
     assert_eq!(
-        m[0].policies.iter().map(|p| p.text.as_str()).collect::<Vec<_>>(),
+        m[0].policies
+            .iter()
+            .map(|p| p.text.as_str())
+            .collect::<Vec<_>>(),
         vec!["project policy", "piece facets policy"]
     );
     assert_eq!(m[0].knowledge[0].text, "user knowledge");
     assert_eq!(text(&m[0].instruction), "extra instruction");
     assert_eq!(text(&m[1].persona), "relative to the piece");
     assert_eq!(text(&m[1].instruction), "piece facets instruction");
-    assert_eq!(m[1].instruction.as_ref().unwrap().path, Some(root.join("repo/pieces/../facets/instructions/shared.md")));
+    assert_eq!(
+        m[1].instruction.as_ref().unwrap().path,
+        Some(root.join("repo/pieces/../facets/instructions/shared.md"))
+    );
     // Prose is inline text without a warning; a bare name found nowhere warns.
-    assert_eq!(text(&m[2].instruction), "Write the summary in full sentences.");
+    assert_eq!(
+        text(&m[2].instruction),
+        "Write the summary in full sentences."
+    );
     assert_eq!(text(&m[2].persona), "nowhere");
     let found = warnings(&loaded);
-    let nowhere = found.iter().find(|w| w.0 == "movements[2].persona").unwrap();
+    let nowhere = found
+        .iter()
+        .find(|w| w.0 == "movements[2].persona")
+        .unwrap();
     assert_eq!(nowhere.1, 25);
     assert!(nowhere.2.starts_with("persona `nowhere` names no facet file, so the text `nowhere` itself is used; looked in: "), "{}", nowhere.2);
-    assert!(nowhere.2.contains("extra/personas/nowhere.md"), "{}", nowhere.2);
+    assert!(
+        nowhere.2.contains("extra/personas/nowhere.md"),
+        "{}",
+        nowhere.2
+    );
     assert_eq!(
         found.iter().filter(|w| w.0.ends_with(".edit")).count(),
         0,
@@ -107,5 +141,8 @@ fn facet_names_cannot_climb_out_of_facet_dirs() {
     write(&tmp.path().join("pieces/sec/mapped.md"), "m");
     write(&tmp.path().join("pieces/local/relative.md"), "r");
     let loaded = valid_at(&src, &piece, &LoadOptions::default());
-    assert_eq!(loaded.piece.movements[2].persona.as_ref().unwrap().text, "..secret");
+    assert_eq!(
+        loaded.piece.movements[2].persona.as_ref().unwrap().text,
+        "..secret"
+    );
 }

@@ -40,16 +40,26 @@ fn the_base_piece_is_valid_and_maps_to_the_ir() {
     assert_eq!(piece.max_movements, 10);
     assert_eq!(piece.hash.len(), 64);
     let plan = &piece.movements[0];
-    assert_eq!(plan.persona.as_ref().unwrap().text, "You are a careful planner.");
+    assert_eq!(
+        plan.persona.as_ref().unwrap().text,
+        "You are a careful planner."
+    );
     assert_eq!(plan.rules[0].next, Some(Target::Movement("execute".into())));
-    assert_eq!(piece.movements[1].allowed_tools, vec!["Read", "Write", "mcp__*"]);
+    assert_eq!(
+        piece.movements[1].allowed_tools,
+        vec!["Read", "Write", "mcp__*"]
+    );
 }
 
 #[test]
 fn name_must_match_the_pattern() {
     assert_eq!(
         errors(&edit(PIECE, "name: demo", "name: Demo_1")),
-        vec![f("name", 1, "invalid piece name `Demo_1`; use lowercase letters, digits and `-` (pattern [a-z0-9-]+)")]
+        vec![f(
+            "name",
+            1,
+            "invalid piece name `Demo_1`; use lowercase letters, digits and `-` (pattern [a-z0-9-]+)"
+        )]
     );
 }
 
@@ -65,7 +75,11 @@ fn top_level_fields_are_required() {
         let errs = errors(&src);
         assert_eq!(
             errs,
-            vec![f(key, 1, &format!("missing required field `{key}` in a maestro piece"))],
+            vec![f(
+                key,
+                1,
+                &format!("missing required field `{key}` in a maestro piece")
+            )],
             "without {key}"
         );
     }
@@ -76,35 +90,66 @@ fn movements_are_required_and_non_empty() {
     let without = PIECE.split("movements:\n").next().unwrap().to_owned();
     assert_eq!(
         errors(&without),
-        vec![f("movements", 1, "missing required field `movements` in a maestro piece")]
+        vec![f(
+            "movements",
+            1,
+            "missing required field `movements` in a maestro piece"
+        )]
     );
     let empty = format!("{without}movements: []\n");
-    assert_eq!(errors(&empty), vec![f("movements", 5, "a piece needs at least one movement")]);
+    assert_eq!(
+        errors(&empty),
+        vec![f("movements", 5, "a piece needs at least one movement")]
+    );
 }
 
 #[test]
 fn max_movements_must_be_a_positive_integer() {
     for (value, found) in [("0", "found `0`"), ("-3", "found `-3`")] {
         assert_eq!(
-            errors(&edit(PIECE, "max_movements: 10", &format!("max_movements: {value}"))),
-            vec![f("max_movements", 3, &format!("expected a positive integer (1 to 4294967295), {found}"))]
+            errors(&edit(
+                PIECE,
+                "max_movements: 10",
+                &format!("max_movements: {value}")
+            )),
+            vec![f(
+                "max_movements",
+                3,
+                &format!("expected a positive integer (1 to 4294967295), {found}")
+            )]
         );
     }
     assert_eq!(
         errors(&edit(PIECE, "max_movements: 10", "max_movements: ten")),
-        vec![f("max_movements", 3, "expected a positive integer, found the string `ten`")]
+        vec![f(
+            "max_movements",
+            3,
+            "expected a positive integer, found the string `ten`"
+        )]
     );
     assert_eq!(
         errors(&edit(PIECE, "max_movements: 10", "max_movements: \"10\"")),
-        vec![f("max_movements", 3, "expected a positive integer, found the string `10`")]
+        vec![f(
+            "max_movements",
+            3,
+            "expected a positive integer, found the string `10`"
+        )]
     );
 }
 
 #[test]
 fn initial_movement_must_name_a_movement() {
     assert_eq!(
-        errors(&edit(PIECE, "initial_movement: plan", "initial_movement: start")),
-        vec![f("initial_movement", 4, "unknown movement `start`; known: plan, execute")]
+        errors(&edit(
+            PIECE,
+            "initial_movement: plan",
+            "initial_movement: start"
+        )),
+        vec![f(
+            "initial_movement",
+            4,
+            "unknown movement `start`; known: plan, execute"
+        )]
     );
 }
 
@@ -112,7 +157,11 @@ fn initial_movement_must_name_a_movement() {
 fn next_must_name_a_movement_or_wait_subtasks() {
     assert_eq!(
         errors(&edit(PIECE, "next: execute", "next: deploy")),
-        vec![f("movements[0].rules[0].next", 13, "unknown movement `deploy`; known: plan, execute, WAIT_SUBTASKS")]
+        vec![f(
+            "movements[0].rules[0].next",
+            13,
+            "unknown movement `deploy`; known: plan, execute, WAIT_SUBTASKS"
+        )]
     );
     let piece = valid(&edit(PIECE, "next: execute", "next: WAIT_SUBTASKS")).piece;
     assert_eq!(piece.movements[0].rules[0].next, Some(Target::WaitSubtasks));
@@ -121,13 +170,18 @@ fn next_must_name_a_movement_or_wait_subtasks() {
 #[test]
 fn terminal_sentinels_are_not_rule_targets() {
     for sentinel in ["COMPLETE", "ABORT", "ASK"] {
-        let src = format!("dialect: maestro\n{}", edit(PIECE, "next: execute", &format!("next: {sentinel}")));
+        let src = format!(
+            "dialect: maestro\n{}",
+            edit(PIECE, "next: execute", &format!("next: {sentinel}"))
+        );
         assert_eq!(
             errors(&src),
             vec![f(
                 "movements[0].rules[0].next",
                 14,
-                &format!("`{sentinel}` cannot be a rule's `next`: a movement ends the run by calling the `complete` tool; terminal sentinels are allowed only in `default_next`; known: plan, execute, WAIT_SUBTASKS")
+                &format!(
+                    "`{sentinel}` cannot be a rule's `next`: a movement ends the run by calling the `complete` tool; terminal sentinels are allowed only in `default_next`; known: plan, execute, WAIT_SUBTASKS"
+                )
             )]
         );
     }
@@ -135,29 +189,54 @@ fn terminal_sentinels_are_not_rule_targets() {
 
 #[test]
 fn default_next_accepts_movements_and_sentinels_only() {
-    let with = |value: &str| edit(PIECE, "    rules: []\n", &format!("    rules: []\n    default_next: {value}\n"));
+    let with = |value: &str| {
+        edit(
+            PIECE,
+            "    rules: []\n",
+            &format!("    rules: []\n    default_next: {value}\n"),
+        )
+    };
     for (value, target) in [
         ("COMPLETE", Target::Complete),
         ("ABORT", Target::Abort),
         ("ASK", Target::Ask),
         ("plan", Target::Movement("plan".into())),
     ] {
-        assert_eq!(valid(&with(value)).piece.movements[1].default_next, Some(target));
+        assert_eq!(
+            valid(&with(value)).piece.movements[1].default_next,
+            Some(target)
+        );
     }
     assert_eq!(
         errors(&with("nowhere")),
-        vec![f("movements[1].default_next", 20, "unknown movement `nowhere`; known: plan, execute, COMPLETE, ABORT, ASK, WAIT_SUBTASKS")]
+        vec![f(
+            "movements[1].default_next",
+            20,
+            "unknown movement `nowhere`; known: plan, execute, COMPLETE, ABORT, ASK, WAIT_SUBTASKS"
+        )]
     );
 }
 
 #[test]
 fn required_mcp_slugs_follow_the_pattern() {
-    let src = edit(PIECE, "movements:\n", "required_mcp: [github, Bad Slug]\nmovements:\n");
+    let src = edit(
+        PIECE,
+        "movements:\n",
+        "required_mcp: [github, Bad Slug]\nmovements:\n",
+    );
     assert_eq!(
         errors(&src),
-        vec![f("required_mcp[1]", 5, "invalid MCP server slug `Bad Slug`; use 1 to 64 of lowercase letters, digits, `_` and `-`")]
+        vec![f(
+            "required_mcp[1]",
+            5,
+            "invalid MCP server slug `Bad Slug`; use 1 to 64 of lowercase letters, digits, `_` and `-`"
+        )]
     );
-    let ok = edit(PIECE, "movements:\n", "required_mcp: [github, my_db-2]\nmovements:\n");
+    let ok = edit(
+        PIECE,
+        "movements:\n",
+        "required_mcp: [github, my_db-2]\nmovements:\n",
+    );
     assert_eq!(valid(&ok).piece.required_mcp, vec!["github", "my_db-2"]);
 }
 
@@ -166,25 +245,52 @@ fn movement_names_are_unique() {
     assert_eq!(
         errors(&edit(PIECE, "  - name: execute", "  - name: plan")),
         vec![
-            f("movements[0].rules[0].next", 13, "unknown movement `execute`; known: plan, WAIT_SUBTASKS"),
-            f("movements[1].name", 14, "duplicate movement name `plan`; movements[0] already has it"),
+            f(
+                "movements[0].rules[0].next",
+                13,
+                "unknown movement `execute`; known: plan, WAIT_SUBTASKS"
+            ),
+            f(
+                "movements[1].name",
+                14,
+                "duplicate movement name `plan`; movements[0] already has it"
+            ),
         ]
     );
 }
 
 #[test]
 fn ssh_tools_require_allowed_ssh_connections() {
-    let src = edit(PIECE, "allowed_tools: [Read, Glob]", "allowed_tools: [Read, SshExec]");
+    let src = edit(
+        PIECE,
+        "allowed_tools: [Read, Glob]",
+        "allowed_tools: [Read, SshExec]",
+    );
     assert_eq!(
         errors(&src),
-        vec![f("movements[0].allowed_tools[1]", 10, "`SshExec` needs `allowed_ssh_connections` on this movement: list connection ids, `['*']` for any, or `[]` to deny all")]
+        vec![f(
+            "movements[0].allowed_tools[1]",
+            10,
+            "`SshExec` needs `allowed_ssh_connections` on this movement: list connection ids, `['*']` for any, or `[]` to deny all"
+        )]
     );
     for tool in ["SshUpload", "SshDownload"] {
-        let src = edit(PIECE, "allowed_tools: [Read, Glob]", &format!("allowed_tools: [{tool}]"));
+        let src = edit(
+            PIECE,
+            "allowed_tools: [Read, Glob]",
+            &format!("allowed_tools: [{tool}]"),
+        );
         assert_eq!(errors(&src).len(), 1, "{tool}");
     }
-    let deny_all = edit(PIECE, "allowed_tools: [Read, Glob]", "allowed_tools: [SshExec]\n    allowed_ssh_connections: []");
-    assert_eq!(valid(&deny_all).piece.movements[0].allowed_ssh_connections, Some(vec![]));
+    let deny_all = edit(
+        PIECE,
+        "allowed_tools: [Read, Glob]",
+        "allowed_tools: [SshExec]\n    allowed_ssh_connections: []",
+    );
+    assert_eq!(
+        valid(&deny_all).piece.movements[0].allowed_ssh_connections,
+        Some(vec![])
+    );
 }
 
 #[test]
@@ -197,19 +303,39 @@ fn ssh_connection_ids_are_star_or_lowercase_hex() {
     assert_eq!(
         errors(&src),
         vec![
-            f("movements[0].allowed_ssh_connections[2]", 11, "invalid SSH connection id `6F9619FF`; use `*` or a connection id of 8 or more lowercase hex digits and `-`"),
-            f("movements[0].allowed_ssh_connections[3]", 11, "invalid SSH connection id `abc123`; use `*` or a connection id of 8 or more lowercase hex digits and `-`"),
+            f(
+                "movements[0].allowed_ssh_connections[2]",
+                11,
+                "invalid SSH connection id `6F9619FF`; use `*` or a connection id of 8 or more lowercase hex digits and `-`"
+            ),
+            f(
+                "movements[0].allowed_ssh_connections[3]",
+                11,
+                "invalid SSH connection id `abc123`; use `*` or a connection id of 8 or more lowercase hex digits and `-`"
+            ),
         ]
     );
 }
 
 #[test]
 fn only_mcp_wildcards_are_allowed() {
-    let ok = edit(PIECE, "allowed_tools: [Read, Glob]", "allowed_tools: ['mcp__*', 'mcp__github__*']");
+    let ok = edit(
+        PIECE,
+        "allowed_tools: [Read, Glob]",
+        "allowed_tools: ['mcp__*', 'mcp__github__*']",
+    );
     valid(&ok);
     assert_eq!(
-        errors(&edit(PIECE, "allowed_tools: [Read, Glob]", "allowed_tools: ['Re*']")),
-        vec![f("movements[0].allowed_tools[0]", 10, "invalid tool pattern `Re*`; the only wildcards are `mcp__*` and `mcp__<server>__*`")]
+        errors(&edit(
+            PIECE,
+            "allowed_tools: [Read, Glob]",
+            "allowed_tools: ['Re*']"
+        )),
+        vec![f(
+            "movements[0].allowed_tools[0]",
+            10,
+            "invalid tool pattern `Re*`; the only wildcards are `mcp__*` and `mcp__<server>__*`"
+        )]
     );
 }
 
@@ -218,38 +344,74 @@ fn movement_fields_are_required() {
     for (line, key, at) in [
         ("    edit: false\n", "edit", 6),
         ("    persona: You are a careful planner.\n", "persona", 6),
-        ("    instruction: Write a plan for the task.\n", "instruction", 6),
+        (
+            "    instruction: Write a plan for the task.\n",
+            "instruction",
+            6,
+        ),
         ("    allowed_tools: [Read, Glob]\n", "allowed_tools", 6),
     ] {
         assert_eq!(
             errors(&edit(PIECE, line, "")),
-            vec![f(&format!("movements[0].{key}"), at, &format!("missing required field `{key}` in a movement"))],
+            vec![f(
+                &format!("movements[0].{key}"),
+                at,
+                &format!("missing required field `{key}` in a movement")
+            )],
             "without {key}"
         );
     }
     assert_eq!(
         errors(&edit(PIECE, "    rules: []\n", "")),
-        vec![f("movements[1].rules", 14, "missing required field `rules` in a movement")]
+        vec![f(
+            "movements[1].rules",
+            14,
+            "missing required field `rules` in a movement"
+        )]
     );
 }
 
 #[test]
 fn rule_fields_are_required() {
     assert_eq!(
-        errors(&edit(PIECE, "      - condition: the plan is ready\n        next: execute\n", "      - next: execute\n")),
-        vec![f("movements[0].rules[0].condition", 12, "missing required field `condition` in a rule")]
+        errors(&edit(
+            PIECE,
+            "      - condition: the plan is ready\n        next: execute\n",
+            "      - next: execute\n"
+        )),
+        vec![f(
+            "movements[0].rules[0].condition",
+            12,
+            "missing required field `condition` in a rule"
+        )]
     );
 }
 
 #[test]
 fn unknown_keys_are_errors() {
     assert_eq!(
-        errors(&edit(PIECE, "    edit: true\n", "    edit: true\n    colour: red\n")),
-        vec![f("movements[1].colour", 16, "unknown field `colour` in a movement; known: name, edit, persona, instruction, allowed_tools, allowed_commands, allowed_ssh_connections, rules, default_next, max_consecutive_revisits")]
+        errors(&edit(
+            PIECE,
+            "    edit: true\n",
+            "    edit: true\n    colour: red\n"
+        )),
+        vec![f(
+            "movements[1].colour",
+            16,
+            "unknown field `colour` in a movement; known: name, edit, persona, instruction, allowed_tools, allowed_commands, allowed_ssh_connections, rules, default_next, max_consecutive_revisits"
+        )]
     );
     assert_eq!(
-        errors(&edit(PIECE, "max_movements: 10\n", "max_movements: 10\nmax_iterations: 3\n")),
-        vec![f("max_iterations", 4, "unknown field `max_iterations` in a maestro piece; known: name, description, max_movements, initial_movement, triggers, required_mcp, model, movements, dialect")]
+        errors(&edit(
+            PIECE,
+            "max_movements: 10\n",
+            "max_movements: 10\nmax_iterations: 3\n"
+        )),
+        vec![f(
+            "max_iterations",
+            4,
+            "unknown field `max_iterations` in a maestro piece; known: name, description, max_movements, initial_movement, triggers, required_mcp, model, movements, dialect"
+        )]
     );
 }
 
@@ -257,21 +419,49 @@ fn unknown_keys_are_errors() {
 fn wrong_types_say_what_was_found() {
     assert_eq!(
         errors(&edit(PIECE, "edit: true", "edit: yes")),
-        vec![f("movements[1].edit", 15, "expected `true` or `false`, found the string `yes`")]
+        vec![f(
+            "movements[1].edit",
+            15,
+            "expected `true` or `false`, found the string `yes`"
+        )]
     );
     assert_eq!(
-        errors(&edit(PIECE, "allowed_tools: [Read, Glob]", "allowed_tools: Read")),
-        vec![f("movements[0].allowed_tools", 10, "expected a list of strings, found the string `Read`")]
+        errors(&edit(
+            PIECE,
+            "allowed_tools: [Read, Glob]",
+            "allowed_tools: Read"
+        )),
+        vec![f(
+            "movements[0].allowed_tools",
+            10,
+            "expected a list of strings, found the string `Read`"
+        )]
     );
     assert_eq!(
-        errors(&edit(PIECE, "description: Plan, then execute.", "description: 42")),
-        vec![f("description", 2, "expected a string, found the integer `42`; quote it (\"42\") to use it as text")]
+        errors(&edit(
+            PIECE,
+            "description: Plan, then execute.",
+            "description: 42"
+        )),
+        vec![f(
+            "description",
+            2,
+            "expected a string, found the integer `42`; quote it (\"42\") to use it as text"
+        )]
     );
 }
 
 #[test]
 fn every_error_is_reported_not_only_the_first() {
-    let src = edit(&edit(&edit(PIECE, "name: demo", "name: X"), "next: execute", "next: nope"), "edit: true", "edit: 1");
+    let src = edit(
+        &edit(
+            &edit(PIECE, "name: demo", "name: X"),
+            "next: execute",
+            "next: nope",
+        ),
+        "edit: true",
+        "edit: 1",
+    );
     assert_eq!(errors(&src).len(), 3);
 }
 
@@ -279,13 +469,21 @@ fn every_error_is_reported_not_only_the_first() {
 fn a_bad_dialect_key_is_an_error() {
     assert_eq!(
         errors(&format!("dialect: yaml\n{PIECE}")),
-        vec![f("dialect", 1, "unknown dialect `yaml`; known: maestro, takt, graph")]
+        vec![f(
+            "dialect",
+            1,
+            "unknown dialect `yaml`; known: maestro, takt, graph"
+        )]
     );
 }
 
 #[test]
 fn triggers_and_model_map_to_the_ir() {
-    let src = edit(PIECE, "movements:\n", "triggers:\n  keywords: [plan, build]\nmodel: qwen3\nmovements:\n");
+    let src = edit(
+        PIECE,
+        "movements:\n",
+        "triggers:\n  keywords: [plan, build]\nmodel: qwen3\nmovements:\n",
+    );
     let piece = valid(&src).piece;
     assert_eq!(piece.keywords, vec!["plan", "build"]);
     assert_eq!(piece.model.as_deref(), Some("qwen3"));

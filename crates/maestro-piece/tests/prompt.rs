@@ -10,7 +10,9 @@ use maestro_piece::{LoadOptions, load_file};
 use support::valid;
 
 fn fixture(rel: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures").join(rel)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/fixtures")
+        .join(rel)
 }
 
 fn full_context() -> PromptContext {
@@ -23,7 +25,9 @@ fn full_context() -> PromptContext {
         feedback: Some("The plan skipped the docs.".into()),
         lessons: vec!["Run the tests before transitioning.".into()],
         report_dir: "runs/42/reports".into(),
-        loop_warning: Some("You have returned here 3 times; change approach or end the run.".into()),
+        loop_warning: Some(
+            "You have returned here 3 times; change approach or end the run.".into(),
+        ),
         max_carried_chars: 60,
         ..PromptContext::default()
     }
@@ -64,53 +68,104 @@ movements:
 
 #[test]
 fn takt_prompt_lists_rule_tags_gates_and_reports() {
-    let piece = load_file(&fixture("takt-v0.30/builtins/en/pieces/default.yaml"), &LoadOptions::default())
-        .unwrap()
-        .piece;
+    let piece = load_file(
+        &fixture("takt-v0.30/builtins/en/pieces/default.yaml"),
+        &LoadOptions::default(),
+    )
+    .unwrap()
+    .piece;
     let plan = piece.movement("plan").unwrap();
     let prompt = assemble(&piece, plan, &full_context());
     // Order of the user message parts.
-    let at = |needle: &str| prompt.user.find(needle).unwrap_or_else(|| panic!("no `{needle}` in:\n{}", prompt.user));
+    let at = |needle: &str| {
+        prompt
+            .user
+            .find(needle)
+            .unwrap_or_else(|| panic!("no `{needle}` in:\n{}", prompt.user))
+    };
     assert!(at("## Task") < at("## Previous response"));
     assert!(at("## Previous response") < at("## Feedback from the previous movement"));
     assert!(at("## Lessons so far") < at("## Rules"));
     assert!(at("## Rules") < at("## Reports"));
-    assert!(prompt.user.contains("- [PLAN:1] Requirements are clear and implementable\n"));
-    assert!(prompt.user.contains("- [PLAN:3] Requirements unclear, insufficient info\n  Clarifications needed:"));
-    assert!(prompt.user.contains("[… cut after 60 of 147 characters; the full answer is kept in the run directory]"));
+    assert!(
+        prompt
+            .user
+            .contains("- [PLAN:1] Requirements are clear and implementable\n")
+    );
+    assert!(
+        prompt.user.contains(
+            "- [PLAN:3] Requirements unclear, insufficient info\n  Clarifications needed:"
+        )
+    );
+    assert!(prompt.user.contains(
+        "[… cut after 60 of 147 characters; the full answer is kept in the run directory]"
+    ));
     // System: persona, knowledge, then the frame.
-    assert!(prompt.system.find("# Knowledge").unwrap() < prompt.system.find("# Piece `default`").unwrap());
+    assert!(
+        prompt.system.find("# Knowledge").unwrap()
+            < prompt.system.find("# Piece `default`").unwrap()
+    );
     assert!(prompt.system.contains("- plan  <- you are here\n"));
-    assert!(prompt.system.contains("end the answer with the tag of the rule that applies, `[PLAN:N]`"));
+    assert!(
+        prompt
+            .system
+            .contains("end the answer with the tag of the rule that applies, `[PLAN:N]`")
+    );
 }
 
 #[test]
 fn takt_interactive_only_rules_are_left_out_but_keep_their_numbers() {
-    let piece = load_file(&fixture("takt-v0.30/builtins/en/pieces/default.yaml"), &LoadOptions::default())
-        .unwrap()
-        .piece;
-    let prompt = assemble(&piece, piece.movement("write_tests").unwrap(), &PromptContext::default());
-    assert!(prompt.user.contains("- [WRITE_TESTS:3] Cannot proceed with test writing\n"));
+    let piece = load_file(
+        &fixture("takt-v0.30/builtins/en/pieces/default.yaml"),
+        &LoadOptions::default(),
+    )
+    .unwrap()
+    .piece;
+    let prompt = assemble(
+        &piece,
+        piece.movement("write_tests").unwrap(),
+        &PromptContext::default(),
+    );
+    assert!(
+        prompt
+            .user
+            .contains("- [WRITE_TESTS:3] Cannot proceed with test writing\n")
+    );
     assert!(!prompt.user.contains("[WRITE_TESTS:4]"));
 }
 
 #[test]
 fn graph_prompt_starts_with_the_edge_and_asks_for_frontmatter() {
-    let piece = load_file(&fixture("workflow-graph/debate.yaml"), &LoadOptions::default())
-        .unwrap()
-        .piece;
+    let piece = load_file(
+        &fixture("workflow-graph/debate.yaml"),
+        &LoadOptions::default(),
+    )
+    .unwrap()
+    .piece;
     let ctx = PromptContext {
         task: "Remote work is better than office work.".into(),
         ..PromptContext::default()
     };
     let first = assemble(&piece, piece.movement("against").unwrap(), &ctx);
-    assert!(first.user.starts_with("Present your opening argument against the proposition.\n\n"));
-    assert!(first.system.contains("valid values: `conceded`, `continue`."));
+    assert!(
+        first
+            .user
+            .starts_with("Present your opening argument against the proposition.\n\n")
+    );
+    assert!(
+        first
+            .system
+            .contains("valid values: `conceded`, `continue`.")
+    );
     let later = PromptContext {
         iteration: 2,
         edge_prompt: Some("Counter the opposing argument: offices help juniors".into()),
         ..ctx
     };
     let second = assemble(&piece, piece.movement("for").unwrap(), &later);
-    assert!(second.user.starts_with("Counter the opposing argument: offices help juniors\n\n"));
+    assert!(
+        second
+            .user
+            .starts_with("Counter the opposing argument: offices help juniors\n\n")
+    );
 }

@@ -15,7 +15,11 @@ use support::{errors, f};
 fn syntax_errors_have_a_position() {
     let errs = errors("name: x\nmovements: [a, b\n");
     assert_eq!(errs.len(), 1);
-    assert!(errs[0].2.starts_with("YAML syntax error: "), "{}", errs[0].2);
+    assert!(
+        errs[0].2.starts_with("YAML syntax error: "),
+        "{}",
+        errs[0].2
+    );
     assert!(errs[0].1 >= 2, "{errs:?}");
 }
 
@@ -24,7 +28,11 @@ fn tabs_are_errors() {
     let errs = errors("name: x\nmovements:\n\t- name: a\n");
     assert_eq!(errs.len(), 1);
     assert_eq!(errs[0].1, 3);
-    assert!(errs[0].2.ends_with("indent with spaces, not tabs"), "{}", errs[0].2);
+    assert!(
+        errs[0].2.ends_with("indent with spaces, not tabs"),
+        "{}",
+        errs[0].2
+    );
 }
 
 #[test]
@@ -32,7 +40,11 @@ fn duplicate_keys_name_the_path_and_both_lines() {
     let src = "name: x\ndescription: d\nmax_movements: 2\ninitial_movement: a\nmovements:\n  - name: a\n    edit: false\n    edit: true\n    persona: p q\n    instruction: i j\n    allowed_tools: []\n    rules: []\n";
     assert_eq!(
         errors(src),
-        vec![f("movements[0].edit", 8, "duplicate key `edit`; it is already set on line 7")]
+        vec![f(
+            "movements[0].edit",
+            8,
+            "duplicate key `edit`; it is already set on line 7"
+        )]
     );
 }
 
@@ -41,7 +53,9 @@ fn alias_bombs_and_deep_nesting_are_errors() {
     let mut bomb = String::from("a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
     for i in 1..12 {
         let p = i - 1;
-        bomb.push_str(&format!("a{i}: &a{i} [*a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}]\n"));
+        bomb.push_str(&format!(
+            "a{i}: &a{i} [*a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}]\n"
+        ));
     }
     let errs = errors(&bomb);
     assert!(errs[0].2.contains("more than 100000 nodes"), "{errs:?}");
@@ -53,11 +67,19 @@ fn alias_bombs_and_deep_nesting_are_errors() {
 fn empty_and_non_mapping_documents_are_errors() {
     assert_eq!(
         errors(""),
-        vec![f("", 1, "the file is empty; a piece needs at least `name` and `movements` (or `roles` and `graph`)")]
+        vec![f(
+            "",
+            1,
+            "the file is empty; a piece needs at least `name` and `movements` (or `roles` and `graph`)"
+        )]
     );
     assert_eq!(
         errors("- a\n- b\n"),
-        vec![f("", 1, "a piece is a mapping with `name`, `movements`, … at the top level; found a list")]
+        vec![f(
+            "",
+            1,
+            "a piece is a mapping with `name`, `movements`, … at the top level; found a list"
+        )]
     );
 }
 
@@ -65,7 +87,10 @@ fn fixture_sources() -> Vec<String> {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures");
     let mut files = maestro_piece::discover(&root.join("takt-v0.30/builtins/en/pieces"));
     files.extend(maestro_piece::discover(&root.join("workflow-graph")));
-    files.iter().map(|p| std::fs::read_to_string(p).unwrap()).collect()
+    files
+        .iter()
+        .map(|p| std::fs::read_to_string(p).unwrap())
+        .collect()
 }
 
 /// Loading never panics, and every error it reports has a position and a message.
@@ -94,11 +119,39 @@ enum Mutation {
 fn mutation() -> impl Strategy<Value = Mutation> {
     prop_oneof![
         (any::<usize>(), 1usize..40).prop_map(|(at, len)| Mutation::Delete { at, len }),
-        (any::<usize>(), prop::sample::select(vec![
-            ":", "- ", "\t", "&a ", "*a", "[", "]", "{", "}", "\"", "'", "|\n", "\n  ", "#", "next: x\n",
-            "ai(\"", "all(", "{{{", "$START", "\u{feff}", "名", "---\n", "? ", "!!str ",
-        ]))
-            .prop_map(|(at, text)| Mutation::Insert { at, text: text.to_owned() }),
+        (
+            any::<usize>(),
+            prop::sample::select(vec![
+                ":",
+                "- ",
+                "\t",
+                "&a ",
+                "*a",
+                "[",
+                "]",
+                "{",
+                "}",
+                "\"",
+                "'",
+                "|\n",
+                "\n  ",
+                "#",
+                "next: x\n",
+                "ai(\"",
+                "all(",
+                "{{{",
+                "$START",
+                "\u{feff}",
+                "名",
+                "---\n",
+                "? ",
+                "!!str ",
+            ])
+        )
+            .prop_map(|(at, text)| Mutation::Insert {
+                at,
+                text: text.to_owned()
+            }),
         any::<usize>().prop_map(|line| Mutation::DuplicateLine { line }),
         (any::<usize>(), any::<usize>()).prop_map(|(a, b)| Mutation::SwapLines { a, b }),
     ]

@@ -86,18 +86,30 @@ fn the_base_piece_maps_to_the_ir() {
     assert!(!implement.pass_previous_response);
     assert_eq!(implement.quality_gates, vec!["tests pass"]);
     assert_eq!(implement.output_contracts[0].name, "scope.md");
-    assert_eq!(implement.output_contracts[0].format.as_ref().unwrap().text, "# Scope\n");
-    assert_eq!(implement.output_contracts[1].label.as_deref(), Some("Summary"));
+    assert_eq!(
+        implement.output_contracts[0].format.as_ref().unwrap().text,
+        "# Scope\n"
+    );
+    assert_eq!(
+        implement.output_contracts[1].label.as_deref(),
+        Some("Summary")
+    );
     assert_eq!(implement.output_contracts[1].name, "summary.md");
     let abort = &implement.rules[1];
-    assert_eq!(abort.condition, Condition::Ai("the task is impossible".into()));
+    assert_eq!(
+        abort.condition,
+        Condition::Ai("the task is impossible".into())
+    );
     assert_eq!(abort.next, Some(Target::Abort));
     assert!(abort.requires_user_input && abort.interactive_only);
     assert_eq!(abort.appendix.as_deref(), Some("say why"));
     let reviewers = &piece.movements[1];
     assert_eq!(reviewers.parallel.len(), 2);
     assert_eq!(reviewers.parallel[0].rules[0].next, None);
-    assert_eq!(reviewers.rules[0].condition, Condition::All(vec!["approved".into()]));
+    assert_eq!(
+        reviewers.rules[0].condition,
+        Condition::All(vec!["approved".into()])
+    );
     assert_eq!(reviewers.rules[0].next, Some(Target::Complete));
     let monitor = &piece.loop_monitors[0];
     assert_eq!(monitor.cycle, vec!["implement", "reviewers"]);
@@ -117,7 +129,11 @@ fn the_base_piece_maps_to_the_ir() {
 fn next_must_name_a_movement_complete_or_abort() {
     assert_eq!(
         errors(&edit(PIECE, "next: reviewers", "next: review")),
-        vec![f("movements[0].rules[0].next", 28, "unknown movement `review`; known: implement, reviewers, COMPLETE, ABORT")]
+        vec![f(
+            "movements[0].rules[0].next",
+            28,
+            "unknown movement `review`; known: implement, reviewers, COMPLETE, ABORT"
+        )]
     );
 }
 
@@ -125,7 +141,11 @@ fn next_must_name_a_movement_complete_or_abort() {
 fn aggregates_only_work_on_parallel_movements() {
     assert_eq!(
         errors(&edit(PIECE, "condition: done", "condition: all(\"done\")")),
-        vec![f("movements[0].rules[0].condition", 27, "`all(…)` and `any(…)` aggregate sub-movement results, so they only work in the rules of a movement with `parallel`")]
+        vec![f(
+            "movements[0].rules[0].condition",
+            27,
+            "`all(…)` and `any(…)` aggregate sub-movement results, so they only work in the rules of a movement with `parallel`"
+        )]
     );
 }
 
@@ -133,23 +153,51 @@ fn aggregates_only_work_on_parallel_movements() {
 fn aggregate_conditions_must_exist_in_the_sub_movements() {
     assert_eq!(
         errors(&edit(PIECE, "all(\"approved\")", "all(\"aproved\")")),
-        vec![f("movements[1].rules[0].condition", 51, "condition \"aproved\" is not a rule condition of any sub-movement; known: approved, needs_fix, approved, needs_fix")]
+        vec![f(
+            "movements[1].rules[0].condition",
+            51,
+            "condition \"aproved\" is not a rule condition of any sub-movement; known: approved, needs_fix, approved, needs_fix"
+        )]
     );
     assert_eq!(
-        errors(&edit(PIECE, "all(\"approved\")", "all(\"approved\", \"approved\", \"approved\")")),
-        vec![f("movements[1].rules[0].condition", 51, "3 conditions for 2 sub-movements; the positional form names one condition per sub-movement, in order")]
+        errors(&edit(
+            PIECE,
+            "all(\"approved\")",
+            "all(\"approved\", \"approved\", \"approved\")"
+        )),
+        vec![f(
+            "movements[1].rules[0].condition",
+            51,
+            "3 conditions for 2 sub-movements; the positional form names one condition per sub-movement, in order"
+        )]
     );
     assert_eq!(
-        errors(&edit(PIECE, "all(\"approved\")", "all(\"approved\", \"done\")")),
-        vec![f("movements[1].rules[0].condition", 51, "condition \"done\" is not a rule condition of sub-movement `qa`; known: approved, needs_fix")]
+        errors(&edit(
+            PIECE,
+            "all(\"approved\")",
+            "all(\"approved\", \"done\")"
+        )),
+        vec![f(
+            "movements[1].rules[0].condition",
+            51,
+            "condition \"done\" is not a rule condition of sub-movement `qa`; known: approved, needs_fix"
+        )]
     );
 }
 
 #[test]
 fn malformed_conditions_name_the_expected_form() {
     assert_eq!(
-        errors(&edit(PIECE, "ai(\"the task is impossible\")", "ai(the task is impossible)")),
-        vec![f("movements[0].rules[1].condition", 29, "found `t` where a quoted string should start; expected `ai(\"condition\")`")]
+        errors(&edit(
+            PIECE,
+            "ai(\"the task is impossible\")",
+            "ai(the task is impossible)"
+        )),
+        vec![f(
+            "movements[0].rules[1].condition",
+            29,
+            "found `t` where a quoted string should start; expected `ai(\"condition\")`"
+        )]
     );
 }
 
@@ -175,41 +223,77 @@ fn unknown_and_meaningless_keys_are_warnings_never_errors() {
     let found = warnings(&loaded);
     assert!(found.contains(&f("movements[0].required_permission_mode", 17, "`required_permission_mode` is ignored: `edit` decides whether Write and Edit are offered")), "{found:#?}");
     assert!(found.contains(&f("movements[0].team_leader", 18, "`team_leader` is ignored: team-leader decomposition is not supported; the movement runs as one agent")), "{found:#?}");
-    assert!(found.iter().any(|w| w.0 == "movements[0].mood" && w.1 == 20 && w.2.starts_with("unknown field `mood` in a movement")), "{found:#?}");
+    assert!(
+        found.iter().any(|w| w.0 == "movements[0].mood"
+            && w.1 == 20
+            && w.2.starts_with("unknown field `mood` in a movement")),
+        "{found:#?}"
+    );
 }
 
 #[test]
 fn session_modes_are_checked() {
     assert_eq!(
         errors(&edit(PIECE, "session: refresh", "session: fresh")),
-        vec![f("movements[0].session", 16, "unknown session mode `fresh`; known: continue, refresh")]
+        vec![f(
+            "movements[0].session",
+            16,
+            "unknown session mode `fresh`; known: continue, refresh"
+        )]
     );
 }
 
 #[test]
 fn loop_monitor_cycles_name_movements() {
     assert_eq!(
-        errors(&edit(PIECE, "cycle: [implement, reviewers]", "cycle: [implement, review]")),
-        vec![f("loop_monitors[0].cycle[1]", 56, "unknown movement `review`; known: implement, reviewers")]
+        errors(&edit(
+            PIECE,
+            "cycle: [implement, reviewers]",
+            "cycle: [implement, review]"
+        )),
+        vec![f(
+            "loop_monitors[0].cycle[1]",
+            56,
+            "unknown movement `review`; known: implement, reviewers"
+        )]
     );
 }
 
 #[test]
 fn section_map_files_must_exist() {
-    let src = edit(PIECE, "movements:\n", "personas:\n  coder: ../personas/missing.md\nmovements:\n");
+    let src = edit(
+        PIECE,
+        "movements:\n",
+        "personas:\n  coder: ../personas/missing.md\nmovements:\n",
+    );
     let errs = errors(&src);
     assert_eq!(errs.len(), 1);
     assert_eq!((errs[0].0.as_str(), errs[0].1), ("personas.coder", 5));
-    assert!(errs[0].2.starts_with("persona file `../personas/missing.md` not found"), "{}", errs[0].2);
+    assert!(
+        errs[0]
+            .2
+            .starts_with("persona file `../personas/missing.md` not found"),
+        "{}",
+        errs[0].2
+    );
 }
 
 #[test]
 fn piece_config_tools_are_the_default_for_movements_without_tools() {
     let src = edit(
-        &edit(PIECE, "    allowed_tools: [Read]\n    provider_options:\n      claude:\n        allowed_tools: [Read, Edit]\n      codex:\n        network_access: true\n", ""),
+        &edit(
+            PIECE,
+            "    allowed_tools: [Read]\n    provider_options:\n      claude:\n        allowed_tools: [Read, Edit]\n      codex:\n        network_access: true\n",
+            "",
+        ),
         "movements:\n",
         "piece_config:\n  provider_options:\n    claude:\n      allowed_tools: [Grep]\nmovements:\n",
     );
-    let piece = valid_at(&src, std::path::Path::new("p.yaml"), &LoadOptions::default()).piece;
+    let piece = valid_at(
+        &src,
+        std::path::Path::new("p.yaml"),
+        &LoadOptions::default(),
+    )
+    .piece;
     assert_eq!(piece.movements[0].allowed_tools, vec!["Grep"]);
 }

@@ -2,8 +2,8 @@
 
 use std::sync::Arc;
 
-use crate::config::ToolsConfig;
 use crate::checklist::ChecklistTool;
+use crate::config::ToolsConfig;
 use crate::pieces::{PiecesOp, PiecesTool};
 use crate::{Tool, core, data, docs, sandbox, skills};
 
@@ -21,17 +21,35 @@ pub(crate) fn builtin_tools(config: &Arc<ToolsConfig>) -> Vec<Arc<dyn Tool>> {
         Arc::new(ChecklistTool::Create),
         Arc::new(ChecklistTool::Check),
         Arc::new(ChecklistTool::Get),
-        Arc::new(PiecesTool { op: PiecesOp::List, config: c() }),
-        Arc::new(PiecesTool { op: PiecesOp::Get, config: c() }),
-        Arc::new(PiecesTool { op: PiecesOp::Create, config: c() }),
-        Arc::new(PiecesTool { op: PiecesOp::Update, config: c() }),
+        Arc::new(PiecesTool {
+            op: PiecesOp::List,
+            config: c(),
+        }),
+        Arc::new(PiecesTool {
+            op: PiecesOp::Get,
+            config: c(),
+        }),
+        Arc::new(PiecesTool {
+            op: PiecesOp::Create,
+            config: c(),
+        }),
+        Arc::new(PiecesTool {
+            op: PiecesOp::Update,
+            config: c(),
+        }),
         Arc::new(docs::ReadToolDocTool { config: c() }),
     ];
     // The skills tools are meta tools (offered to every movement), so they exist only where
     // there are skills to offer.
     if !config.skills_dirs.is_empty() {
-        tools.push(Arc::new(skills::SkillsTool { read: false, config: c() }));
-        tools.push(Arc::new(skills::SkillsTool { read: true, config: c() }));
+        tools.push(Arc::new(skills::SkillsTool {
+            read: false,
+            config: c(),
+        }));
+        tools.push(Arc::new(skills::SkillsTool {
+            read: true,
+            config: c(),
+        }));
     }
     tools
 }

@@ -49,7 +49,10 @@ impl Tool for ChecklistTool {
                 "CheckItem",
                 "Mark a checklist item (1-based index) done or not done, with an optional note.",
             ),
-            ChecklistTool::Get => spec_for::<GetChecklistInput>("GetChecklist", "Show the run's checklist and what is done."),
+            ChecklistTool::Get => spec_for::<GetChecklistInput>(
+                "GetChecklist",
+                "Show the run's checklist and what is done.",
+            ),
         }
     }
 
@@ -57,7 +60,9 @@ impl Tool for ChecklistTool {
         Box::pin(async move {
             let spec = self.spec();
             let Ok(mut scratch) = ctx.scratch.lock() else {
-                return ToolOutput::error("the checklist is unavailable (its state was poisoned by an earlier failure)");
+                return ToolOutput::error(
+                    "the checklist is unavailable (its state was poisoned by an earlier failure)",
+                );
             };
             match self {
                 ChecklistTool::Create => {
@@ -70,10 +75,16 @@ impl Tool for ChecklistTool {
                         .into_iter()
                         .map(|t| t.trim().to_string())
                         .filter(|t| !t.is_empty())
-                        .map(|text| ChecklistItem { text, done: false, note: None })
+                        .map(|text| ChecklistItem {
+                            text,
+                            done: false,
+                            note: None,
+                        })
                         .collect();
                     if items.is_empty() {
-                        return ToolOutput::error("the checklist needs at least one non-empty item");
+                        return ToolOutput::error(
+                            "the checklist needs at least one non-empty item",
+                        );
                     }
                     scratch.checklist = items;
                     ToolOutput::ok(render(&scratch))
@@ -85,10 +96,19 @@ impl Tool for ChecklistTool {
                     };
                     let count = scratch.checklist.len();
                     if count == 0 {
-                        return ToolOutput::error("there is no checklist yet; create one with CreateChecklist");
+                        return ToolOutput::error(
+                            "there is no checklist yet; create one with CreateChecklist",
+                        );
                     }
-                    let Some(item) = input.index.checked_sub(1).and_then(|i| scratch.checklist.get_mut(i)) else {
-                        return ToolOutput::error(format!("index {} is out of range; items are numbered 1 to {count}", input.index));
+                    let Some(item) = input
+                        .index
+                        .checked_sub(1)
+                        .and_then(|i| scratch.checklist.get_mut(i))
+                    else {
+                        return ToolOutput::error(format!(
+                            "index {} is out of range; items are numbered 1 to {count}",
+                            input.index
+                        ));
                     };
                     item.done = input.done.unwrap_or(true);
                     if let Some(note) = input.note {
@@ -115,7 +135,12 @@ pub fn render(scratch: &RunScratch) -> String {
     let done = scratch.checklist.iter().filter(|i| i.done).count();
     let mut out = format!("checklist: {done}/{} done\n", scratch.checklist.len());
     for (i, item) in scratch.checklist.iter().enumerate() {
-        out.push_str(&format!("{}. [{}] {}", i + 1, if item.done { "x" } else { " " }, item.text));
+        out.push_str(&format!(
+            "{}. [{}] {}",
+            i + 1,
+            if item.done { "x" } else { " " },
+            item.text
+        ));
         if let Some(note) = &item.note {
             out.push_str(&format!(" — {note}"));
         }

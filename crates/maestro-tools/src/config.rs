@@ -34,13 +34,13 @@ pub struct ToolsConfig {
     /// Maximum bytes of tool output handed back to the model.
     pub output_cap_bytes: usize,
     /// `Bash` time limit when the call gives none.
-    #[serde(with = "millis")]
+    #[serde(with = "millis", rename = "bash_default_timeout_ms")]
     pub bash_default_timeout: Duration,
     /// Upper bound on a `Bash` call's `timeout`.
-    #[serde(with = "millis")]
+    #[serde(with = "millis", rename = "bash_max_timeout_ms")]
     pub bash_max_timeout: Duration,
     /// Time limit the registry applies to every other tool call.
-    #[serde(with = "millis")]
+    #[serde(with = "millis", rename = "call_timeout_ms")]
     pub call_timeout: Duration,
     /// Maximum number of processes one `Bash` call may hold at once (enforced with a pids
     /// cgroup where the host lets us create one; the PID namespace and time limit apply always).
@@ -60,7 +60,10 @@ impl Default for ToolsConfig {
     fn default() -> Self {
         ToolsConfig {
             bash_sandbox: BashSandboxMode::Auto,
-            default_allowed_commands: DEFAULT_ALLOWED_COMMANDS.iter().map(|s| s.to_string()).collect(),
+            default_allowed_commands: DEFAULT_ALLOWED_COMMANDS
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
             writable_dirs: vec!["output".to_string()],
             output_cap_bytes: 30_000,
             bash_default_timeout: Duration::from_secs(120),
@@ -80,13 +83,73 @@ impl Default for ToolsConfig {
 /// usual build helpers. Shells, `env`, `sudo`, network clients and package managers are absent
 /// on purpose (see `docs/tools/Bash.md`).
 pub const DEFAULT_ALLOWED_COMMANDS: &[&str] = &[
-    "ls", "cat", "head", "tail", "wc", "grep", "egrep", "fgrep", "rg", "find", "sed", "awk",
-    "sort", "uniq", "cut", "tr", "diff", "cmp", "comm", "paste", "join", "fold", "nl", "column",
-    "echo", "printf", "pwd", "mkdir", "cp", "mv", "rm", "rmdir", "touch", "ln", "basename",
-    "dirname", "realpath", "readlink", "stat", "file", "du", "date", "true", "false", "test",
-    "seq", "sleep", "tee", "xxd", "od", "md5sum", "sha1sum", "sha256sum", "base64", "jq",
-    "sqlite3", "tar", "gzip", "gunzip", "zcat", "unzip", "zip", "xargs", "python3", "python",
-    "git", "make",
+    "ls",
+    "cat",
+    "head",
+    "tail",
+    "wc",
+    "grep",
+    "egrep",
+    "fgrep",
+    "rg",
+    "find",
+    "sed",
+    "awk",
+    "sort",
+    "uniq",
+    "cut",
+    "tr",
+    "diff",
+    "cmp",
+    "comm",
+    "paste",
+    "join",
+    "fold",
+    "nl",
+    "column",
+    "echo",
+    "printf",
+    "pwd",
+    "mkdir",
+    "cp",
+    "mv",
+    "rm",
+    "rmdir",
+    "touch",
+    "ln",
+    "basename",
+    "dirname",
+    "realpath",
+    "readlink",
+    "stat",
+    "file",
+    "du",
+    "date",
+    "true",
+    "false",
+    "test",
+    "seq",
+    "sleep",
+    "tee",
+    "xxd",
+    "od",
+    "md5sum",
+    "sha1sum",
+    "sha256sum",
+    "base64",
+    "jq",
+    "sqlite3",
+    "tar",
+    "gzip",
+    "gunzip",
+    "zcat",
+    "unzip",
+    "zip",
+    "xargs",
+    "python3",
+    "python",
+    "git",
+    "make",
 ];
 
 impl ToolsConfig {

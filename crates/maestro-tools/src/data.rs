@@ -59,29 +59,48 @@ impl Tool for SqliteTool {
                 Ok(p) => p,
                 Err(e) => return ToolOutput::error(e),
             };
-            let writable = ctx.edit && ws.resolve_writable(&input.database, &self.config.writable_dirs).is_ok();
+            let writable = ctx.edit
+                && ws
+                    .resolve_writable(&input.database, &self.config.writable_dirs)
+                    .is_ok();
             if !writable && !path.abs.is_file() {
                 return ToolOutput::error(format!(
                     "`{}` does not exist{}",
                     path.display(),
-                    if ctx.edit { " (new databases can be created only in the writable directories)" } else { "" }
+                    if ctx.edit {
+                        " (new databases can be created only in the writable directories)"
+                    } else {
+                        ""
+                    }
                 ));
             }
             if first_keyword(&input.query).eq_ignore_ascii_case("vacuum") {
-                return ToolOutput::error("VACUUM is not available (it can write files outside the workspace)");
+                return ToolOutput::error(
+                    "VACUUM is not available (it can write files outside the workspace)",
+                );
             }
             let flags = if writable {
-                OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX
+                OpenFlags::SQLITE_OPEN_READ_WRITE
+                    | OpenFlags::SQLITE_OPEN_CREATE
+                    | OpenFlags::SQLITE_OPEN_NO_MUTEX
             } else {
                 OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX
             };
             let conn = match open(&path.abs, flags, writable) {
                 Ok(c) => c,
-                Err(e) => return ToolOutput::error(format!("cannot open `{}` as a SQLite database: {e}", path.display())),
+                Err(e) => {
+                    return ToolOutput::error(format!(
+                        "cannot open `{}` as a SQLite database: {e}",
+                        path.display()
+                    ));
+                }
             };
             // A runaway query is interrupted at the time limit or on cancellation.
             let interrupt = conn.get_interrupt_handle();
-            let limit = self.config.call_timeout.saturating_sub(Duration::from_secs(1));
+            let limit = self
+                .config
+                .call_timeout
+                .saturating_sub(Duration::from_secs(1));
             let cancel = ctx.cancel.clone();
             let watchdog = tokio::spawn(async move {
                 tokio::select! {
@@ -107,12 +126,18 @@ fn open(path: &std::path::Path, flags: OpenFlags, writable: bool) -> rusqlite::R
     }
     conn.authorizer(Some(move |ctx: AuthContext<'_>| match ctx.action {
         AuthAction::Attach { .. } | AuthAction::Detach { .. } => Authorization::Deny,
-        AuthAction::Pragma { pragma_name, pragma_value: Some(_) }
-            if !writable
-                || matches!(
-                    pragma_name.to_ascii_lowercase().as_str(),
-                    "query_only" | "writable_schema" | "temp_store_directory" | "data_store_directory" | "trusted_schema"
-                ) =>
+        AuthAction::Pragma {
+            pragma_name,
+            pragma_value: Some(_),
+        } if !writable
+            || matches!(
+                pragma_name.to_ascii_lowercase().as_str(),
+                "query_only"
+                    | "writable_schema"
+                    | "temp_store_directory"
+                    | "data_store_directory"
+                    | "trusted_schema"
+            ) =>
         {
             Authorization::Deny
         }
@@ -125,12 +150,24 @@ fn first_keyword(sql: &str) -> &str {
     let mut s = sql.trim_start();
     // Skip leading `-- comments`.
     while let Some(rest) = s.strip_prefix("--") {
-        s = rest.split_once('\n').map(|(_, r)| r).unwrap_or("").trim_start();
+        s = rest
+            .split_once('\n')
+            .map(|(_, r)| r)
+            .unwrap_or("")
+            .trim_start();
     }
-    s.split(|c: char| !c.is_ascii_alphabetic()).next().unwrap_or("")
+    s.split(|c: char| !c.is_ascii_alphabetic())
+        .next()
+        .unwrap_or("")
 }
 
-fn run(conn: &Connection, input: &SqliteInput, cap: usize, writable: bool, display: &str) -> ToolOutput {
+fn run(
+    conn: &Connection,
+    input: &SqliteInput,
+    cap: usize,
+    writable: bool,
+    display: &str,
+) -> ToolOutput {
     let read_only_hint = if writable {
         ""
     } else {
@@ -138,7 +175,9 @@ fn run(conn: &Connection, input: &SqliteInput, cap: usize, writable: bool, displ
     };
     let mut stmt = match conn.prepare(&input.query) {
         Ok(s) => s,
-        Err(e) => return ToolOutput::error(format!("SQL error in `{display}`: {e}{read_only_hint}")),
+        Err(e) => {
+            return ToolOutput::error(format!("SQL error in `{display}`: {e}{read_only_hint}"));
+        }
     };
     let params: Vec<SqlValue> = input.params.iter().map(to_sql).collect();
     if stmt.parameter_count() != params.len() {
@@ -157,7 +196,9 @@ fn run(conn: &Connection, input: &SqliteInput, cap: usize, writable: bool, displ
     }
     let mut rows = match stmt.query(rusqlite::params_from_iter(params)) {
         Ok(r) => r,
-        Err(e) => return ToolOutput::error(format!("SQL error in `{display}`: {e}{read_only_hint}")),
+        Err(e) => {
+            return ToolOutput::error(format!("SQL error in `{display}`: {e}{read_only_hint}"));
+        }
     };
     let mut out: Vec<Value> = Vec::new();
     let mut more = false;
@@ -182,7 +223,9 @@ fn run(conn: &Connection, input: &SqliteInput, cap: usize, writable: bool, displ
     let mut text = serde_json::to_string_pretty(&out).unwrap_or_default();
     text.push('\n');
     if more {
-        text.push_str(&format!("[stopped after {MAX_ROWS} rows; add LIMIT/OFFSET or a WHERE clause]\n"));
+        text.push_str(&format!(
+            "[stopped after {MAX_ROWS} rows; add LIMIT/OFFSET or a WHERE clause]\n"
+        ));
     }
     capped(text, cap)
 }
@@ -204,7 +247,9 @@ fn to_json(v: ValueRef<'_>) -> Value {
     match v {
         ValueRef::Null => Value::Null,
         ValueRef::Integer(i) => Value::from(i),
-        ValueRef::Real(f) => serde_json::Number::from_f64(f).map(Value::Number).unwrap_or(Value::Null),
+        ValueRef::Real(f) => serde_json::Number::from_f64(f)
+            .map(Value::Number)
+            .unwrap_or(Value::Null),
         ValueRef::Text(t) => Value::String(String::from_utf8_lossy(t).into_owned()),
         ValueRef::Blob(b) => Value::String(format!("<blob, {} bytes>", b.len())),
     }

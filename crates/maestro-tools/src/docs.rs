@@ -16,7 +16,10 @@ include!(concat!(env!("OUT_DIR"), "/tool_docs.rs"));
 
 /// The embedded documentation of `tool`, if there is one.
 pub fn tool_doc(tool: &str) -> Option<&'static str> {
-    TOOL_DOCS.iter().find(|(name, _)| name.eq_ignore_ascii_case(tool)).map(|(_, doc)| *doc)
+    TOOL_DOCS
+        .iter()
+        .find(|(name, _)| name.eq_ignore_ascii_case(tool))
+        .map(|(_, doc)| *doc)
 }
 
 /// Names of every tool with embedded documentation.
@@ -37,7 +40,10 @@ pub struct ReadToolDocTool {
 
 impl Tool for ReadToolDocTool {
     fn spec(&self) -> ToolSpec {
-        spec_for::<ReadToolDocInput>("ReadToolDoc", "Read the detailed documentation of a tool (usage, limits, examples).")
+        spec_for::<ReadToolDocInput>(
+            "ReadToolDoc",
+            "Read the detailed documentation of a tool (usage, limits, examples).",
+        )
     }
 
     fn call<'a>(&'a self, _ctx: &'a ToolContext, input: Value) -> BoxFuture<'a, ToolOutput> {

@@ -20,7 +20,11 @@ pub fn input_schema<T: JsonSchema>() -> Value {
 
 /// A [`ToolSpec`] whose input schema comes from `T`.
 pub fn spec_for<T: JsonSchema>(name: &str, description: &str) -> ToolSpec {
-    ToolSpec { name: name.to_string(), description: description.to_string(), input_schema: input_schema::<T>() }
+    ToolSpec {
+        name: name.to_string(),
+        description: description.to_string(),
+        input_schema: input_schema::<T>(),
+    }
 }
 
 /// Parses a tool's input, or says what is wrong and which fields the tool expects.
@@ -76,8 +80,15 @@ pub fn expected_fields(schema: &Value) -> String {
 fn type_name(prop: &Value) -> String {
     match prop.get("type") {
         Some(Value::String(t)) => t.clone(),
-        Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).filter(|t| *t != "null").collect::<Vec<_>>().join("|"),
-        _ if prop.get("enum").is_some() || prop.get("oneOf").is_some() => "one of the listed values".to_string(),
+        Some(Value::Array(ts)) => ts
+            .iter()
+            .filter_map(Value::as_str)
+            .filter(|t| *t != "null")
+            .collect::<Vec<_>>()
+            .join("|"),
+        _ if prop.get("enum").is_some() || prop.get("oneOf").is_some() => {
+            "one of the listed values".to_string()
+        }
         _ => "any".to_string(),
     }
 }
@@ -107,7 +118,11 @@ pub fn capped(text: String, cap: usize) -> ToolOutput {
     let mut out = text;
     out.truncate(cut);
     out.push_str(&truncation_marker(cut, total));
-    ToolOutput { ok: true, output: out, truncated: true }
+    ToolOutput {
+        ok: true,
+        output: out,
+        truncated: true,
+    }
 }
 
 /// The marker appended to cut output.
@@ -132,14 +147,23 @@ mod tests {
     #[test]
     fn missing_field_names_the_expected_fields() {
         let spec = spec_for::<Sample>("Sample", "test");
-        let err = parse_input::<Sample>(&spec, serde_json::json!({"limit": 3})).err().unwrap();
+        let err = parse_input::<Sample>(&spec, serde_json::json!({"limit": 3}))
+            .err()
+            .unwrap();
         assert!(!err.ok);
         assert_eq!(
             err.output,
             "invalid input for `Sample`: missing field `file_path`. Expected fields: `file_path` (string, required), `limit` (integer, optional)"
         );
-        let err = parse_input::<Sample>(&spec, serde_json::json!({"file_path": 3})).err().unwrap();
-        assert!(err.output.contains("invalid type: integer `3`, expected a string"), "{}", err.output);
+        let err = parse_input::<Sample>(&spec, serde_json::json!({"file_path": 3}))
+            .err()
+            .unwrap();
+        assert!(
+            err.output
+                .contains("invalid type: integer `3`, expected a string"),
+            "{}",
+            err.output
+        );
         let ok = parse_input::<Sample>(&spec, serde_json::json!({"file_path": "a"})).unwrap();
         assert_eq!(ok.file_path, "a");
     }
@@ -147,7 +171,14 @@ mod tests {
     #[test]
     fn capping_marks_truncation_on_a_char_boundary() {
         let out = capped("héllo".to_string(), 2);
-        assert_eq!(out, ToolOutput { ok: true, output: format!("h{}", truncation_marker(1, 6)), truncated: true });
+        assert_eq!(
+            out,
+            ToolOutput {
+                ok: true,
+                output: format!("h{}", truncation_marker(1, 6)),
+                truncated: true
+            }
+        );
         assert_eq!(capped("abc".to_string(), 3), ToolOutput::ok("abc"));
     }
 }

@@ -11,20 +11,22 @@ mod core;
 pub mod data;
 pub mod docs;
 pub mod input;
+pub mod mcp;
 pub mod pieces;
 mod registry;
 pub mod sandbox;
 pub mod skills;
-mod tool;
-mod workspace;
-pub mod mcp;
 pub mod ssh;
+mod tool;
 pub mod web;
+mod workspace;
 
 pub use config::{BashSandboxMode, DEFAULT_ALLOWED_COMMANDS, ToolsConfig};
-pub use registry::{EDIT_TOOLS, META_TOOLS, Registry, is_offered};
-pub use tool::*;
-pub use workspace::{ResolvedPath, SANDBOX_WORKSPACE, WORKSPACE_DIRS, Workspace, prepare_workspace};
 pub use mcp::{McpConfig, McpError, McpHub, McpServer};
+pub use registry::{EDIT_TOOLS, META_TOOLS, Registry, is_offered};
 pub use ssh::{SshAuth, SshConnection, SshRegistry};
+pub use tool::*;
 pub use web::{SearchProvider, WebConfig};
+pub use workspace::{
+    ResolvedPath, SANDBOX_WORKSPACE, WORKSPACE_DIRS, Workspace, prepare_workspace,
+};

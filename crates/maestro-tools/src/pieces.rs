@@ -51,8 +51,13 @@ pub struct PiecesTool {
 impl Tool for PiecesTool {
     fn spec(&self) -> ToolSpec {
         match self.op {
-            PiecesOp::List => spec_for::<ListPiecesInput>("ListPieces", "List the available pieces with their descriptions."),
-            PiecesOp::Get => spec_for::<GetPieceInput>("GetPiece", "Show a piece's YAML source by name."),
+            PiecesOp::List => spec_for::<ListPiecesInput>(
+                "ListPieces",
+                "List the available pieces with their descriptions.",
+            ),
+            PiecesOp::Get => {
+                spec_for::<GetPieceInput>("GetPiece", "Show a piece's YAML source by name.")
+            }
             PiecesOp::Create => spec_for::<PieceSourceInput>(
                 "CreatePiece",
                 "Create a new piece from YAML; it is validated first and any errors are returned with line and column.",
@@ -77,33 +82,49 @@ impl Tool for PiecesTool {
                     Ok(i) => blocking(move || get(&config, &i.name)).await,
                     Err(e) => e,
                 },
-                PiecesOp::Create | PiecesOp::Update => match parse_input::<PieceSourceInput>(&spec, input) {
-                    Ok(i) => {
-                        let creating = self.op == PiecesOp::Create;
-                        blocking(move || save(&config, &i, creating)).await
+                PiecesOp::Create | PiecesOp::Update => {
+                    match parse_input::<PieceSourceInput>(&spec, input) {
+                        Ok(i) => {
+                            let creating = self.op == PiecesOp::Create;
+                            blocking(move || save(&config, &i, creating)).await
+                        }
+                        Err(e) => e,
                     }
-                    Err(e) => e,
-                },
+                }
             }
         })
     }
 }
 
 fn dirs(config: &ToolsConfig) -> Vec<&Path> {
-    config.pieces_dir.iter().chain(config.extra_pieces_dirs.iter()).map(PathBuf::as_path).collect()
+    config
+        .pieces_dir
+        .iter()
+        .chain(config.extra_pieces_dirs.iter())
+        .map(PathBuf::as_path)
+        .collect()
 }
 
 const NO_DIR: &str = "no pieces directory is configured, so there are no pieces to work with";
 
 /// Every piece file with its name (the YAML's, or the file stem when it does not load).
-fn catalogue(config: &ToolsConfig) -> Vec<(String, PathBuf, Result<maestro_piece::Loaded, maestro_piece::Failed>)> {
+fn catalogue(
+    config: &ToolsConfig,
+) -> Vec<(
+    String,
+    PathBuf,
+    Result<maestro_piece::Loaded, maestro_piece::Failed>,
+)> {
     let mut out = Vec::new();
     for dir in dirs(config) {
         for file in discover(dir) {
             let loaded = load_file(&file, &LoadOptions::default());
             let name = match &loaded {
                 Ok(l) => l.piece.name.clone(),
-                Err(_) => file.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default(),
+                Err(_) => file
+                    .file_stem()
+                    .map(|s| s.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
             };
             out.push((name, file, loaded));
         }
@@ -124,7 +145,10 @@ fn list(config: &ToolsConfig) -> ToolOutput {
                 l.piece.movements.len(),
                 l.piece.description.trim()
             )),
-            Err(f) => out.push_str(&format!("{name} (invalid: {} error(s); GetPiece shows the source)\n", f.errors.len())),
+            Err(f) => out.push_str(&format!(
+                "{name} (invalid: {} error(s); GetPiece shows the source)\n",
+                f.errors.len()
+            )),
         }
     }
     if out.is_empty() {
@@ -145,27 +169,53 @@ fn get(config: &ToolsConfig, name: &str) -> ToolOutput {
         },
         None => ToolOutput::error(format!(
             "no piece named `{name}`; available: {}",
-            catalogue.iter().map(|(n, _, _)| n.as_str()).collect::<Vec<_>>().join(", ")
+            catalogue
+                .iter()
+                .map(|(n, _, _)| n.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
         )),
     }
 }
 
 fn save(config: &ToolsConfig, input: &PieceSourceInput, creating: bool) -> ToolOutput {
     let Some(dir) = &config.pieces_dir else {
-        return ToolOutput::error("no writable pieces directory is configured; pieces cannot be created or changed here");
+        return ToolOutput::error(
+            "no writable pieces directory is configured; pieces cannot be created or changed here",
+        );
     };
     let name = input.name.as_str();
-    if name.is_empty() || !name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-') {
-        return ToolOutput::error(format!("invalid piece name `{name}`: use lowercase letters, digits and `-`"));
+    if name.is_empty()
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+    {
+        return ToolOutput::error(format!(
+            "invalid piece name `{name}`: use lowercase letters, digits and `-`"
+        ));
     }
-    let existing = catalogue(config).into_iter().find(|(n, _, _)| n == name).map(|(_, f, _)| f);
+    let existing = catalogue(config)
+        .into_iter()
+        .find(|(n, _, _)| n == name)
+        .map(|(_, f, _)| f);
     let target = match (creating, existing) {
-        (true, Some(_)) => return ToolOutput::error(format!("a piece named `{name}` already exists; use UpdatePiece to change it")),
+        (true, Some(_)) => {
+            return ToolOutput::error(format!(
+                "a piece named `{name}` already exists; use UpdatePiece to change it"
+            ));
+        }
         (true, None) => dir.join(format!("{name}.yaml")),
-        (false, None) => return ToolOutput::error(format!("no piece named `{name}`; use CreatePiece to create it")),
+        (false, None) => {
+            return ToolOutput::error(format!(
+                "no piece named `{name}`; use CreatePiece to create it"
+            ));
+        }
         (false, Some(file)) if file.starts_with(dir) => file,
         (false, Some(file)) => {
-            return ToolOutput::error(format!("piece `{name}` is built in ({}) and cannot be changed", file.display()));
+            return ToolOutput::error(format!(
+                "piece `{name}` is built in ({}) and cannot be changed",
+                file.display()
+            ));
         }
     };
     let origin = PathBuf::from(format!("{name}.yaml"));
@@ -174,7 +224,11 @@ fn save(config: &ToolsConfig, input: &PieceSourceInput, creating: bool) -> ToolO
         Err(failed) => {
             return ToolOutput::error(format!(
                 "the piece is invalid; nothing was saved. Fix these and call {} again:\n{}",
-                if creating { "CreatePiece" } else { "UpdatePiece" },
+                if creating {
+                    "CreatePiece"
+                } else {
+                    "UpdatePiece"
+                },
                 render(&failed.errors, &origin)
             ));
         }
@@ -185,7 +239,9 @@ fn save(config: &ToolsConfig, input: &PieceSourceInput, creating: bool) -> ToolO
             loaded.piece.name
         ));
     }
-    if let Err(e) = std::fs::create_dir_all(dir).and_then(|()| std::fs::write(&target, &input.content)) {
+    if let Err(e) =
+        std::fs::create_dir_all(dir).and_then(|()| std::fs::write(&target, &input.content))
+    {
         return ToolOutput::error(format!("cannot write `{}`: {e}", target.display()));
     }
     let mut out = format!(
@@ -205,8 +261,18 @@ fn render(diagnostics: &[Diagnostic], origin: &Path) -> String {
     diagnostics
         .iter()
         .map(|d| {
-            let path = if d.path.is_empty() { String::new() } else { format!("{}: ", d.path) };
-            format!("{}:{}:{}: {path}{}\n", origin.display(), d.line, d.column, d.message)
+            let path = if d.path.is_empty() {
+                String::new()
+            } else {
+                format!("{}: ", d.path)
+            };
+            format!(
+                "{}:{}:{}: {path}{}\n",
+                origin.display(),
+                d.line,
+                d.column,
+                d.message
+            )
         })
         .collect()
 }

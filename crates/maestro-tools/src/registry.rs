@@ -15,6 +15,9 @@ use crate::{Tool, ToolContext, ToolOutput};
 /// documentation and skills and let the model learn how to use the tools it has.
 pub const META_TOOLS: &[&str] = &["ReadToolDoc", "ListSkills", "ReadSkill"];
 
+/// Tools that run with the workspace to themselves (see `workspace::lock`).
+const EXCLUSIVE_TOOLS: &[&str] = &["Bash"];
+
 /// Tools that change files; offered only to movements with `edit: true`.
 pub const EDIT_TOOLS: &[&str] = &["Write", "Edit"];
 
@@ -27,14 +30,19 @@ pub struct Registry {
 
 impl std::fmt::Debug for Registry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Registry").field("tools", &self.names()).finish()
+        f.debug_struct("Registry")
+            .field("tools", &self.names())
+            .finish()
     }
 }
 
 impl Registry {
     /// An empty registry (useful for tests and for embedding only some tools).
     pub fn empty(config: ToolsConfig) -> Registry {
-        Registry { tools: Vec::new(), config: Arc::new(config) }
+        Registry {
+            tools: Vec::new(),
+            config: Arc::new(config),
+        }
     }
 
     /// Every built-in tool of this crate, configured by `config`.
@@ -95,19 +103,37 @@ impl Registry {
         name: &str,
         arguments_json: &str,
     ) -> ToolOutput {
-        self.run(ctx, name, arguments_json, Some(allowed_tools)).await
+        self.run(ctx, name, arguments_json, Some(allowed_tools))
+            .await
     }
 
-    async fn run(&self, ctx: &ToolContext, name: &str, arguments_json: &str, allowed: Option<&[String]>) -> ToolOutput {
+    async fn run(
+        &self,
+        ctx: &ToolContext,
+        name: &str,
+        arguments_json: &str,
+        allowed: Option<&[String]>,
+    ) -> ToolOutput {
         let offered_names = || {
             let specs = match allowed {
                 Some(allowed) => self.offered(allowed, ctx.edit),
-                None => self.list().into_iter().filter(|s| ctx.edit || !EDIT_TOOLS.contains(&s.name.as_str())).collect(),
+                None => self
+                    .list()
+                    .into_iter()
+                    .filter(|s| ctx.edit || !EDIT_TOOLS.contains(&s.name.as_str()))
+                    .collect(),
             };
-            specs.into_iter().map(|s| s.name).collect::<Vec<_>>().join(", ")
+            specs
+                .into_iter()
+                .map(|s| s.name)
+                .collect::<Vec<_>>()
+                .join(", ")
         };
         let Some(tool) = self.get(name) else {
-            return ToolOutput::error(format!("unknown tool `{name}`; the tools you can call are: {}", offered_names()));
+            return ToolOutput::error(format!(
+                "unknown tool `{name}`; the tools you can call are: {}",
+                offered_names()
+            ));
         };
         if EDIT_TOOLS.contains(&name) && !ctx.edit {
             return ToolOutput::error(format!(
@@ -138,7 +164,12 @@ impl Registry {
             }
         };
         let limit = tool.time_limit().unwrap_or(self.config.call_timeout);
-        let call = AssertUnwindSafe(tool.call(ctx, input)).catch_unwind();
+        let call = AssertUnwindSafe(async {
+            let _guard =
+                crate::workspace::lock(&ctx.workspace, EXCLUSIVE_TOOLS.contains(&name)).await;
+            tool.call(ctx, input).await
+        })
+        .catch_unwind();
         tokio::select! {
             biased;
             _ = ctx.cancel.cancelled() => ToolOutput::error(format!("`{name}` was cancelled")),
@@ -159,10 +190,12 @@ pub fn is_offered(name: &str, allowed_tools: &[String], edit: bool) -> bool {
     if META_TOOLS.contains(&name) {
         return true;
     }
-    allowed_tools.iter().any(|pattern| match pattern.strip_suffix('*') {
-        Some(prefix) if prefix.starts_with("mcp__") => name.starts_with(prefix),
-        _ => pattern == name,
-    })
+    allowed_tools
+        .iter()
+        .any(|pattern| match pattern.strip_suffix('*') {
+            Some(prefix) if prefix.starts_with("mcp__") => name.starts_with(prefix),
+            _ => pattern == name,
+        })
 }
 
 #[cfg(test)]

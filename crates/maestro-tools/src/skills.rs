@@ -43,10 +43,14 @@ pub struct Skill {
 pub fn find_skills(dirs: &[PathBuf]) -> Vec<Skill> {
     let mut skills: Vec<Skill> = Vec::new();
     for dir in dirs {
-        let Ok(entries) = std::fs::read_dir(dir) else { continue };
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            continue;
+        };
         for entry in entries.flatten() {
             let path = entry.path();
-            let Ok(kind) = entry.file_type() else { continue };
+            let Ok(kind) = entry.file_type() else {
+                continue;
+            };
             let skill = if kind.is_dir() && path.join("SKILL.md").is_file() {
                 path.file_name().map(|n| Skill {
                     name: n.to_string_lossy().into_owned(),
@@ -54,7 +58,11 @@ pub fn find_skills(dirs: &[PathBuf]) -> Vec<Skill> {
                     dir: Some(path.clone()),
                 })
             } else if kind.is_file() && path.extension().is_some_and(|e| e == "md") {
-                path.file_stem().map(|n| Skill { name: n.to_string_lossy().into_owned(), file: path.clone(), dir: None })
+                path.file_stem().map(|n| Skill {
+                    name: n.to_string_lossy().into_owned(),
+                    file: path.clone(),
+                    dir: None,
+                })
             } else {
                 None
             };
@@ -104,7 +112,10 @@ impl Tool for SkillsTool {
                 "Read a skill's instructions and copy it (with its files) into the workspace's skills/ directory.",
             )
         } else {
-            spec_for::<ListSkillsInput>("ListSkills", "List the available skills with a one-line summary each.")
+            spec_for::<ListSkillsInput>(
+                "ListSkills",
+                "List the available skills with a one-line summary each.",
+            )
         }
     }
 
@@ -151,7 +162,15 @@ fn read(config: &ToolsConfig, ws: &Workspace, name: &str) -> ToolOutput {
     let Some(skill) = skills.iter().find(|s| s.name == name) else {
         return ToolOutput::error(format!(
             "no skill named `{name}`; available: {}",
-            if skills.is_empty() { "none".to_string() } else { skills.iter().map(|s| s.name.as_str()).collect::<Vec<_>>().join(", ") }
+            if skills.is_empty() {
+                "none".to_string()
+            } else {
+                skills
+                    .iter()
+                    .map(|s| s.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            }
         ));
     };
     let content = match std::fs::read_to_string(&skill.file) {
@@ -159,8 +178,11 @@ fn read(config: &ToolsConfig, ws: &Workspace, name: &str) -> ToolOutput {
         Err(e) => return ToolOutput::error(format!("cannot read skill `{name}`: {e}")),
     };
     let saved = match &skill.dir {
-        None => materialise(ws, &format!("skills/{name}.md"), &skill.file).map(|()| format!("skills/{name}.md")),
-        Some(dir) => copy_dir(ws, dir, &format!("skills/{name}")).map(|n| format!("skills/{name}/ ({n} file(s); instructions in skills/{name}/SKILL.md)")),
+        None => materialise(ws, &format!("skills/{name}.md"), &skill.file)
+            .map(|()| format!("skills/{name}.md")),
+        Some(dir) => copy_dir(ws, dir, &format!("skills/{name}")).map(|n| {
+            format!("skills/{name}/ ({n} file(s); instructions in skills/{name}/SKILL.md)")
+        }),
     };
     match saved {
         Ok(where_) => {
@@ -168,7 +190,9 @@ fn read(config: &ToolsConfig, ws: &Workspace, name: &str) -> ToolOutput {
             out.push_str(&content);
             capped(out, config.output_cap_bytes)
         }
-        Err(e) => ToolOutput::error(format!("cannot copy skill `{name}` into the workspace: {e}")),
+        Err(e) => ToolOutput::error(format!(
+            "cannot copy skill `{name}` into the workspace: {e}"
+        )),
     }
 }
 
@@ -178,7 +202,9 @@ fn materialise(ws: &Workspace, rel: &str, from: &Path) -> Result<(), String> {
     if let Some(parent) = target.abs.parent() {
         std::fs::create_dir_all(parent).map_err(|e| e.to_string())?;
     }
-    std::fs::copy(from, &target.abs).map(|_| ()).map_err(|e| e.to_string())
+    std::fs::copy(from, &target.abs)
+        .map(|_| ())
+        .map_err(|e| e.to_string())
 }
 
 /// Copies a skill directory's regular files (symlinks are skipped) into the workspace.
@@ -188,15 +214,21 @@ fn copy_dir(ws: &Workspace, dir: &Path, rel: &str) -> Result<usize, String> {
     let mut pending = vec![dir.to_path_buf()];
     while let Some(d) = pending.pop() {
         for entry in std::fs::read_dir(&d).map_err(|e| e.to_string())?.flatten() {
-            let Ok(kind) = entry.file_type() else { continue };
+            let Ok(kind) = entry.file_type() else {
+                continue;
+            };
             let path = entry.path();
             if kind.is_dir() {
                 pending.push(path);
             } else if kind.is_file() {
-                let Ok(sub) = path.strip_prefix(dir) else { continue };
+                let Ok(sub) = path.strip_prefix(dir) else {
+                    continue;
+                };
                 bytes += entry.metadata().map(|m| m.len()).unwrap_or(0);
                 if copied >= MAX_SKILL_FILES || bytes > MAX_SKILL_BYTES {
-                    return Err(format!("the skill is too large (more than {MAX_SKILL_FILES} files or {MAX_SKILL_BYTES} bytes)"));
+                    return Err(format!(
+                        "the skill is too large (more than {MAX_SKILL_FILES} files or {MAX_SKILL_BYTES} bytes)"
+                    ));
                 }
                 materialise(ws, &format!("{rel}/{}", sub.display()), &path)?;
                 copied += 1;

@@ -24,10 +24,18 @@ pub struct ToolOutput {
 
 impl ToolOutput {
     pub fn ok(output: impl Into<String>) -> Self {
-        ToolOutput { ok: true, output: output.into(), truncated: false }
+        ToolOutput {
+            ok: true,
+            output: output.into(),
+            truncated: false,
+        }
     }
     pub fn error(message: impl Into<String>) -> Self {
-        ToolOutput { ok: false, output: message.into(), truncated: false }
+        ToolOutput {
+            ok: false,
+            output: message.into(),
+            truncated: false,
+        }
     }
 }
 
@@ -73,8 +81,11 @@ pub trait Tool: Send + Sync {
     /// Name, one-sentence description and input JSON Schema.
     fn spec(&self) -> ToolSpec;
 
-    fn call<'a>(&'a self, ctx: &'a ToolContext, input: serde_json::Value)
-    -> BoxFuture<'a, ToolOutput>;
+    fn call<'a>(
+        &'a self,
+        ctx: &'a ToolContext,
+        input: serde_json::Value,
+    ) -> BoxFuture<'a, ToolOutput>;
 
     /// The time limit the registry applies to one call; `None` means the configured
     /// `call_timeout`. Tools that enforce their own, longer limit (Bash) return it here plus a

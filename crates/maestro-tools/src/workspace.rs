@@ -4,6 +4,7 @@
 
 use std::io;
 use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
 
 /// The directories every job workspace has (see the architecture's "Workspace layout").
 pub const WORKSPACE_DIRS: [&str; 5] = ["input", "output", "logs", "subtasks", "skills"];
@@ -32,7 +33,11 @@ pub struct ResolvedPath {
 impl ResolvedPath {
     /// The path as the model should see it in messages.
     pub fn display(&self) -> String {
-        if self.rel.as_os_str().is_empty() { ".".to_string() } else { self.rel.display().to_string() }
+        if self.rel.as_os_str().is_empty() {
+            ".".to_string()
+        } else {
+            self.rel.display().to_string()
+        }
     }
 }
 
@@ -101,7 +106,10 @@ impl Workspace {
                              exist; refusing to follow it"
                         ));
                     }
-                    match (existing.file_name().map(|n| n.to_os_string()), existing.parent()) {
+                    match (
+                        existing.file_name().map(|n| n.to_os_string()),
+                        existing.parent(),
+                    ) {
                         (Some(name), Some(parent)) => {
                             rest.push(name);
                             existing = parent.to_path_buf();
@@ -120,13 +128,20 @@ impl Workspace {
         for name in rest.into_iter().rev() {
             abs.push(name);
         }
-        let rel = abs.strip_prefix(&self.root).map(Path::to_path_buf).unwrap_or_default();
+        let rel = abs
+            .strip_prefix(&self.root)
+            .map(Path::to_path_buf)
+            .unwrap_or_default();
         Ok(ResolvedPath { abs, rel })
     }
 
     /// Like [`resolve`](Self::resolve), and the path must lie under one of `writable_dirs`
     /// (workspace-relative; `"."` means anywhere in the workspace).
-    pub fn resolve_writable(&self, requested: &str, writable_dirs: &[String]) -> Result<ResolvedPath, String> {
+    pub fn resolve_writable(
+        &self,
+        requested: &str,
+        writable_dirs: &[String],
+    ) -> Result<ResolvedPath, String> {
         let path = self.resolve(requested)?;
         if path.rel.as_os_str().is_empty() {
             return Err("cannot write to the workspace root itself; name a file".to_string());
@@ -136,7 +151,11 @@ impl Workspace {
         } else {
             Err(format!(
                 "`{requested}` is not in a writable directory; this movement may write only under {}",
-                writable_dirs.iter().map(|d| format!("`{d}/`")).collect::<Vec<_>>().join(", ")
+                writable_dirs
+                    .iter()
+                    .map(|d| format!("`{d}/`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ))
         }
     }
@@ -148,6 +167,40 @@ pub fn is_writable(rel: &Path, writable_dirs: &[String]) -> bool {
         let d = d.trim_matches('/');
         d == "." || d.is_empty() || (rel.starts_with(d) && rel != Path::new(d))
     })
+}
+
+/// Serialises `Bash` against the other tools of the same workspace.
+///
+/// A command could otherwise swap a checked directory for a symlink between the moment a file
+/// tool resolves a path and the moment it opens it. `Bash` takes the lock exclusively and
+/// nothing it started outlives the call, so while a file tool holds the shared lock no process
+/// can change the workspace under it.
+pub(crate) async fn lock(root: &Path, exclusive: bool) -> WorkspaceGuard {
+    static LOCKS: std::sync::OnceLock<
+        std::sync::Mutex<std::collections::HashMap<PathBuf, Arc<tokio::sync::RwLock<()>>>>,
+    > = std::sync::OnceLock::new();
+    let key = std::fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf());
+    let lock = {
+        let mut locks = match LOCKS.get_or_init(Default::default).lock() {
+            Ok(l) => l,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        // Forget locks nobody holds, so the map does not grow with every job.
+        locks.retain(|_, l| Arc::strong_count(l) > 1);
+        Arc::clone(locks.entry(key).or_default())
+    };
+    if exclusive {
+        WorkspaceGuard::Exclusive(lock.write_owned().await)
+    } else {
+        WorkspaceGuard::Shared(lock.read_owned().await)
+    }
+}
+
+/// Held for the duration of one tool call (see [`lock`]).
+#[derive(Debug)]
+pub(crate) enum WorkspaceGuard {
+    Shared(#[allow(dead_code)] tokio::sync::OwnedRwLockReadGuard<()>),
+    Exclusive(#[allow(dead_code)] tokio::sync::OwnedRwLockWriteGuard<()>),
 }
 
 /// Lexically removes `.` and `..`; `None` when `..` climbs above the filesystem root.
@@ -187,7 +240,10 @@ mod tests {
         let p = ws.resolve("output/../input/./a.txt").unwrap();
         assert_eq!(p.rel, PathBuf::from("input/a.txt"));
         assert_eq!(p.abs, ws.root().join("input/a.txt"));
-        assert_eq!(ws.resolve("/workspace/output/x").unwrap().rel, PathBuf::from("output/x"));
+        assert_eq!(
+            ws.resolve("/workspace/output/x").unwrap().rel,
+            PathBuf::from("output/x")
+        );
     }
 
     #[test]
@@ -209,7 +265,10 @@ mod tests {
         assert!(ws.resolve("output/etc/passwd").is_err());
         assert!(ws.resolve("output/etc").is_err());
         assert!(ws.resolve("output/dangling").is_err());
-        assert_eq!(ws.resolve("output/in/x").unwrap().rel, PathBuf::from("input/x"));
+        assert_eq!(
+            ws.resolve("output/in/x").unwrap().rel,
+            PathBuf::from("input/x")
+        );
     }
 
     #[test]
@@ -219,6 +278,9 @@ mod tests {
         assert!(ws.resolve_writable("output/a.md", &dirs).is_ok());
         assert!(ws.resolve_writable("input/a.md", &dirs).is_err());
         assert!(ws.resolve_writable("output", &dirs).is_err());
-        assert!(ws.resolve_writable("input/a.md", &[".".to_string()]).is_ok());
+        assert!(
+            ws.resolve_writable("input/a.md", &[".".to_string()])
+                .is_ok()
+        );
     }
 }

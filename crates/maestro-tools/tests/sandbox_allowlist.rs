@@ -36,12 +36,20 @@ const BYPASSES: &[&str] = &[
 ];
 
 async fn assert_all_refused(mode: BashSandboxMode) {
-    let b = Bench::new(mode).editing().allow(&["ls", "echo", "cat", "xargs", "find", "env"]);
+    let b = Bench::new(mode)
+        .editing()
+        .allow(&["ls", "echo", "cat", "xargs", "find", "env"]);
     for attempt in BYPASSES {
         let out = b.bash(attempt).await;
         assert!(!out.ok, "{attempt:?} ran: {out:?}");
-        assert!(out.output.starts_with("command refused: "), "{attempt:?}: {out:?}");
-        assert!(!b.path("output/pwned").exists(), "{attempt:?} created the file");
+        assert!(
+            out.output.starts_with("command refused: "),
+            "{attempt:?}: {out:?}"
+        );
+        assert!(
+            !b.path("output/pwned").exists(),
+            "{attempt:?} created the file"
+        );
     }
 }
 
@@ -59,11 +67,35 @@ async fn bypasses_are_refused_in_the_fallback() {
 async fn refusals_say_what_to_do() {
     let b = Bench::new(BashSandboxMode::Always).allow(&["ls", "pip", "python3", "npm"]);
     let cases = [
-        ("curl http://example.invalid", "command refused: `curl` is not in this movement's allowed commands; allowed: ls, pip, python3, npm"),
-        ("bash -c ls", "command refused: `bash -c` hides the command it runs from the allowlist; write the command directly"),
-        ("pip install requests", &format!("command refused: {}", maestro_tools::sandbox::INSTALL_REFUSED)),
-        ("python3 -m pip install requests", &format!("command refused: {}", maestro_tools::sandbox::INSTALL_REFUSED)),
-        ("npm install left-pad", &format!("command refused: {}", maestro_tools::sandbox::INSTALL_REFUSED)),
+        (
+            "curl http://example.invalid",
+            "command refused: `curl` is not in this movement's allowed commands; allowed: ls, pip, python3, npm",
+        ),
+        (
+            "bash -c ls",
+            "command refused: `bash -c` hides the command it runs from the allowlist; write the command directly",
+        ),
+        (
+            "pip install requests",
+            &format!(
+                "command refused: {}",
+                maestro_tools::sandbox::INSTALL_REFUSED
+            ),
+        ),
+        (
+            "python3 -m pip install requests",
+            &format!(
+                "command refused: {}",
+                maestro_tools::sandbox::INSTALL_REFUSED
+            ),
+        ),
+        (
+            "npm install left-pad",
+            &format!(
+                "command refused: {}",
+                maestro_tools::sandbox::INSTALL_REFUSED
+            ),
+        ),
     ];
     for (command, expected) in cases {
         let out = b.bash(command).await;
@@ -73,7 +105,8 @@ async fn refusals_say_what_to_do() {
 
 #[tokio::test]
 async fn allowed_pipelines_run() {
-    let b = Bench::new(BashSandboxMode::Always).allow(&["printf", "sort", "uniq", "wc", "xargs", "echo"]);
+    let b = Bench::new(BashSandboxMode::Always)
+        .allow(&["printf", "sort", "uniq", "wc", "xargs", "echo"]);
     let out = b.bash("printf 'b\\na\\nb\\n' | sort | uniq | wc -l && echo done; printf 'x y' | xargs echo got").await;
     assert_eq!((out.ok, out.output.as_str()), (true, "2\ndone\ngot x y\n"));
 }

@@ -28,8 +28,13 @@ async fn etc_shadow_is_not_readable() {
     assert!(!out.ok, "{out:?}");
     assert!(out.output.contains("No such file"), "{out:?}");
     assert!(!out.output.contains(&first));
-    let read = b.call("Read", serde_json::json!({"file_path": "/etc/shadow"})).await;
-    assert!(!read.ok && read.output.contains("outside the workspace"), "{read:?}");
+    let read = b
+        .call("Read", serde_json::json!({"file_path": "/etc/shadow"}))
+        .await;
+    assert!(
+        !read.ok && read.output.contains("outside the workspace"),
+        "{read:?}"
+    );
 }
 
 #[tokio::test]
@@ -41,13 +46,24 @@ async fn files_outside_the_workspace_are_invisible() {
     let out = b.bash(&format!("cat {}", secret.display())).await;
     assert!(!out.ok && out.output.contains("No such file"), "{out:?}");
     assert!(!out.output.contains("TOP-SECRET-CONTENT"), "{out:?}");
-    for cmd in [format!("ls {}", outside.path().display()), "find / -name secret.txt".to_string()] {
+    for cmd in [
+        format!("ls {}", outside.path().display()),
+        "find / -name secret.txt".to_string(),
+    ] {
         let out = b.bash(&cmd).await;
         assert!(!out.output.contains("secret.txt"), "{cmd}: {out:?}");
     }
-    let read = b.call("Read", serde_json::json!({"file_path": secret.display().to_string()})).await;
+    let read = b
+        .call(
+            "Read",
+            serde_json::json!({"file_path": secret.display().to_string()}),
+        )
+        .await;
     assert!(!read.ok, "{read:?}");
-    let rel = format!("../{}/secret.txt", outside.path().file_name().unwrap().to_string_lossy());
+    let rel = format!(
+        "../{}/secret.txt",
+        outside.path().file_name().unwrap().to_string_lossy()
+    );
     let read = b.call("Read", serde_json::json!({"file_path": rel})).await;
     assert!(!read.ok, "{read:?}");
 }
@@ -71,7 +87,12 @@ async fn writes_outside_the_workspace_fail() {
     assert!(!std::path::Path::new("/usr/pwned").exists());
     assert!(!std::path::Path::new("/etc/pwned").exists());
     assert!(!b.root().parent().unwrap().join("pwned").exists());
-    let write = b.call("Write", serde_json::json!({"file_path": target.display().to_string(), "content": "x"})).await;
+    let write = b
+        .call(
+            "Write",
+            serde_json::json!({"file_path": target.display().to_string(), "content": "x"}),
+        )
+        .await;
     assert!(!write.ok, "{write:?}");
     assert!(!target.exists());
 }
@@ -102,10 +123,18 @@ async fn the_network_is_unreachable() {
     );
     let out = b.bash(&py).await;
     assert!(!out.ok && !out.output.contains("CONNECTED"), "{out:?}");
-    assert!(out.output.contains("Errno") || out.output.contains("unreachable"), "{out:?}");
-    let out = b.bash(&format!("curl -sS -m 3 http://127.0.0.1:{port}/")).await;
+    assert!(
+        out.output.contains("Errno") || out.output.contains("unreachable"),
+        "{out:?}"
+    );
+    let out = b
+        .bash(&format!("curl -sS -m 3 http://127.0.0.1:{port}/"))
+        .await;
     assert!(!out.ok, "{out:?}");
-    assert_eq!(listener.accept().map(|_| ()).map_err(|e| e.kind()), Err(std::io::ErrorKind::WouldBlock));
+    assert_eq!(
+        listener.accept().map(|_| ()).map_err(|e| e.kind()),
+        Err(std::io::ErrorKind::WouldBlock)
+    );
 }
 
 #[tokio::test]
@@ -139,11 +168,21 @@ async fn a_fork_bomb_is_contained() {
     // The script stays alive while the bomb multiplies, so only the limits can end it.
     b.write(&marker, "f(){ f | f & }; f; sleep 30\n");
     let start = Instant::now();
-    let out = b.call("Bash", serde_json::json!({"command": format!("bash {marker}"), "timeout": 3000})).await;
-    assert!(start.elapsed() < Duration::from_secs(60), "took {:?}", start.elapsed());
+    let out = b
+        .call(
+            "Bash",
+            serde_json::json!({"command": format!("bash {marker}"), "timeout": 3000}),
+        )
+        .await;
+    assert!(
+        start.elapsed() < Duration::from_secs(60),
+        "took {:?}",
+        start.elapsed()
+    );
     assert!(!out.ok, "{out:?}");
     assert!(
-        out.output.contains("[timed out after 3000 ms") || out.output.contains("[stopped: the command wrote more than"),
+        out.output.contains("[timed out after 3000 ms")
+            || out.output.contains("[stopped: the command wrote more than"),
         "{:?}",
         &out.output[out.output.len().saturating_sub(300)..]
     );
@@ -162,7 +201,12 @@ async fn a_fork_bomb_is_contained() {
 #[tokio::test]
 async fn a_time_limit_kills_the_command_and_its_children() {
     let b = bench().allow(&["sleep"]);
-    let out = b.call("Bash", serde_json::json!({"command": "sleep 4242 & sleep 4243", "timeout": 500})).await;
+    let out = b
+        .call(
+            "Bash",
+            serde_json::json!({"command": "sleep 4242 & sleep 4243", "timeout": 500}),
+        )
+        .await;
     assert!(!out.ok);
     assert!(out.output.contains("[timed out after 500 ms"), "{out:?}");
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -174,14 +218,28 @@ async fn a_time_limit_kills_the_command_and_its_children() {
 async fn runaway_output_is_capped_and_marked() {
     let b = bench().allow(&["yes", "seq"]);
     let out = b.bash("yes").await;
-    assert!(out.truncated && !out.ok, "{:?}", &out.output[out.output.len().saturating_sub(300)..]);
+    assert!(
+        out.truncated && !out.ok,
+        "{:?}",
+        &out.output[out.output.len().saturating_sub(300)..]
+    );
     assert!(out.output.len() < 31_000);
-    assert!(out.output.contains("[output truncated: showing the first 30000 of"));
+    assert!(
+        out.output
+            .contains("[output truncated: showing the first 30000 of")
+    );
     // A long but finite output is cut the same way and still succeeds.
     let out = b.bash("seq 1 20000").await;
-    assert!(out.ok && out.truncated, "{:?}", &out.output[out.output.len().saturating_sub(300)..]);
+    assert!(
+        out.ok && out.truncated,
+        "{:?}",
+        &out.output[out.output.len().saturating_sub(300)..]
+    );
     assert!(out.output.starts_with("1\n2\n3\n"));
-    assert!(out.output.contains("[output truncated: showing the first 30000 of 108894 bytes]"));
+    assert!(
+        out.output
+            .contains("[output truncated: showing the first 30000 of 108894 bytes]")
+    );
 }
 
 #[tokio::test]
@@ -195,17 +253,35 @@ async fn symlinks_out_of_the_workspace_lead_nowhere() {
 
     for (tool, input) in [
         ("Read", serde_json::json!({"file_path": "input/shadow"})),
-        ("Read", serde_json::json!({"file_path": "output/etc/passwd"})),
+        (
+            "Read",
+            serde_json::json!({"file_path": "output/etc/passwd"}),
+        ),
         ("Read", serde_json::json!({"file_path": "output/out/x"})),
-        ("Write", serde_json::json!({"file_path": "output/out/y", "content": "x"})),
-        ("Write", serde_json::json!({"file_path": "output/etc/pwned", "content": "x"})),
-        ("Edit", serde_json::json!({"file_path": "output/out/x", "old_string": "OUT", "new_string": "IN"})),
+        (
+            "Write",
+            serde_json::json!({"file_path": "output/out/y", "content": "x"}),
+        ),
+        (
+            "Write",
+            serde_json::json!({"file_path": "output/etc/pwned", "content": "x"}),
+        ),
+        (
+            "Edit",
+            serde_json::json!({"file_path": "output/out/x", "old_string": "OUT", "new_string": "IN"}),
+        ),
     ] {
         let out = b.call(tool, input.clone()).await;
-        assert!(!out.ok && out.output.contains("outside the workspace"), "{tool} {input}: {out:?}");
+        assert!(
+            !out.ok && out.output.contains("outside the workspace"),
+            "{tool} {input}: {out:?}"
+        );
     }
     assert!(!outside.path().join("y").exists());
-    assert_eq!(std::fs::read_to_string(outside.path().join("x")).unwrap(), "OUTSIDE");
+    assert_eq!(
+        std::fs::read_to_string(outside.path().join("x")).unwrap(),
+        "OUTSIDE"
+    );
 
     // In Bash the links point into the sandbox's own view, which holds neither target.
     let out = b.bash("cat input/shadow").await;
@@ -217,6 +293,50 @@ async fn symlinks_out_of_the_workspace_lead_nowhere() {
     assert!(!std::path::Path::new("/etc/pwned").exists());
     // A link made inside the sandbox is just as harmless to the file tools.
     assert!(b.bash("ln -s /etc/hostname output/host").await.ok);
-    let out = b.call("Read", serde_json::json!({"file_path": "output/host"})).await;
+    let out = b
+        .call("Read", serde_json::json!({"file_path": "output/host"}))
+        .await;
     assert!(!out.ok, "{out:?}");
+}
+
+#[tokio::test]
+async fn cancellation_stops_the_command_and_everything_it_started() {
+    let b = bench().allow(&["sleep"]);
+    let cancel = b.ctx.cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        cancel.cancel();
+    });
+    let out = b
+        .call(
+            "Bash",
+            serde_json::json!({"command": "sleep 4545 & sleep 4546", "timeout": 60_000}),
+        )
+        .await;
+    assert_eq!(
+        out,
+        maestro_tools::ToolOutput::error("`Bash` was cancelled")
+    );
+    let mut left = processes_with("sleep 454");
+    for _ in 0..30 {
+        if left.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        left = processes_with("sleep 454");
+    }
+    assert_eq!(left, Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn file_tools_wait_for_a_running_command_so_it_cannot_swap_paths_under_them() {
+    let b = std::sync::Arc::new(bench().editing().allow(&["sleep", "echo"]));
+    let runner = std::sync::Arc::clone(&b);
+    let bash = tokio::spawn(async move { runner.bash("sleep 1 && echo done > output/flag").await });
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let read = b
+        .call("Read", serde_json::json!({"file_path": "output/flag"}))
+        .await;
+    assert_eq!(read, maestro_tools::ToolOutput::ok("     1\tdone\n"));
+    assert!(bash.await.unwrap().ok);
 }

@@ -11,15 +11,25 @@ use support::{Bench, processes_with};
 async fn commands_run_in_the_workspace_with_a_clean_environment() {
     let b = Bench::new(BashSandboxMode::Off).allow(&["cat", "pwd", "echo"]);
     b.write("input/a.txt", "hello\n");
-    let out = b.bash("cat input/a.txt; echo \"[$MAESTRO_API_KEY][$CARGO_HOME]\"").await;
+    let out = b
+        .bash("cat input/a.txt; echo \"[$MAESTRO_API_KEY][$CARGO_HOME]\"")
+        .await;
     assert_eq!((out.ok, out.output.as_str()), (true, "hello\n[][]\n"));
     let out = b.bash("pwd").await;
-    assert_eq!(out.output.trim(), std::fs::canonicalize(b.root()).unwrap().display().to_string());
+    assert_eq!(
+        out.output.trim(),
+        std::fs::canonicalize(b.root())
+            .unwrap()
+            .display()
+            .to_string()
+    );
 }
 
 #[tokio::test]
 async fn paths_outside_the_workspace_are_refused() {
-    let b = Bench::new(BashSandboxMode::Off).editing().allow(&["cat", "echo", "cp", "ls"]);
+    let b = Bench::new(BashSandboxMode::Off)
+        .editing()
+        .allow(&["cat", "echo", "cp", "ls"]);
     for command in [
         "cat /etc/shadow",
         "cat /etc/passwd",
@@ -32,7 +42,10 @@ async fn paths_outside_the_workspace_are_refused() {
         "cat ~/.profile",
     ] {
         let out = b.bash(command).await;
-        assert!(!out.ok && out.output.starts_with("command refused: "), "{command}: {out:?}");
+        assert!(
+            !out.ok && out.output.starts_with("command refused: "),
+            "{command}: {out:?}"
+        );
     }
     assert!(!std::path::Path::new("/tmp/maestro-fallback-pwned").exists());
     let out = b.bash("echo ok > output/x && cat output/x").await;
@@ -42,9 +55,28 @@ async fn paths_outside_the_workspace_are_refused() {
 #[tokio::test]
 async fn the_time_limit_kills_the_process_group() {
     let b = Bench::new(BashSandboxMode::Off).allow(&["sleep"]);
-    let out = b.call("Bash", serde_json::json!({"command": "sleep 4343 & sleep 4344", "timeout": 300})).await;
+    let out = b
+        .call(
+            "Bash",
+            serde_json::json!({"command": "sleep 4343 & sleep 4344", "timeout": 300}),
+        )
+        .await;
     assert!(out.output.contains("[timed out after 300 ms"), "{out:?}");
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     assert_eq!(processes_with("sleep 4343"), Vec::<String>::new());
     assert_eq!(processes_with("sleep 4344"), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn the_default_allowlist_drops_script_runners_in_the_fallback() {
+    let fallback = Bench::new(BashSandboxMode::Off);
+    let out = fallback.bash("awk 'BEGIN { print 1 }'").await;
+    assert!(
+        out.output
+            .starts_with("command refused: `awk` is not in this movement's allowed commands"),
+        "{out:?}"
+    );
+    let sandboxed = Bench::new(BashSandboxMode::Always);
+    let out = sandboxed.bash("awk 'BEGIN { print 1 }'").await;
+    assert_eq!((out.ok, out.output.as_str()), (true, "1\n"));
 }

@@ -7,7 +7,10 @@ use crate::ir::Condition;
 pub(crate) fn parse_condition(text: &str) -> Result<Condition, String> {
     let trimmed = text.trim();
     for (name, make) in [
-        ("ai", make_ai as fn(Vec<String>) -> Result<Condition, String>),
+        (
+            "ai",
+            make_ai as fn(Vec<String>) -> Result<Condition, String>,
+        ),
         ("all", make_all),
         ("any", make_any),
     ] {
@@ -20,7 +23,9 @@ pub(crate) fn parse_condition(text: &str) -> Result<Condition, String> {
         let args = inner
             .strip_suffix(')')
             .ok_or_else(|| format!("`{name}(` is not closed; expected {}", form(name)))
-            .and_then(|inner| parse_args(inner).map_err(|e| format!("{e}; expected {}", form(name))))?;
+            .and_then(|inner| {
+                parse_args(inner).map_err(|e| format!("{e}; expected {}", form(name)))
+            })?;
         return make(args);
     }
     Ok(Condition::Text(trimmed.to_owned()))
@@ -73,7 +78,9 @@ fn parse_args(inner: &str) -> Result<Vec<String>, String> {
             return Ok(args);
         };
         if quote != '"' && quote != '\'' {
-            return Err(format!("found `{quote}` where a quoted string should start"));
+            return Err(format!(
+                "found `{quote}` where a quoted string should start"
+            ));
         }
         let mut arg = String::new();
         loop {
@@ -100,23 +107,36 @@ fn parse_args(inner: &str) -> Result<Vec<String>, String> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
 
     #[test]
     fn parses_every_form() {
-        assert_eq!(parse_condition("Plan ready"), Ok(Condition::Text("Plan ready".into())));
+        assert_eq!(
+            parse_condition("Plan ready"),
+            Ok(Condition::Text("Plan ready".into()))
+        );
         assert_eq!(
             parse_condition(r#"ai("code has \"issues\"")"#),
             Ok(Condition::Ai(r#"code has "issues""#.into()))
         );
         assert_eq!(
             parse_condition(r#"all("approved", "All checks passed")"#),
-            Ok(Condition::All(vec!["approved".into(), "All checks passed".into()]))
+            Ok(Condition::All(vec![
+                "approved".into(),
+                "All checks passed".into()
+            ]))
         );
-        assert_eq!(parse_condition("any('needs_fix')"), Ok(Condition::Any(vec!["needs_fix".into()])));
+        assert_eq!(
+            parse_condition("any('needs_fix')"),
+            Ok(Condition::Any(vec!["needs_fix".into()]))
+        );
         // A word that merely starts like a call is text.
-        assert_eq!(parse_condition("anything else"), Ok(Condition::Text("anything else".into())));
+        assert_eq!(
+            parse_condition("anything else"),
+            Ok(Condition::Text("anything else".into()))
+        );
     }
 
     #[test]
@@ -133,6 +153,9 @@ mod tests {
             parse_condition(r#"ai("a", "b")"#),
             Err("`ai(…)` takes exactly one quoted condition, found 2".into())
         );
-        assert_eq!(parse_condition("any()"), Err("`any()` needs at least one quoted condition".into()));
+        assert_eq!(
+            parse_condition("any()"),
+            Err("`any()` needs at least one quoted condition".into())
+        );
     }
 }

@@ -28,7 +28,10 @@ pub(crate) fn provider_tools(cx: &mut Cx<'_>, node: &Node, path: &str) -> Vec<St
             cx.sink.error(
                 &provider_path,
                 options.span,
-                format!("expected a mapping of options, found {}", options.kind_name()),
+                format!(
+                    "expected a mapping of options, found {}",
+                    options.kind_name()
+                ),
             );
             continue;
         };

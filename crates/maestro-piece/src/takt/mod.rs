@@ -94,7 +94,13 @@ pub(crate) fn load(cx: &mut Cx<'_>, root: &Node) -> Option<Piece> {
         .iter()
         .enumerate()
         .filter_map(|(i, item)| {
-            movement::read(cx, item, &join_index("movements", i), &targets, &piece_tools)
+            movement::read(
+                cx,
+                item,
+                &join_index("movements", i),
+                &targets,
+                &piece_tools,
+            )
         })
         .collect();
     let loop_monitors = read_loop_monitors(cx, &top, &targets);
@@ -188,7 +194,10 @@ fn read_loop_monitor(
                     );
                 }
             }
-            names.into_iter().map(|n| n.text.to_owned()).collect::<Vec<_>>()
+            names
+                .into_iter()
+                .map(|n| n.text.to_owned())
+                .collect::<Vec<_>>()
         });
     let threshold = m
         .required(sink, "threshold", WHAT)

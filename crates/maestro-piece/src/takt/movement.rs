@@ -128,7 +128,14 @@ pub(super) fn read_judge(
     path: &str,
     targets: &Targets,
 ) -> Option<Movement> {
-    let j = fields(&mut cx.sink, node, path, "a judge", JUDGE_KEYS, Unknown::Warn)?;
+    let j = fields(
+        &mut cx.sink,
+        node,
+        path,
+        "a judge",
+        JUDGE_KEYS,
+        Unknown::Warn,
+    )?;
     let mut m = read_body(cx, &j, targets, Role::Judge, &[])?;
     m.name = "judge".to_owned();
     Some(m)
@@ -165,13 +172,26 @@ fn read_movement(
         None => {}
     }
     for (key, why) in [
-        ("permission_mode", "`edit` decides whether Write and Edit are offered"),
-        ("required_permission_mode", "`edit` decides whether Write and Edit are offered"),
-        ("provider", "maestro runs every movement on the configured endpoint"),
-        ("team_leader", "team-leader decomposition is not supported; the movement runs as one agent"),
+        (
+            "permission_mode",
+            "`edit` decides whether Write and Edit are offered",
+        ),
+        (
+            "required_permission_mode",
+            "`edit` decides whether Write and Edit are offered",
+        ),
+        (
+            "provider",
+            "maestro runs every movement on the configured endpoint",
+        ),
+        (
+            "team_leader",
+            "team-leader decomposition is not supported; the movement runs as one agent",
+        ),
     ] {
         if let Some((_, p)) = m.get(key) {
-            cx.sink.ignored(key, &p, m.key_span(key).unwrap_or(item.span), why);
+            cx.sink
+                .ignored(key, &p, m.key_span(key).unwrap_or(item.span), why);
         }
     }
     if let Some((node, p)) = m.get("session") {
@@ -248,7 +268,9 @@ fn read_body(
         (None, _) => single_facet(cx, m, "instruction_template", FacetKind::Instruction),
     };
     let rules = match role {
-        Role::Sub => m.get("rules").map(|(node, p)| read_rules(cx, node, &p, targets, role, subs)),
+        Role::Sub => m
+            .get("rules")
+            .map(|(node, p)| read_rules(cx, node, &p, targets, role, subs)),
         _ => m
             .required(&mut cx.sink, "rules", "a movement")
             .map(|(node, p)| read_rules(cx, node, &p, targets, role, subs)),
@@ -287,7 +309,10 @@ fn many_facets(cx: &mut Cx<'_>, m: &Fields<'_>, key: &str, kind: FacetKind) -> V
     };
     one_or_many(&mut cx.sink, node, &p)
         .into_iter()
-        .map(|s| cx.facets.resolve(&mut cx.sink, kind, s.text, &s.path, s.span))
+        .map(|s| {
+            cx.facets
+                .resolve(&mut cx.sink, kind, s.text, &s.path, s.span)
+        })
         .collect()
 }
 
@@ -302,8 +327,11 @@ fn read_parallel(
         return Vec::new();
     };
     if items.is_empty() {
-        cx.sink
-            .error(path, node.span, "a parallel movement needs at least one sub-movement");
+        cx.sink.error(
+            path,
+            node.span,
+            "a parallel movement needs at least one sub-movement",
+        );
     }
     let mut subs = Vec::new();
     for (i, item) in items.iter().enumerate() {
@@ -351,7 +379,10 @@ fn check_aggregate(condition: &Condition, subs: &[Movement]) -> Result<(), Strin
     for (i, arg) in args.iter().enumerate() {
         let (candidates, whom): (Vec<String>, String) = match subs.get(i) {
             Some(sub) if positional => (conditions(sub), format!("sub-movement `{}`", sub.name)),
-            _ => (subs.iter().flat_map(conditions).collect(), "any sub-movement".to_owned()),
+            _ => (
+                subs.iter().flat_map(conditions).collect(),
+                "any sub-movement".to_owned(),
+            ),
         };
         if !candidates.contains(arg) {
             return Err(format!(

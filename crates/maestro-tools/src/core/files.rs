@@ -34,10 +34,17 @@ pub struct ReadTool {
 
 impl Tool for ReadTool {
     fn spec(&self) -> ToolSpec {
-        spec_for::<ReadInput>("Read", "Read a text file from the workspace, with line numbers; use offset and limit for long files.")
+        spec_for::<ReadInput>(
+            "Read",
+            "Read a text file from the workspace, with line numbers; use offset and limit for long files.",
+        )
     }
 
-    fn call<'a>(&'a self, ctx: &'a ToolContext, input: serde_json::Value) -> BoxFuture<'a, ToolOutput> {
+    fn call<'a>(
+        &'a self,
+        ctx: &'a ToolContext,
+        input: serde_json::Value,
+    ) -> BoxFuture<'a, ToolOutput> {
         Box::pin(async move {
             let input: ReadInput = match parse_input(&self.spec(), input) {
                 Ok(i) => i,
@@ -52,14 +59,22 @@ impl Tool for ReadTool {
                 Err(e) => return ToolOutput::error(e),
             };
             if path.abs.is_dir() {
-                return ToolOutput::error(format!("`{}` is a directory; use Glob to list files", path.display()));
+                return ToolOutput::error(format!(
+                    "`{}` is a directory; use Glob to list files",
+                    path.display()
+                ));
             }
             let bytes = match tokio::fs::read(&path.abs).await {
                 Ok(b) => b,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                    return ToolOutput::error(format!("`{}` does not exist; use Glob to find files", path.display()));
+                    return ToolOutput::error(format!(
+                        "`{}` does not exist; use Glob to find files",
+                        path.display()
+                    ));
                 }
-                Err(e) => return ToolOutput::error(format!("cannot read `{}`: {e}", path.display())),
+                Err(e) => {
+                    return ToolOutput::error(format!("cannot read `{}`: {e}", path.display()));
+                }
             };
             if bytes.iter().take(8192).any(|b| *b == 0) {
                 return ToolOutput::error(format!(
@@ -70,7 +85,11 @@ impl Tool for ReadTool {
             }
             let text = String::from_utf8_lossy(&bytes);
             let start = input.offset.unwrap_or(1).max(1) as usize;
-            let limit = input.limit.map(|l| l as usize).unwrap_or(DEFAULT_READ_LINES).max(1);
+            let limit = input
+                .limit
+                .map(|l| l as usize)
+                .unwrap_or(DEFAULT_READ_LINES)
+                .max(1);
             let total_lines = text.lines().count();
             if total_lines == 0 {
                 return ToolOutput::ok(format!("`{}` is empty", path.display()));
@@ -84,7 +103,10 @@ impl Tool for ReadTool {
             let mut out = String::new();
             for (i, line) in text.lines().enumerate().skip(start - 1).take(limit) {
                 let line = match line.char_indices().nth(MAX_LINE_CHARS) {
-                    Some((cut, _)) => format!("{}… [line cut at {MAX_LINE_CHARS} characters]", &line[..cut]),
+                    Some((cut, _)) => format!(
+                        "{}… [line cut at {MAX_LINE_CHARS} characters]",
+                        &line[..cut]
+                    ),
                     None => line.to_string(),
                 };
                 out.push_str(&format!("{:>6}\t{line}\n", i + 1));
@@ -116,17 +138,26 @@ pub struct WriteTool {
 
 impl Tool for WriteTool {
     fn spec(&self) -> ToolSpec {
-        spec_for::<WriteInput>("Write", "Create or overwrite a file in the workspace's output directory with the given content.")
+        spec_for::<WriteInput>(
+            "Write",
+            "Create or overwrite a file in the workspace's output directory with the given content.",
+        )
     }
 
-    fn call<'a>(&'a self, ctx: &'a ToolContext, input: serde_json::Value) -> BoxFuture<'a, ToolOutput> {
+    fn call<'a>(
+        &'a self,
+        ctx: &'a ToolContext,
+        input: serde_json::Value,
+    ) -> BoxFuture<'a, ToolOutput> {
         Box::pin(async move {
             let input: WriteInput = match parse_input(&self.spec(), input) {
                 Ok(i) => i,
                 Err(e) => return e,
             };
             if !ctx.edit {
-                return ToolOutput::error("this movement cannot edit files (edit: false); Write is not available");
+                return ToolOutput::error(
+                    "this movement cannot edit files (edit: false); Write is not available",
+                );
             }
             let ws = match open_workspace(ctx) {
                 Ok(ws) => ws,
@@ -137,12 +168,18 @@ impl Tool for WriteTool {
                 Err(e) => return ToolOutput::error(e),
             };
             if path.abs.is_dir() {
-                return ToolOutput::error(format!("`{}` is a directory; give a file path", path.display()));
+                return ToolOutput::error(format!(
+                    "`{}` is a directory; give a file path",
+                    path.display()
+                ));
             }
             if let Some(parent) = path.abs.parent()
                 && let Err(e) = tokio::fs::create_dir_all(parent).await
             {
-                return ToolOutput::error(format!("cannot create the directory for `{}`: {e}", path.display()));
+                return ToolOutput::error(format!(
+                    "cannot create the directory for `{}`: {e}",
+                    path.display()
+                ));
             }
             let existed = path.abs.exists();
             match tokio::fs::write(&path.abs, input.content.as_bytes()).await {
@@ -178,23 +215,36 @@ pub struct EditTool {
 
 impl Tool for EditTool {
     fn spec(&self) -> ToolSpec {
-        spec_for::<EditInput>("Edit", "Replace an exact string in a workspace file (unique unless replace_all is true).")
+        spec_for::<EditInput>(
+            "Edit",
+            "Replace an exact string in a workspace file (unique unless replace_all is true).",
+        )
     }
 
-    fn call<'a>(&'a self, ctx: &'a ToolContext, input: serde_json::Value) -> BoxFuture<'a, ToolOutput> {
+    fn call<'a>(
+        &'a self,
+        ctx: &'a ToolContext,
+        input: serde_json::Value,
+    ) -> BoxFuture<'a, ToolOutput> {
         Box::pin(async move {
             let input: EditInput = match parse_input(&self.spec(), input) {
                 Ok(i) => i,
                 Err(e) => return e,
             };
             if !ctx.edit {
-                return ToolOutput::error("this movement cannot edit files (edit: false); Edit is not available");
+                return ToolOutput::error(
+                    "this movement cannot edit files (edit: false); Edit is not available",
+                );
             }
             if input.old_string.is_empty() {
-                return ToolOutput::error("old_string is empty; give the exact text to replace (use Write to create a file)");
+                return ToolOutput::error(
+                    "old_string is empty; give the exact text to replace (use Write to create a file)",
+                );
             }
             if input.old_string == input.new_string {
-                return ToolOutput::error("old_string and new_string are identical; nothing would change");
+                return ToolOutput::error(
+                    "old_string and new_string are identical; nothing would change",
+                );
             }
             let ws = match open_workspace(ctx) {
                 Ok(ws) => ws,
@@ -207,9 +257,17 @@ impl Tool for EditTool {
             let text = match tokio::fs::read_to_string(&path.abs).await {
                 Ok(t) => t,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                    return ToolOutput::error(format!("`{}` does not exist; use Write to create it", path.display()));
+                    return ToolOutput::error(format!(
+                        "`{}` does not exist; use Write to create it",
+                        path.display()
+                    ));
                 }
-                Err(e) => return ToolOutput::error(format!("cannot read `{}` as text: {e}", path.display())),
+                Err(e) => {
+                    return ToolOutput::error(format!(
+                        "cannot read `{}` as text: {e}",
+                        path.display()
+                    ));
+                }
             };
             let count = text.matches(&input.old_string).count();
             let replace_all = input.replace_all.unwrap_or(false);

@@ -40,10 +40,17 @@ pub struct GlobTool {
 
 impl Tool for GlobTool {
     fn spec(&self) -> ToolSpec {
-        spec_for::<GlobInput>("Glob", "List workspace files matching a glob pattern such as `**/*.md`, newest first.")
+        spec_for::<GlobInput>(
+            "Glob",
+            "List workspace files matching a glob pattern such as `**/*.md`, newest first.",
+        )
     }
 
-    fn call<'a>(&'a self, ctx: &'a ToolContext, input: serde_json::Value) -> BoxFuture<'a, ToolOutput> {
+    fn call<'a>(
+        &'a self,
+        ctx: &'a ToolContext,
+        input: serde_json::Value,
+    ) -> BoxFuture<'a, ToolOutput> {
         Box::pin(async move {
             let input: GlobInput = match parse_input(&self.spec(), input) {
                 Ok(i) => i,
@@ -76,18 +83,28 @@ fn glob(ws: &Workspace, input: &GlobInput, cap: usize) -> ToolOutput {
         if entry.file_type().is_some_and(|t| t.is_dir()) {
             continue;
         }
-        let Ok(rel_to_base) = entry.path().strip_prefix(&base.abs) else { continue };
+        let Ok(rel_to_base) = entry.path().strip_prefix(&base.abs) else {
+            continue;
+        };
         if !matcher.is_match(rel_to_base) {
             continue;
         }
         let mtime = std::fs::symlink_metadata(entry.path())
             .and_then(|m| m.modified())
             .unwrap_or(std::time::UNIX_EPOCH);
-        let rel = entry.path().strip_prefix(ws.root()).unwrap_or(entry.path()).to_path_buf();
+        let rel = entry
+            .path()
+            .strip_prefix(ws.root())
+            .unwrap_or(entry.path())
+            .to_path_buf();
         found.push((mtime, rel));
     }
     if found.is_empty() {
-        return ToolOutput::ok(format!("no files match `{}` under `{}`", input.pattern, base.display()));
+        return ToolOutput::ok(format!(
+            "no files match `{}` under `{}`",
+            input.pattern,
+            base.display()
+        ));
     }
     found.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
     let total = found.len();
@@ -97,7 +114,9 @@ fn glob(ws: &Workspace, input: &GlobInput, cap: usize) -> ToolOutput {
         .map(|(_, p)| format!("{}\n", p.display()))
         .collect();
     if total > MAX_GLOB_RESULTS {
-        out.push_str(&format!("[{total} files match; showing the newest {MAX_GLOB_RESULTS}. Narrow the pattern]\n"));
+        out.push_str(&format!(
+            "[{total} files match; showing the newest {MAX_GLOB_RESULTS}. Narrow the pattern]\n"
+        ));
     }
     capped(out, cap)
 }
@@ -111,9 +130,14 @@ fn compile_glob(pattern: &str) -> Result<GlobMatcher, String> {
         .map_err(|e| format!("invalid glob pattern `{pattern}`: {e}"))
 }
 
-/// A walk that does not follow symlinks and includes hidden files (but honours `.gitignore`).
+/// A walk that does not follow symlinks and includes hidden files, but skips `.git` and honours
+/// `.gitignore`.
 fn walk(base: &Path) -> ignore::Walk {
-    ignore::WalkBuilder::new(base).hidden(false).follow_links(false).require_git(true).build()
+    ignore::WalkBuilder::new(base)
+        .hidden(false)
+        .follow_links(false)
+        .require_git(true)
+        .build()
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -137,10 +161,17 @@ pub struct GrepTool {
 
 impl Tool for GrepTool {
     fn spec(&self) -> ToolSpec {
-        spec_for::<GrepInput>("Grep", "Search workspace files for a regular expression and list matching lines as path:line:text.")
+        spec_for::<GrepInput>(
+            "Grep",
+            "Search workspace files for a regular expression and list matching lines as path:line:text.",
+        )
     }
 
-    fn call<'a>(&'a self, ctx: &'a ToolContext, input: serde_json::Value) -> BoxFuture<'a, ToolOutput> {
+    fn call<'a>(
+        &'a self,
+        ctx: &'a ToolContext,
+        input: serde_json::Value,
+    ) -> BoxFuture<'a, ToolOutput> {
         Box::pin(async move {
             let input: GrepInput = match parse_input(&self.spec(), input) {
                 Ok(i) => i,
@@ -169,7 +200,12 @@ fn grep(ws: &Workspace, input: &GrepInput, cap: usize) -> ToolOutput {
         .build(&input.pattern)
     {
         Ok(m) => m,
-        Err(e) => return ToolOutput::error(format!("invalid regular expression `{}`: {e}", input.pattern)),
+        Err(e) => {
+            return ToolOutput::error(format!(
+                "invalid regular expression `{}`: {e}",
+                input.pattern
+            ));
+        }
     };
     let file_glob = match input.glob.as_deref().map(compile_glob).transpose() {
         Ok(g) => g,
@@ -198,7 +234,11 @@ fn grep(ws: &Workspace, input: &GrepInput, cap: usize) -> ToolOutput {
                 continue;
             }
         }
-        let rel = path.strip_prefix(ws.root()).unwrap_or(path).display().to_string();
+        let rel = path
+            .strip_prefix(ws.root())
+            .unwrap_or(path)
+            .display()
+            .to_string();
         let result = searcher.search_path(
             &matcher,
             path,
@@ -224,12 +264,18 @@ fn grep(ws: &Workspace, input: &GrepInput, cap: usize) -> ToolOutput {
         }
     }
     if lines.is_empty() {
-        return ToolOutput::ok(format!("no matches for `{}` under `{}`", input.pattern, base.display()));
+        return ToolOutput::ok(format!(
+            "no matches for `{}` under `{}`",
+            input.pattern,
+            base.display()
+        ));
     }
     let mut out = lines.join("\n");
     out.push('\n');
     if more {
-        out.push_str(&format!("[stopped after {MAX_GREP_MATCHES} matching lines; narrow the pattern, path or glob]\n"));
+        out.push_str(&format!(
+            "[stopped after {MAX_GREP_MATCHES} matching lines; narrow the pattern, path or glob]\n"
+        ));
     }
     capped(out, cap)
 }

@@ -15,8 +15,25 @@ use tokio::sync::OnceCell;
 
 use crate::workspace::{SANDBOX_WORKSPACE, Workspace};
 
-/// The `bwrap` program.
+/// The `bwrap` program's name.
 pub const BWRAP: &str = "bwrap";
+
+static BWRAP_PATH: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+
+/// Where `bwrap` is: the first match in the sandbox `PATH`, then in this process's `PATH`
+/// (so the probe and the real calls run the same binary).
+pub fn bwrap_path() -> &'static Path {
+    BWRAP_PATH.get_or_init(|| {
+        let inherited = std::env::var("PATH").unwrap_or_default();
+        SANDBOX_PATH
+            .split(':')
+            .chain(inherited.split(':'))
+            .filter(|d| !d.is_empty())
+            .map(|d| Path::new(d).join(BWRAP))
+            .find(|p| p.is_file())
+            .unwrap_or_else(|| std::path::PathBuf::from(BWRAP))
+    })
+}
 
 /// `PATH` inside the sandbox (and in the fallback).
 pub const SANDBOX_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
@@ -25,9 +42,26 @@ pub const SANDBOX_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 /// `update-alternatives` links (e.g. `awk`), Python and `file` need. Anything else — `shadow`,
 /// host keys, credentials — stays invisible.
 const ETC_ENTRIES: &[&str] = &[
-    "alternatives", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "timezone", "passwd",
-    "group", "nsswitch.conf", "hosts", "mime.types", "magic", "magic.mime", "os-release",
-    "debian_version", "ssl", "python3", "python3.11", "python3.12", "python3.13",
+    "alternatives",
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "localtime",
+    "timezone",
+    "passwd",
+    "group",
+    "nsswitch.conf",
+    "hosts",
+    "mime.types",
+    "magic",
+    "magic.mime",
+    "os-release",
+    "debian_version",
+    "ssl",
+    "python3",
+    "python3.11",
+    "python3.12",
+    "python3.13",
 ];
 
 /// Top-level entries that are symlinks into `/usr` on merged-`/usr` systems (or real
@@ -40,10 +74,23 @@ const SANDBOX_UID: &str = "65534";
 /// The argv that runs `program_argv` in the sandbox with `workspace` mounted at `/workspace`.
 /// `writable` are workspace directories (already resolved inside it) mounted read-write.
 pub fn argv(workspace: &Workspace, writable: &[&Path], program_argv: &[OsString]) -> Vec<OsString> {
-    let mut a: Vec<OsString> = Vec::new();
+    let mut a: Vec<OsString> = vec![bwrap_path().into()];
     let mut push = |parts: &[&str]| a.extend(parts.iter().map(OsString::from));
-    push(&[BWRAP, "--unshare-all", "--unshare-user", "--uid", SANDBOX_UID, "--gid", SANDBOX_UID]);
-    push(&["--cap-drop", "ALL", "--die-with-parent", "--new-session", "--clearenv"]);
+    push(&[
+        "--unshare-all",
+        "--unshare-user",
+        "--uid",
+        SANDBOX_UID,
+        "--gid",
+        SANDBOX_UID,
+    ]);
+    push(&[
+        "--cap-drop",
+        "ALL",
+        "--die-with-parent",
+        "--new-session",
+        "--clearenv",
+    ]);
     push(&["--ro-bind", "/usr", "/usr"]);
     for name in ROOT_LINKS {
         let host = Path::new("/").join(name);

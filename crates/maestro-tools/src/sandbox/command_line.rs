@@ -43,7 +43,11 @@ pub struct SimpleCommand {
 /// Splits a command line into simple commands (separated by `|`, `||`, `&&`, `;`, `&`, `|&` and
 /// newlines), or explains which construct is not allowed.
 pub fn parse(line: &str) -> Result<Vec<SimpleCommand>, String> {
-    Parser { chars: line.chars().collect(), pos: 0 }.parse()
+    Parser {
+        chars: line.chars().collect(),
+        pos: 0,
+    }
+    .parse()
 }
 
 struct Parser {
@@ -73,7 +77,10 @@ impl Parser {
         ) {
             if let Some(w) = word.take() {
                 match pending.take() {
-                    Some(op) => current.redirects.push(Redirect { op, target: Some(w) }),
+                    Some(op) => current.redirects.push(Redirect {
+                        op,
+                        target: Some(w),
+                    }),
                     None => current.words.push(w),
                 }
             }
@@ -111,7 +118,10 @@ impl Parser {
                         return Err(format!("the redirection `{op}` has no target"));
                     }
                     self.pos += 1;
-                    if matches!((c, self.peek(0)), ('&', Some('&')) | ('|', Some('|')) | ('|', Some('&')) | (';', Some(';'))) {
+                    if matches!(
+                        (c, self.peek(0)),
+                        ('&', Some('&')) | ('|', Some('|')) | ('|', Some('&')) | (';', Some(';'))
+                    ) {
                         self.pos += 1;
                     }
                     if !current.words.is_empty() || !current.redirects.is_empty() {
@@ -130,7 +140,11 @@ impl Parser {
                     }
                     // A word made only of digits right before the operator is a descriptor number.
                     match &word {
-                        Some(w) if !w.quoted && !w.text.is_empty() && w.text.chars().all(|d| d.is_ascii_digit()) => {
+                        Some(w)
+                            if !w.quoted
+                                && !w.text.is_empty()
+                                && w.text.chars().all(|d| d.is_ascii_digit()) =>
+                        {
                             word = None;
                         }
                         _ => finish(&mut word, &mut pending_redirect, &mut current),
@@ -178,7 +192,12 @@ impl Parser {
         Ok(op)
     }
 
-    fn start_redirect(&mut self, op: String, pending: &mut Option<String>, current: &mut SimpleCommand) -> Result<(), String> {
+    fn start_redirect(
+        &mut self,
+        op: String,
+        pending: &mut Option<String>,
+        current: &mut SimpleCommand,
+    ) -> Result<(), String> {
         if let Some(prev) = pending.take() {
             return Err(format!("the redirection `{prev}` has no target"));
         }
@@ -283,7 +302,9 @@ impl Parser {
     fn dollar(&mut self, w: &mut Word) -> Result<(), String> {
         match self.peek(0) {
             Some('(') => Err(SUBSTITUTION.to_string()),
-            Some(c) if c == '{' || c == '_' || c.is_ascii_alphanumeric() || "@*#?$!-".contains(c) => {
+            Some(c)
+                if c == '{' || c == '_' || c.is_ascii_alphanumeric() || "@*#?$!-".contains(c) =>
+            {
                 w.expands = true;
                 w.text.push('$');
                 Ok(())
@@ -333,8 +354,11 @@ mod tests {
         assert_eq!(cmds.len(), 1);
         let words: Vec<&str> = cmds[0].words.iter().map(|w| w.text.as_str()).collect();
         assert_eq!(words, ["grep", "x", "a.txt"]);
-        let redirects: Vec<(String, Option<String>)> =
-            cmds[0].redirects.iter().map(|r| (r.op.clone(), r.target.as_ref().map(|t| t.text.clone()))).collect();
+        let redirects: Vec<(String, Option<String>)> = cmds[0]
+            .redirects
+            .iter()
+            .map(|r| (r.op.clone(), r.target.as_ref().map(|t| t.text.clone())))
+            .collect();
         assert_eq!(
             redirects,
             vec![
@@ -349,7 +373,16 @@ mod tests {
 
     #[test]
     fn hidden_programs_are_refused() {
-        for line in ["echo $(id)", "echo `id`", "echo \"$(id)\"", "echo \"`id`\"", "(id)", "cat <(id)", "cat <<EOF\nx\nEOF", "tee >(sh)"] {
+        for line in [
+            "echo $(id)",
+            "echo `id`",
+            "echo \"$(id)\"",
+            "echo \"`id`\"",
+            "(id)",
+            "cat <(id)",
+            "cat <<EOF\nx\nEOF",
+            "tee >(sh)",
+        ] {
             assert!(parse(line).is_err(), "{line} should be refused");
         }
     }

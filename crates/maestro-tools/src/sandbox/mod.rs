@@ -34,6 +34,14 @@ pub struct BashInput {
     pub description: Option<String>,
 }
 
+/// Programs dropped from the *default* allowlist in the fallback: each can run other programs
+/// or write arbitrary paths from its own script language (`awk 'BEGIN{system(...)}'`, `sed
+/// 'w /x'`, `make`, `git` hooks and aliases, `tar --to-command`, `sqlite3 .shell`), which only
+/// the bubblewrap sandbox contains. A movement that lists them explicitly still gets them.
+pub const UNCONFINED_IN_FALLBACK: &[&str] = &[
+    "python3", "python", "awk", "sed", "git", "make", "tar", "zip", "unzip", "sqlite3",
+];
+
 /// Which confinement a call ran under.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Confinement {
@@ -60,7 +68,11 @@ impl Tool for BashTool {
         Some(self.config.bash_max_timeout + Duration::from_secs(30))
     }
 
-    fn call<'a>(&'a self, ctx: &'a ToolContext, input: serde_json::Value) -> BoxFuture<'a, ToolOutput> {
+    fn call<'a>(
+        &'a self,
+        ctx: &'a ToolContext,
+        input: serde_json::Value,
+    ) -> BoxFuture<'a, ToolOutput> {
         Box::pin(async move {
             let input: BashInput = match parse_input(&self.spec(), input) {
                 Ok(i) => i,
@@ -98,10 +110,27 @@ pub async fn run_bash(
     input: &BashInput,
     confinement: Confinement,
 ) -> ToolOutput {
-    let allowed = ctx.allowed_commands.as_deref().unwrap_or(&config.default_allowed_commands);
+    let fallback_default: Vec<String>;
+    let allowed: &[String] = match (&ctx.allowed_commands, confinement) {
+        (Some(list), _) => list,
+        (None, Confinement::Bwrap) => &config.default_allowed_commands,
+        (None, Confinement::Fallback) => {
+            fallback_default = config
+                .default_allowed_commands
+                .iter()
+                .filter(|c| !UNCONFINED_IN_FALLBACK.contains(&c.as_str()))
+                .cloned()
+                .collect();
+            &fallback_default
+        }
+    };
     let paths = match confinement {
         Confinement::Bwrap => None,
-        Confinement::Fallback => Some(PathPolicy { workspace: ws, edit: ctx.edit, writable_dirs: &config.writable_dirs }),
+        Confinement::Fallback => Some(PathPolicy {
+            workspace: ws,
+            edit: ctx.edit,
+            writable_dirs: &config.writable_dirs,
+        }),
     };
     if let Err(why) = policy::check(&input.command, allowed, paths) {
         return ToolOutput::error(format!("command refused: {why}"));
@@ -110,16 +139,25 @@ pub async fn run_bash(
         Ok(w) => w,
         Err(e) => return ToolOutput::error(e),
     };
-    let shell: Vec<std::ffi::OsString> = vec!["/bin/sh".into(), "-c".into(), input.command.clone().into()];
+    let shell: Vec<std::ffi::OsString> =
+        vec!["/bin/sh".into(), "-c".into(), input.command.clone().into()];
     // Under bubblewrap the launcher's own environment and working directory are visible to the
     // command (as PID 1's), so they carry nothing but PATH and `/`.
     let (argv, env, cwd) = match confinement {
         Confinement::Bwrap => {
             let refs: Vec<&std::path::Path> = writable.iter().map(PathBuf::as_path).collect();
             let env = vec![("PATH".to_string(), bwrap::SANDBOX_PATH.to_string())];
-            (bwrap::argv(ws, &refs, &shell), env, std::path::Path::new("/"))
+            (
+                bwrap::argv(ws, &refs, &shell),
+                env,
+                std::path::Path::new("/"),
+            )
         }
-        Confinement::Fallback => (shell, bwrap::sandbox_env(&ws.root().to_string_lossy()), ws.root()),
+        Confinement::Fallback => (
+            shell,
+            bwrap::sandbox_env(&ws.root().to_string_lossy()),
+            ws.root(),
+        ),
     };
     let timeout = config.bash_timeout(input.timeout);
     let job = process::Job {
@@ -145,9 +183,12 @@ fn writable_dirs(ws: &Workspace, edit: bool, dirs: &[String]) -> Result<Vec<Path
     }
     let mut out = Vec::new();
     for dir in dirs {
-        let resolved = ws.resolve(dir).map_err(|e| format!("writable directory `{dir}`: {e}"))?;
+        let resolved = ws
+            .resolve(dir)
+            .map_err(|e| format!("writable directory `{dir}`: {e}"))?;
         if !resolved.abs.exists() {
-            std::fs::create_dir_all(&resolved.abs).map_err(|e| format!("cannot create `{dir}`: {e}"))?;
+            std::fs::create_dir_all(&resolved.abs)
+                .map_err(|e| format!("cannot create `{dir}`: {e}"))?;
         }
         if resolved.abs.is_dir() {
             out.push(resolved.abs);
@@ -175,7 +216,10 @@ fn render(finished: Finished, timeout: Duration) -> ToolOutput {
                 timeout.as_millis()
             )),
         ),
-        Ending::Cancelled => (false, Some("[cancelled; the command and everything it started were killed]".to_string())),
+        Ending::Cancelled => (
+            false,
+            Some("[cancelled; the command and everything it started were killed]".to_string()),
+        ),
         Ending::OutputFlood => (
             false,
             Some(format!(
@@ -189,5 +233,9 @@ fn render(finished: Finished, timeout: Duration) -> ToolOutput {
     } else if text.is_empty() {
         text.push_str("(no output)");
     }
-    ToolOutput { ok, output: text, truncated: finished.truncated }
+    ToolOutput {
+        ok,
+        output: text,
+        truncated: finished.truncated,
+    }
 }

@@ -17,36 +17,78 @@ pub const INSTALL_REFUSED: &str = "runtime package installs are not allowed; the
     the operator to add the package to the runtime image";
 
 /// Shells: never given `-c`; running a script file needs the shell on the allowlist.
-const SHELLS: &[&str] = &["sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "fish", "csh", "tcsh", "busybox"];
+const SHELLS: &[&str] = &[
+    "sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "fish", "csh", "tcsh", "busybox",
+];
 
 /// Never allowed: they run code the parser cannot see, or change who runs it.
 const NEVER: &[(&str, &str)] = &[
     ("eval", "`eval` runs a string the allowlist cannot check"),
     ("exec", "`exec` is not needed; run the program directly"),
-    ("source", "`source` runs a script the allowlist cannot check"),
+    (
+        "source",
+        "`source` runs a script the allowlist cannot check",
+    ),
     (".", "`.` runs a script the allowlist cannot check"),
     ("sudo", "privilege changes are not allowed"),
     ("su", "privilege changes are not allowed"),
     ("doas", "privilege changes are not allowed"),
     ("watch", "`watch` runs its argument through a shell"),
-    ("{", "command grouping is not allowed; write the commands one after another"),
-    ("}", "command grouping is not allowed; write the commands one after another"),
+    (
+        "{",
+        "command grouping is not allowed; write the commands one after another",
+    ),
+    (
+        "}",
+        "command grouping is not allowed; write the commands one after another",
+    ),
     ("function", "shell functions are not allowed"),
     ("coproc", "coprocesses are not allowed"),
     ("trap", "`trap` runs a string the allowlist cannot check"),
     ("alias", "aliases are not allowed"),
-    ("builtin", "`builtin` is not needed; call the command directly"),
+    (
+        "builtin",
+        "`builtin` is not needed; call the command directly",
+    ),
 ];
 
 /// Shell keywords: each hides the commands it contains from a simple reading.
-const KEYWORDS: &[&str] = &["if", "then", "else", "elif", "fi", "for", "while", "until", "do", "done", "case", "esac", "select", "!"];
+const KEYWORDS: &[&str] = &[
+    "if", "then", "else", "elif", "fi", "for", "while", "until", "do", "done", "case", "esac",
+    "select", "!",
+];
 
 /// Environment variables a command-prefix assignment may not set: they change which program
 /// runs or inject code into it.
-const DANGEROUS_ENV: &[&str] = &["PATH", "LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "BASH_ENV", "ENV", "IFS", "SHELLOPTS", "BASHOPTS", "PS4", "PROMPT_COMMAND", "PYTHONSTARTUP", "PERL5OPT", "NODE_OPTIONS", "GIT_EXEC_PATH", "GIT_SSH", "GIT_SSH_COMMAND"];
+const DANGEROUS_ENV: &[&str] = &[
+    "PATH",
+    "LD_PRELOAD",
+    "LD_LIBRARY_PATH",
+    "LD_AUDIT",
+    "BASH_ENV",
+    "ENV",
+    "IFS",
+    "SHELLOPTS",
+    "BASHOPTS",
+    "PS4",
+    "PROMPT_COMMAND",
+    "PYTHONSTARTUP",
+    "PERL5OPT",
+    "NODE_OPTIONS",
+    "GIT_EXEC_PATH",
+    "GIT_SSH",
+    "GIT_SSH_COMMAND",
+];
 
 /// Where a program given by absolute path may live (its name is then checked like a bare name).
-const SYSTEM_BIN_DIRS: &[&str] = &["/usr/local/bin", "/usr/bin", "/bin", "/usr/local/sbin", "/usr/sbin", "/sbin"];
+const SYSTEM_BIN_DIRS: &[&str] = &[
+    "/usr/local/bin",
+    "/usr/bin",
+    "/bin",
+    "/usr/local/sbin",
+    "/usr/sbin",
+    "/sbin",
+];
 
 /// How deep wrappers may nest (`env nice timeout 5 ls`).
 const MAX_WRAPPER_DEPTH: usize = 6;
@@ -73,7 +115,11 @@ pub fn check(line: &str, allowed: &[String], paths: Option<PathPolicy<'_>>) -> R
     Ok(())
 }
 
-fn check_simple(command: &SimpleCommand, allowed: &[String], paths: Option<PathPolicy<'_>>) -> Result<(), String> {
+fn check_simple(
+    command: &SimpleCommand,
+    allowed: &[String],
+    paths: Option<PathPolicy<'_>>,
+) -> Result<(), String> {
     let mut words = command.words.as_slice();
     while let Some((first, rest)) = words.split_first() {
         match assignment_name(first) {
@@ -109,7 +155,10 @@ fn check_simple(command: &SimpleCommand, allowed: &[String], paths: Option<PathP
 fn assignment_name(word: &Word) -> Option<&str> {
     let (name, _) = word.text.split_once('=')?;
     let valid = !name.is_empty()
-        && name.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && name
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
         && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
     valid.then_some(name)
 }
@@ -149,7 +198,11 @@ fn check_program(words: &[Word], allowed: &[String], depth: usize) -> Result<(),
     if !allowed.iter().any(|a| a == name) {
         return Err(format!(
             "`{name}` is not in this movement's allowed commands; allowed: {}",
-            if allowed.is_empty() { "none".to_string() } else { allowed.join(", ") }
+            if allowed.is_empty() {
+                "none".to_string()
+            } else {
+                allowed.join(", ")
+            }
         ));
     }
     match wrapped_program(name, args)? {
@@ -165,7 +218,9 @@ fn program_name(text: &str) -> Result<&str, String> {
         return Ok(text);
     }
     let path = Path::new(text);
-    let in_system_dir = path.parent().is_some_and(|dir| SYSTEM_BIN_DIRS.iter().any(|d| Path::new(d) == dir));
+    let in_system_dir = path
+        .parent()
+        .is_some_and(|dir| SYSTEM_BIN_DIRS.iter().any(|d| Path::new(d) == dir));
     match path.file_name().and_then(|n| n.to_str()) {
         Some(name) if in_system_dir => Ok(name),
         _ => Err(format!(
@@ -176,7 +231,9 @@ fn program_name(text: &str) -> Result<&str, String> {
 
 /// `-c`, or a flag cluster containing `c` (`-ec`, `-lc`).
 fn is_command_flag(arg: &str) -> bool {
-    arg == "-c" || (arg.starts_with('-') && !arg.starts_with("--") && arg[1..].contains('c')) || arg == "--command"
+    arg == "-c"
+        || (arg.starts_with('-') && !arg.starts_with("--") && arg[1..].contains('c'))
+        || arg == "--command"
 }
 
 /// For wrappers, the words that form the command they start.
@@ -184,14 +241,22 @@ fn wrapped_program<'w>(name: &str, args: &'w [Word]) -> Result<Option<&'w [Word]
     // (flags that take a separate value, whether a positional argument precedes the program)
     let (valued, positional): (&[&str], usize) = match name {
         "env" => {
-            if args.iter().any(|a| a.text == "-S" || a.text.starts_with("--split-string") || (a.text.starts_with("-S") && !a.text.starts_with("--"))) {
+            if args.iter().any(|a| {
+                a.text == "-S"
+                    || a.text.starts_with("--split-string")
+                    || (a.text.starts_with("-S") && !a.text.starts_with("--"))
+            }) {
                 return Err("`env -S` runs a string the allowlist cannot check".to_string());
             }
             (&["-u", "--unset", "-C", "--chdir"], 0)
         }
         "nice" => (&["-n", "--adjustment"], 0),
         "nohup" | "time" | "setsid" | "command" => {
-            if name == "command" && args.first().is_some_and(|a| a.text == "-v" || a.text == "-V") {
+            if name == "command"
+                && args
+                    .first()
+                    .is_some_and(|a| a.text == "-v" || a.text == "-V")
+            {
                 return Ok(None);
             }
             (&[], 0)
@@ -202,7 +267,24 @@ fn wrapped_program<'w>(name: &str, args: &'w [Word]) -> Result<Option<&'w [Word]
         "taskset" => (&["-c"], 1),
         "chrt" => (&[], 1),
         "flock" => (&["-w", "--timeout", "-E", "--conflict-exit-code"], 1),
-        "xargs" => (&["-a", "--arg-file", "-d", "--delimiter", "-E", "-I", "-L", "-n", "--max-args", "-P", "--max-procs", "-s", "--max-chars"], 0),
+        "xargs" => (
+            &[
+                "-a",
+                "--arg-file",
+                "-d",
+                "--delimiter",
+                "-E",
+                "-I",
+                "-L",
+                "-n",
+                "--max-args",
+                "-P",
+                "--max-procs",
+                "-s",
+                "--max-chars",
+            ],
+            0,
+        ),
         "busybox" => (&[], 0),
         "find" => return Ok(find_exec(args)),
         _ => return Ok(None),
@@ -237,40 +319,65 @@ fn wrapped_program<'w>(name: &str, args: &'w [Word]) -> Result<Option<&'w [Word]
 
 /// The command of `find ... -exec CMD ... ;` (or `-execdir`, `-ok`, `-okdir`).
 fn find_exec(args: &[Word]) -> Option<&[Word]> {
-    let start = args.iter().position(|a| matches!(a.text.as_str(), "-exec" | "-execdir" | "-ok" | "-okdir"))? + 1;
-    let len = args[start..].iter().position(|a| a.text == ";" || a.text == "+").unwrap_or(args.len() - start);
+    let start = args
+        .iter()
+        .position(|a| matches!(a.text.as_str(), "-exec" | "-execdir" | "-ok" | "-okdir"))?
+        + 1;
+    let len = args[start..]
+        .iter()
+        .position(|a| a.text == ";" || a.text == "+")
+        .unwrap_or(args.len() - start);
     Some(&args[start..start + len])
 }
 
 /// `pip install`, `npm i`, `apt-get install`, `python -m pip install`, ...
 pub fn is_package_install(name: &str, args: &[&str]) -> bool {
-    let sub = args.iter().find(|a| !a.starts_with('-')).copied().unwrap_or("");
+    let sub = args
+        .iter()
+        .find(|a| !a.starts_with('-'))
+        .copied()
+        .unwrap_or("");
     match name {
-        "pip" | "pip3" | "pipx" | "easy_install" => matches!(sub, "install" | "download") || name == "easy_install",
+        "pip" | "pip3" | "pipx" | "easy_install" => {
+            matches!(sub, "install" | "download") || name == "easy_install"
+        }
         "uv" => sub == "pip" && args.contains(&"install") || matches!(sub, "add" | "tool"),
-        "poetry" | "pdm" | "rye" | "yarn" | "pnpm" | "bun" => matches!(sub, "add" | "install" | "i"),
+        "poetry" | "pdm" | "rye" | "yarn" | "pnpm" | "bun" => {
+            matches!(sub, "add" | "install" | "i")
+        }
         "npm" => matches!(sub, "install" | "i" | "add" | "ci" | "isntall" | "in"),
         "npx" | "pnpx" | "bunx" => true,
-        "apt" | "apt-get" | "aptitude" | "yum" | "dnf" | "apk" | "zypper" | "brew" | "snap" | "conda" | "mamba" | "micromamba" => {
+        "apt" | "apt-get" | "aptitude" | "yum" | "dnf" | "apk" | "zypper" | "brew" | "snap"
+        | "conda" | "mamba" | "micromamba" => {
             matches!(sub, "install" | "add" | "reinstall")
         }
-        "dpkg" | "rpm" => args.iter().any(|a| matches!(*a, "-i" | "--install" | "-U" | "--upgrade")),
+        "dpkg" | "rpm" => args
+            .iter()
+            .any(|a| matches!(*a, "-i" | "--install" | "-U" | "--upgrade")),
         "cargo" | "gem" | "go" | "composer" | "cpan" | "cpanm" | "luarocks" | "R" => {
             matches!(sub, "install" | "get" | "require") || matches!(name, "cpanm")
         }
         _ if name.starts_with("python") => {
-            args.windows(3).any(|w| w[0] == "-m" && matches!(w[1], "pip" | "ensurepip" | "uv") && w[2] == "install")
-                || args.windows(2).any(|w| w[0] == "-m" && w[1] == "ensurepip")
+            args.windows(3).any(|w| {
+                w[0] == "-m" && matches!(w[1], "pip" | "ensurepip" | "uv") && w[2] == "install"
+            }) || args.windows(2).any(|w| w[0] == "-m" && w[1] == "ensurepip")
         }
         _ => false,
     }
 }
 
 /// In the fallback, a word that names a file outside the workspace is refused.
-fn check_path_word(word: &Word, writes: bool, policy: PathPolicy<'_>, is_redirect: bool) -> Result<(), String> {
+fn check_path_word(
+    word: &Word,
+    writes: bool,
+    policy: PathPolicy<'_>,
+    is_redirect: bool,
+) -> Result<(), String> {
     let text = word.text.as_str();
     if is_redirect && (word.expands || word.globs) {
-        return Err(format!("the redirection target `{text}` must be a literal path"));
+        return Err(format!(
+            "the redirection target `{text}` must be a literal path"
+        ));
     }
     if matches!(text, "/dev/null" | "/dev/stdout" | "/dev/stderr" | "-") {
         return Ok(());
@@ -282,13 +389,19 @@ fn check_path_word(word: &Word, writes: bool, policy: PathPolicy<'_>, is_redirec
             continue;
         }
         if candidate.starts_with('~') {
-            return Err(format!("`{candidate}`: use paths relative to the workspace instead of `~`"));
+            return Err(format!(
+                "`{candidate}`: use paths relative to the workspace instead of `~`"
+            ));
         }
         let resolved = if writes {
             if !policy.edit {
-                return Err(format!("this movement cannot edit files, so it cannot write `{candidate}`"));
+                return Err(format!(
+                    "this movement cannot edit files, so it cannot write `{candidate}`"
+                ));
             }
-            policy.workspace.resolve_writable(candidate, policy.writable_dirs)
+            policy
+                .workspace
+                .resolve_writable(candidate, policy.writable_dirs)
         } else {
             policy.workspace.resolve(candidate)
         };
@@ -326,7 +439,9 @@ mod tests {
 
     #[test]
     fn allowed_programs_pass_in_every_position() {
-        let a = allowed(&["ls", "grep", "wc", "echo", "xargs", "find", "env", "timeout"]);
+        let a = allowed(&[
+            "ls", "grep", "wc", "echo", "xargs", "find", "env", "timeout",
+        ]);
         for line in [
             "ls -la | grep x | wc -l",
             "echo a && ls; echo b || echo c & ls",
@@ -343,7 +458,9 @@ mod tests {
 
     #[test]
     fn bypass_attempts_are_refused() {
-        let a = allowed(&["ls", "echo", "env", "xargs", "find", "timeout", "nice", "python3"]);
+        let a = allowed(&[
+            "ls", "echo", "env", "xargs", "find", "timeout", "nice", "python3",
+        ]);
         for line in [
             "curl http://x",
             "ls | curl x",
@@ -383,7 +500,9 @@ mod tests {
 
     #[test]
     fn package_installs_are_refused_with_the_install_message() {
-        let a = allowed(&["pip", "pip3", "npm", "python3", "apt-get", "cargo", "yarn", "go", "gem"]);
+        let a = allowed(&[
+            "pip", "pip3", "npm", "python3", "apt-get", "cargo", "yarn", "go", "gem",
+        ]);
         for line in [
             "pip install requests",
             "pip3 install -U x",
@@ -396,7 +515,11 @@ mod tests {
             "go install x@latest",
             "gem install rails",
         ] {
-            assert_eq!(check(line, &a, None), Err(INSTALL_REFUSED.to_string()), "{line}");
+            assert_eq!(
+                check(line, &a, None),
+                Err(INSTALL_REFUSED.to_string()),
+                "{line}"
+            );
         }
         assert_eq!(check("pip list", &a, None), Ok(()));
     }
@@ -407,14 +530,41 @@ mod tests {
         crate::workspace::prepare_workspace(dir.path()).unwrap();
         let ws = Workspace::open(dir.path()).unwrap();
         let writable = allowed(&["output"]);
-        let policy = PathPolicy { workspace: &ws, edit: true, writable_dirs: &writable };
+        let policy = PathPolicy {
+            workspace: &ws,
+            edit: true,
+            writable_dirs: &writable,
+        };
         let a = allowed(&["cat", "echo", "grep", "awk"]);
-        assert_eq!(check("cat input/a.txt > output/b.txt 2>/dev/null", &a, Some(policy)), Ok(()));
-        assert_eq!(check("awk '/etcx/ {print}' input/a", &a, Some(policy)), Ok(()));
-        for line in ["cat /etc/passwd", "cat ../x", "echo x > /tmp/x", "echo x > input/x", "grep --file=/etc/shadow x", "cat ~/.bashrc"] {
-            assert!(check(line, &a, Some(policy)).is_err(), "`{line}` should be refused");
+        assert_eq!(
+            check(
+                "cat input/a.txt > output/b.txt 2>/dev/null",
+                &a,
+                Some(policy)
+            ),
+            Ok(())
+        );
+        assert_eq!(
+            check("awk '/etcx/ {print}' input/a", &a, Some(policy)),
+            Ok(())
+        );
+        for line in [
+            "cat /etc/passwd",
+            "cat ../x",
+            "echo x > /tmp/x",
+            "echo x > input/x",
+            "grep --file=/etc/shadow x",
+            "cat ~/.bashrc",
+        ] {
+            assert!(
+                check(line, &a, Some(policy)).is_err(),
+                "`{line}` should be refused"
+            );
         }
-        let read_only = PathPolicy { edit: false, ..policy };
+        let read_only = PathPolicy {
+            edit: false,
+            ..policy
+        };
         assert!(check("echo x > output/x", &a, Some(read_only)).is_err());
     }
 }

@@ -61,7 +61,10 @@ pub struct Finished {
 /// survives the return.
 pub async fn run(job: Job<'_>) -> std::io::Result<Finished> {
     let cgroup = PidsCgroup::create(job.max_processes);
-    let procs_file = cgroup.as_ref().map(|c| c.dir.join("cgroup.procs").into_os_string()).unwrap_or_default();
+    let procs_file = cgroup
+        .as_ref()
+        .map(|c| c.dir.join("cgroup.procs").into_os_string())
+        .unwrap_or_default();
     let prologue = format!(
         "ulimit -f {} 2>/dev/null; if [ -n \"$0\" ]; then echo $$ > \"$0\" || exit 125; fi; exec \"$@\"",
         MAX_FILE_BYTES / 512
@@ -139,10 +142,18 @@ pub async fn run(job: Job<'_>) -> std::io::Result<Finished> {
         (None, None) => Ending::Exited(-1),
     };
     let (output, truncated) = out.finish();
-    Ok(Finished { ending, output, total_bytes: out.total, truncated })
+    Ok(Finished {
+        ending,
+        output,
+        total_bytes: out.total,
+        truncated,
+    })
 }
 
-async fn read_some<R: tokio::io::AsyncRead + Unpin>(reader: &mut Option<R>, buf: &mut [u8]) -> Option<usize> {
+async fn read_some<R: tokio::io::AsyncRead + Unpin>(
+    reader: &mut Option<R>,
+    buf: &mut [u8],
+) -> Option<usize> {
     match reader {
         Some(r) => match r.read(buf).await {
             Ok(0) | Err(_) => None,
@@ -161,7 +172,11 @@ struct Capture {
 
 impl Capture {
     fn new(cap: usize) -> Capture {
-        Capture { kept: Vec::new(), cap, total: 0 }
+        Capture {
+            kept: Vec::new(),
+            cap,
+            total: 0,
+        }
     }
 
     fn push(&mut self, bytes: &[u8]) {
@@ -215,12 +230,20 @@ static CGROUP_SEQ: AtomicU64 = AtomicU64::new(0);
 
 impl PidsCgroup {
     fn create(max: u32) -> Option<PidsCgroup> {
-        let base = ["/sys/fs/cgroup/pids", "/sys/fs/cgroup"].into_iter().map(Path::new).find(|b| {
-            b.join("pids.max").exists()
-                || std::fs::read_to_string(b.join("cgroup.subtree_control")).is_ok_and(|s| s.split_whitespace().any(|c| c == "pids"))
-                || (b.ends_with("pids") && b.join("cgroup.procs").exists())
-        })?;
-        let name = format!("maestro-bash-{}-{}", std::process::id(), CGROUP_SEQ.fetch_add(1, Ordering::Relaxed));
+        let base = ["/sys/fs/cgroup/pids", "/sys/fs/cgroup"]
+            .into_iter()
+            .map(Path::new)
+            .find(|b| {
+                b.join("pids.max").exists()
+                    || std::fs::read_to_string(b.join("cgroup.subtree_control"))
+                        .is_ok_and(|s| s.split_whitespace().any(|c| c == "pids"))
+                    || (b.ends_with("pids") && b.join("cgroup.procs").exists())
+            })?;
+        let name = format!(
+            "maestro-bash-{}-{}",
+            std::process::id(),
+            CGROUP_SEQ.fetch_add(1, Ordering::Relaxed)
+        );
         let dir = base.join(name);
         std::fs::create_dir(&dir).ok()?;
         let cgroup = PidsCgroup { dir };
@@ -234,12 +257,40 @@ impl PidsCgroup {
     async fn remove(self) {
         // The processes are killed; the kernel needs a moment to take them out of the group.
         for _ in 0..50 {
-            if std::fs::remove_dir(&self.dir).is_ok() {
+            if self.try_remove() {
                 return;
             }
-            let _ = std::fs::write(self.dir.join("cgroup.kill"), "1");
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         tracing::warn!(dir = %self.dir.display(), "could not remove a Bash pids cgroup");
+    }
+
+    fn try_remove(&self) -> bool {
+        if std::fs::remove_dir(&self.dir).is_ok() || !self.dir.exists() {
+            return true;
+        }
+        let _ = std::fs::write(self.dir.join("cgroup.kill"), "1");
+        false
+    }
+}
+
+impl Drop for PidsCgroup {
+    /// When a call is abandoned (cancelled or timed out by the registry) the group is removed
+    /// in the background once its processes are gone.
+    fn drop(&mut self) {
+        if self.try_remove() {
+            return;
+        }
+        let dir = std::mem::take(&mut self.dir);
+        std::thread::spawn(move || {
+            let group = PidsCgroup { dir };
+            for _ in 0..100 {
+                if group.try_remove() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            std::mem::forget(group);
+        });
     }
 }

@@ -18,7 +18,10 @@ pub struct Bench {
 
 impl Bench {
     pub fn new(mode: BashSandboxMode) -> Bench {
-        Bench::with_config(ToolsConfig { bash_sandbox: mode, ..ToolsConfig::default() })
+        Bench::with_config(ToolsConfig {
+            bash_sandbox: mode,
+            ..ToolsConfig::default()
+        })
     }
 
     pub fn with_config(config: ToolsConfig) -> Bench {
@@ -32,7 +35,11 @@ impl Bench {
             cancel: CancellationToken::new(),
             scratch: Arc::new(Mutex::new(RunScratch::default())),
         };
-        Bench { dir, registry: Registry::builtin(config), ctx }
+        Bench {
+            dir,
+            registry: Registry::builtin(config),
+            ctx,
+        }
     }
 
     pub fn root(&self) -> &Path {
@@ -60,11 +67,17 @@ impl Bench {
     }
 
     pub async fn call(&self, tool: &str, input: serde_json::Value) -> ToolOutput {
-        self.registry.execute(&self.ctx, tool, &input.to_string()).await
+        self.registry
+            .execute(&self.ctx, tool, &input.to_string())
+            .await
     }
 
     pub async fn bash(&self, command: &str) -> ToolOutput {
-        self.call("Bash", serde_json::json!({ "command": command, "timeout": 20_000 })).await
+        self.call(
+            "Bash",
+            serde_json::json!({ "command": command, "timeout": 20_000 }),
+        )
+        .await
     }
 }
 
@@ -78,7 +91,10 @@ pub fn processes_with(marker: &str) -> Vec<String> {
         }
         if let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) {
             let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-            if cmdline.contains(marker) && !cmdline.contains("cargo") && !cmdline.contains("nextest") {
+            if cmdline.contains(marker)
+                && !cmdline.contains("cargo")
+                && !cmdline.contains("nextest")
+            {
                 found.push(cmdline);
             }
         }

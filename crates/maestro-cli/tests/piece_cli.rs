@@ -1,0 +1,251 @@
+//! `maestro validate`, `maestro prompt` and `maestro pieces`, run as the real binary.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+
+use assert_cmd::Command;
+use pretty_assertions::assert_eq;
+
+fn fixtures() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/fixtures")
+        .canonicalize()
+        .unwrap()
+}
+
+fn takt_pieces() -> PathBuf {
+    fixtures().join("takt-v0.30/builtins/en/pieces")
+}
+
+fn maestro(home: &Path) -> Command {
+    let mut cmd = Command::cargo_bin("maestro").unwrap();
+    // Keep the user's own ~/.maestro facets out of the picture.
+    cmd.env("HOME", home).current_dir(home);
+    cmd
+}
+
+struct Out {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+fn run(cmd: &mut Command) -> Out {
+    let output = cmd.output().unwrap();
+    Out {
+        code: output.status.code().unwrap(),
+        stdout: String::from_utf8(output.stdout).unwrap(),
+        stderr: String::from_utf8(output.stderr).unwrap(),
+    }
+}
+
+const BROKEN: &str = "\
+dialect: maestro
+name: broken
+description: A piece with a wrong target.
+max_movements: 5
+initial_movement: plan
+movements:
+  - name: plan
+    edit: false
+    persona: You plan.
+    instruction: Plan the work.
+    allowed_tools: [Read]
+    rules:
+      - condition: planned
+        next: execute
+  - name: execute
+    edit: true
+    persona: You execute.
+    instruction: Do the work.
+    allowed_tools: [Read, Write]
+    rules:
+      - condition: done
+        next: deploy
+";
+
+#[test]
+fn validate_accepts_every_fixture() {
+    let home = tempfile::tempdir().unwrap();
+    let out = run(maestro(home.path())
+        .arg("validate")
+        .arg("--quiet")
+        .arg(takt_pieces())
+        .arg(fixtures().join("workflow-graph")));
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert!(
+        out.stdout.ends_with("35 files: 35 valid, 0 invalid\n"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.contains("debate.yaml (graph, 2 movements)"),
+        "{}",
+        out.stdout
+    );
+}
+
+#[test]
+fn validate_rejects_a_broken_piece_with_position_path_and_snippet() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("broken.yaml");
+    std::fs::write(&file, BROKEN).unwrap();
+    let out = run(maestro(dir.path()).arg("validate").arg("broken.yaml"));
+    assert_eq!(out.code, 1);
+    assert_eq!(
+        out.stdout,
+        "invalid  broken.yaml (maestro, 1 error)\n1 file: 0 valid, 1 invalid\n"
+    );
+    insta::assert_snapshot!("validate_broken_human", out.stderr);
+}
+
+#[test]
+fn validate_json_prints_one_object_per_file() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("broken.yaml"), BROKEN).unwrap();
+    std::fs::copy(
+        fixtures().join("workflow-graph/debate.yaml"),
+        dir.path().join("debate.yml"),
+    )
+    .unwrap();
+    let out = run(maestro(dir.path()).args(["validate", "--json", "."]));
+    assert_eq!(out.code, 1, "{}", out.stderr);
+    let lines: Vec<serde_json::Value> = out
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(
+        lines,
+        vec![
+            serde_json::json!({
+                "file": "./broken.yaml",
+                "valid": false,
+                "dialect": "maestro",
+                "errors": [{
+                    "path": "movements[1].rules[0].next",
+                    "line": 22,
+                    "column": 15,
+                    "message": "unknown movement `deploy`; known: plan, execute, WAIT_SUBTASKS",
+                }],
+                "warnings": [],
+            }),
+            serde_json::json!({
+                "file": "./debate.yml",
+                "valid": true,
+                "dialect": "graph",
+                "errors": [],
+                "warnings": [],
+            }),
+        ]
+    );
+}
+
+#[test]
+fn validate_dialect_flag_overrides_detection() {
+    let home = tempfile::tempdir().unwrap();
+    let out = run(maestro(home.path())
+        .args(["validate", "--json", "--dialect", "maestro"])
+        .arg(takt_pieces().join("magi.yaml")));
+    assert_eq!(out.code, 1);
+    let line: serde_json::Value = serde_json::from_str(out.stdout.trim()).unwrap();
+    assert_eq!(line["dialect"], "maestro");
+    assert_eq!(
+        line["errors"][0]["message"],
+        "unknown field `piece_config` in a maestro piece; known: name, description, max_movements, initial_movement, triggers, required_mcp, model, movements, dialect"
+    );
+}
+
+#[test]
+fn validate_usage_and_io_errors_exit_2() {
+    let home = tempfile::tempdir().unwrap();
+    let missing = run(maestro(home.path()).args(["validate", "no-such-piece.yaml"]));
+    assert_eq!(missing.code, 2);
+    assert_eq!(
+        missing.stderr,
+        "error: no-such-piece.yaml: no such file or directory\n"
+    );
+    assert_eq!(run(maestro(home.path()).arg("validate")).code, 2);
+    assert_eq!(
+        run(maestro(home.path()).args(["validate", "--dialect", "yaml", "x.yaml"])).code,
+        2
+    );
+    let empty = run(maestro(home.path()).args(["validate", "."]));
+    assert_eq!(empty.code, 2);
+}
+
+#[test]
+fn prompt_shows_what_the_takt_plan_movement_gets() {
+    let home = tempfile::tempdir().unwrap();
+    let out = run(maestro(home.path())
+        .args([
+            "prompt",
+            "--movement",
+            "plan",
+            "--task",
+            "Add a --verbose flag to the CLI.",
+        ])
+        .arg(takt_pieces().join("default.yaml")));
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    insta::assert_snapshot!("prompt_takt_default_plan", out.stdout);
+}
+
+#[test]
+fn prompt_shows_what_the_first_graph_role_gets() {
+    let home = tempfile::tempdir().unwrap();
+    let out = run(maestro(home.path())
+        .args([
+            "prompt",
+            "--movement",
+            "against",
+            "--task",
+            "Remote work beats office work.",
+        ])
+        .arg(fixtures().join("workflow-graph/debate.yaml")));
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    insta::assert_snapshot!("prompt_graph_debate_against", out.stdout);
+}
+
+#[test]
+fn prompt_names_the_known_movements_when_one_is_unknown() {
+    let home = tempfile::tempdir().unwrap();
+    let out = run(maestro(home.path())
+        .args(["prompt", "--movement", "deploy", "--task", "x"])
+        .arg(takt_pieces().join("magi.yaml")));
+    assert_eq!(out.code, 2);
+    assert_eq!(
+        out.stderr,
+        "error: piece `magi` has no movement `deploy`; known: melchior, balthasar, casper\n"
+    );
+}
+
+#[test]
+fn pieces_lists_name_dialect_count_and_description() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("broken.yaml"),
+        BROKEN.replace("dialect: maestro\n", ""),
+    )
+    .unwrap();
+    std::fs::copy(
+        fixtures().join("workflow-graph/debate.yaml"),
+        dir.path().join("debate.yaml"),
+    )
+    .unwrap();
+    std::fs::copy(
+        takt_pieces().join("magi.yaml"),
+        dir.path().join("magi.yaml"),
+    )
+    .unwrap();
+    let out = run(maestro(dir.path()).args(["pieces", "."]));
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(
+        out.stdout,
+        "\
+NAME    DIALECT  MOVEMENTS  DESCRIPTION
+broken  maestro          -  INVALID (1 error; run `maestro validate ./broken.yaml`)
+debate  graph            2  Structured debate between two sides. Tests cross-process session resume.
+magi    takt             3  MAGI Deliberation System - Analyze from 3 perspectives and decide by majority
+"
+    );
+}

@@ -1,0 +1,160 @@
+//! The whole configuration: its sections, their defaults, the checks that span fields, and the
+//! conversions the CLI and the server need.
+
+use std::path::PathBuf;
+
+use maestro_engine::EngineConfig;
+use maestro_tools::ssh::{SshConnection, SshRegistry};
+use maestro_tools::{McpConfig, ToolsConfig, WebConfig, mcp};
+use serde::{Deserialize, Serialize};
+
+use crate::engine::EngineSettings;
+use crate::error::ConfigError;
+use crate::llm::LlmConfig;
+
+/// Maestro's configuration, as loaded by [`Config::load`](crate::Config::load): the files merged,
+/// then the environment applied. Command-line flags are the caller's to apply on top (set the
+/// public fields).
+///
+/// `Debug` and [`Config::redacted_yaml`] never show a secret.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    pub llm: LlmConfig,
+    pub engine: EngineSettings,
+    pub tools: ToolsConfig,
+    pub web: WebConfig,
+    pub mcp: McpConfig,
+    pub ssh: SshConfig,
+    pub paths: PathsConfig,
+}
+
+/// `ssh:` — the SSH connections agents may use (by id, through `allowed_ssh_connections`).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SshConfig {
+    pub connections: Vec<SshConnection>,
+}
+
+impl SshConfig {
+    /// The registry the SSH tools read. Duplicate ids are refused when loading, so this only
+    /// fails for a configuration changed in code afterwards.
+    pub fn registry(&self) -> Result<SshRegistry, String> {
+        SshRegistry::new(self.connections.clone())
+    }
+}
+
+/// `paths:` — where runs, pieces and facets live. After loading, every path is absolute: a
+/// relative path in a file is taken from the directory that holds the file's `.maestro/`
+/// directory (the file's own directory for a `--config` file elsewhere), a default from the
+/// project root, and `~/` means the home directory.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PathsConfig {
+    /// Where run records are written.
+    pub runs_dir: PathBuf,
+    /// Where pieces are found by name, in order.
+    pub pieces_dirs: Vec<PathBuf>,
+    /// Further directories searched for facets (personas, policies, knowledge, instructions,
+    /// output contracts) after a piece's own.
+    pub facets_dirs: Vec<PathBuf>,
+}
+
+impl Default for PathsConfig {
+    fn default() -> Self {
+        PathsConfig {
+            runs_dir: PathBuf::from(".maestro/runs"),
+            pieces_dirs: vec![PathBuf::from(".maestro/pieces"), PathBuf::from("pieces")],
+            facets_dirs: Vec::new(),
+        }
+    }
+}
+
+impl Config {
+    /// The engine's configuration: `engine:` with the model and context length of `llm:`.
+    /// Fails with [`ConfigError::NoModel`] when no model is configured.
+    pub fn engine_config(&self) -> Result<EngineConfig, ConfigError> {
+        let model = self.llm.require_model()?;
+        Ok(self.engine.to_engine_config(model, self.llm.effective_context_length()))
+    }
+
+    /// Problems no single field's type catches, as (field path, what is wrong, the fix).
+    pub(crate) fn check(&self) -> Vec<Check> {
+        let mut found = Vec::new();
+        let mut fail = |field: &[&str], message: String, fix: &str| {
+            found.push(Check {
+                field: field.iter().map(|s| s.to_string()).collect(),
+                message,
+                fix: fix.to_string(),
+            });
+        };
+        let llm = &self.llm;
+        if !(llm.base_url.starts_with("http://") || llm.base_url.starts_with("https://")) {
+            fail(
+                &["llm", "base_url"],
+                format!("{:?} is not an http(s) URL", llm.base_url),
+                "give the API root with its version segment, e.g. http://127.0.0.1:11434/v1",
+            );
+        }
+        if llm.model.as_deref() == Some("") {
+            fail(&["llm", "model"], "the model name is empty".into(), "name a model or remove the field");
+        }
+        if llm.api_key_env.as_deref() == Some("") {
+            fail(
+                &["llm", "api_key_env"],
+                "the variable name is empty".into(),
+                "name the environment variable holding the key, e.g. OPENAI_API_KEY",
+            );
+        }
+        if llm.idle_timeout_secs == 0 {
+            fail(&["llm", "idle_timeout_secs"], "must be at least 1".into(), "give a number of seconds, e.g. 120");
+        }
+        let retry = &llm.retry;
+        if retry.max_attempts == 0 {
+            fail(&["llm", "retry", "max_attempts"], "must be at least 1".into(), "use 1 to disable retries");
+        }
+        if retry.initial_ms > retry.max_ms {
+            fail(
+                &["llm", "retry", "initial_ms"],
+                format!("{} is larger than max_ms ({})", retry.initial_ms, retry.max_ms),
+                "make initial_ms at most max_ms",
+            );
+        }
+        if !(0.0..=1.0).contains(&retry.jitter) {
+            fail(&["llm", "retry", "jitter"], format!("{} is outside 0.0..=1.0", retry.jitter), "use e.g. 0.2 for ±20 %");
+        }
+        let t = &self.engine.context_thresholds;
+        if !(0.0 < t.warn && t.warn <= t.prompt && t.prompt <= t.force && t.force <= 1.0) {
+            fail(
+                &["engine", "context_thresholds"],
+                format!("warn {}, prompt {}, force {} are not increasing fractions", t.warn, t.prompt, t.force),
+                "use 0 < warn <= prompt <= force <= 1, e.g. 0.70, 0.85, 0.95",
+            );
+        }
+        for slug in self.mcp.servers.keys() {
+            if let Err(message) = mcp::check_slug(slug) {
+                fail(&["mcp", "servers", slug], message, "rename the server");
+            }
+        }
+        for (index, connection) in self.ssh.connections.iter().enumerate() {
+            let earlier = &self.ssh.connections[..index];
+            if earlier.iter().any(|c| c.id == connection.id) {
+                let index = index.to_string();
+                fail(
+                    &["ssh", "connections", &index, "id"],
+                    format!("the id {} is declared twice", connection.id),
+                    "give every connection its own id (e.g. from `uuidgen`)",
+                );
+            }
+        }
+        found
+    }
+}
+
+/// One failed cross-field check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Check {
+    pub field: Vec<String>,
+    pub message: String,
+    pub fix: String,
+}

@@ -1,0 +1,159 @@
+//! `llm:` — the model endpoint: where it is, which model, the key, the tool mode, timeouts, the
+//! retry policy and per-model overrides; turned into the client's [`OpenAiConfig`].
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use maestro_llm::{OpenAiConfig, RetryPolicy, ToolMode};
+use maestro_protocol::Secret;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::error::ConfigError;
+
+/// The default endpoint: a local Ollama.
+pub const DEFAULT_BASE_URL: &str = "http://127.0.0.1:11434/v1";
+
+/// `llm:` in the configuration. Serialising it (for display) shows the key as `***`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LlmConfig {
+    /// The API root including the version segment.
+    pub base_url: String,
+    /// The model name sent with every request. There is no default: a run without one stops
+    /// with [`ConfigError::NoModel`].
+    pub model: Option<String>,
+    /// The name of the environment variable holding the API key (e.g. `OPENAI_API_KEY`). It is
+    /// read when the configuration is loaded.
+    pub api_key_env: Option<String>,
+    /// The API key itself; prefer `api_key_env` so the key stays out of files. After loading it
+    /// holds the key in effect, whichever way it was given.
+    #[serde(deserialize_with = "secret_from_text", serialize_with = "secret_as_stars")]
+    pub api_key: Option<Secret>,
+    pub tool_mode: ToolMode,
+    /// The model's context window in tokens; unset asks the endpoint.
+    pub context_length: Option<u64>,
+    /// The longest silence tolerated while waiting for the model, in seconds.
+    pub idle_timeout_secs: u64,
+    pub retry: RetrySettings,
+    /// Settings that apply only when `model` is the named one.
+    pub models: BTreeMap<String, ModelOverrides>,
+}
+
+impl Default for LlmConfig {
+    /// A local Ollama endpoint, no model, no key, `auto` tool mode and the client's own
+    /// timeout and retry defaults.
+    fn default() -> Self {
+        let client = OpenAiConfig::new(DEFAULT_BASE_URL);
+        LlmConfig {
+            base_url: DEFAULT_BASE_URL.to_string(),
+            model: None,
+            api_key_env: None,
+            api_key: None,
+            tool_mode: ToolMode::Auto,
+            context_length: None,
+            idle_timeout_secs: client.idle_timeout.as_secs(),
+            retry: RetrySettings::from(client.retry),
+            models: BTreeMap::new(),
+        }
+    }
+}
+
+/// `llm.retry:` — exponential backoff with jitter (see [`RetryPolicy`]).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RetrySettings {
+    /// Attempts in total, the first included; `1` disables retries.
+    pub max_attempts: u32,
+    /// The wait after the first failure, in milliseconds.
+    pub initial_ms: u64,
+    /// The longest wait, in milliseconds.
+    pub max_ms: u64,
+    /// Relative spread of the wait, `0.0` to `1.0`.
+    pub jitter: f64,
+}
+
+impl Default for RetrySettings {
+    fn default() -> Self {
+        RetrySettings::from(RetryPolicy::default())
+    }
+}
+
+impl From<RetryPolicy> for RetrySettings {
+    fn from(policy: RetryPolicy) -> Self {
+        RetrySettings {
+            max_attempts: policy.max_attempts,
+            initial_ms: u64::try_from(policy.initial.as_millis()).unwrap_or(u64::MAX),
+            max_ms: u64::try_from(policy.max.as_millis()).unwrap_or(u64::MAX),
+            jitter: policy.jitter,
+        }
+    }
+}
+
+impl From<RetrySettings> for RetryPolicy {
+    fn from(settings: RetrySettings) -> Self {
+        RetryPolicy {
+            max_attempts: settings.max_attempts,
+            initial: Duration::from_millis(settings.initial_ms),
+            max: Duration::from_millis(settings.max_ms),
+            jitter: settings.jitter,
+        }
+    }
+}
+
+/// `llm.models.<name>:` — what differs for one model.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ModelOverrides {
+    pub tool_mode: Option<ToolMode>,
+    pub context_length: Option<u64>,
+}
+
+impl LlmConfig {
+    /// The model to use, or the error a run reports when none is configured.
+    pub fn require_model(&self) -> Result<&str, ConfigError> {
+        self.model.as_deref().filter(|m| !m.is_empty()).ok_or(ConfigError::NoModel)
+    }
+
+    /// The overrides for the configured model, if it has any.
+    fn overrides(&self) -> ModelOverrides {
+        self.model.as_ref().and_then(|m| self.models.get(m)).copied().unwrap_or_default()
+    }
+
+    /// The tool mode in effect for the configured model.
+    pub fn effective_tool_mode(&self) -> ToolMode {
+        self.overrides().tool_mode.unwrap_or(self.tool_mode)
+    }
+
+    /// The context length in effect for the configured model.
+    pub fn effective_context_length(&self) -> Option<u64> {
+        self.overrides().context_length.or(self.context_length)
+    }
+
+    /// The client configuration: endpoint, key, tool mode and context length (per-model
+    /// overrides applied), idle timeout and retry policy; everything else keeps
+    /// [`OpenAiConfig::new`]'s defaults.
+    pub fn to_openai_config(&self) -> OpenAiConfig {
+        let mut config = OpenAiConfig::new(self.base_url.clone())
+            .with_tool_mode(self.effective_tool_mode())
+            .with_idle_timeout(Duration::from_secs(self.idle_timeout_secs))
+            .with_retry(self.retry.into());
+        if let Some(key) = &self.api_key {
+            config = config.with_api_key(key.clone());
+        }
+        if let Some(tokens) = self.effective_context_length() {
+            config = config.with_context_length(tokens);
+        }
+        config
+    }
+}
+
+fn secret_from_text<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Secret>, D::Error> {
+    Ok(Option::<String>::deserialize(d)?.map(Secret::new))
+}
+
+fn secret_as_stars<S: Serializer>(secret: &Option<Secret>, s: S) -> Result<S::Ok, S::Error> {
+    match secret {
+        Some(_) => s.serialize_str("***"),
+        None => s.serialize_none(),
+    }
+}

@@ -1,0 +1,58 @@
+//! Load and validate pieces: all 33 takt builtins (facets read from disk, as in a real load),
+//! one takt piece alone, and the graph examples.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::PathBuf;
+
+use maestro_piece::{LoadOptions, discover, load_str};
+
+fn main() {
+    divan::main();
+}
+
+fn sources(rel: &str) -> Vec<(PathBuf, String)> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/fixtures")
+        .join(rel);
+    discover(&dir)
+        .into_iter()
+        .map(|p| {
+            let text = std::fs::read_to_string(&p).unwrap();
+            (p, text)
+        })
+        .collect()
+}
+
+/// All 33 takt builtins, loaded and validated one after another.
+#[divan::bench]
+fn takt_builtins_all(bencher: divan::Bencher) {
+    let pieces = sources("takt-v0.30/builtins/en/pieces");
+    assert_eq!(pieces.len(), 33);
+    let opts = LoadOptions::default();
+    bencher.bench(|| {
+        for (path, text) in &pieces {
+            divan::black_box(load_str(text, path, &opts).unwrap());
+        }
+    });
+}
+
+/// One typical takt piece (`default.yaml`: 7 movements, a parallel step, loop monitors).
+#[divan::bench]
+fn takt_default_one(bencher: divan::Bencher) {
+    let pieces = sources("takt-v0.30/builtins/en/pieces");
+    let (path, text) = pieces.iter().find(|(p, _)| p.ends_with("default.yaml")).unwrap();
+    let opts = LoadOptions::default();
+    bencher.bench(|| divan::black_box(load_str(text, path, &opts).unwrap()));
+}
+
+/// The graph examples (JSON Schema compilation included).
+#[divan::bench]
+fn graph_examples_all(bencher: divan::Bencher) {
+    let pieces = sources("workflow-graph");
+    let opts = LoadOptions::default();
+    bencher.bench(|| {
+        for (path, text) in &pieces {
+            divan::black_box(load_str(text, path, &opts).unwrap());
+        }
+    });
+}

@@ -50,6 +50,10 @@ pub struct Args {
     /// Cap on each answer's length in tokens.
     #[arg(long, env = "MAESTRO_MAX_TOKENS")]
     max_tokens: Option<u32>,
+    /// Carried text (previous answers, knowledge, reports) longer than this many characters is
+    /// cut in prompts, pointing to the full copy.
+    #[arg(long, default_value_t = 20_000)]
+    max_carried_chars: usize,
     /// Directories searched for pieces by name and by the classifier (default: `.maestro/pieces`
     /// and `pieces`).
     #[arg(long)]
@@ -115,6 +119,7 @@ async fn run_async(args: Args) -> anyhow::Result<u8> {
     config.context_length = args.context_length;
     config.max_iterations_per_movement = args.max_iterations;
     config.max_tokens = args.max_tokens;
+    config.max_carried_chars = args.max_carried_chars;
     let mut engine = Engine::new(provider, Registry::builtin(ToolsConfig::default()), config);
     if let Some(key) = api_key {
         engine = engine.with_secret(key);

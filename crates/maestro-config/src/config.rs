@@ -75,7 +75,9 @@ impl Config {
     /// Fails with [`ConfigError::NoModel`] when no model is configured.
     pub fn engine_config(&self) -> Result<EngineConfig, ConfigError> {
         let model = self.llm.require_model()?;
-        Ok(self.engine.to_engine_config(model, self.llm.effective_context_length()))
+        Ok(self
+            .engine
+            .to_engine_config(model, self.llm.effective_context_length()))
     }
 
     /// Problems no single field's type catches, as (field path, what is wrong, the fix).
@@ -97,7 +99,11 @@ impl Config {
             );
         }
         if llm.model.as_deref() == Some("") {
-            fail(&["llm", "model"], "the model name is empty".into(), "name a model or remove the field");
+            fail(
+                &["llm", "model"],
+                "the model name is empty".into(),
+                "name a model or remove the field",
+            );
         }
         if llm.api_key_env.as_deref() == Some("") {
             fail(
@@ -107,27 +113,45 @@ impl Config {
             );
         }
         if llm.idle_timeout_secs == 0 {
-            fail(&["llm", "idle_timeout_secs"], "must be at least 1".into(), "give a number of seconds, e.g. 120");
+            fail(
+                &["llm", "idle_timeout_secs"],
+                "must be at least 1".into(),
+                "give a number of seconds, e.g. 120",
+            );
         }
         let retry = &llm.retry;
         if retry.max_attempts == 0 {
-            fail(&["llm", "retry", "max_attempts"], "must be at least 1".into(), "use 1 to disable retries");
+            fail(
+                &["llm", "retry", "max_attempts"],
+                "must be at least 1".into(),
+                "use 1 to disable retries",
+            );
         }
         if retry.initial_ms > retry.max_ms {
             fail(
                 &["llm", "retry", "initial_ms"],
-                format!("{} is larger than max_ms ({})", retry.initial_ms, retry.max_ms),
+                format!(
+                    "{} is larger than max_ms ({})",
+                    retry.initial_ms, retry.max_ms
+                ),
                 "make initial_ms at most max_ms",
             );
         }
         if !(0.0..=1.0).contains(&retry.jitter) {
-            fail(&["llm", "retry", "jitter"], format!("{} is outside 0.0..=1.0", retry.jitter), "use e.g. 0.2 for ±20 %");
+            fail(
+                &["llm", "retry", "jitter"],
+                format!("{} is outside 0.0..=1.0", retry.jitter),
+                "use e.g. 0.2 for ±20 %",
+            );
         }
         let t = &self.engine.context_thresholds;
         if !(0.0 < t.warn && t.warn <= t.prompt && t.prompt <= t.force && t.force <= 1.0) {
             fail(
                 &["engine", "context_thresholds"],
-                format!("warn {}, prompt {}, force {} are not increasing fractions", t.warn, t.prompt, t.force),
+                format!(
+                    "warn {}, prompt {}, force {} are not increasing fractions",
+                    t.warn, t.prompt, t.force
+                ),
                 "use 0 < warn <= prompt <= force <= 1, e.g. 0.70, 0.85, 0.95",
             );
         }

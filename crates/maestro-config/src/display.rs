@@ -49,10 +49,17 @@ fn redacted_map<'a>(keys: impl Iterator<Item = &'a String>) -> Map<String, Value
 
 fn mcp_server(server: &McpServer) -> Value {
     match server {
-        McpServer::Stdio { command, args, env, cwd } => json!({
+        McpServer::Stdio {
+            command,
+            args,
+            env,
+            cwd,
+        } => json!({
             "command": command, "args": args, "env": redacted_map(env.keys()), "cwd": cwd,
         }),
-        McpServer::Http { url, headers } => json!({"url": url, "headers": redacted_map(headers.keys())}),
+        McpServer::Http { url, headers } => {
+            json!({"url": url, "headers": redacted_map(headers.keys())})
+        }
     }
 }
 
@@ -72,4 +79,3 @@ fn ssh_connection(c: &SshConnection) -> Value {
         "insecure_accept_any_host_key": c.insecure_accept_any_host_key,
     })
 }
-

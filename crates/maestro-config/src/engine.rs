@@ -22,6 +22,8 @@ pub struct EngineSettings {
     pub interactive: bool,
     /// Kept as `f64` so it reads and shows as written (`0.2`, not `0.20000000298023224`).
     pub temperature: Option<f64>,
+    /// Cap on each answer's length in tokens; none leaves it to the endpoint.
+    pub max_tokens: Option<u32>,
     /// Reminders to call `transition`/`complete` after a plain-text turn (maestro dialect).
     pub control_reminders: u32,
     /// Extra requests after invalid frontmatter (graph dialect).
@@ -38,6 +40,7 @@ impl Default for EngineSettings {
             max_carried_chars: engine.max_carried_chars,
             interactive: engine.interactive,
             temperature: engine.temperature.map(f64::from),
+            max_tokens: engine.max_tokens,
             control_reminders: engine.control_reminders,
             frontmatter_retries: engine.frontmatter_retries,
         }
@@ -47,7 +50,11 @@ impl Default for EngineSettings {
 impl EngineSettings {
     /// The engine's configuration for `model` with a known (or unknown) context window.
     /// Fields added to [`EngineConfig`] later keep its own defaults until they are mirrored here.
-    pub fn to_engine_config(&self, model: impl Into<String>, context_length: Option<u64>) -> EngineConfig {
+    pub fn to_engine_config(
+        &self,
+        model: impl Into<String>,
+        context_length: Option<u64>,
+    ) -> EngineConfig {
         let mut config = EngineConfig::new(model);
         config.max_iterations_per_movement = self.max_iterations_per_movement;
         config.context_thresholds = self.context_thresholds;
@@ -56,6 +63,7 @@ impl EngineSettings {
         config.max_carried_chars = self.max_carried_chars;
         config.interactive = self.interactive;
         config.temperature = self.temperature.map(|t| t as f32);
+        config.max_tokens = self.max_tokens;
         config.control_reminders = self.control_reminders;
         config.frontmatter_retries = self.frontmatter_retries;
         config
@@ -70,7 +78,11 @@ mod tests {
 
     #[test]
     fn every_setting_reaches_the_engine() {
-        let thresholds = ContextThresholds { warn: 0.5, prompt: 0.6, force: 0.7 };
+        let thresholds = ContextThresholds {
+            warn: 0.5,
+            prompt: 0.6,
+            force: 0.7,
+        };
         let settings = EngineSettings {
             max_iterations_per_movement: 7,
             context_thresholds: thresholds,
@@ -78,6 +90,7 @@ mod tests {
             max_carried_chars: 1234,
             interactive: true,
             temperature: Some(0.25),
+            max_tokens: Some(512),
             control_reminders: 5,
             frontmatter_retries: 6,
         };
@@ -92,6 +105,7 @@ mod tests {
                 max_carried_chars: 1234,
                 interactive: true,
                 temperature: Some(0.25),
+                max_tokens: Some(512),
                 control_reminders: 5,
                 frontmatter_retries: 6,
             }

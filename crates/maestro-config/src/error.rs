@@ -47,7 +47,11 @@ pub struct Problem {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Origin {
     /// A configuration file; line and column are 1-based and known for nearly every problem.
-    File { path: PathBuf, line: Option<u64>, column: Option<u64> },
+    File {
+        path: PathBuf,
+        line: Option<u64>,
+        column: Option<u64>,
+    },
     /// An environment variable (`MAESTRO_LLM_BASE_URL`, or the one `llm.api_key_env` names).
     Env { var: String },
     /// The files taken together (each was valid alone), or the built-in defaults when the list
@@ -64,15 +68,25 @@ impl Problem {
 impl fmt::Display for Origin {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Origin::File { path, line: Some(line), column: Some(column) } => {
+            Origin::File {
+                path,
+                line: Some(line),
+                column: Some(column),
+            } => {
                 write!(f, "{}:{line}:{column}", path.display())
             }
-            Origin::File { path, line: Some(line), column: None } => {
+            Origin::File {
+                path,
+                line: Some(line),
+                column: None,
+            } => {
                 write!(f, "{}:{line}", path.display())
             }
             Origin::File { path, .. } => write!(f, "{}", path.display()),
             Origin::Env { var } => write!(f, "environment variable {var}"),
-            Origin::Merged { paths } if paths.is_empty() => f.write_str("the default configuration"),
+            Origin::Merged { paths } if paths.is_empty() => {
+                f.write_str("the default configuration")
+            }
             Origin::Merged { paths } => {
                 let names: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
                 write!(f, "the configuration merged from {}", names.join(" and "))
@@ -83,6 +97,10 @@ impl fmt::Display for Origin {
 
 impl fmt::Display for Problem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: `{}`: {}\n  fix: {}", self.origin, self.field, self.message, self.fix)
+        write!(
+            f,
+            "{}: `{}`: {}\n  fix: {}",
+            self.origin, self.field, self.message, self.fix
+        )
     }
 }

@@ -27,7 +27,10 @@ pub struct LlmConfig {
     pub api_key_env: Option<String>,
     /// The API key itself; prefer `api_key_env` so the key stays out of files. After loading it
     /// holds the key in effect, whichever way it was given.
-    #[serde(deserialize_with = "secret_from_text", serialize_with = "secret_as_stars")]
+    #[serde(
+        deserialize_with = "secret_from_text",
+        serialize_with = "secret_as_stars"
+    )]
     pub api_key: Option<Secret>,
     pub tool_mode: ToolMode,
     /// The model's context window in tokens; unset asks the endpoint.
@@ -111,12 +114,19 @@ pub struct ModelOverrides {
 impl LlmConfig {
     /// The model to use, or the error a run reports when none is configured.
     pub fn require_model(&self) -> Result<&str, ConfigError> {
-        self.model.as_deref().filter(|m| !m.is_empty()).ok_or(ConfigError::NoModel)
+        self.model
+            .as_deref()
+            .filter(|m| !m.is_empty())
+            .ok_or(ConfigError::NoModel)
     }
 
     /// The overrides for the configured model, if it has any.
     fn overrides(&self) -> ModelOverrides {
-        self.model.as_ref().and_then(|m| self.models.get(m)).copied().unwrap_or_default()
+        self.model
+            .as_ref()
+            .and_then(|m| self.models.get(m))
+            .copied()
+            .unwrap_or_default()
     }
 
     /// The tool mode in effect for the configured model.

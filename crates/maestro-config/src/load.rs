@@ -37,8 +37,14 @@ pub struct LoadFrom {
 impl LoadFrom {
     /// The current directory and `$HOME`, with an optional `--config` file.
     pub fn current(explicit: Option<PathBuf>) -> std::io::Result<Self> {
-        let home = std::env::var_os("HOME").filter(|h| !h.is_empty()).map(PathBuf::from);
-        Ok(LoadFrom { explicit, cwd: std::env::current_dir()?, home })
+        let home = std::env::var_os("HOME")
+            .filter(|h| !h.is_empty())
+            .map(PathBuf::from);
+        Ok(LoadFrom {
+            explicit,
+            cwd: std::env::current_dir()?,
+            home,
+        })
     }
 }
 
@@ -74,8 +80,10 @@ impl Config {
         let mut merged = Value::Object(Default::default());
         let mut parsed: Vec<(&Source, KeyTree)> = Vec::new();
         for source in &sources {
-            let text = std::fs::read_to_string(&source.path)
-                .map_err(|e| ConfigError::Read { path: source.path.clone(), source: e })?;
+            let text = std::fs::read_to_string(&source.path).map_err(|e| ConfigError::Read {
+                path: source.path.clone(),
+                source: e,
+            })?;
             let ParsedFile { mut raw, keys } = parse_file(&source.path, &text)?;
             resolve_paths(&mut raw, &source.base, from.home.as_deref());
             merge(&mut merged, raw, &mut Vec::new());
@@ -96,14 +104,22 @@ impl Config {
         }
         let locate = |field: &[String]| -> Origin {
             if let Some((_, var)) = from_env.iter().find(|(f, _)| f.iter().eq(field.iter())) {
-                return Origin::Env { var: var.to_string() };
+                return Origin::Env {
+                    var: var.to_string(),
+                };
             }
             for (source, keys) in parsed.iter().rev() {
                 if let Some((line, column)) = keys.locate(field) {
-                    return Origin::File { path: source.path.clone(), line: Some(line), column: Some(column) };
+                    return Origin::File {
+                        path: source.path.clone(),
+                        line: Some(line),
+                        column: Some(column),
+                    };
                 }
             }
-            Origin::Merged { paths: files.clone() }
+            Origin::Merged {
+                paths: files.clone(),
+            }
         };
         if let Some(key) = env(ENV_API_KEY) {
             config.llm.api_key = Some(Secret::new(key));
@@ -115,7 +131,9 @@ impl Config {
                         origin: locate(&["llm".into(), "api_key_env".into()]),
                         field: "llm.api_key_env".into(),
                         message: format!("names the environment variable {var}, which is not set"),
-                        fix: format!("export {var}=<key>, set {ENV_API_KEY}, or remove llm.api_key_env"),
+                        fix: format!(
+                            "export {var}=<key>, set {ENV_API_KEY}, or remove llm.api_key_env"
+                        ),
                     }
                     .into_error());
                 }
@@ -144,7 +162,10 @@ impl Config {
 
 /// The files to read and the project root (where defaults' relative paths start).
 fn discover(from: &LoadFrom) -> Result<(Vec<Source>, PathBuf), ConfigError> {
-    let user = from.home.as_ref().map(|h| h.join(CONFIG_DIR).join(CONFIG_FILE));
+    let user = from
+        .home
+        .as_ref()
+        .map(|h| h.join(CONFIG_DIR).join(CONFIG_FILE));
     let same_file = |a: &Path, b: &Path| match (a.canonicalize(), b.canonicalize()) {
         (Ok(a), Ok(b)) => a == b,
         _ => a == b,
@@ -152,12 +173,24 @@ fn discover(from: &LoadFrom) -> Result<(Vec<Source>, PathBuf), ConfigError> {
     let project = from.cwd.ancestors().find_map(|dir| {
         let file = dir.join(CONFIG_DIR).join(CONFIG_FILE);
         let is_user = user.as_deref().is_some_and(|u| same_file(u, &file));
-        (file.is_file() && !is_user).then(|| Source { path: file, base: dir.to_path_buf() })
+        (file.is_file() && !is_user).then(|| Source {
+            path: file,
+            base: dir.to_path_buf(),
+        })
     });
-    let root = project.as_ref().map_or_else(|| from.cwd.clone(), |p| p.base.clone());
+    let root = project
+        .as_ref()
+        .map_or_else(|| from.cwd.clone(), |p| p.base.clone());
     if let Some(explicit) = &from.explicit {
-        let path = if explicit.is_absolute() { explicit.clone() } else { from.cwd.join(explicit) };
-        let dir = path.parent().map(Path::to_path_buf).unwrap_or_else(|| from.cwd.clone());
+        let path = if explicit.is_absolute() {
+            explicit.clone()
+        } else {
+            from.cwd.join(explicit)
+        };
+        let dir = path
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| from.cwd.clone());
         let base = match (dir.file_name(), dir.parent()) {
             (Some(name), Some(parent)) if name == CONFIG_DIR => parent.to_path_buf(),
             _ => dir,
@@ -165,10 +198,13 @@ fn discover(from: &LoadFrom) -> Result<(Vec<Source>, PathBuf), ConfigError> {
         return Ok((vec![Source { path, base }], root));
     }
     let mut sources = Vec::new();
-    if let (Some(path), Some(home)) = (user, &from.home) {
-        if path.is_file() {
-            sources.push(Source { path, base: home.clone() });
-        }
+    if let (Some(path), Some(home)) = (user, &from.home)
+        && path.is_file()
+    {
+        sources.push(Source {
+            path,
+            base: home.clone(),
+        });
     }
     sources.extend(project);
     Ok((sources, root))
@@ -198,12 +234,19 @@ fn merge(base: &mut Value, over: Value, path: &mut Vec<String>) {
 /// The merged tree read into [`Config`]. Each file was valid alone, so this fails only when the
 /// combination is not (e.g. half of a setting in each file).
 fn typed(merged: &Value, files: &[PathBuf]) -> Result<Config, ConfigError> {
-    let origin = || Origin::Merged { paths: files.to_vec() };
+    let origin = || Origin::Merged {
+        paths: files.to_vec(),
+    };
     // Through YAML rather than `serde_json::from_value`, so scalars are read as the typed parse
     // of one file reads them (`yes` where a boolean is expected, `123` where a string is).
     let text = serde_saphyr::to_string(merged).map_err(|e| {
-        Problem { origin: origin(), field: "(top level)".into(), message: e.to_string(), fix: "report this".into() }
-            .into_error()
+        Problem {
+            origin: origin(),
+            field: "(top level)".into(),
+            message: e.to_string(),
+            fix: "report this".into(),
+        }
+        .into_error()
     })?;
     let mut field = None;
     serde_saphyr::with_deserializer_from_str(&text, |de| {

@@ -28,12 +28,19 @@ pub(crate) fn parse_file(path: &Path, text: &str) -> Result<ParsedFile, ConfigEr
     // after merging still reads `yes`/`no` where a boolean is expected.
     let mut options = Options::default();
     options.strict_booleans = true;
-    let raw = serde_saphyr::from_str_with_options::<Value>(text, options)
-        .map_err(|e| {
-            let origin = Origin::File { path: path.to_path_buf(), line: None, column: None };
-            saphyr_problem(origin, None, &e, Some(text))
-        })?;
-    let raw = if raw.is_null() { Value::Object(Default::default()) } else { raw };
+    let raw = serde_saphyr::from_str_with_options::<Value>(text, options).map_err(|e| {
+        let origin = Origin::File {
+            path: path.to_path_buf(),
+            line: None,
+            column: None,
+        };
+        saphyr_problem(origin, None, &e, Some(text))
+    })?;
+    let raw = if raw.is_null() {
+        Value::Object(Default::default())
+    } else {
+        raw
+    };
     Ok(ParsedFile { raw, keys })
 }
 
@@ -49,7 +56,11 @@ fn check_typed(path: &Path, text: &str, keys: &KeyTree) -> Result<Config, Config
         })
     });
     let config = typed.map_err(|e| {
-        let origin = Origin::File { path: path.to_path_buf(), line: None, column: None };
+        let origin = Origin::File {
+            path: path.to_path_buf(),
+            line: None,
+            column: None,
+        };
         saphyr_problem(origin, field, &e, Some(text))
     })?;
     // Sections owned by other crates do not all deny unknown fields; refuse them here.
@@ -58,9 +69,17 @@ fn check_typed(path: &Path, text: &str, keys: &KeyTree) -> Result<Config, Config
         let (parent, name) = unknown.split_at(unknown.len().saturating_sub(1));
         let known = known_fields(parent);
         return Err(Problem {
-            origin: Origin::File { path: path.to_path_buf(), line, column },
+            origin: Origin::File {
+                path: path.to_path_buf(),
+                line,
+                column,
+            },
             field: unknown.join("."),
-            message: format!("unknown field `{}`, expected one of {}", name.join(""), known.join(", ")),
+            message: format!(
+                "unknown field `{}`, expected one of {}",
+                name.join(""),
+                known.join(", ")
+            ),
             fix: "remove it, or correct the spelling to one of the fields listed".into(),
         }
         .into_error());
@@ -92,9 +111,9 @@ fn segments(path: &serde_ignored::Path<'_>) -> Vec<String> {
             out.push(key.clone());
             out
         }
-        Path::Some { parent } | Path::NewtypeStruct { parent } | Path::NewtypeVariant { parent } => {
-            segments(parent)
-        }
+        Path::Some { parent }
+        | Path::NewtypeStruct { parent }
+        | Path::NewtypeVariant { parent } => segments(parent),
     }
 }
 
@@ -107,17 +126,28 @@ pub(crate) fn saphyr_problem(
 ) -> ConfigError {
     let origin = match origin {
         Origin::File { path, .. } => {
-            let (line, column) = error.location().filter(|l| l.line() > 0).map(|l| (l.line(), l.column())).unzip();
+            let (line, column) = error
+                .location()
+                .filter(|l| l.line() > 0)
+                .map(|l| (l.line(), l.column()))
+                .unzip();
             Origin::File { path, line, column }
         }
         other => other,
     };
-    let mut message = DefaultMessageFormatter.format_message(error.without_snippet()).into_owned();
+    let mut message = DefaultMessageFormatter
+        .format_message(error.without_snippet())
+        .into_owned();
     if let Some(kind) = message.strip_prefix("invalid ").and_then(plain_kind) {
         let found = match (&origin, source) {
-            (Origin::File { line: Some(line), column: Some(column), .. }, Some(text)) => {
-                value_at(text, *line, *column)
-            }
+            (
+                Origin::File {
+                    line: Some(line),
+                    column: Some(column),
+                    ..
+                },
+                Some(text),
+            ) => value_at(text, *line, *column),
             _ => None,
         };
         message = match found {
@@ -130,7 +160,13 @@ pub(crate) fn saphyr_problem(
         .filter(|f| !f.is_empty() && f != "?" && f != ".")
         .unwrap_or_else(|| "(top level)".to_string());
     let fix = fix_for(&message, &field);
-    Problem { origin, field, message, fix }.into_error()
+    Problem {
+        origin,
+        field,
+        message,
+        fix,
+    }
+    .into_error()
 }
 
 /// A scalar type of serde's messages (`invalid u64`) in words.
@@ -147,8 +183,13 @@ fn plain_kind(type_name: &str) -> Option<&'static str> {
 
 /// The scalar written at `line`:`column` (1-based), up to a comment or the line's end.
 fn value_at(text: &str, line: u64, column: u64) -> Option<String> {
-    let line = text.lines().nth(usize::try_from(line).ok()?.checked_sub(1)?)?;
-    let rest: String = line.chars().skip(usize::try_from(column).ok()?.saturating_sub(1)).collect();
+    let line = text
+        .lines()
+        .nth(usize::try_from(line).ok()?.checked_sub(1)?)?;
+    let rest: String = line
+        .chars()
+        .skip(usize::try_from(column).ok()?.saturating_sub(1))
+        .collect();
     let value = rest.split(" #").next()?.trim().trim_end_matches(',');
     (!value.is_empty() && value.chars().count() <= 80).then(|| value.to_string())
 }

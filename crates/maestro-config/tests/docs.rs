@@ -8,7 +8,10 @@ use maestro_config::Config;
 use serde_json::Value;
 
 fn docs() -> String {
-    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/configuration.md")).unwrap()
+    std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/configuration.md"),
+    )
+    .unwrap()
 }
 
 fn example(docs: &str) -> String {
@@ -22,9 +25,15 @@ fn example(docs: &str) -> String {
 /// (`llm.models`, `mcp.servers`) and lists count as leaves.
 fn leaves(value: &Value, prefix: &str, out: &mut Vec<String>) {
     match value {
-        Value::Object(map) if !map.is_empty() && !["llm.models", "mcp.servers"].contains(&prefix) => {
+        Value::Object(map)
+            if !map.is_empty() && !["llm.models", "mcp.servers"].contains(&prefix) =>
+        {
             for (key, child) in map {
-                let path = if prefix.is_empty() { key.clone() } else { format!("{prefix}.{key}") };
+                let path = if prefix.is_empty() {
+                    key.clone()
+                } else {
+                    format!("{prefix}.{key}")
+                };
                 leaves(child, &path, out);
             }
         }
@@ -37,22 +46,37 @@ fn every_field_is_documented() {
     let docs = docs();
     let mut fields = Vec::new();
     leaves(&Config::default().redacted_value(), "", &mut fields);
-    let missing: Vec<&String> = fields.iter().filter(|f| !docs.contains(&format!("| `{f}` |"))).collect();
-    assert!(missing.is_empty(), "fields without a row in docs/configuration.md: {missing:?}");
+    let missing: Vec<&String> = fields
+        .iter()
+        .filter(|f| !docs.contains(&format!("| `{f}` |")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "fields without a row in docs/configuration.md: {missing:?}"
+    );
     assert!(fields.len() > 40, "{fields:?}");
 }
 
 #[test]
 fn the_example_loads_and_displays_as_written() {
     let config = Config::from_yaml_str(&example(&docs()), Path::new("example.yaml")).unwrap();
-    assert_eq!(config.llm.model.as_deref(), Some("qwen2.5-coder-7b-instruct"));
+    assert_eq!(
+        config.llm.model.as_deref(),
+        Some("qwen2.5-coder-7b-instruct")
+    );
     insta::assert_snapshot!(config.redacted_yaml());
 }
 
 #[test]
 fn an_error_reads_as_documented() {
-    let err = Config::from_yaml_str("llm:\n  model: m\n  modle: n\n", Path::new("/home/ana/proj/.maestro/config.yaml"))
-        .unwrap_err();
+    let err = Config::from_yaml_str(
+        "llm:\n  model: m\n  modle: n\n",
+        Path::new("/home/ana/proj/.maestro/config.yaml"),
+    )
+    .unwrap_err();
     insta::assert_snapshot!(err.to_string());
-    assert!(docs().contains(&err.to_string()), "docs/configuration.md shows another message");
+    assert!(
+        docs().contains(&err.to_string()),
+        "docs/configuration.md shows another message"
+    );
 }

@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use maestro_config::{
-    Config, ConfigError, LlmConfig, LoadFrom, ModelOverrides, Origin, PathsConfig, Problem, RetrySettings,
+    Config, ConfigError, LlmConfig, LoadFrom, ModelOverrides, Origin, PathsConfig, Problem,
+    RetrySettings,
 };
 use maestro_llm::ToolMode;
 use maestro_protocol::Secret;
@@ -29,7 +30,12 @@ impl Dirs {
         let cwd = project.join("src/deep");
         std::fs::create_dir_all(&home).unwrap();
         std::fs::create_dir_all(&cwd).unwrap();
-        Dirs { _tmp: tmp, home, project, cwd }
+        Dirs {
+            _tmp: tmp,
+            home,
+            project,
+            cwd,
+        }
     }
 
     fn write(&self, path: &Path, text: &str) -> PathBuf {
@@ -47,15 +53,26 @@ impl Dirs {
     }
 
     fn from(&self) -> LoadFrom {
-        LoadFrom { explicit: None, cwd: self.cwd.clone(), home: Some(self.home.clone()) }
+        LoadFrom {
+            explicit: None,
+            cwd: self.cwd.clone(),
+            home: Some(self.home.clone()),
+        }
     }
 
     fn load(&self, env: &[(&str, &str)]) -> Result<(Config, Vec<PathBuf>), ConfigError> {
         self.load_from(self.from(), env)
     }
 
-    fn load_from(&self, from: LoadFrom, env: &[(&str, &str)]) -> Result<(Config, Vec<PathBuf>), ConfigError> {
-        let env: BTreeMap<String, String> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    fn load_from(
+        &self,
+        from: LoadFrom,
+        env: &[(&str, &str)],
+    ) -> Result<(Config, Vec<PathBuf>), ConfigError> {
+        let env: BTreeMap<String, String> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         Config::load_with_env(from, move |name| env.get(name).cloned())
     }
 }
@@ -84,7 +101,10 @@ fn without_files_the_defaults_apply_with_paths_under_the_current_directory() {
         }
     );
     let err = config.engine_config().unwrap_err();
-    assert_eq!(err.to_string(), "no model: set llm.model, MAESTRO_MODEL or --model");
+    assert_eq!(
+        err.to_string(),
+        "no model: set llm.model, MAESTRO_MODEL or --model"
+    );
 }
 
 #[test]
@@ -104,13 +124,21 @@ fn the_project_file_overrides_the_user_file_field_by_field() {
         LlmConfig {
             base_url: "http://10.0.0.5:8080/v1".into(),
             model: Some("project-model".into()),
-            retry: RetrySettings { max_attempts: 3, initial_ms: 200, max_ms: 30_000, jitter: 0.5 },
+            retry: RetrySettings {
+                max_attempts: 3,
+                initial_ms: 200,
+                max_ms: 30_000,
+                jitter: 0.5
+            },
             ..LlmConfig::default()
         }
     );
     // Lists are replaced, not appended.
     assert_eq!(config.tools.writable_dirs, vec!["."]);
-    assert_eq!(config.tools.bash_sandbox, maestro_tools::BashSandboxMode::Off);
+    assert_eq!(
+        config.tools.bash_sandbox,
+        maestro_tools::BashSandboxMode::Off
+    );
     // Defaults' relative paths start at the project root, not the directory run from.
     assert_eq!(config.paths.runs_dir, dirs.project.join(".maestro/runs"));
 }
@@ -120,20 +148,35 @@ fn an_explicit_file_replaces_the_user_and_project_files() {
     let dirs = Dirs::new();
     dirs.user_file("llm:\n  model: user-model\n  context_length: 4096\n");
     dirs.project_file("llm:\n  model: project-model\n");
-    let explicit = dirs.write(&dirs.home.join("ci/maestro.yaml"), "llm:\n  model: ci-model\npaths:\n  runs_dir: runs\n");
-    let from = LoadFrom { explicit: Some(explicit.clone()), ..dirs.from() };
+    let explicit = dirs.write(
+        &dirs.home.join("ci/maestro.yaml"),
+        "llm:\n  model: ci-model\npaths:\n  runs_dir: runs\n",
+    );
+    let from = LoadFrom {
+        explicit: Some(explicit.clone()),
+        ..dirs.from()
+    };
     let (config, files) = dirs.load_from(from, &[]).unwrap();
     assert_eq!(files, vec![explicit]);
-    assert_eq!((config.llm.model.as_deref(), config.llm.context_length), (Some("ci-model"), None));
+    assert_eq!(
+        (config.llm.model.as_deref(), config.llm.context_length),
+        (Some("ci-model"), None)
+    );
     assert_eq!(config.paths.runs_dir, dirs.home.join("ci/runs"));
 }
 
 #[test]
 fn a_missing_explicit_file_is_an_error_naming_it() {
     let dirs = Dirs::new();
-    let from = LoadFrom { explicit: Some("nope.yaml".into()), ..dirs.from() };
+    let from = LoadFrom {
+        explicit: Some("nope.yaml".into()),
+        ..dirs.from()
+    };
     let err = dirs.load_from(from, &[]).unwrap_err();
-    assert!(matches!(&err, ConfigError::Read { path, .. } if *path == dirs.cwd.join("nope.yaml")), "{err}");
+    assert!(
+        matches!(&err, ConfigError::Read { path, .. } if *path == dirs.cwd.join("nope.yaml")),
+        "{err}"
+    );
 }
 
 #[test]
@@ -156,15 +199,27 @@ fn relative_paths_start_where_the_file_lives_and_tilde_is_home() {
 fn the_environment_overrides_the_files() {
     let dirs = Dirs::new();
     dirs.project_file("llm:\n  model: file-model\n  api_key: sk-from-file-123\n");
-    let env = [("MAESTRO_MODEL", "env-model"), ("MAESTRO_LLM_BASE_URL", "http://127.0.0.1:9/v1")];
+    let env = [
+        ("MAESTRO_MODEL", "env-model"),
+        ("MAESTRO_LLM_BASE_URL", "http://127.0.0.1:9/v1"),
+    ];
     let (config, _) = dirs.load(&env).unwrap();
     assert_eq!(config.llm.model.as_deref(), Some("env-model"));
     assert_eq!(config.llm.base_url, "http://127.0.0.1:9/v1");
     assert_eq!(config.llm.api_key, Some(Secret::new("sk-from-file-123")));
 
-    let (config, _) = dirs.load(&[("MAESTRO_API_KEY", "sk-from-env-456"), ("MAESTRO_MODEL", "")]).unwrap();
+    let (config, _) = dirs
+        .load(&[
+            ("MAESTRO_API_KEY", "sk-from-env-456"),
+            ("MAESTRO_MODEL", ""),
+        ])
+        .unwrap();
     assert_eq!(config.llm.api_key, Some(Secret::new("sk-from-env-456")));
-    assert_eq!(config.llm.model.as_deref(), Some("file-model"), "an empty variable counts as unset");
+    assert_eq!(
+        config.llm.model.as_deref(),
+        Some("file-model"),
+        "an empty variable counts as unset"
+    );
 }
 
 #[test]
@@ -172,15 +227,27 @@ fn the_key_is_read_from_the_variable_api_key_env_names() {
     let dirs = Dirs::new();
     dirs.project_file("llm:\n  model: m\n  api_key_env: MY_LLM_KEY\n");
     let (config, _) = dirs.load(&[("MY_LLM_KEY", "sk-named-789")]).unwrap();
-    assert_eq!(config.to_owned().llm.to_openai_config().api_key, Some(Secret::new("sk-named-789")));
-    let (config, _) = dirs.load(&[("MY_LLM_KEY", "sk-named-789"), ("MAESTRO_API_KEY", "sk-wins")]).unwrap();
+    assert_eq!(
+        config.to_owned().llm.to_openai_config().api_key,
+        Some(Secret::new("sk-named-789"))
+    );
+    let (config, _) = dirs
+        .load(&[
+            ("MY_LLM_KEY", "sk-named-789"),
+            ("MAESTRO_API_KEY", "sk-wins"),
+        ])
+        .unwrap();
     assert_eq!(config.llm.api_key, Some(Secret::new("sk-wins")));
 
     let missing = problem(dirs.load(&[]));
     assert_eq!(
         missing,
         Problem {
-            origin: Origin::File { path: dirs.project.join(".maestro/config.yaml"), line: Some(3), column: Some(3) },
+            origin: Origin::File {
+                path: dirs.project.join(".maestro/config.yaml"),
+                line: Some(3),
+                column: Some(3)
+            },
             field: "llm.api_key_env".into(),
             message: "names the environment variable MY_LLM_KEY, which is not set".into(),
             fix: "export MY_LLM_KEY=<key>, set MAESTRO_API_KEY, or remove llm.api_key_env".into(),
@@ -199,10 +266,16 @@ fn per_model_overrides_apply_to_the_configured_model_only() {
     let (config, _) = dirs.load(&[]).unwrap();
     assert_eq!(
         config.llm.models["qwen2.5-coder"],
-        ModelOverrides { tool_mode: Some(ToolMode::Json), context_length: Some(8192) }
+        ModelOverrides {
+            tool_mode: Some(ToolMode::Json),
+            context_length: Some(8192)
+        }
     );
     let client = config.llm.to_openai_config();
-    assert_eq!((client.tool_mode, client.context_length), (ToolMode::Json, Some(8192)));
+    assert_eq!(
+        (client.tool_mode, client.context_length),
+        (ToolMode::Json, Some(8192))
+    );
     assert_eq!(client.idle_timeout, std::time::Duration::from_secs(30));
     assert_eq!(
         client.retry,
@@ -217,7 +290,10 @@ fn per_model_overrides_apply_to_the_configured_model_only() {
 
     let (config, _) = dirs.load(&[("MAESTRO_MODEL", "llama3")]).unwrap();
     let client = config.llm.to_openai_config();
-    assert_eq!((client.tool_mode, client.context_length), (ToolMode::Native, Some(32768)));
+    assert_eq!(
+        (client.tool_mode, client.context_length),
+        (ToolMode::Native, Some(32768))
+    );
     assert_eq!(config.engine_config().unwrap().model, "llama3");
 }
 
@@ -226,12 +302,33 @@ fn an_unknown_field_names_file_line_column_and_the_known_fields() {
     let dirs = Dirs::new();
     let file = dirs.project_file("llm:\n  model: m\n  modle: n\n");
     let found = problem(dirs.load(&[]));
-    assert_eq!(found.origin, Origin::File { path: file.clone(), line: Some(3), column: Some(3) });
+    assert_eq!(
+        found.origin,
+        Origin::File {
+            path: file.clone(),
+            line: Some(3),
+            column: Some(3)
+        }
+    );
     assert_eq!(found.field, "llm.modle");
-    assert!(found.message.starts_with("unknown field `modle`, expected one of base_url, model, api_key_env"), "{found}");
+    assert!(
+        found
+            .message
+            .starts_with("unknown field `modle`, expected one of base_url, model, api_key_env"),
+        "{found}"
+    );
     let shown = found.to_string();
-    assert!(shown.starts_with(&format!("{}:3:3: `llm.modle`: unknown field", file.display())), "{shown}");
-    assert!(shown.ends_with("fix: remove it, or correct the spelling to one of the fields listed"), "{shown}");
+    assert!(
+        shown.starts_with(&format!(
+            "{}:3:3: `llm.modle`: unknown field",
+            file.display()
+        )),
+        "{shown}"
+    );
+    assert!(
+        shown.ends_with("fix: remove it, or correct the spelling to one of the fields listed"),
+        "{shown}"
+    );
 }
 
 #[test]
@@ -239,9 +336,21 @@ fn an_unknown_field_in_a_section_that_does_not_deny_them_is_still_refused() {
     let dirs = Dirs::new();
     let file = dirs.project_file("tools:\n  output_cap_bytes: 100\n  bash_sandbx: off\n");
     let found = problem(dirs.load(&[]));
-    assert_eq!(found.origin, Origin::File { path: file, line: Some(3), column: Some(3) });
+    assert_eq!(
+        found.origin,
+        Origin::File {
+            path: file,
+            line: Some(3),
+            column: Some(3)
+        }
+    );
     assert_eq!(found.field, "tools.bash_sandbx");
-    assert!(found.message.starts_with("unknown field `bash_sandbx`, expected one of bash_sandbox, "), "{found}");
+    assert!(
+        found
+            .message
+            .starts_with("unknown field `bash_sandbx`, expected one of bash_sandbox, "),
+        "{found}"
+    );
 }
 
 #[test]
@@ -249,14 +358,29 @@ fn a_wrong_type_names_the_field_and_what_was_expected() {
     let dirs = Dirs::new();
     let file = dirs.user_file("llm:\n  idle_timeout_secs: soon\n");
     let found = problem(dirs.load(&[]));
-    assert_eq!(found.origin, Origin::File { path: file, line: Some(2), column: Some(22) });
+    assert_eq!(
+        found.origin,
+        Origin::File {
+            path: file,
+            line: Some(2),
+            column: Some(22)
+        }
+    );
     assert_eq!(found.field, "llm.idle_timeout_secs");
     assert_eq!(found.message, "`soon` is not a whole number (0 or more)");
-    assert!(found.fix.starts_with("give `llm.idle_timeout_secs` a value of the expected kind"), "{found}");
+    assert!(
+        found
+            .fix
+            .starts_with("give `llm.idle_timeout_secs` a value of the expected kind"),
+        "{found}"
+    );
 
     dirs.user_file("llm:\n  tool_mode: nativ\n");
     let found = problem(dirs.load(&[]));
-    assert_eq!(found.message, "unknown variant `nativ`, expected one of native, json, auto");
+    assert_eq!(
+        found.message,
+        "unknown variant `nativ`, expected one of native, json, auto"
+    );
     assert_eq!(found.fix, "use one of the values listed");
 }
 
@@ -264,19 +388,30 @@ fn a_wrong_type_names_the_field_and_what_was_expected() {
 fn a_value_out_of_range_points_at_the_file_that_set_it() {
     let dirs = Dirs::new();
     dirs.user_file("llm:\n  retry:\n    max_attempts: 4\n");
-    let project = dirs.project_file("engine:\n  max_iterations_per_movement: 10\nllm:\n  retry:\n    max_attempts: 0\n");
+    let project = dirs.project_file(
+        "engine:\n  max_iterations_per_movement: 10\nllm:\n  retry:\n    max_attempts: 0\n",
+    );
     let found = problem(dirs.load(&[]));
     assert_eq!(
         found,
         Problem {
-            origin: Origin::File { path: project, line: Some(5), column: Some(5) },
+            origin: Origin::File {
+                path: project,
+                line: Some(5),
+                column: Some(5)
+            },
             field: "llm.retry.max_attempts".into(),
             message: "must be at least 1".into(),
             fix: "use 1 to disable retries".into(),
         }
     );
     let found = problem(dirs.load(&[("MAESTRO_LLM_BASE_URL", "localhost:11434")]));
-    assert_eq!(found.origin, Origin::Env { var: "MAESTRO_LLM_BASE_URL".into() });
+    assert_eq!(
+        found.origin,
+        Origin::Env {
+            var: "MAESTRO_LLM_BASE_URL".into()
+        }
+    );
     assert_eq!(found.field, "llm.base_url");
 }
 
@@ -293,14 +428,25 @@ fn secrets_never_show_in_debug_or_the_display_form() {
     let (config, _) = dirs.load(&[]).unwrap();
     let debug = format!("{config:?}");
     let yaml = config.redacted_yaml();
-    for secret in ["sk-inline-secret-1", "env-secret-2", "header-secret-3", "ssh-secret-4"] {
+    for secret in [
+        "sk-inline-secret-1",
+        "env-secret-2",
+        "header-secret-3",
+        "ssh-secret-4",
+    ] {
         assert!(!debug.contains(secret), "{secret} in Debug: {debug}");
-        assert!(!yaml.contains(secret), "{secret} in the display form: {yaml}");
+        assert!(
+            !yaml.contains(secret),
+            "{secret} in the display form: {yaml}"
+        );
     }
     let shown = config.redacted_value();
     assert_eq!(shown["llm"]["api_key"], "***");
     assert_eq!(shown["mcp"]["servers"]["fs"]["env"]["TOKEN"], "***");
-    assert_eq!(shown["mcp"]["servers"]["web"]["headers"]["Authorization"], "***");
+    assert_eq!(
+        shown["mcp"]["servers"]["web"]["headers"]["Authorization"],
+        "***"
+    );
     assert_eq!(shown["ssh"]["connections"][0]["auth"]["password"], "***");
     assert_eq!(config.ssh.registry().unwrap().iter().count(), 1);
 }
@@ -313,8 +459,17 @@ fn an_mcp_server_is_replaced_whole_by_a_later_file() {
     let (config, _) = dirs.load(&[]).unwrap();
     assert_eq!(
         config.mcp.servers["docs"],
-        maestro_tools::McpServer::Http { url: "http://127.0.0.1:7000/mcp".into(), headers: BTreeMap::new() }
+        maestro_tools::McpServer::Http {
+            url: "http://127.0.0.1:7000/mcp".into(),
+            headers: BTreeMap::new()
+        }
     );
     assert!(config.mcp.servers.contains_key("fs"));
-    assert_eq!((config.mcp.call_timeout_secs, config.mcp.startup_timeout_secs), (5, 30));
+    assert_eq!(
+        (
+            config.mcp.call_timeout_secs,
+            config.mcp.startup_timeout_secs
+        ),
+        (5, 30)
+    );
 }

@@ -111,6 +111,9 @@ impl<'a> Agent<'a> {
             if self.calls >= self.run.config.max_iterations_per_movement {
                 return Ok(TurnEnd::IterationsExhausted);
             }
+            if self.surely_too_long()? {
+                return Ok(TurnEnd::ContextExhausted);
+            }
             self.calls += 1;
             let response = self.call_model().await?;
             let level = self.observe_context(&response)?;
@@ -144,6 +147,36 @@ impl<'a> Agent<'a> {
                 Some(ContextLevel::Warn) | None => {}
             }
         }
+    }
+
+    /// A request whose estimated size (4 characters a token) already fills the window is not
+    /// sent: the endpoint would refuse it, and the movement ends as if the context were full.
+    fn surely_too_long(&mut self) -> Result<bool, EngineError> {
+        let Some(window) = self.meter.window() else {
+            return Ok(false);
+        };
+        let chars: usize = self
+            .messages
+            .iter()
+            .map(|m| match m {
+                Message::System { content } | Message::User { content } | Message::Tool { content, .. } => content.len(),
+                Message::Assistant { content, tool_calls } => {
+                    content.len() + tool_calls.iter().map(|c| c.arguments.len() + c.name.len()).sum::<usize>()
+                }
+            })
+            .sum::<usize>()
+            + self.tools.iter().map(|t| t.description.len() + t.input_schema.to_string().len()).sum::<usize>();
+        let estimate = (chars / 4) as u64;
+        if estimate < window {
+            return Ok(false);
+        }
+        self.run.emit(RunEvent::ContextWarning {
+            movement: self.name().to_string(),
+            level: ContextLevel::Force,
+            used_tokens: estimate,
+            context_length: window,
+        })?;
+        Ok(true)
     }
 
     async fn call_model(&self) -> Result<ChatResponse, EngineError> {

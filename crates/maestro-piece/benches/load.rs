@@ -56,3 +56,25 @@ fn graph_examples_all(bencher: divan::Bencher) {
         }
     });
 }
+
+/// The YAML tree alone for `default.yaml` (no validation, no facets).
+#[divan::bench]
+fn takt_default_yaml_only(bencher: divan::Bencher) {
+    let pieces = sources("takt-v0.30/builtins/en/pieces");
+    let (_, text) = pieces.iter().find(|(p, _)| p.ends_with("default.yaml")).unwrap();
+    bencher.bench(|| divan::black_box(maestro_piece::detect_dialect(text)));
+}
+
+/// saphyr-parser's raw event stream for `default.yaml`: the floor under our tree.
+#[divan::bench]
+fn takt_default_raw_events(bencher: divan::Bencher) {
+    let pieces = sources("takt-v0.30/builtins/en/pieces");
+    let (_, text) = pieces.iter().find(|(p, _)| p.ends_with("default.yaml")).unwrap();
+    bencher.bench(|| {
+        let mut n = 0usize;
+        for ev in saphyr_parser::Parser::new_from_str(text) {
+            n += usize::from(ev.is_ok());
+        }
+        divan::black_box(n)
+    });
+}

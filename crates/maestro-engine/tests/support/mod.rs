@@ -116,17 +116,21 @@ impl Ran {
         (self.report.status.to_string(), self.report.reason.clone())
     }
 
-    /// Checks what every run must satisfy: `seq` gapless from 1, one `run_started` first and
-    /// one `run_finished` last, and replaying the events gives the final state.
+    /// Checks what every run must satisfy (see [`assert_record_sound`]).
     pub fn assert_record_is_sound(&self) {
-        let seqs: Vec<u64> = self.events.iter().map(|r| r.seq).collect();
-        assert_eq!(seqs, (1..=self.events.len() as u64).collect::<Vec<_>>(), "seq must be gapless from 1");
-        assert_eq!(self.events.first().map(|r| r.event.kind()), Some("run_started"));
-        assert_eq!(self.events.last().map(|r| r.event.kind()), Some("run_finished"));
-        assert_eq!(self.count("run_finished"), 1);
-        let replayed = RunState::replay(&self.events);
-        pretty_assertions::assert_eq!(replayed, self.report.state, "replaying events.jsonl must rebuild the state");
+        assert_record_sound(&self.events, &self.report.state);
     }
+}
+
+/// `seq` gapless from 1, one `run_started` first and one `run_finished` last, and replaying the
+/// events gives the final state.
+pub fn assert_record_sound(events: &[EventRecord], state: &RunState) {
+    let seqs: Vec<u64> = events.iter().map(|r| r.seq).collect();
+    assert_eq!(seqs, (1..=events.len() as u64).collect::<Vec<_>>(), "seq must be gapless from 1");
+    assert_eq!(events.first().map(|r| r.event.kind()), Some("run_started"));
+    assert_eq!(events.last().map(|r| r.event.kind()), Some("run_finished"));
+    assert_eq!(events.iter().filter(|r| r.event.kind() == "run_finished").count(), 1);
+    pretty_assertions::assert_eq!(&RunState::replay(events), state, "replaying events.jsonl must rebuild the state");
 }
 
 pub fn messages_text(request: &Value) -> String {

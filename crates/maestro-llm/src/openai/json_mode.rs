@@ -51,10 +51,11 @@ pub(crate) fn schema(tools: &[ToolSpec]) -> Value {
 /// tool says otherwise (an open object lets a small model ramble).
 fn arguments_schema(input: &Value) -> Value {
     let mut schema = inline::inline_refs(input);
-    if let Some(map) = schema.as_object_mut() {
-        if map.contains_key("properties") && !map.contains_key("additionalProperties") {
-            map.insert("additionalProperties".into(), Value::Bool(false));
-        }
+    if let Some(map) = schema.as_object_mut()
+        && map.contains_key("properties")
+        && !map.contains_key("additionalProperties")
+    {
+        map.insert("additionalProperties".into(), Value::Bool(false));
     }
     schema
 }
@@ -242,7 +243,10 @@ mod tests {
         };
         let combined = schema(&[edit]);
         let text = combined.to_string();
-        assert!(!text.contains("$ref") && !text.contains("$defs") && !text.contains("$schema"), "{text}");
+        assert!(
+            !text.contains("$ref") && !text.contains("$defs") && !text.contains("$schema"),
+            "{text}"
+        );
         assert_eq!(
             combined["anyOf"][0]["properties"]["arguments"],
             json!({

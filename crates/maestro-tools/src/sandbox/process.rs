@@ -275,11 +275,15 @@ impl PidsCgroup {
 }
 
 impl Drop for PidsCgroup {
-    /// When a call is abandoned (cancelled or timed out by the registry) the group is removed
-    /// in the background once its processes are gone.
+    /// When a call is abandoned (cancelled or timed out by the registry) its processes have just
+    /// been killed; the group is removed as soon as the kernel has taken them out (briefly
+    /// waited for here, then in the background).
     fn drop(&mut self) {
-        if self.try_remove() {
-            return;
+        for _ in 0..50 {
+            if self.try_remove() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(5));
         }
         let dir = std::mem::take(&mut self.dir);
         std::thread::spawn(move || {

@@ -52,7 +52,12 @@ fn expand(node: &Value, root: &Value, stack: &mut Vec<String>) -> Value {
     }
 }
 
-fn expand_ref(reference: &str, node: &Map<String, Value>, root: &Value, stack: &mut Vec<String>) -> Value {
+fn expand_ref(
+    reference: &str,
+    node: &Map<String, Value>,
+    root: &Value,
+    stack: &mut Vec<String>,
+) -> Value {
     let pointer = decode_fragment(&reference[1..]);
     let target = match root.pointer(&pointer) {
         Some(target) if !stack.contains(&pointer) && stack.len() <= MAX_REF_DEPTH => {
@@ -94,7 +99,9 @@ fn decode_fragment(fragment: &str) -> String {
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
-        let hex = bytes.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok());
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok());
         match (bytes[i], hex.and_then(|h| u8::from_str_radix(h, 16).ok())) {
             (b'%', Some(byte)) => {
                 out.push(byte);

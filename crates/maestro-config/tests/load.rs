@@ -228,7 +228,7 @@ fn the_key_is_read_from_the_variable_api_key_env_names() {
     dirs.project_file("llm:\n  model: m\n  api_key_env: MY_LLM_KEY\n");
     let (config, _) = dirs.load(&[("MY_LLM_KEY", "sk-named-789")]).unwrap();
     assert_eq!(
-        config.to_owned().llm.to_openai_config().api_key,
+        config.llm.to_openai_config().api_key,
         Some(Secret::new("sk-named-789"))
     );
     let (config, _) = dirs
@@ -471,5 +471,35 @@ fn an_mcp_server_is_replaced_whole_by_a_later_file() {
             config.mcp.startup_timeout_secs
         ),
         (5, 30)
+    );
+}
+
+#[test]
+fn empty_files_take_part_and_change_nothing() {
+    let dirs = Dirs::new();
+    let user = dirs.user_file("");
+    let project = dirs.project_file("# nothing yet\n");
+    let (config, files) = dirs.load(&[]).unwrap();
+    assert_eq!(files, vec![user, project]);
+    assert_eq!(
+        config.redacted_value()["llm"],
+        Config::default().redacted_value()["llm"]
+    );
+}
+
+#[test]
+fn scalars_read_after_merging_as_they_read_in_one_file() {
+    let dirs = Dirs::new();
+    dirs.user_file("web:\n  allow_private: yes\nllm:\n  model: 7\n");
+    dirs.project_file("web:\n  timeout_secs: 5\ntools:\n  bash_sandbox: off\n");
+    let (config, _) = dirs.load(&[]).unwrap();
+    assert_eq!(
+        (config.web.allow_private, config.web.timeout_secs),
+        (true, 5)
+    );
+    assert_eq!(config.llm.model.as_deref(), Some("7"));
+    assert_eq!(
+        config.tools.bash_sandbox,
+        maestro_tools::BashSandboxMode::Off
     );
 }

@@ -6,14 +6,13 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, anyhow, bail};
+use maestro_config::{Config, LoadFrom};
 use maestro_engine::{
-    Engine, EngineConfig, EventRecord, EventSink, JsonlSink, PieceSummary, RunEvent, RunRecord,
-    classify,
+    Engine, EventRecord, EventSink, JsonlSink, PieceSummary, RunEvent, RunRecord, classify,
 };
-use maestro_llm::{OpenAiCompat, OpenAiConfig, Provider, ToolMode};
+use maestro_llm::{OpenAiCompat, Provider, ToolMode};
 use maestro_piece::{LoadOptions, Piece, discover, load_file, render_diagnostics};
-use maestro_protocol::Secret;
-use maestro_tools::{Registry, ToolsConfig};
+use maestro_tools::Registry;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -26,38 +25,43 @@ pub struct Args {
     /// Work in this directory instead of the run directory's own workspace.
     #[arg(long)]
     workspace: Option<PathBuf>,
-    /// Where run records go.
-    #[arg(long, default_value = ".maestro/runs")]
-    runs_dir: PathBuf,
+    /// Where run records go (default: `paths.runs_dir`, `.maestro/runs`).
+    #[arg(long)]
+    runs_dir: Option<PathBuf>,
     /// Print the run's events to stdout (instead of progress lines on stderr).
     #[arg(long, value_enum)]
     events: Option<EventsFormat>,
-    /// The OpenAI-compatible API root, e.g. http://127.0.0.1:8088/v1.
-    #[arg(long, env = "MAESTRO_LLM_BASE_URL")]
+    /// The OpenAI-compatible API root, e.g. http://127.0.0.1:8088/v1 (also
+    /// `MAESTRO_LLM_BASE_URL`, `llm.base_url`).
+    #[arg(long)]
     llm_base_url: Option<String>,
-    /// The model name to request (default: the piece's `model`, else `default`).
-    #[arg(long, env = "MAESTRO_MODEL")]
+    /// The model name to request (also `MAESTRO_MODEL`, `llm.model`; else the piece's `model`).
+    #[arg(long)]
     model: Option<String>,
-    /// How tools are offered: native tool calls, JSON answers, or probe once (auto).
-    #[arg(long, value_enum, default_value = "auto", env = "MAESTRO_TOOL_MODE")]
-    tool_mode: ToolModeArg,
+    /// How tools are offered: native tool calls, JSON answers, or probe once (`llm.tool_mode`).
+    #[arg(long, value_enum)]
+    tool_mode: Option<ToolModeArg>,
     /// The model's context window in tokens (default: asked from the endpoint).
-    #[arg(long, env = "MAESTRO_CONTEXT_LENGTH")]
+    #[arg(long)]
     context_length: Option<u64>,
     /// Model calls one movement may make before the engine ends it.
-    #[arg(long, default_value_t = 30)]
-    max_iterations: u32,
+    #[arg(long)]
+    max_iterations: Option<u32>,
     /// Cap on each answer's length in tokens.
-    #[arg(long, env = "MAESTRO_MAX_TOKENS")]
+    #[arg(long)]
     max_tokens: Option<u32>,
     /// Carried text (previous answers, knowledge, reports) longer than this many characters is
     /// cut in prompts, pointing to the full copy.
-    #[arg(long, default_value_t = 20_000)]
-    max_carried_chars: usize,
-    /// Directories searched for pieces by name and by the classifier (default: `.maestro/pieces`
-    /// and `pieces`).
+    #[arg(long)]
+    max_carried_chars: Option<usize>,
+    /// Directories searched for pieces by name and by the classifier (default:
+    /// `paths.pieces_dirs`, `.maestro/pieces` and `pieces`).
     #[arg(long)]
     pieces_dir: Vec<PathBuf>,
+    /// Use this configuration file instead of `~/.maestro/config.yaml` and
+    /// `.maestro/config.yaml`.
+    #[arg(long)]
+    config: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -80,48 +84,71 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     runtime.block_on(run_async(args))
 }
 
-async fn run_async(args: Args) -> anyhow::Result<u8> {
-    let base_url = args.llm_base_url.clone().ok_or_else(|| {
-        anyhow!("no model endpoint: pass --llm-base-url URL or set MAESTRO_LLM_BASE_URL")
-    })?;
-    let api_key = std::env::var("MAESTRO_API_KEY")
-        .ok()
-        .filter(|k| !k.is_empty())
-        .map(Secret::new);
-    let mut llm_config = OpenAiConfig::new(base_url).with_tool_mode(match args.tool_mode {
-        ToolModeArg::Native => ToolMode::Native,
-        ToolModeArg::Json => ToolMode::Json,
-        ToolModeArg::Auto => ToolMode::Auto,
-    });
-    if let Some(key) = &api_key {
-        llm_config = llm_config.with_api_key(key.clone());
+/// The configuration files and environment, with this command's flags on top.
+fn configuration(args: &Args) -> anyhow::Result<Config> {
+    let (mut config, _files) =
+        Config::load(LoadFrom::current(args.config.clone())?).map_err(|e| anyhow!("{e}"))?;
+    if let Some(url) = &args.llm_base_url {
+        config.llm.base_url = url.clone();
+    }
+    if let Some(model) = &args.model {
+        config.llm.model = Some(model.clone());
+    }
+    if let Some(mode) = args.tool_mode {
+        config.llm.tool_mode = match mode {
+            ToolModeArg::Native => ToolMode::Native,
+            ToolModeArg::Json => ToolMode::Json,
+            ToolModeArg::Auto => ToolMode::Auto,
+        };
     }
     if let Some(tokens) = args.context_length {
-        llm_config = llm_config.with_context_length(tokens);
+        config.llm.context_length = Some(tokens);
     }
-    let provider: Arc<dyn Provider> = Arc::new(OpenAiCompat::new(llm_config)?);
+    if let Some(n) = args.max_iterations {
+        config.engine.max_iterations_per_movement = n;
+    }
+    if args.max_tokens.is_some() {
+        config.engine.max_tokens = args.max_tokens;
+    }
+    if let Some(n) = args.max_carried_chars {
+        config.engine.max_carried_chars = n;
+    }
+    if let Some(dir) = &args.runs_dir {
+        config.paths.runs_dir = dir.clone();
+    }
+    if !args.pieces_dir.is_empty() {
+        config.paths.pieces_dirs = args.pieces_dir.clone();
+    }
+    Ok(config)
+}
 
-    let dirs = pieces_dirs(&args.pieces_dir);
+async fn run_async(args: Args) -> anyhow::Result<u8> {
+    let mut config = configuration(&args)?;
+    let dirs = config.paths.pieces_dirs.clone();
     let piece = match args.piece.as_deref() {
         None | Some("auto") => {
-            let model = args.model.clone().unwrap_or_else(|| "default".into());
-            classified_piece(provider.as_ref(), &model, &args.task, &dirs).await?
+            let model = config
+                .llm
+                .require_model()
+                .map_err(|e| anyhow!("{e}"))?
+                .to_string();
+            let provider = OpenAiCompat::new(config.llm.to_openai_config())?;
+            classified_piece(&provider, &model, &args.task, &dirs).await?
         }
         Some(given) => find_piece(given, &dirs)?,
     };
-    let model = args
-        .model
-        .clone()
-        .or_else(|| piece.model.clone())
-        .unwrap_or_else(|| "default".into());
+    if config.llm.model.is_none() {
+        config.llm.model = piece.model.clone();
+    }
+    let engine_config = config.engine_config().map_err(|e| anyhow!("{e}"))?;
+    let provider: Arc<dyn Provider> = Arc::new(OpenAiCompat::new(config.llm.to_openai_config())?);
 
-    let mut config = EngineConfig::new(model);
-    config.context_length = args.context_length;
-    config.max_iterations_per_movement = args.max_iterations;
-    config.max_tokens = args.max_tokens;
-    config.max_carried_chars = args.max_carried_chars;
-    let mut engine = Engine::new(provider, Registry::builtin(ToolsConfig::default()), config);
-    if let Some(key) = api_key {
+    let mut engine = Engine::new(
+        provider,
+        Registry::builtin(config.tools.clone()),
+        engine_config,
+    );
+    if let Some(key) = config.llm.api_key.clone() {
         engine = engine.with_secret(key);
     }
     let cancel = engine.cancel_token();
@@ -131,7 +158,7 @@ async fn run_async(args: Args) -> anyhow::Result<u8> {
         }
     });
 
-    let record = RunRecord::create(&args.runs_dir, args.workspace.as_deref())?;
+    let record = RunRecord::create(&config.paths.runs_dir, args.workspace.as_deref())?;
     let run_dir = record.dir.clone();
     let observer: Arc<dyn EventSink> = match args.events {
         Some(EventsFormat::Jsonl) => Arc::new(JsonlSink::new(std::io::stdout())),
@@ -150,14 +177,6 @@ async fn run_async(args: Args) -> anyhow::Result<u8> {
         println!("{}", report.result);
     }
     Ok(report.status.exit_code() as u8)
-}
-
-fn pieces_dirs(given: &[PathBuf]) -> Vec<PathBuf> {
-    if given.is_empty() {
-        vec![PathBuf::from(".maestro/pieces"), PathBuf::from("pieces")]
-    } else {
-        given.to_vec()
-    }
 }
 
 fn load(path: &Path) -> anyhow::Result<Piece> {

@@ -29,6 +29,7 @@ async fn maestro_run(server: &ScriptedLlm, args: &[&str]) -> (Output, tempfile::
             "--tool-mode",
             "native",
         ])
+        .env("HOME", dir.path())
         .env_remove("MAESTRO_LLM_BASE_URL")
         .env_remove("MAESTRO_MODEL")
         .env_remove("MAESTRO_API_KEY");
@@ -288,16 +289,26 @@ async fn the_classifier_picks_a_piece_or_says_none_fits() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_missing_endpoint_is_a_usage_error() {
+async fn a_run_without_a_model_is_a_usage_error() {
     let server = ScriptedLlm::start([]).await;
     let dir = tempfile::tempdir().unwrap();
+    let piece = fixture("workflow-graph/debate.yaml");
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_maestro"))
         .current_dir(dir.path())
-        .args(["run", "x.yaml", "--task", "t"])
-        .env_remove("MAESTRO_LLM_BASE_URL")
+        .args([
+            "run",
+            piece.to_str().unwrap(),
+            "--task",
+            "t",
+            "--llm-base-url",
+            &server.base_url(),
+        ])
+        .env("HOME", dir.path())
+        .env_remove("MAESTRO_MODEL")
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--llm-base-url"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("no model"), "{stderr}");
     assert!(server.requests().is_empty());
 }

@@ -36,12 +36,22 @@ impl Provider for FixedModel {
     ) -> BoxFuture<'a, Result<ChatResponse, LlmError>> {
         Box::pin(async move {
             if !self.delay.is_zero() {
-                tokio::time::sleep(self.delay).await;
+                // A thread sleep is precise to well under a millisecond; tokio's timer rounds up
+                // to its 1 ms tick, which would show up as engine overhead.
+                let delay = self.delay;
+                tokio::task::spawn_blocking(move || std::thread::sleep(delay))
+                    .await
+                    .ok();
             }
             Ok(ChatResponse {
                 content: self.answer.clone(),
                 tool_calls: vec![],
-                usage: Usage { prompt_tokens: 100, completion_tokens: 10, total_tokens: 110, estimated: false },
+                usage: Usage {
+                    prompt_tokens: 100,
+                    completion_tokens: 10,
+                    total_tokens: 110,
+                    estimated: false,
+                },
                 finish_reason: Some("stop".into()),
             })
         })
@@ -53,7 +63,11 @@ impl Provider for FixedModel {
 }
 
 fn facet(text: &str) -> Facet {
-    Facet { name: "inline".into(), text: text.into(), path: None }
+    Facet {
+        name: "inline".into(),
+        text: text.into(),
+        path: None,
+    }
 }
 
 fn movement(name: &str, next: Option<Target>) -> Movement {
@@ -118,7 +132,11 @@ fn chain(n: usize) -> Piece {
     piece(
         (0..n)
             .map(|i| {
-                let next = if i + 1 == n { Target::Complete } else { Target::Movement(format!("m{}", i + 1)) };
+                let next = if i + 1 == n {
+                    Target::Complete
+                } else {
+                    Target::Movement(format!("m{}", i + 1))
+                };
                 movement(&format!("m{i}"), Some(next))
             })
             .collect(),
@@ -129,10 +147,16 @@ fn fan_out() -> Piece {
     let mut reviewers = movement("reviewers", None);
     reviewers.rules = vec![Rule {
         condition: Condition::All(vec!["done".into()]),
-        ..movement("x", Some(Target::Movement("finish".into()))).rules.remove(0)
+        ..movement("x", Some(Target::Movement("finish".into())))
+            .rules
+            .remove(0)
     }];
     reviewers.parallel = ["a", "b", "c"].iter().map(|n| movement(n, None)).collect();
-    piece(vec![movement("plan", Some(Target::Movement("reviewers".into()))), reviewers, movement("finish", Some(Target::Complete))])
+    piece(vec![
+        movement("plan", Some(Target::Movement("reviewers".into()))),
+        reviewers,
+        movement("finish", Some(Target::Complete)),
+    ])
 }
 
 fn all_tags(piece: &Piece) -> String {
@@ -141,20 +165,41 @@ fn all_tags(piece: &Piece) -> String {
         names.push(m.name.clone());
         names.extend(m.parallel.iter().map(|s| s.name.clone()));
     }
-    names.iter().map(|n| format!("[{}:1]", n.to_uppercase())).collect::<Vec<_>>().join(" ")
+    names
+        .iter()
+        .map(|n| format!("[{}:1]", n.to_uppercase()))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
-fn run_once(runtime: &tokio::runtime::Runtime, piece: &Arc<Piece>, delay: Duration, runs: &std::path::Path) {
-    let provider = Arc::new(FixedModel { delay, answer: format!("Done. {}", all_tags(piece)) });
-    let engine = Engine::new(provider, Registry::empty(ToolsConfig::default()), EngineConfig::new("bench"));
+fn run_once(
+    runtime: &tokio::runtime::Runtime,
+    piece: &Arc<Piece>,
+    delay: Duration,
+    runs: &std::path::Path,
+) {
+    let provider = Arc::new(FixedModel {
+        delay,
+        answer: format!("Done. {}", all_tags(piece)),
+    });
+    let engine = Engine::new(
+        provider,
+        Registry::empty(ToolsConfig::default()),
+        EngineConfig::new("bench"),
+    );
     let record = RunRecord::create(runs, None).unwrap();
-    let report = runtime.block_on(engine.run(Arc::clone(piece), "the benchmark task", record, vec![])).unwrap();
+    let report = runtime
+        .block_on(engine.run(Arc::clone(piece), "the benchmark task", record, vec![]))
+        .unwrap();
     assert_eq!(report.status, RunStatus::Completed);
 }
 
 #[divan::bench(args = [1, 10, 50], sample_count = 20)]
 fn movement_overhead(bencher: Bencher, movements: usize) {
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let piece = Arc::new(chain(movements));
     bencher
@@ -165,8 +210,18 @@ fn movement_overhead(bencher: Bencher, movements: usize) {
 /// Wall time of the fan-out run; divide by 3 × the delay for the critical-path ratio.
 #[divan::bench(args = [50, 200], sample_count = 10)]
 fn critical_path(bencher: Bencher, delay_ms: u64) {
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let piece = Arc::new(fan_out());
-    bencher.bench_local(|| run_once(&runtime, &piece, Duration::from_millis(delay_ms), dir.path()));
+    bencher.bench_local(|| {
+        run_once(
+            &runtime,
+            &piece,
+            Duration::from_millis(delay_ms),
+            dir.path(),
+        )
+    });
 }

@@ -25,8 +25,15 @@ use crate::run::RunCtx;
 pub(crate) enum TurnEnd {
     /// The model answered without tool calls.
     Answer(String),
-    Transition { next: String, summary: Option<String>, lessons: Vec<String> },
-    Complete { status: RunStatus, result: String },
+    Transition {
+        next: String,
+        summary: Option<String>,
+        lessons: Vec<String>,
+    },
+    Complete {
+        status: RunStatus,
+        result: String,
+    },
     /// The context reached the force threshold.
     ContextExhausted,
     /// The movement used up its model calls.
@@ -74,7 +81,9 @@ impl<'a> Agent<'a> {
 
     /// True once the context reached the force threshold.
     pub fn context_exhausted(&self) -> bool {
-        self.meter.window().is_some_and(|w| self.meter.used() as f64 >= w as f64 * self.run.config.context_thresholds.force)
+        self.meter.window().is_some_and(|w| {
+            self.meter.used() as f64 >= w as f64 * self.run.config.context_thresholds.force
+        })
     }
 
     /// Required reports not written yet in this visit.
@@ -88,8 +97,18 @@ impl<'a> Agent<'a> {
     }
 
     /// Adds a user message (a reminder or a follow-up) and records why.
-    pub fn ask_again(&mut self, kind: ReminderKind, attempt: u32, message: String) -> Result<(), EngineError> {
-        self.run.emit(RunEvent::Reminder { movement: self.name().to_string(), kind, attempt, message: message.clone() })?;
+    pub fn ask_again(
+        &mut self,
+        kind: ReminderKind,
+        attempt: u32,
+        message: String,
+    ) -> Result<(), EngineError> {
+        self.run.emit(RunEvent::Reminder {
+            movement: self.name().to_string(),
+            kind,
+            attempt,
+            message: message.clone(),
+        })?;
         self.messages.push(Message::User { content: message });
         Ok(())
     }
@@ -118,7 +137,10 @@ impl<'a> Agent<'a> {
             let response = self.call_model().await?;
             let level = self.observe_context(&response)?;
             if response.tool_calls.is_empty() {
-                self.messages.push(Message::Assistant { content: response.content.clone(), tool_calls: vec![] });
+                self.messages.push(Message::Assistant {
+                    content: response.content.clone(),
+                    tool_calls: vec![],
+                });
                 return Ok(TurnEnd::Answer(response.content));
             }
             self.messages.push(Message::Assistant {
@@ -141,9 +163,11 @@ impl<'a> Agent<'a> {
             }
             match level {
                 Some(ContextLevel::Force) => return Ok(TurnEnd::ContextExhausted),
-                Some(ContextLevel::Prompt) => {
-                    self.ask_again(ReminderKind::ContextPressure, 1, prompt::CONTEXT_PRESSURE.to_string())?
-                }
+                Some(ContextLevel::Prompt) => self.ask_again(
+                    ReminderKind::ContextPressure,
+                    1,
+                    prompt::CONTEXT_PRESSURE.to_string(),
+                )?,
                 Some(ContextLevel::Warn) | None => {}
             }
         }
@@ -159,13 +183,26 @@ impl<'a> Agent<'a> {
             .messages
             .iter()
             .map(|m| match m {
-                Message::System { content } | Message::User { content } | Message::Tool { content, .. } => content.len(),
-                Message::Assistant { content, tool_calls } => {
-                    content.len() + tool_calls.iter().map(|c| c.arguments.len() + c.name.len()).sum::<usize>()
+                Message::System { content }
+                | Message::User { content }
+                | Message::Tool { content, .. } => content.len(),
+                Message::Assistant {
+                    content,
+                    tool_calls,
+                } => {
+                    content.len()
+                        + tool_calls
+                            .iter()
+                            .map(|c| c.arguments.len() + c.name.len())
+                            .sum::<usize>()
                 }
             })
             .sum::<usize>()
-            + self.tools.iter().map(|t| t.description.len() + t.input_schema.to_string().len()).sum::<usize>();
+            + self
+                .tools
+                .iter()
+                .map(|t| t.description.len() + t.input_schema.to_string().len())
+                .sum::<usize>();
         let estimate = (chars / 4) as u64;
         if estimate < window {
             return Ok(false);
@@ -188,10 +225,15 @@ impl<'a> Agent<'a> {
             temperature: self.run.config.temperature,
             max_tokens: self.run.config.max_tokens,
         };
-        self.run.chat(self.name(), CallPurpose::Movement, request).await
+        self.run
+            .chat(self.name(), CallPurpose::Movement, request)
+            .await
     }
 
-    fn observe_context(&mut self, response: &ChatResponse) -> Result<Option<ContextLevel>, EngineError> {
+    fn observe_context(
+        &mut self,
+        response: &ChatResponse,
+    ) -> Result<Option<ContextLevel>, EngineError> {
         let level = self.meter.observe(&response.usage);
         if let (Some(level), Some(window)) = (level, self.meter.window()) {
             self.run.emit(RunEvent::ContextWarning {
@@ -208,28 +250,38 @@ impl<'a> Agent<'a> {
     /// was a control tool that ends the movement.
     async fn run_tool_call(&mut self, call: &ToolCall) -> Result<Option<TurnEnd>, EngineError> {
         let movement = self.name().to_string();
-        let input = serde_json::from_str(&call.arguments).unwrap_or_else(|_| serde_json::Value::String(call.arguments.clone()));
-        self.run.emit(RunEvent::ToolCall { movement: movement.clone(), tool: call.name.clone(), call_id: call.id.clone(), input })?;
+        let input = serde_json::from_str(&call.arguments)
+            .unwrap_or_else(|_| serde_json::Value::String(call.arguments.clone()));
+        self.run.emit(RunEvent::ToolCall {
+            movement: movement.clone(),
+            tool: call.name.clone(),
+            call_id: call.id.clone(),
+            input,
+        })?;
         let mut end = None;
-        let output = match control::parse_control(&self.tools, self.movement, &call.name, &call.arguments) {
-            Some(Ok(ControlCall::WriteReport { name, content })) => self.write_report(&name, &content)?,
-            Some(Ok(ending)) => {
-                let missing = self.missing_reports();
-                if !missing.is_empty() && !self.report_reminder_sent {
-                    self.report_reminder_sent = true;
-                    ToolOutput::error(prompt::report_reminder(&missing))
-                } else {
-                    end = Some(match ending {
-                        ControlCall::Transition { next, summary, lessons } => TurnEnd::Transition { next, summary, lessons },
-                        ControlCall::Complete { status, result } => TurnEnd::Complete { status, result },
-                        ControlCall::WriteReport { .. } => TurnEnd::Answer(String::new()),
-                    });
-                    ToolOutput::ok("recorded")
+        let output =
+            match control::parse_control(&self.tools, self.movement, &call.name, &call.arguments) {
+                Some(Ok(ControlCall::WriteReport { name, content })) => {
+                    self.write_report(&name, &content)?
                 }
-            }
-            Some(Err(message)) => ToolOutput::error(message),
-            None => self.run_registry_tool(call).await?,
-        };
+                Some(Ok(ControlCall::Transition {
+                    next,
+                    summary,
+                    lessons,
+                })) => self.end_turn(
+                    &mut end,
+                    TurnEnd::Transition {
+                        next,
+                        summary,
+                        lessons,
+                    },
+                ),
+                Some(Ok(ControlCall::Complete { status, result })) => {
+                    self.end_turn(&mut end, TurnEnd::Complete { status, result })
+                }
+                Some(Err(message)) => ToolOutput::error(message),
+                None => self.run_registry_tool(call).await?,
+            };
         self.run.emit(RunEvent::ToolResult {
             movement,
             tool: call.name.clone(),
@@ -238,9 +290,28 @@ impl<'a> Agent<'a> {
             output_chars: output.output.chars().count(),
             truncated: output.truncated,
         })?;
-        let content = if output.ok { output.output } else { format!("error: {}", output.output) };
-        self.messages.push(Message::Tool { tool_call_id: call.id.clone(), content });
+        let content = if output.ok {
+            output.output
+        } else {
+            format!("error: {}", output.output)
+        };
+        self.messages.push(Message::Tool {
+            tool_call_id: call.id.clone(),
+            content,
+        });
         Ok(end)
+    }
+
+    /// Accepts a control tool that ends the movement, unless a required report is missing and
+    /// the model has not been told yet: then the call is refused once, saying which.
+    fn end_turn(&mut self, end: &mut Option<TurnEnd>, ending: TurnEnd) -> ToolOutput {
+        let missing = self.missing_reports();
+        if !missing.is_empty() && !self.report_reminder_sent {
+            self.report_reminder_sent = true;
+            return ToolOutput::error(prompt::report_reminder(&missing));
+        }
+        *end = Some(ending);
+        ToolOutput::ok("recorded")
     }
 
     async fn run_registry_tool(&self, call: &ToolCall) -> Result<ToolOutput, EngineError> {
@@ -253,7 +324,16 @@ impl<'a> Agent<'a> {
             scratch: Arc::clone(&self.run.scratch),
         };
         let before = self.run.scratch_snapshot();
-        let output = self.run.tools.execute_allowed(&ctx, &self.movement.allowed_tools, &call.name, &call.arguments).await;
+        let output = self
+            .run
+            .tools
+            .execute_allowed(
+                &ctx,
+                &self.movement.allowed_tools,
+                &call.name,
+                &call.arguments,
+            )
+            .await;
         let after = self.run.scratch_snapshot();
         if after != before {
             self.run.emit(RunEvent::ScratchUpdated { scratch: after })?;
@@ -263,11 +343,15 @@ impl<'a> Agent<'a> {
 
     fn write_report(&mut self, name: &str, content: &str) -> Result<ToolOutput, EngineError> {
         if name.contains(['/', '\\']) || name.starts_with('.') {
-            return Ok(ToolOutput::error(format!("`{name}` is not a plain file name")));
+            return Ok(ToolOutput::error(format!(
+                "`{name}` is not a plain file name"
+            )));
         }
         let path = self.run.record.reports_dir().join(name);
         if let Err(e) = std::fs::write(&path, content) {
-            return Ok(ToolOutput::error(format!("cannot write report `{name}`: {e}")));
+            return Ok(ToolOutput::error(format!(
+                "cannot write report `{name}`: {e}"
+            )));
         }
         self.run.emit(RunEvent::ReportWritten {
             movement: self.name().to_string(),
@@ -281,9 +365,17 @@ impl<'a> Agent<'a> {
 }
 
 /// Forwards a provider's retries into the run's events.
-pub(crate) fn retry_observer<'r>(run: &'r RunCtx, movement: &'r str) -> impl Fn(StreamEvent) + Send + Sync + 'r {
+pub(crate) fn retry_observer<'r>(
+    run: &'r RunCtx,
+    movement: &'r str,
+) -> impl Fn(StreamEvent) + Send + Sync + 'r {
     move |event| {
-        if let StreamEvent::Retry { attempt, delay, reason } = event {
+        if let StreamEvent::Retry {
+            attempt,
+            delay,
+            reason,
+        } = event
+        {
             let _ = run.emit(RunEvent::LlmRetry {
                 movement: movement.to_string(),
                 attempt,

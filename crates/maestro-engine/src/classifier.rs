@@ -18,7 +18,11 @@ pub struct PieceSummary {
 
 impl From<&Piece> for PieceSummary {
     fn from(piece: &Piece) -> Self {
-        PieceSummary { name: piece.name.clone(), description: piece.description.clone(), keywords: piece.keywords.clone() }
+        PieceSummary {
+            name: piece.name.clone(),
+            description: piece.description.clone(),
+            keywords: piece.keywords.clone(),
+        }
     }
 }
 
@@ -33,7 +37,9 @@ pub struct Classified {
 pub enum ClassifyError {
     #[error("no pieces to choose from; add piece files to a pieces directory or name a piece")]
     NoPieces,
-    #[error("no piece fits this task ({reason}); known pieces: {known}. Name one explicitly, or add a piece for it")]
+    #[error(
+        "no piece fits this task ({reason}); known pieces: {known}. Name one explicitly, or add a piece for it"
+    )]
     NothingFits { reason: String, known: String },
     #[error("the classifier's answer cannot be read: {0}")]
     Unreadable(String),
@@ -44,17 +50,30 @@ pub enum ClassifyError {
 const NONE: &str = "none";
 
 /// Picks the piece for `task`.
-pub async fn classify(provider: &dyn Provider, model: &str, task: &str, pieces: &[PieceSummary]) -> Result<Classified, ClassifyError> {
+pub async fn classify(
+    provider: &dyn Provider,
+    model: &str,
+    task: &str,
+    pieces: &[PieceSummary],
+) -> Result<Classified, ClassifyError> {
     if pieces.is_empty() {
         return Err(ClassifyError::NoPieces);
     }
-    let names: Vec<&str> = pieces.iter().map(|p| p.name.as_str()).chain([NONE]).collect();
+    let names: Vec<&str> = pieces
+        .iter()
+        .map(|p| p.name.as_str())
+        .chain([NONE])
+        .collect();
     let lowered = task.to_lowercase();
     let listed: Vec<String> = pieces
         .iter()
         .map(|p| {
-            let hits: Vec<&str> =
-                p.keywords.iter().filter(|k| lowered.contains(&k.to_lowercase())).map(String::as_str).collect();
+            let hits: Vec<&str> = p
+                .keywords
+                .iter()
+                .filter(|k| lowered.contains(&k.to_lowercase()))
+                .map(String::as_str)
+                .collect();
             let mut line = format!("- `{}`: {}", p.name, p.description.trim());
             if !p.keywords.is_empty() {
                 line.push_str(&format!(" (keywords: {})", p.keywords.join(", ")));
@@ -93,12 +112,29 @@ pub async fn classify(provider: &dyn Provider, model: &str, task: &str, pieces: 
         max_tokens: None,
     };
     let response = provider.chat(request, &|_| {}).await?;
-    let value = parse_json_object(&response.content).ok_or_else(|| ClassifyError::Unreadable(response.content.clone()))?;
-    let piece = value.get("piece").and_then(|p| p.as_str()).unwrap_or(NONE).to_string();
-    let reason = value.get("reason").and_then(|r| r.as_str()).unwrap_or("").to_string();
+    let value = parse_json_object(&response.content)
+        .ok_or_else(|| ClassifyError::Unreadable(response.content.clone()))?;
+    let piece = value
+        .get("piece")
+        .and_then(|p| p.as_str())
+        .unwrap_or(NONE)
+        .to_string();
+    let reason = value
+        .get("reason")
+        .and_then(|r| r.as_str())
+        .unwrap_or("")
+        .to_string();
     if piece == NONE || !pieces.iter().any(|p| p.name == piece) {
-        let known = pieces.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(", ");
-        let reason = if reason.is_empty() { format!("the model answered `{piece}`") } else { reason };
+        let known = pieces
+            .iter()
+            .map(|p| p.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ");
+        let reason = if reason.is_empty() {
+            format!("the model answered `{piece}`")
+        } else {
+            reason
+        };
         return Err(ClassifyError::NothingFits { reason, known });
     }
     Ok(Classified { piece, reason })

@@ -16,7 +16,11 @@ pub struct ContextThresholds {
 
 impl Default for ContextThresholds {
     fn default() -> Self {
-        ContextThresholds { warn: 0.70, prompt: 0.85, force: 0.95 }
+        ContextThresholds {
+            warn: 0.70,
+            prompt: 0.85,
+            force: 0.95,
+        }
     }
 }
 
@@ -32,7 +36,12 @@ pub struct ContextMeter {
 impl ContextMeter {
     /// `window` is the model's context length; `None` (unknown) disables the thresholds.
     pub fn new(window: Option<u64>, thresholds: ContextThresholds) -> Self {
-        ContextMeter { window, thresholds, reached: None, used: 0 }
+        ContextMeter {
+            window,
+            thresholds,
+            reached: None,
+            used: 0,
+        }
     }
 
     pub fn window(&self) -> Option<u64> {
@@ -47,7 +56,9 @@ impl ContextMeter {
     /// Records the usage of the conversation's latest call and returns the highest level newly
     /// crossed, if any.
     pub fn observe(&mut self, usage: &Usage) -> Option<ContextLevel> {
-        self.used = usage.total_tokens.max(usage.prompt_tokens + usage.completion_tokens);
+        self.used = usage
+            .total_tokens
+            .max(usage.prompt_tokens + usage.completion_tokens);
         let window = self.window.filter(|w| *w > 0)?;
         let fraction = self.used as f64 / window as f64;
         let level = if fraction >= self.thresholds.force {
@@ -68,21 +79,36 @@ impl ContextMeter {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
 
     fn used(total: u64) -> Usage {
-        Usage { prompt_tokens: total, completion_tokens: 0, total_tokens: total, estimated: false }
+        Usage {
+            prompt_tokens: total,
+            completion_tokens: 0,
+            total_tokens: total,
+            estimated: false,
+        }
     }
 
     #[test]
     fn each_threshold_fires_once_in_order() {
         let mut meter = ContextMeter::new(Some(1000), ContextThresholds::default());
-        let seen: Vec<Option<ContextLevel>> =
-            [100, 700, 750, 860, 990, 999].iter().map(|t| meter.observe(&used(*t))).collect();
+        let seen: Vec<Option<ContextLevel>> = [100, 700, 750, 860, 990, 999]
+            .iter()
+            .map(|t| meter.observe(&used(*t)))
+            .collect();
         assert_eq!(
             seen,
-            vec![None, Some(ContextLevel::Warn), None, Some(ContextLevel::Prompt), Some(ContextLevel::Force), None]
+            vec![
+                None,
+                Some(ContextLevel::Warn),
+                None,
+                Some(ContextLevel::Prompt),
+                Some(ContextLevel::Force),
+                None
+            ]
         );
         let mut unknown = ContextMeter::new(None, ContextThresholds::default());
         assert_eq!(unknown.observe(&used(1_000_000)), None);

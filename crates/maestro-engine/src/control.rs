@@ -13,15 +13,30 @@ pub const WRITE_REPORT: &str = "write_report";
 /// A control tool call, checked against the movement.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ControlCall {
-    Transition { next: String, summary: Option<String>, lessons: Vec<String> },
-    Complete { status: RunStatus, result: String },
-    WriteReport { name: String, content: String },
+    Transition {
+        next: String,
+        summary: Option<String>,
+        lessons: Vec<String>,
+    },
+    Complete {
+        status: RunStatus,
+        result: String,
+    },
+    WriteReport {
+        name: String,
+        content: String,
+    },
 }
 
 /// The distinct `next` labels of the movement's rules, in order.
 pub fn transition_targets(movement: &Movement) -> Vec<String> {
     let mut targets: Vec<String> = Vec::new();
-    for label in movement.rules.iter().filter_map(|r| r.next.as_ref()).map(|t| t.label().to_string()) {
+    for label in movement
+        .rules
+        .iter()
+        .filter_map(|r| r.next.as_ref())
+        .map(|t| t.label().to_string())
+    {
         if !targets.contains(&label) {
             targets.push(label);
         }
@@ -65,10 +80,16 @@ pub fn control_tools(dialect: Dialect, movement: &Movement) -> Vec<ToolSpec> {
         });
     }
     if !movement.output_contracts.is_empty() {
-        let names: Vec<&str> = movement.output_contracts.iter().map(|c| c.name.as_str()).collect();
+        let names: Vec<&str> = movement
+            .output_contracts
+            .iter()
+            .map(|c| c.name.as_str())
+            .collect();
         tools.push(ToolSpec {
             name: WRITE_REPORT.into(),
-            description: "Write one of this movement's required reports into the run's report directory.".into(),
+            description:
+                "Write one of this movement's required reports into the run's report directory."
+                    .into(),
             input_schema: json!({
                 "type": "object",
                 "properties": {
@@ -85,13 +106,28 @@ pub fn control_tools(dialect: Dialect, movement: &Movement) -> Vec<ToolSpec> {
 
 /// Reads a call to a control tool. `None` when `name` is not one offered here; `Some(Err)` with
 /// a message the model can act on when the arguments are wrong.
-pub fn parse_control(offered: &[ToolSpec], movement: &Movement, name: &str, arguments: &str) -> Option<Result<ControlCall, String>> {
-    if ![TRANSITION, COMPLETE, WRITE_REPORT].contains(&name) || !offered.iter().any(|t| t.name == name) {
+pub fn parse_control(
+    offered: &[ToolSpec],
+    movement: &Movement,
+    name: &str,
+    arguments: &str,
+) -> Option<Result<ControlCall, String>> {
+    if ![TRANSITION, COMPLETE, WRITE_REPORT].contains(&name)
+        || !offered.iter().any(|t| t.name == name)
+    {
         return None;
     }
-    let args: Value = match serde_json::from_str(if arguments.trim().is_empty() { "{}" } else { arguments }) {
+    let args: Value = match serde_json::from_str(if arguments.trim().is_empty() {
+        "{}"
+    } else {
+        arguments
+    }) {
         Ok(Value::Object(map)) => Value::Object(map),
-        Ok(_) | Err(_) => return Some(Err(format!("the arguments for `{name}` must be one JSON object"))),
+        Ok(_) | Err(_) => {
+            return Some(Err(format!(
+                "the arguments for `{name}` must be one JSON object"
+            )));
+        }
     };
     let text = |field: &str| args.get(field).and_then(Value::as_str).map(str::to_string);
     Some(match name {
@@ -104,11 +140,22 @@ pub fn parse_control(offered: &[ToolSpec], movement: &Movement, name: &str, argu
                     lessons: args
                         .get("lessons")
                         .and_then(Value::as_array)
-                        .map(|l| l.iter().filter_map(Value::as_str).map(str::to_string).collect())
+                        .map(|l| {
+                            l.iter()
+                                .filter_map(Value::as_str)
+                                .map(str::to_string)
+                                .collect()
+                        })
                         .unwrap_or_default(),
                 }),
-                Some(other) => Err(format!("`{other}` is not a valid `next`; choose one of: {}", targets.join(", "))),
-                None => Err(format!("`transition` needs `next`, one of: {}", targets.join(", "))),
+                Some(other) => Err(format!(
+                    "`{other}` is not a valid `next`; choose one of: {}",
+                    targets.join(", ")
+                )),
+                None => Err(format!(
+                    "`transition` needs `next`, one of: {}",
+                    targets.join(", ")
+                )),
             }
         }
         COMPLETE => {
@@ -116,7 +163,9 @@ pub fn parse_control(offered: &[ToolSpec], movement: &Movement, name: &str, argu
                 Some("success") => Ok(RunStatus::Completed),
                 Some("aborted") => Ok(RunStatus::Aborted),
                 Some("needs_user_input") => Ok(RunStatus::NeedsUserInput),
-                _ => Err("`complete` needs `status`: success, aborted or needs_user_input".to_string()),
+                _ => Err(
+                    "`complete` needs `status`: success, aborted or needs_user_input".to_string(),
+                ),
             };
             status.and_then(|status| match text("result") {
                 Some(result) => Ok(ControlCall::Complete { status, result }),
@@ -124,11 +173,23 @@ pub fn parse_control(offered: &[ToolSpec], movement: &Movement, name: &str, argu
             })
         }
         _ => {
-            let names: Vec<&str> = movement.output_contracts.iter().map(|c| c.name.as_str()).collect();
+            let names: Vec<&str> = movement
+                .output_contracts
+                .iter()
+                .map(|c| c.name.as_str())
+                .collect();
             match (text("name"), text("content")) {
-                (Some(n), Some(content)) if names.contains(&n.as_str()) => Ok(ControlCall::WriteReport { name: n, content }),
-                (Some(n), Some(_)) => Err(format!("`{n}` is not a report of this movement; write one of: {}", names.join(", "))),
-                _ => Err(format!("`write_report` needs `name` (one of: {}) and `content`", names.join(", "))),
+                (Some(n), Some(content)) if names.contains(&n.as_str()) => {
+                    Ok(ControlCall::WriteReport { name: n, content })
+                }
+                (Some(n), Some(_)) => Err(format!(
+                    "`{n}` is not a report of this movement; write one of: {}",
+                    names.join(", ")
+                )),
+                _ => Err(format!(
+                    "`write_report` needs `name` (one of: {}) and `content`",
+                    names.join(", ")
+                )),
             }
         }
     })

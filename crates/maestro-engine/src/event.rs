@@ -273,21 +273,29 @@ pub struct JsonlSink<W: Write + Send> {
 impl JsonlSink<BufWriter<File>> {
     /// Creates (or appends to) a JSONL file.
     pub fn append_to(path: &Path) -> std::io::Result<Self> {
-        let file = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)?;
         Ok(JsonlSink::new(BufWriter::new(file)))
     }
 }
 
 impl<W: Write + Send> JsonlSink<W> {
     pub fn new(writer: W) -> Self {
-        JsonlSink { writer: Mutex::new(writer) }
+        JsonlSink {
+            writer: Mutex::new(writer),
+        }
     }
 }
 
 impl<W: Write + Send> EventSink for JsonlSink<W> {
     fn record(&self, record: &EventRecord) -> std::io::Result<()> {
         let line = serde_json::to_string(record).map_err(std::io::Error::other)?;
-        let mut writer = self.writer.lock().map_err(|_| std::io::Error::other("event sink poisoned"))?;
+        let mut writer = self
+            .writer
+            .lock()
+            .map_err(|_| std::io::Error::other("event sink poisoned"))?;
         writer.write_all(line.as_bytes())?;
         writer.write_all(b"\n")?;
         writer.flush()
@@ -318,17 +326,20 @@ impl EventSink for MemorySink {
 
 /// Reads an `events.jsonl` file back, naming the line that cannot be read.
 pub fn read_events(path: &Path) -> Result<Vec<EventRecord>, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     text.lines()
         .enumerate()
         .filter(|(_, line)| !line.trim().is_empty())
         .map(|(i, line)| {
-            serde_json::from_str(line).map_err(|e| format!("{}:{}: not a run event: {e}", path.display(), i + 1))
+            serde_json::from_str(line)
+                .map_err(|e| format!("{}:{}: not a run event: {e}", path.display(), i + 1))
         })
         .collect()
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
     use pretty_assertions::assert_eq;
@@ -341,7 +352,12 @@ mod tests {
             event: RunEvent::LlmResponse {
                 movement: "plan".into(),
                 purpose: CallPurpose::Movement,
-                usage: Usage { prompt_tokens: 10, completion_tokens: 2, total_tokens: 12, estimated: false },
+                usage: Usage {
+                    prompt_tokens: 10,
+                    completion_tokens: 2,
+                    total_tokens: 12,
+                    estimated: false,
+                },
                 finish_reason: Some("stop".into()),
                 tool_calls: 0,
                 text_chars: 5,

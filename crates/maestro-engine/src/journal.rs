@@ -26,14 +26,30 @@ impl Journal {
     /// `durable` failing fails the run (the record must be complete); `observers` (progress
     /// printers, stdout) failing is ignored.
     pub fn new(durable: Arc<dyn EventSink>, observers: Vec<Arc<dyn EventSink>>) -> Self {
-        Journal { inner: Mutex::new(Inner { seq: 0, state: RunState::default() }), durable, observers }
+        Journal {
+            inner: Mutex::new(Inner {
+                seq: 0,
+                state: RunState::default(),
+            }),
+            durable,
+            observers,
+        }
     }
 
     /// Records one event and applies it to the state.
     pub fn emit(&self, event: RunEvent) -> Result<(), EngineError> {
-        let mut inner = self.inner.lock().map_err(|_| EngineError::Internal("journal lock poisoned".into()))?;
-        let record = EventRecord { seq: inner.seq + 1, ts: now_rfc3339(), event };
-        self.durable.record(&record).map_err(|e| EngineError::Record(format!("cannot append event: {e}")))?;
+        let mut inner = self
+            .inner
+            .lock()
+            .map_err(|_| EngineError::Internal("journal lock poisoned".into()))?;
+        let record = EventRecord {
+            seq: inner.seq + 1,
+            ts: now_rfc3339(),
+            event,
+        };
+        self.durable
+            .record(&record)
+            .map_err(|e| EngineError::Record(format!("cannot append event: {e}")))?;
         for observer in &self.observers {
             let _ = observer.record(&record);
         }
@@ -44,7 +60,10 @@ impl Journal {
 
     /// A copy of the current state.
     pub fn state(&self) -> RunState {
-        self.inner.lock().map(|i| i.state.clone()).unwrap_or_default()
+        self.inner
+            .lock()
+            .map(|i| i.state.clone())
+            .unwrap_or_default()
     }
 
     /// Reads the state without copying it.
@@ -59,5 +78,7 @@ impl Journal {
 }
 
 fn now_rfc3339() -> String {
-    time::OffsetDateTime::now_utc().format(&Rfc3339).unwrap_or_default()
+    time::OffsetDateTime::now_utc()
+        .format(&Rfc3339)
+        .unwrap_or_default()
 }

@@ -25,13 +25,19 @@ pub(crate) async fn decide_rule(
     if let Some(found) = sub_results.and_then(|subs| aggregate(&rules, subs)) {
         return Ok(Some((found, OutcomeSource::Aggregate)));
     }
-    if let Some(tag) = last_tag(&movement.name, answer, movement.rules.len()).filter(|n| rules.iter().any(|(i, _)| i == n)) {
+    if let Some(tag) = last_tag(&movement.name, answer, movement.rules.len())
+        .filter(|n| rules.iter().any(|(i, _)| i == n))
+    {
         return Ok(Some((tag, OutcomeSource::Tag)));
     }
     if let [(only, _)] = rules.as_slice() {
         return Ok(Some((*only, OutcomeSource::SingleRule)));
     }
-    let ai: Vec<(usize, &Rule)> = rules.iter().filter(|(_, r)| matches!(r.condition, Condition::Ai(_))).copied().collect();
+    let ai: Vec<(usize, &Rule)> = rules
+        .iter()
+        .filter(|(_, r)| matches!(r.condition, Condition::Ai(_)))
+        .copied()
+        .collect();
     if !ai.is_empty()
         && let Some(found) = judge_ai_conditions(run, movement, answer, &ai).await?
     {
@@ -45,11 +51,21 @@ pub(crate) async fn decide_rule(
     if judgeable.is_empty() {
         return Ok(None);
     }
-    Ok(judge_rule(run, movement, answer, &judgeable).await?.map(|n| (n, OutcomeSource::Judge)))
+    Ok(judge_rule(run, movement, answer, &judgeable)
+        .await?
+        .map(|n| (n, OutcomeSource::Judge)))
 }
 
-async fn judge_ai_conditions(run: &RunCtx, movement: &Movement, answer: &str, ai: &[(usize, &Rule)]) -> Result<Option<usize>, EngineError> {
-    let conditions: Vec<String> = ai.iter().map(|(_, r)| condition_text(&r.condition)).collect();
+async fn judge_ai_conditions(
+    run: &RunCtx,
+    movement: &Movement,
+    answer: &str,
+    ai: &[(usize, &Rule)],
+) -> Result<Option<usize>, EngineError> {
+    let conditions: Vec<String> = ai
+        .iter()
+        .map(|(_, r)| condition_text(&r.condition))
+        .collect();
     let schema = json!({
         "type": "object",
         "properties": {"results": {"type": "array", "items": {"type": "boolean"}, "minItems": ai.len(), "maxItems": ai.len()}},
@@ -60,13 +76,37 @@ async fn judge_ai_conditions(run: &RunCtx, movement: &Movement, answer: &str, ai
         "For each condition, in order, say whether it holds for the answer. Reply {{\"results\": [true or false, …]}} with {} values.",
         ai.len()
     );
-    let reply = ask(run, movement, JudgeKind::AiConditions, answer, &conditions, &question, "ai_conditions", schema).await?;
-    let results = reply.as_ref().and_then(|v| v.get("results")).and_then(Value::as_array);
-    Ok(results.and_then(|r| r.iter().position(|b| b.as_bool() == Some(true))).and_then(|i| ai.get(i)).map(|(n, _)| *n))
+    let reply = ask(
+        run,
+        movement,
+        JudgeKind::AiConditions,
+        answer,
+        &conditions,
+        &question,
+        "ai_conditions",
+        schema,
+    )
+    .await?;
+    let results = reply
+        .as_ref()
+        .and_then(|v| v.get("results"))
+        .and_then(Value::as_array);
+    Ok(results
+        .and_then(|r| r.iter().position(|b| b.as_bool() == Some(true)))
+        .and_then(|i| ai.get(i))
+        .map(|(n, _)| *n))
 }
 
-async fn judge_rule(run: &RunCtx, movement: &Movement, answer: &str, rules: &[(usize, &Rule)]) -> Result<Option<usize>, EngineError> {
-    let conditions: Vec<String> = rules.iter().map(|(_, r)| condition_text(&r.condition)).collect();
+async fn judge_rule(
+    run: &RunCtx,
+    movement: &Movement,
+    answer: &str,
+    rules: &[(usize, &Rule)],
+) -> Result<Option<usize>, EngineError> {
+    let conditions: Vec<String> = rules
+        .iter()
+        .map(|(_, r)| condition_text(&r.condition))
+        .collect();
     let schema = json!({
         "type": "object",
         "properties": {"rule": {"type": "integer", "minimum": 1, "maximum": rules.len()}},
@@ -74,9 +114,25 @@ async fn judge_rule(run: &RunCtx, movement: &Movement, answer: &str, rules: &[(u
         "additionalProperties": false
     });
     let question = "Which condition describes the outcome of this answer? Reply {\"rule\": N} with its number.";
-    let reply = ask(run, movement, JudgeKind::Judge, answer, &conditions, question, "rule_choice", schema).await?;
-    let picked = reply.as_ref().and_then(|v| v.get("rule")).and_then(Value::as_u64).map(|n| n as usize);
-    Ok(picked.filter(|n| (1..=rules.len()).contains(n)).map(|n| rules[n - 1].0))
+    let reply = ask(
+        run,
+        movement,
+        JudgeKind::Judge,
+        answer,
+        &conditions,
+        question,
+        "rule_choice",
+        schema,
+    )
+    .await?;
+    let picked = reply
+        .as_ref()
+        .and_then(|v| v.get("rule"))
+        .and_then(Value::as_u64)
+        .map(|n| n as usize);
+    Ok(picked
+        .filter(|n| (1..=rules.len()).contains(n))
+        .map(|n| rules[n - 1].0))
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -90,8 +146,16 @@ async fn ask(
     schema_name: &str,
     schema: Value,
 ) -> Result<Option<Value>, EngineError> {
-    run.emit(RunEvent::JudgeRequest { movement: movement.name.clone(), kind, conditions: conditions.to_vec() })?;
-    let listed: Vec<String> = conditions.iter().enumerate().map(|(i, c)| format!("{}. {c}", i + 1)).collect();
+    run.emit(RunEvent::JudgeRequest {
+        movement: movement.name.clone(),
+        kind,
+        conditions: conditions.to_vec(),
+    })?;
+    let listed: Vec<String> = conditions
+        .iter()
+        .enumerate()
+        .map(|(i, c)| format!("{}. {c}", i + 1))
+        .collect();
     let user = format!(
         "## Answer of movement `{}`\n{}\n\n## Conditions\n{}\n\n{question}",
         movement.name,
@@ -100,9 +164,17 @@ async fn ask(
     );
     let request = ChatRequest {
         model: run.config.model.clone(),
-        messages: vec![Message::System { content: JUDGE_SYSTEM.into() }, Message::User { content: user }],
+        messages: vec![
+            Message::System {
+                content: JUDGE_SYSTEM.into(),
+            },
+            Message::User { content: user },
+        ],
         tools: vec![],
-        response_schema: Some(ResponseSchema { name: schema_name.into(), schema }),
+        response_schema: Some(ResponseSchema {
+            name: schema_name.into(),
+            schema,
+        }),
         temperature: Some(0.0),
         max_tokens: None,
     };

@@ -33,7 +33,8 @@ pub use error::EngineError;
 pub use event::*;
 pub use journal::Journal;
 pub use outcome::{
-    FrontmatterError, aggregate, eligible_rules, extract_frontmatter, last_tag, route, validate_frontmatter,
+    FrontmatterError, aggregate, eligible_rules, extract_frontmatter, last_tag, route,
+    validate_frontmatter,
 };
 pub use record::{RunRecord, new_run_id};
 pub use run::{Engine, RunReport};

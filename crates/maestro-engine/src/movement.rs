@@ -33,22 +33,42 @@ pub(crate) enum Step {
     Go(Target),
     /// A parallel sub-movement matched this condition; its parent decides where to go.
     Matched(String),
-    Finish { status: RunStatus, result: Option<String>, reason: Option<String> },
+    Finish {
+        status: RunStatus,
+        result: Option<String>,
+        reason: Option<String>,
+    },
 }
 
 impl Ended {
     fn new(response: String, via: OutcomeSource, step: Step) -> Self {
-        Ended { response, via, rule: None, step, summary: None, lessons: vec![], edge_prompt: None }
+        Ended {
+            response,
+            via,
+            rule: None,
+            step,
+            summary: None,
+            lessons: vec![],
+            edge_prompt: None,
+        }
     }
 
     /// `default_next` when the movement has one, otherwise the run aborts with `reason`.
     fn fallback(movement: &Movement, response: String, reason: &str) -> Self {
         match &movement.default_next {
-            Some(target) => Ended::new(response, OutcomeSource::DefaultNext, Step::Go(target.clone())),
+            Some(target) => Ended::new(
+                response,
+                OutcomeSource::DefaultNext,
+                Step::Go(target.clone()),
+            ),
             None => Ended::new(
                 response,
                 OutcomeSource::Engine,
-                Step::Finish { status: RunStatus::Aborted, result: None, reason: Some(reason.to_string()) },
+                Step::Finish {
+                    status: RunStatus::Aborted,
+                    result: None,
+                    reason: Some(reason.to_string()),
+                },
             ),
         }
     }
@@ -58,28 +78,48 @@ impl Ended {
         Ended::new(
             response,
             OutcomeSource::Engine,
-            Step::Finish { status: RunStatus::Aborted, result: None, reason: Some("no_rule_matched".into()) },
+            Step::Finish {
+                status: RunStatus::Aborted,
+                result: None,
+                reason: Some("no_rule_matched".into()),
+            },
         )
     }
 
     /// The step a chosen rule leads to.
-    pub(crate) fn by_rule(movement: &Movement, response: String, via: OutcomeSource, index: usize) -> Self {
+    pub(crate) fn by_rule(
+        movement: &Movement,
+        response: String,
+        via: OutcomeSource,
+        index: usize,
+    ) -> Self {
         let rule = &movement.rules[index - 1];
         let step = if rule.requires_user_input {
-            Step::Finish { status: RunStatus::NeedsUserInput, result: None, reason: Some("requires_user_input".into()) }
+            Step::Finish {
+                status: RunStatus::NeedsUserInput,
+                result: None,
+                reason: Some("requires_user_input".into()),
+            }
         } else {
             match &rule.next {
                 Some(target) => Step::Go(target.clone()),
                 None => Step::Matched(crate::outcome::condition_text(&rule.condition)),
             }
         };
-        Ended { rule: Some(index), ..Ended::new(response, via, step) }
+        Ended {
+            rule: Some(index),
+            ..Ended::new(response, via, step)
+        }
     }
 }
 
 /// Runs one visit of a (non-parallel) movement in `messages` (the first ones, or a continued
 /// session) and returns its decision and the conversation.
-pub(crate) async fn visit(run: &RunCtx, movement: &Movement, messages: Vec<Message>) -> Result<(Ended, Vec<Message>), EngineError> {
+pub(crate) async fn visit(
+    run: &RunCtx,
+    movement: &Movement,
+    messages: Vec<Message>,
+) -> Result<(Ended, Vec<Message>), EngineError> {
     let mut agent = Agent::new(run, movement, messages);
     let ended = match run.piece.dialect {
         Dialect::Maestro => maestro(run, &mut agent, movement).await?,
@@ -94,30 +134,55 @@ fn last_text(messages: &[Message]) -> String {
         .iter()
         .rev()
         .find_map(|m| match m {
-            Message::Assistant { content, .. } if !content.trim().is_empty() => Some(content.clone()),
+            Message::Assistant { content, .. } if !content.trim().is_empty() => {
+                Some(content.clone())
+            }
             _ => None,
         })
         .unwrap_or_default()
 }
 
-async fn maestro(run: &RunCtx, agent: &mut Agent<'_>, movement: &Movement) -> Result<Ended, EngineError> {
+async fn maestro(
+    run: &RunCtx,
+    agent: &mut Agent<'_>,
+    movement: &Movement,
+) -> Result<Ended, EngineError> {
     let mut reminders = 0;
     loop {
         let end = agent.drive().await?;
         let response = last_text(&agent.messages);
         return Ok(match end {
-            TurnEnd::Answer(_) if agent.context_exhausted() => Ended::fallback(movement, response, "context_exhausted"),
+            TurnEnd::Answer(_) if agent.context_exhausted() => {
+                Ended::fallback(movement, response, "context_exhausted")
+            }
             TurnEnd::Answer(_) if reminders < run.config.control_reminders => {
                 reminders += 1;
-                agent.ask_again(ReminderKind::ControlTool, reminders, prompt::CONTROL_REMINDER.to_string())?;
+                agent.ask_again(
+                    ReminderKind::ControlTool,
+                    reminders,
+                    prompt::CONTROL_REMINDER.to_string(),
+                )?;
                 continue;
             }
             TurnEnd::Answer(_) => Ended::fallback(movement, response, "no_control_outcome"),
-            TurnEnd::Transition { next, summary, lessons } => {
-                let index = movement.rules.iter().position(|r| r.next.as_ref().is_some_and(|t| t.label() == next));
+            TurnEnd::Transition {
+                next,
+                summary,
+                lessons,
+            } => {
+                let index = movement
+                    .rules
+                    .iter()
+                    .position(|r| r.next.as_ref().is_some_and(|t| t.label() == next));
                 let mut ended = match index {
-                    Some(i) => Ended::by_rule(movement, response, OutcomeSource::TransitionTool, i + 1),
-                    None => Ended::new(response, OutcomeSource::TransitionTool, Step::Go(Target::Movement(next))),
+                    Some(i) => {
+                        Ended::by_rule(movement, response, OutcomeSource::TransitionTool, i + 1)
+                    }
+                    None => Ended::new(
+                        response,
+                        OutcomeSource::TransitionTool,
+                        Step::Go(Target::Movement(next)),
+                    ),
                 };
                 ended.summary = summary;
                 ended.lessons = lessons;
@@ -128,7 +193,15 @@ async fn maestro(run: &RunCtx, agent: &mut Agent<'_>, movement: &Movement) -> Re
                     RunStatus::Completed => None,
                     _ => Some("complete_tool".to_string()),
                 };
-                Ended::new(response, OutcomeSource::CompleteTool, Step::Finish { status, result: Some(result), reason })
+                Ended::new(
+                    response,
+                    OutcomeSource::CompleteTool,
+                    Step::Finish {
+                        status,
+                        result: Some(result),
+                        reason,
+                    },
+                )
             }
             TurnEnd::ContextExhausted => Ended::fallback(movement, response, "context_exhausted"),
             TurnEnd::IterationsExhausted => Ended::fallback(movement, response, "max_iterations"),
@@ -137,20 +210,36 @@ async fn maestro(run: &RunCtx, agent: &mut Agent<'_>, movement: &Movement) -> Re
 }
 
 /// The answer of a turn for the answer-ending dialects, or the fallback when the turn ran out.
-fn answer_or_fallback(end: TurnEnd, agent: &Agent<'_>, movement: &Movement) -> Result<String, Ended> {
+fn answer_or_fallback(
+    end: TurnEnd,
+    agent: &Agent<'_>,
+    movement: &Movement,
+) -> Result<String, Box<Ended>> {
     match end {
         TurnEnd::Answer(text) => Ok(text),
-        TurnEnd::ContextExhausted => Err(Ended::fallback(movement, last_text(&agent.messages), "context_exhausted")),
-        TurnEnd::IterationsExhausted => Err(Ended::fallback(movement, last_text(&agent.messages), "max_iterations")),
+        TurnEnd::ContextExhausted => Err(Box::new(Ended::fallback(
+            movement,
+            last_text(&agent.messages),
+            "context_exhausted",
+        ))),
+        TurnEnd::IterationsExhausted => Err(Box::new(Ended::fallback(
+            movement,
+            last_text(&agent.messages),
+            "max_iterations",
+        ))),
         TurnEnd::Transition { .. } | TurnEnd::Complete { .. } => Ok(last_text(&agent.messages)),
     }
 }
 
-async fn takt(run: &RunCtx, agent: &mut Agent<'_>, movement: &Movement) -> Result<Ended, EngineError> {
+async fn takt(
+    run: &RunCtx,
+    agent: &mut Agent<'_>,
+    movement: &Movement,
+) -> Result<Ended, EngineError> {
     let end = agent.drive().await?;
     let answer = match answer_or_fallback(end, agent, movement) {
         Ok(answer) => answer,
-        Err(ended) => return Ok(ended),
+        Err(ended) => return Ok(*ended),
     };
     let mut read = answer.clone();
     if agent.ask_for_missing_reports()? {
@@ -171,13 +260,17 @@ async fn takt(run: &RunCtx, agent: &mut Agent<'_>, movement: &Movement) -> Resul
     })
 }
 
-async fn graph(run: &RunCtx, agent: &mut Agent<'_>, movement: &Movement) -> Result<Ended, EngineError> {
+async fn graph(
+    run: &RunCtx,
+    agent: &mut Agent<'_>,
+    movement: &Movement,
+) -> Result<Ended, EngineError> {
     let mut attempt = 0;
     loop {
         let end = agent.drive().await?;
         let answer = match answer_or_fallback(end, agent, movement) {
             Ok(answer) => answer,
-            Err(ended) => return Ok(ended),
+            Err(ended) => return Ok(*ended),
         };
         let checked = extract_frontmatter(&answer).and_then(|fm| {
             if let Some(schema) = &movement.frontmatter_schema {
@@ -193,7 +286,11 @@ async fn graph(run: &RunCtx, agent: &mut Agent<'_>, movement: &Movement) -> Resu
             }
             Err(problem) if attempt < run.config.frontmatter_retries => {
                 attempt += 1;
-                agent.ask_again(ReminderKind::Frontmatter, attempt, prompt::frontmatter_reminder(&problem.0))?;
+                agent.ask_again(
+                    ReminderKind::Frontmatter,
+                    attempt,
+                    prompt::frontmatter_reminder(&problem.0),
+                )?;
             }
             Err(problem) => {
                 return Ok(Ended::new(
@@ -210,7 +307,12 @@ async fn graph(run: &RunCtx, agent: &mut Agent<'_>, movement: &Movement) -> Resu
     }
 }
 
-fn edge_prompt(run: &RunCtx, movement: &Movement, index: usize, fm: &serde_json::Value) -> Result<Option<String>, EngineError> {
+fn edge_prompt(
+    run: &RunCtx,
+    movement: &Movement,
+    index: usize,
+    fm: &serde_json::Value,
+) -> Result<Option<String>, EngineError> {
     let Some(template) = &movement.rules[index - 1].prompt else {
         return Ok(None);
     };

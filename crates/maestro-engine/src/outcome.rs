@@ -21,8 +21,14 @@ pub fn eligible_rules(movement: &Movement, interactive: bool) -> Vec<(usize, &Ru
 /// The last `[MOVEMENT_NAME:N]` tag in `answer` (case-insensitive, the name as written in the
 /// piece, upper-cased), as the 1-based rule number. Tags outside `1..=rule_count` are ignored.
 pub fn last_tag(movement_name: &str, answer: &str, rule_count: usize) -> Option<usize> {
-    let pattern = format!(r"\[{}:(\d+)\]", regex::escape(&movement_name.to_uppercase()));
-    let re = RegexBuilder::new(&pattern).case_insensitive(true).build().ok()?;
+    let pattern = format!(
+        r"\[{}:(\d+)\]",
+        regex::escape(&movement_name.to_uppercase())
+    );
+    let re = RegexBuilder::new(&pattern)
+        .case_insensitive(true)
+        .build()
+        .ok()?;
     re.captures_iter(answer)
         .filter_map(|c| c.get(1)?.as_str().parse::<usize>().ok())
         .filter(|n| (1..=rule_count).contains(n))
@@ -35,14 +41,22 @@ pub fn last_tag(movement_name: &str, answer: &str, rule_count: usize) -> Option<
 /// One argument applies to every sub-movement; several match positionally (argument `i` to
 /// sub-movement `i`), as in `all("approved", "All checks passed")`.
 pub fn aggregate(rules: &[(usize, &Rule)], sub_results: &[Option<String>]) -> Option<usize> {
-    rules.iter().find(|(_, rule)| aggregate_matches(&rule.condition, sub_results)).map(|(i, _)| *i)
+    rules
+        .iter()
+        .find(|(_, rule)| aggregate_matches(&rule.condition, sub_results))
+        .map(|(i, _)| *i)
 }
 
 fn aggregate_matches(condition: &Condition, subs: &[Option<String>]) -> bool {
-    let matched = |sub: &Option<String>, want: &str| sub.as_deref().is_some_and(|s| same_condition(s, want));
+    let matched =
+        |sub: &Option<String>, want: &str| sub.as_deref().is_some_and(|s| same_condition(s, want));
     match condition {
-        Condition::All(args) if args.len() == 1 => !subs.is_empty() && subs.iter().all(|s| matched(s, &args[0])),
-        Condition::All(args) => args.len() == subs.len() && subs.iter().zip(args).all(|(s, a)| matched(s, a)),
+        Condition::All(args) if args.len() == 1 => {
+            !subs.is_empty() && subs.iter().all(|s| matched(s, &args[0]))
+        }
+        Condition::All(args) => {
+            args.len() == subs.len() && subs.iter().zip(args).all(|(s, a)| matched(s, a))
+        }
         Condition::Any(args) if args.len() == 1 => subs.iter().any(|s| matched(s, &args[0])),
         Condition::Any(args) => subs.iter().zip(args).any(|(s, a)| matched(s, a)),
         Condition::Text(_) | Condition::Ai(_) | Condition::Status(_) => false,
@@ -71,7 +85,10 @@ pub struct FrontmatterError(pub String);
 pub fn extract_frontmatter(answer: &str) -> Result<serde_json::Value, FrontmatterError> {
     let mut text = answer.trim_start();
     if text.starts_with("```") {
-        text = text.split_once('\n').map(|(_, rest)| rest.trim_start()).unwrap_or("");
+        text = text
+            .split_once('\n')
+            .map(|(_, rest)| rest.trim_start())
+            .unwrap_or("");
     }
     let Some(rest) = text.strip_prefix("---") else {
         return Err(FrontmatterError(
@@ -79,9 +96,14 @@ pub fn extract_frontmatter(answer: &str) -> Result<serde_json::Value, Frontmatte
         ));
     };
     let rest = rest.trim_start_matches([' ', '\t']);
-    let rest = rest.strip_prefix("\r\n").or_else(|| rest.strip_prefix('\n')).unwrap_or(rest);
+    let rest = rest
+        .strip_prefix("\r\n")
+        .or_else(|| rest.strip_prefix('\n'))
+        .unwrap_or(rest);
     let end = closing_fence(rest).ok_or_else(|| {
-        FrontmatterError("the frontmatter is not closed: end it with a line containing only `---`".into())
+        FrontmatterError(
+            "the frontmatter is not closed: end it with a line containing only `---`".into(),
+        )
     })?;
     let yaml = &rest[..end];
     let value: serde_json::Value = serde_saphyr::from_str(yaml)
@@ -89,7 +111,9 @@ pub fn extract_frontmatter(answer: &str) -> Result<serde_json::Value, Frontmatte
     match value {
         serde_json::Value::Object(_) => Ok(value),
         serde_json::Value::Null => Err(FrontmatterError("the frontmatter is empty".into())),
-        other => Err(FrontmatterError(format!("the frontmatter must be a mapping of fields, not {other}"))),
+        other => Err(FrontmatterError(format!(
+            "the frontmatter must be a mapping of fields, not {other}"
+        ))),
     }
 }
 
@@ -107,20 +131,30 @@ fn closing_fence(text: &str) -> Option<usize> {
 }
 
 /// Checks `frontmatter` against the role's JSON Schema, listing every problem with its path.
-pub fn validate_frontmatter(schema: &serde_json::Value, frontmatter: &serde_json::Value) -> Result<(), FrontmatterError> {
+pub fn validate_frontmatter(
+    schema: &serde_json::Value,
+    frontmatter: &serde_json::Value,
+) -> Result<(), FrontmatterError> {
     let validator = jsonschema::validator_for(schema)
         .map_err(|e| FrontmatterError(format!("the role's frontmatter schema is invalid: {e}")))?;
     let problems: Vec<String> = validator
         .iter_errors(frontmatter)
         .map(|e| {
             let path = e.instance_path().to_string();
-            if path.is_empty() { format!("- {e}") } else { format!("- at `{path}`: {e}") }
+            if path.is_empty() {
+                format!("- {e}")
+            } else {
+                format!("- at `{path}`: {e}")
+            }
         })
         .collect();
     if problems.is_empty() {
         Ok(())
     } else {
-        Err(FrontmatterError(format!("the frontmatter does not match the schema:\n{}", problems.join("\n"))))
+        Err(FrontmatterError(format!(
+            "the frontmatter does not match the schema:\n{}",
+            problems.join("\n")
+        )))
     }
 }
 
@@ -133,7 +167,10 @@ pub fn route(role: &Movement, frontmatter: &serde_json::Value) -> Result<usize, 
         _ => None,
     });
     let edge = |wanted: &str| {
-        role.rules.iter().position(|r| matches!(&r.condition, Condition::Status(s) if s == wanted)).map(|i| i + 1)
+        role.rules
+            .iter()
+            .position(|r| matches!(&r.condition, Condition::Status(s) if s == wanted))
+            .map(|i| i + 1)
     };
     if let Some(found) = status.as_deref().and_then(edge) {
         return Ok(found);
@@ -141,14 +178,26 @@ pub fn route(role: &Movement, frontmatter: &serde_json::Value) -> Result<usize, 
     if let Some(found) = edge("_") {
         return Ok(found);
     }
-    let known: Vec<String> = role.rules.iter().map(|r| condition_text(&r.condition)).collect();
+    let known: Vec<String> = role
+        .rules
+        .iter()
+        .map(|r| condition_text(&r.condition))
+        .collect();
     Err(FrontmatterError(match status {
-        Some(s) => format!("`$status: {s}` has no edge from `{}`; valid values: {}", role.name, known.join(", ")),
-        None => format!("the frontmatter needs `$status`, one of: {}", known.join(", ")),
+        Some(s) => format!(
+            "`$status: {s}` has no edge from `{}`; valid values: {}",
+            role.name,
+            known.join(", ")
+        ),
+        None => format!(
+            "the frontmatter needs `$status`, one of: {}",
+            known.join(", ")
+        ),
     }))
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
     use maestro_piece::{SessionMode, Target};
@@ -202,7 +251,10 @@ mod tests {
     fn interactive_only_rules_are_skipped_but_keep_their_numbers() {
         let mut ask = rule(Condition::Text("ask".into()), Some("x"));
         ask.interactive_only = true;
-        let m = movement("m", vec![ask, rule(Condition::Text("go".into()), Some("y"))]);
+        let m = movement(
+            "m",
+            vec![ask, rule(Condition::Text("go".into()), Some("y"))],
+        );
         let numbers: Vec<usize> = eligible_rules(&m, false).iter().map(|(i, _)| *i).collect();
         assert_eq!(numbers, vec![2]);
         assert_eq!(eligible_rules(&m, true).len(), 2);
@@ -211,16 +263,31 @@ mod tests {
     #[test]
     fn aggregates_match_uniformly_and_positionally() {
         let all = rule(Condition::All(vec!["approved".into()]), Some("done"));
-        let all_pos = rule(Condition::All(vec!["approved".into(), "All checks passed".into()]), Some("done"));
-        let any_pos = rule(Condition::Any(vec!["needs_fix".into(), "failing".into()]), Some("fix"));
+        let all_pos = rule(
+            Condition::All(vec!["approved".into(), "All checks passed".into()]),
+            Some("done"),
+        );
+        let any_pos = rule(
+            Condition::Any(vec!["needs_fix".into(), "failing".into()]),
+            Some("fix"),
+        );
         let subs = |a: &str, b: &str| vec![Some(a.to_string()), Some(b.to_string())];
         let rules = [(1, &all), (2, &all_pos), (3, &any_pos)];
         assert_eq!(aggregate(&rules, &subs("approved", "approved")), Some(1));
-        assert_eq!(aggregate(&rules, &subs("approved", "all checks passed")), Some(2));
+        assert_eq!(
+            aggregate(&rules, &subs("approved", "all checks passed")),
+            Some(2)
+        );
         assert_eq!(aggregate(&rules, &subs("approved", "failing")), Some(3));
-        assert_eq!(aggregate(&rules, &subs("needs_fix", "All checks passed")), Some(3));
+        assert_eq!(
+            aggregate(&rules, &subs("needs_fix", "All checks passed")),
+            Some(3)
+        );
         // positional: `failing` in the first slot does not count for the second argument
-        assert_eq!(aggregate(&rules, &subs("failing", "All checks passed")), None);
+        assert_eq!(
+            aggregate(&rules, &subs("failing", "All checks passed")),
+            None
+        );
         assert_eq!(aggregate(&rules, &[Some("approved".into()), None]), None);
     }
 
@@ -228,7 +295,10 @@ mod tests {
     fn frontmatter_is_extracted_validated_and_routed() {
         let answer = "---\n$status: continue\nargument: |\n  Cats are better.\n---\nBody text.";
         let fm = extract_frontmatter(answer).unwrap();
-        assert_eq!(fm, json!({"$status": "continue", "argument": "Cats are better.\n"}));
+        assert_eq!(
+            fm,
+            json!({"$status": "continue", "argument": "Cats are better.\n"})
+        );
         let schema = json!({"type": "object", "properties": {"$status": {"enum": ["continue", "conceded"]},
             "argument": {"type": "string"}}, "required": ["$status", "argument"]});
         assert_eq!(validate_frontmatter(&schema, &fm), Ok(()));
@@ -238,17 +308,55 @@ mod tests {
 
         let mut conceded = rule(Condition::Status("conceded".into()), None);
         conceded.next = Some(Target::Complete);
-        let role = movement("against", vec![conceded, rule(Condition::Status("continue".into()), Some("for"))]);
+        let role = movement(
+            "against",
+            vec![
+                conceded,
+                rule(Condition::Status("continue".into()), Some("for")),
+            ],
+        );
         assert_eq!(route(&role, &fm), Ok(2));
-        assert!(route(&role, &json!({"$status": "other"})).unwrap_err().0.contains("valid values: conceded, continue"));
-        let single = movement("start", vec![rule(Condition::Status("_".into()), Some("x"))]);
+        assert!(
+            route(&role, &json!({"$status": "other"}))
+                .unwrap_err()
+                .0
+                .contains("valid values: conceded, continue")
+        );
+        let single = movement(
+            "start",
+            vec![rule(Condition::Status("_".into()), Some("x"))],
+        );
         assert_eq!(route(&single, &json!({"a": 1})), Ok(1));
     }
 
     #[test]
     fn missing_or_unclosed_frontmatter_says_what_to_do() {
-        assert!(extract_frontmatter("Just prose").unwrap_err().0.contains("must start with YAML frontmatter"));
-        assert!(extract_frontmatter("---\na: 1\n").unwrap_err().0.contains("not closed"));
-        assert_eq!(extract_frontmatter("```yaml\n---\na: 1\n---\n```").unwrap(), json!({"a": 1}));
+        assert!(
+            extract_frontmatter("Just prose")
+                .unwrap_err()
+                .0
+                .contains("must start with YAML frontmatter")
+        );
+        assert!(
+            extract_frontmatter("---\na: 1\n")
+                .unwrap_err()
+                .0
+                .contains("not closed")
+        );
+        assert_eq!(
+            extract_frontmatter("```yaml\n---\na: 1\n---\n```").unwrap(),
+            json!({"a": 1})
+        );
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn readers_never_panic_and_tags_stay_in_range(answer in ".{0,200}", n in 0usize..5) {
+            let tag = last_tag("step-one", &answer, n);
+            proptest::prop_assert!(tag.is_none_or(|t| (1..=n).contains(&t)));
+            let _ = extract_frontmatter(&answer);
+            let tagged = format!("{answer}[STEP-ONE:{n}]");
+            proptest::prop_assert_eq!(last_tag("step-one", &tagged, n), (n >= 1).then_some(n));
+        }
     }
 }

@@ -23,7 +23,11 @@ pub(crate) fn first_messages(piece: &Piece, state: &RunState, visit: &Visit<'_>)
     let reports: BTreeMap<String, String> = state
         .reports
         .iter()
-        .filter_map(|(name, path)| std::fs::read_to_string(path).ok().map(|text| (name.clone(), text)))
+        .filter_map(|(name, path)| {
+            std::fs::read_to_string(path)
+                .ok()
+                .map(|text| (name.clone(), text))
+        })
         .collect();
     let ctx = PromptContext {
         task: state.task.clone(),

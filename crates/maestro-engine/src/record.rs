@@ -46,12 +46,20 @@ impl RunRecord {
                 ws.canonicalize().map_err(|e| io("the workspace", ws, e))?
             }
             None => {
-                maestro_tools::prepare_workspace(&dir).map_err(|e| io("the workspace in", &dir, e))?;
-                dir.canonicalize().map_err(|e| io("the run directory", &dir, e))?
+                maestro_tools::prepare_workspace(&dir)
+                    .map_err(|e| io("the workspace in", &dir, e))?;
+                dir.canonicalize()
+                    .map_err(|e| io("the run directory", &dir, e))?
             }
         };
-        let dir = dir.canonicalize().map_err(|e| io("the run directory", &dir, e))?;
-        Ok(RunRecord { run_id, dir, workspace })
+        let dir = dir
+            .canonicalize()
+            .map_err(|e| io("the run directory", &dir, e))?;
+        Ok(RunRecord {
+            run_id,
+            dir,
+            workspace,
+        })
     }
 
     pub fn events_path(&self) -> PathBuf {
@@ -71,13 +79,16 @@ impl RunRecord {
 pub fn new_run_id() -> String {
     let now = time::OffsetDateTime::now_utc();
     let stamp = now
-        .format(format_description!("[year][month][day]-[hour][minute][second]"))
+        .format(format_description!(
+            "[year][month][day]-[hour][minute][second]"
+        ))
         .unwrap_or_else(|_| now.unix_timestamp().to_string());
     let random = uuid::Uuid::new_v4().simple().to_string();
     format!("{stamp}-{}", &random[..4])
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
 
@@ -89,8 +100,13 @@ mod tests {
             assert!(record.dir.join(sub).is_dir(), "{sub}");
         }
         assert_eq!(record.workspace, record.dir);
-        assert!(record.run_id.len() == "20260101-000000-abcd".len(), "{}", record.run_id);
-        let other = RunRecord::create(&tmp.path().join("runs"), Some(&tmp.path().join("ws"))).unwrap();
+        assert!(
+            record.run_id.len() == "20260101-000000-abcd".len(),
+            "{}",
+            record.run_id
+        );
+        let other =
+            RunRecord::create(&tmp.path().join("runs"), Some(&tmp.path().join("ws"))).unwrap();
         assert_ne!(other.run_id, record.run_id);
         assert!(!other.dir.join("input").exists());
         assert!(other.workspace.ends_with("ws"));

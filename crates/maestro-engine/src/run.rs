@@ -59,7 +59,13 @@ pub struct RunReport {
 
 impl Engine {
     pub fn new(provider: Arc<dyn Provider>, tools: Registry, config: EngineConfig) -> Self {
-        Engine { provider, tools, config, secrets: Vec::new(), cancel: CancellationToken::new() }
+        Engine {
+            provider,
+            tools,
+            config,
+            secrets: Vec::new(),
+            cancel: CancellationToken::new(),
+        }
     }
 
     /// Secrets to scrub from anything the run records (provider messages in retries, errors).
@@ -91,8 +97,12 @@ impl Engine {
         record: RunRecord,
         observers: Vec<Arc<dyn EventSink>>,
     ) -> Result<RunReport, EngineError> {
-        let durable = JsonlSink::append_to(&record.events_path())
-            .map_err(|e| EngineError::Record(format!("cannot open {}: {e}", record.events_path().display())))?;
+        let durable = JsonlSink::append_to(&record.events_path()).map_err(|e| {
+            EngineError::Record(format!(
+                "cannot open {}: {e}",
+                record.events_path().display()
+            ))
+        })?;
         let context_window = match self.config.context_length {
             Some(length) => Some(length),
             None => self.provider.context_length(&self.config.model).await,
@@ -104,7 +114,7 @@ impl Engine {
             tools: self.tools.clone(),
             journal: Journal::new(Arc::new(durable), observers),
             record: record.clone(),
-            cancel: self.cancel.clone(),
+            cancel: self.cancel.child_token(),
             scratch: Arc::default(),
             context_window,
             sessions: Mutex::default(),
@@ -120,7 +130,11 @@ impl Engine {
             initial_movement: piece.initial_movement.clone(),
             run_dir: record.dir.display().to_string(),
             workspace: record.workspace.display().to_string(),
-            loop_monitors: piece.loop_monitors.iter().map(|m| m.cycle.clone()).collect(),
+            loop_monitors: piece
+                .loop_monitors
+                .iter()
+                .map(|m| m.cycle.clone())
+                .collect(),
         })?;
         if context_window.is_none() {
             run.emit(RunEvent::Warning {
@@ -134,15 +148,37 @@ impl Engine {
             Err(e) => runner::Finish {
                 status: RunStatus::Failed,
                 result: String::new(),
-                reason: Some(run.redact(&if run.cancel.is_cancelled() { "cancelled".to_string() } else { e.reason() })),
+                reason: Some(run.redact(&if run.cancel.is_cancelled() {
+                    "cancelled".to_string()
+                } else {
+                    e.reason()
+                })),
             },
         };
-        run.emit(RunEvent::RunFinished { status: finish.status, result: finish.result, reason: finish.reason })?;
+        run.emit(RunEvent::RunFinished {
+            status: finish.status,
+            result: finish.result,
+            reason: finish.reason,
+        })?;
         let state = run.journal.state();
-        let RunPhase::Finished { status, result, reason } = state.phase.clone() else {
-            return Err(EngineError::Internal("the run ended without a terminal status".into()));
+        let RunPhase::Finished {
+            status,
+            result,
+            reason,
+        } = state.phase.clone()
+        else {
+            return Err(EngineError::Internal(
+                "the run ended without a terminal status".into(),
+            ));
         };
-        Ok(RunReport { run_id: record.run_id, status, result, reason, run_dir: record.dir, state })
+        Ok(RunReport {
+            run_id: record.run_id,
+            status,
+            result,
+            reason,
+            run_dir: record.dir,
+            state,
+        })
     }
 }
 
@@ -168,7 +204,9 @@ impl RunCtx {
     }
 
     pub fn redact(&self, text: &str) -> String {
-        self.secrets.iter().fold(text.to_string(), |t, s| s.redact(&t))
+        self.secrets
+            .iter()
+            .fold(text.to_string(), |t, s| s.redact(&t))
     }
 
     pub fn scratch_snapshot(&self) -> RunScratch {
@@ -176,7 +214,12 @@ impl RunCtx {
     }
 
     /// One model call with its `llm_request` / `llm_retry` / `llm_response` events.
-    pub async fn chat(&self, movement: &str, purpose: CallPurpose, request: ChatRequest) -> Result<ChatResponse, EngineError> {
+    pub async fn chat(
+        &self,
+        movement: &str,
+        purpose: CallPurpose,
+        request: ChatRequest,
+    ) -> Result<ChatResponse, EngineError> {
         if self.cancel.is_cancelled() {
             return Err(EngineError::Llm(maestro_llm::LlmError::Cancelled));
         }
@@ -193,7 +236,10 @@ impl RunCtx {
         };
         let response = response.map_err(|e| match e {
             maestro_llm::LlmError::Http { status, message } => {
-                EngineError::Llm(maestro_llm::LlmError::Http { status, message: self.redact(&message) })
+                EngineError::Llm(maestro_llm::LlmError::Http {
+                    status,
+                    message: self.redact(&message),
+                })
             }
             other => EngineError::Llm(other),
         })?;

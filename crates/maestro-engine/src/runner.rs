@@ -39,9 +39,16 @@ pub(crate) async fn drive(run: &Arc<RunCtx>) -> Result<Finish, EngineError> {
         if state.iteration >= run.piece.max_movements {
             run.emit(RunEvent::Warning {
                 movement: None,
-                message: format!("max_movements ({}) reached while `{next}` was due", run.piece.max_movements),
+                message: format!(
+                    "max_movements ({}) reached while `{next}` was due",
+                    run.piece.max_movements
+                ),
             })?;
-            return Ok(Finish { status: RunStatus::Exceeded, result: last_answer, reason: Some("max_movements".into()) });
+            return Ok(Finish {
+                status: RunStatus::Exceeded,
+                result: last_answer,
+                reason: Some("max_movements".into()),
+            });
         }
         let Some(due) = run.piece.movements.iter().find(|m| m.name == next) else {
             return Err(EngineError::Piece(format!(
@@ -53,22 +60,41 @@ pub(crate) async fn drive(run: &Arc<RunCtx>) -> Result<Finish, EngineError> {
             Some(index) => {
                 let monitor = &run.piece.loop_monitors[index];
                 let count = state.cycle_count(index);
-                run.emit(RunEvent::LoopMonitorTriggered { monitor: index, cycle_count: count, judge: monitor.judge.name.clone() })?;
+                run.emit(RunEvent::LoopMonitorTriggered {
+                    monitor: index,
+                    cycle_count: count,
+                    judge: monitor.judge.name.clone(),
+                })?;
                 (&monitor.judge, count, None)
             }
             None => {
-                let consecutive = if state.current.as_deref() == Some(next.as_str()) { state.consecutive + 1 } else { 1 };
-                let threshold = due.max_consecutive_revisits.unwrap_or(run.config.default_max_consecutive_revisits);
+                let consecutive = if state.current.as_deref() == Some(next.as_str()) {
+                    state.consecutive + 1
+                } else {
+                    1
+                };
+                let threshold = due
+                    .max_consecutive_revisits
+                    .unwrap_or(run.config.default_max_consecutive_revisits);
                 if consecutive > threshold {
                     run.emit(RunEvent::Warning {
                         movement: Some(next.clone()),
                         message: format!("`{next}` was due for the {consecutive}th time in a row (limit {threshold})"),
                     })?;
-                    return Ok(Finish { status: RunStatus::Aborted, result: last_answer, reason: Some("loop_detected".into()) });
+                    return Ok(Finish {
+                        status: RunStatus::Aborted,
+                        result: last_answer,
+                        reason: Some("loop_detected".into()),
+                    });
                 }
-                let warning = (consecutive >= 2).then(|| prompt::loop_warning(&next, consecutive, threshold));
+                let warning =
+                    (consecutive >= 2).then(|| prompt::loop_warning(&next, consecutive, threshold));
                 if warning.is_some() {
-                    run.emit(RunEvent::LoopWarning { movement: next.clone(), consecutive, threshold })?;
+                    run.emit(RunEvent::LoopWarning {
+                        movement: next.clone(),
+                        consecutive,
+                        threshold,
+                    })?;
                 }
                 (due, 0, warning)
             }
@@ -97,14 +123,25 @@ fn due_monitor(run: &RunCtx, state: &RunState, next: &str) -> Option<usize> {
 
 /// The run's end, when the movement's step ends it.
 fn finish_of(ended: &Ended) -> Option<Finish> {
-    let finish = |status, reason: Option<&str>| Finish { status, result: ended.response.clone(), reason: reason.map(str::to_string) };
+    let finish = |status, reason: Option<&str>| Finish {
+        status,
+        result: ended.response.clone(),
+        reason: reason.map(str::to_string),
+    };
     match &ended.step {
         Step::Go(Target::Movement(_)) | Step::Matched(_) => None,
         Step::Go(Target::Complete) => Some(finish(RunStatus::Completed, None)),
         Step::Go(Target::Abort) => Some(finish(RunStatus::Aborted, Some("abort_rule"))),
         Step::Go(Target::Ask) => Some(finish(RunStatus::NeedsUserInput, Some("ask"))),
-        Step::Go(Target::WaitSubtasks) => Some(finish(RunStatus::Aborted, Some("wait_subtasks_unsupported"))),
-        Step::Finish { status, result, reason } => Some(Finish {
+        Step::Go(Target::WaitSubtasks) => Some(finish(
+            RunStatus::Aborted,
+            Some("wait_subtasks_unsupported"),
+        )),
+        Step::Finish {
+            status,
+            result,
+            reason,
+        } => Some(Finish {
             status: *status,
             result: result.clone().unwrap_or_else(|| ended.response.clone()),
             reason: reason.clone(),
@@ -135,7 +172,11 @@ async fn run_visit(
     loop_warning: Option<String>,
 ) -> Result<Ended, EngineError> {
     let state = run.journal.state();
-    let iteration = if parent.is_some() { state.iteration } else { state.iteration + 1 };
+    let iteration = if parent.is_some() {
+        state.iteration
+    } else {
+        state.iteration + 1
+    };
     let mut started = RunEvent::MovementStarted {
         movement: movement.name.clone(),
         iteration,
@@ -184,7 +225,12 @@ async fn run_parallel(run: &Arc<RunCtx>, parent: &Movement) -> Result<Ended, Eng
         let run = Arc::clone(run);
         let sub = sub.clone();
         let parent_name = parent.name.clone();
-        tasks.spawn(async move { (index, run_visit(&run, &sub, Some(&parent_name), 0, None).await) });
+        tasks.spawn(async move {
+            (
+                index,
+                run_visit(&run, &sub, Some(&parent_name), 0, None).await,
+            )
+        });
     }
     let mut results: Vec<Option<Ended>> = vec![None; parent.parallel.len()];
     let mut failure = None;
@@ -193,10 +239,12 @@ async fn run_parallel(run: &Arc<RunCtx>, parent: &Movement) -> Result<Ended, Eng
             Ok((index, Ok(ended))) => results[index] = Some(ended),
             Ok((_, Err(e))) => {
                 failure.get_or_insert(e);
-                run.cancel.cancel();
             }
             Err(e) => {
-                failure.get_or_insert(EngineError::Internal(format!("a sub-movement of `{}` crashed: {e}", parent.name)));
+                failure.get_or_insert(EngineError::Internal(format!(
+                    "a sub-movement of `{}` crashed: {e}",
+                    parent.name
+                )));
             }
         }
     }
@@ -214,7 +262,13 @@ async fn run_parallel(run: &Arc<RunCtx>, parent: &Movement) -> Result<Ended, Eng
         .parallel
         .iter()
         .zip(&results)
-        .map(|(sub, r)| format!("## {}\n{}", sub.name, r.as_ref().map(|e| e.response.as_str()).unwrap_or("")))
+        .map(|(sub, r)| {
+            format!(
+                "## {}\n{}",
+                sub.name,
+                r.as_ref().map(|e| e.response.as_str()).unwrap_or("")
+            )
+        })
         .collect::<Vec<_>>()
         .join("\n\n");
     let ended = match decide_rule(run, parent, &combined, Some(&sub_results)).await? {
@@ -225,7 +279,12 @@ async fn run_parallel(run: &Arc<RunCtx>, parent: &Movement) -> Result<Ended, Eng
     Ok(ended)
 }
 
-fn record_finished(run: &RunCtx, movement: &Movement, parent: Option<&str>, ended: &Ended) -> Result<(), EngineError> {
+fn record_finished(
+    run: &RunCtx,
+    movement: &Movement,
+    parent: Option<&str>,
+    ended: &Ended,
+) -> Result<(), EngineError> {
     run.emit(RunEvent::MovementFinished {
         movement: movement.name.clone(),
         next: next_label(&ended.step),
@@ -241,14 +300,31 @@ fn record_finished(run: &RunCtx, movement: &Movement, parent: Option<&str>, ende
 
 /// The conversation a visit starts from: a fresh one, or for `session: continue` the earlier
 /// visit's conversation with the new instruction appended.
-fn session_messages(run: &RunCtx, movement: &Movement, first: maestro_piece::prompt::Prompt) -> Vec<Message> {
+fn session_messages(
+    run: &RunCtx,
+    movement: &Movement,
+    first: maestro_piece::prompt::Prompt,
+) -> Vec<Message> {
     if movement.session == SessionMode::Continue
-        && let Some(mut earlier) = run.sessions.lock().ok().and_then(|s| s.get(&movement.name).cloned())
+        && let Some(mut earlier) = run
+            .sessions
+            .lock()
+            .ok()
+            .and_then(|s| s.get(&movement.name).cloned())
     {
-        earlier.push(Message::User { content: first.user });
+        earlier.push(Message::User {
+            content: first.user,
+        });
         return earlier;
     }
-    vec![Message::System { content: first.system }, Message::User { content: first.user }]
+    vec![
+        Message::System {
+            content: first.system,
+        },
+        Message::User {
+            content: first.user,
+        },
+    ]
 }
 
 /// Writes the visit's full first messages under `logs/` and returns the path for the event.
@@ -265,7 +341,10 @@ fn write_prompt_log(
         state.visits_of(&movement.name)
     );
     let path = run.record.logs_dir().join(name);
-    let text = format!("# System\n\n{}\n\n# User\n\n{}\n", prompt.system, prompt.user);
+    let text = format!(
+        "# System\n\n{}\n\n# User\n\n{}\n",
+        prompt.system, prompt.user
+    );
     match std::fs::write(&path, text) {
         Ok(()) => Ok(Some(path.display().to_string())),
         Err(e) => {

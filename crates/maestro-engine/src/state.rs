@@ -20,7 +20,11 @@ pub enum RunPhase {
     #[default]
     NotStarted,
     Running,
-    Finished { status: RunStatus, result: String, reason: Option<String> },
+    Finished {
+        status: RunStatus,
+        result: String,
+        reason: Option<String>,
+    },
 }
 
 /// The piece a run belongs to; a resume checks the hash to tell the piece changed.
@@ -113,7 +117,11 @@ impl RunState {
             } => {
                 self.monitors = loop_monitors.clone();
                 self.run_id = run_id.clone();
-                self.piece = PieceIdentity { name: piece.clone(), hash: piece_hash.clone(), dialect: Some(*dialect) };
+                self.piece = PieceIdentity {
+                    name: piece.clone(),
+                    hash: piece_hash.clone(),
+                    dialect: Some(*dialect),
+                };
                 self.task = task.clone();
                 self.max_movements = *max_movements;
                 self.next = Some(initial_movement.clone());
@@ -121,7 +129,12 @@ impl RunState {
                 self.workspace = workspace.clone();
                 self.phase = RunPhase::Running;
             }
-            RunEvent::MovementStarted { movement, iteration, parent, .. } => {
+            RunEvent::MovementStarted {
+                movement,
+                iteration,
+                parent,
+                ..
+            } => {
                 *self.visits.entry(movement.clone()).or_default() += 1;
                 if parent.is_none() {
                     self.iteration = *iteration;
@@ -139,7 +152,16 @@ impl RunState {
                 self.reports.insert(name.clone(), path.clone());
             }
             RunEvent::ScratchUpdated { scratch } => self.scratch = scratch.clone(),
-            RunEvent::MovementFinished { movement, next, parent, response, summary, lessons, edge_prompt, .. } => {
+            RunEvent::MovementFinished {
+                movement,
+                next,
+                parent,
+                response,
+                summary,
+                lessons,
+                edge_prompt,
+                ..
+            } => {
                 if parent.is_some() {
                     return;
                 }
@@ -154,8 +176,16 @@ impl RunState {
             RunEvent::LoopMonitorTriggered { monitor, .. } => {
                 self.cycle_counts.insert(*monitor, 0);
             }
-            RunEvent::RunFinished { status, result, reason } => {
-                self.phase = RunPhase::Finished { status: *status, result: result.clone(), reason: reason.clone() };
+            RunEvent::RunFinished {
+                status,
+                result,
+                reason,
+            } => {
+                self.phase = RunPhase::Finished {
+                    status: *status,
+                    result: result.clone(),
+                    reason: reason.clone(),
+                };
                 self.next = None;
             }
             RunEvent::LlmRequest { .. }
@@ -184,6 +214,7 @@ impl RunState {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
     use crate::event::OutcomeSource;
@@ -215,9 +246,18 @@ mod tests {
 
     #[test]
     fn cycles_count_whole_passes_and_reset_outside_the_cycle() {
-        let mut state = RunState { monitors: vec![vec!["review".into(), "fix".into()]], ..RunState::default() };
+        let mut state = RunState {
+            monitors: vec![vec!["review".into(), "fix".into()]],
+            ..RunState::default()
+        };
         let mut i = 0;
-        for (m, next) in [("plan", "review"), ("review", "fix"), ("fix", "review"), ("review", "fix"), ("fix", "review")] {
+        for (m, next) in [
+            ("plan", "review"),
+            ("review", "fix"),
+            ("fix", "review"),
+            ("review", "fix"),
+            ("fix", "review"),
+        ] {
             i += 1;
             state.apply(&started(m, i));
             state.apply(&finished(m, next));
@@ -237,6 +277,9 @@ mod tests {
         for (i, m) in ["a", "a", "b", "b", "b"].iter().enumerate() {
             state.apply(&started(m, i as u32 + 1));
         }
-        assert_eq!((state.consecutive, state.visits_of("b"), state.iteration), (3, 3, 5));
+        assert_eq!(
+            (state.consecutive, state.visits_of("b"), state.iteration),
+            (3, 3, 5)
+        );
     }
 }

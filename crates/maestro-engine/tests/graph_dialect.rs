@@ -11,7 +11,10 @@ use serde_json::json;
 use support::*;
 
 fn edge(status: &str, to: &str, prompt: &str) -> Rule {
-    Rule { prompt: Some(prompt.into()), ..rule_if(Condition::Status(status.into()), Some(to)) }
+    Rule {
+        prompt: Some(prompt.into()),
+        ..rule_if(Condition::Status(status.into()), Some(to))
+    }
 }
 
 fn role(name: &str, rules: Vec<Rule>) -> Movement {
@@ -33,14 +36,22 @@ fn debate() -> Piece {
                 "against",
                 vec![
                     edge("conceded", "$END", "The against side conceded."),
-                    edge("continue", "for", "Counter the opposing argument: {{{argument}}}"),
+                    edge(
+                        "continue",
+                        "for",
+                        "Counter the opposing argument: {{{argument}}}",
+                    ),
                 ],
             ),
             role(
                 "for",
                 vec![
                     edge("conceded", "$END", "The for side conceded."),
-                    edge("continue", "against", "Counter the opposing argument: {{{argument}}}"),
+                    edge(
+                        "continue",
+                        "against",
+                        "Counter the opposing argument: {{{argument}}}",
+                    ),
                 ],
             ),
         ],
@@ -55,15 +66,27 @@ async fn frontmatter_status_routes_and_the_edge_prompt_carries_the_fields() {
     let ran = run(
         debate(),
         vec![
-            Turn::text("---\n$status: continue\nargument: Soup is not a meal.\n---\nThat is my case."),
+            Turn::text(
+                "---\n$status: continue\nargument: Soup is not a meal.\n---\nThat is my case.",
+            ),
             Turn::text("---\n$status: conceded\nargument: You convinced me.\n---\n"),
         ],
     )
     .await;
     ran.assert_record_is_sound();
     assert_eq!(ran.status(), ("completed".into(), None));
-    assert!(ran.request_text(0).contains("Present your opening argument"), "{}", ran.request_text(0));
-    assert!(ran.request_text(1).contains("Counter the opposing argument: Soup is not a meal."), "{}", ran.request_text(1));
+    assert!(
+        ran.request_text(0)
+            .contains("Present your opening argument"),
+        "{}",
+        ran.request_text(0)
+    );
+    assert!(
+        ran.request_text(1)
+            .contains("Counter the opposing argument: Soup is not a meal."),
+        "{}",
+        ran.request_text(1)
+    );
     let nexts: Vec<String> = ran
         .events
         .iter()
@@ -98,7 +121,15 @@ async fn invalid_frontmatter_is_asked_again_in_the_same_conversation() {
 
 #[tokio::test]
 async fn frontmatter_still_invalid_after_two_retries_fails_the_run() {
-    let ran = run(debate(), vec![Turn::text("no"), Turn::text("still no"), Turn::text("never")]).await;
+    let ran = run(
+        debate(),
+        vec![
+            Turn::text("no"),
+            Turn::text("still no"),
+            Turn::text("never"),
+        ],
+    )
+    .await;
     ran.assert_record_is_sound();
     let (status, reason) = ran.status();
     assert_eq!(status, "failed");

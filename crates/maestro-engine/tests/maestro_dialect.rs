@@ -13,7 +13,10 @@ use support::*;
 fn two_steps() -> maestro_piece::Piece {
     piece(
         Dialect::Maestro,
-        vec![mv("research", vec![rule("facts gathered", "write")]), mv("write", vec![rule("needs more facts", "research")])],
+        vec![
+            mv("research", vec![rule("facts gathered", "write")]),
+            mv("write", vec![rule("needs more facts", "research")]),
+        ],
     )
 }
 
@@ -37,16 +40,43 @@ async fn tools_transition_and_complete_carry_summary_and_lessons() {
     let requests = ran.requests();
     assert_eq!(requests.len(), 3);
     // the tool really read the workspace file, and the answer went back to the model
-    assert!(ran.request_text(1).contains("the secret ingredient is cardamom"), "{}", ran.request_text(1));
+    assert!(
+        ran.request_text(1)
+            .contains("the secret ingredient is cardamom"),
+        "{}",
+        ran.request_text(1)
+    );
     // only the movement's tools plus the control tools are offered; `next` is the rules' enum
-    let tools: Vec<&str> = requests[0]["tools"].as_array().unwrap().iter().map(|t| t["function"]["name"].as_str().unwrap()).collect();
-    assert!(tools.contains(&"Read") && tools.contains(&"transition") && tools.contains(&"complete"), "{tools:?}");
-    assert!(!tools.contains(&"Write") && !tools.contains(&"Bash"), "{tools:?}");
-    let transition = requests[0]["tools"].as_array().unwrap().iter().find(|t| t["function"]["name"] == "transition").unwrap();
-    assert_eq!(transition["function"]["parameters"]["properties"]["next"]["enum"], json!(["write"]));
+    let tools: Vec<&str> = requests[0]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        tools.contains(&"Read") && tools.contains(&"transition") && tools.contains(&"complete"),
+        "{tools:?}"
+    );
+    assert!(
+        !tools.contains(&"Write") && !tools.contains(&"Bash"),
+        "{tools:?}"
+    );
+    let transition = requests[0]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["function"]["name"] == "transition")
+        .unwrap();
+    assert_eq!(
+        transition["function"]["parameters"]["properties"]["next"]["enum"],
+        json!(["write"])
+    );
     // the next movement's prompt carries the summary and the lesson
     let second = ran.request_text(2);
-    assert!(second.contains("Cardamom is the key.") && second.contains("Check input/ first"), "{second}");
+    assert!(
+        second.contains("Cardamom is the key.") && second.contains("Check input/ first"),
+        "{second}"
+    );
     let tool_results: Vec<bool> = ran
         .events
         .iter()
@@ -56,7 +86,10 @@ async fn tools_transition_and_complete_carry_summary_and_lessons() {
         })
         .collect();
     assert_eq!(tool_results, vec![true]);
-    assert_eq!(ran.report.state.lessons, vec!["Check input/ first".to_string()]);
+    assert_eq!(
+        ran.report.state.lessons,
+        vec!["Check input/ first".to_string()]
+    );
 }
 
 #[tokio::test]
@@ -90,9 +123,16 @@ async fn plain_text_turns_get_two_reminders_then_default_next() {
 
 #[tokio::test]
 async fn without_default_next_the_run_aborts_with_no_control_outcome() {
-    let ran = run(two_steps(), vec![Turn::text("a"), Turn::text("b"), Turn::text("c")]).await;
+    let ran = run(
+        two_steps(),
+        vec![Turn::text("a"), Turn::text("b"), Turn::text("c")],
+    )
+    .await;
     ran.assert_record_is_sound();
-    assert_eq!(ran.status(), ("aborted".into(), Some("no_control_outcome".into())));
+    assert_eq!(
+        ran.status(),
+        ("aborted".into(), Some("no_control_outcome".into()))
+    );
     assert_eq!(ran.requests().len(), 3);
 }
 
@@ -110,7 +150,10 @@ async fn max_movements_ends_the_run_as_exceeded() {
     )
     .await;
     ran.assert_record_is_sound();
-    assert_eq!(ran.status(), ("exceeded".into(), Some("max_movements".into())));
+    assert_eq!(
+        ran.status(),
+        ("exceeded".into(), Some("max_movements".into()))
+    );
     assert_eq!(ran.count("movement_started"), 3);
 }
 
@@ -120,27 +163,41 @@ async fn repeat_visits_are_warned_then_aborted_as_a_loop() {
     retry.max_consecutive_revisits = Some(2);
     let ran = run(
         piece(Dialect::Maestro, vec![retry]),
-        vec![Turn::tool_call("transition", json!({"next": "retry"})), Turn::tool_call("transition", json!({"next": "retry"}))],
+        vec![
+            Turn::tool_call("transition", json!({"next": "retry"})),
+            Turn::tool_call("transition", json!({"next": "retry"})),
+        ],
     )
     .await;
     ran.assert_record_is_sound();
-    assert_eq!(ran.status(), ("aborted".into(), Some("loop_detected".into())));
+    assert_eq!(
+        ran.status(),
+        ("aborted".into(), Some("loop_detected".into()))
+    );
     assert_eq!(ran.count("loop_warning"), 1);
     assert!(!ran.request_text(0).contains("times in a row"));
-    assert!(ran.request_text(1).contains("2 times in a row"), "{}", ran.request_text(1));
+    assert!(
+        ran.request_text(1).contains("2 times in a row"),
+        "{}",
+        ran.request_text(1)
+    );
 }
 
 #[tokio::test]
 async fn context_pressure_prompts_then_forces_default_next() {
     let mut p = two_steps();
     p.movements[0].default_next = Some(target("write"));
-    let config = EngineConfig { context_length: Some(1000), ..engine_config() };
+    let config = EngineConfig {
+        context_length: Some(1000),
+        ..engine_config()
+    };
     let ran = run_with(
         p,
         vec![
             Turn::tool_call("Glob", json!({"pattern": "**/*.txt"})).with_usage(860, 10),
             Turn::tool_call("Read", json!({"file_path": "input/notes.txt"})).with_usage(960, 10),
-            Turn::tool_call("complete", json!({"status": "success", "result": "done"})).with_usage(100, 5),
+            Turn::tool_call("complete", json!({"status": "success", "result": "done"}))
+                .with_usage(100, 5),
         ],
         config,
         None,
@@ -169,7 +226,10 @@ async fn retries_are_recorded_and_the_run_completes() {
             Turn::http_error(429, "slow down"),
             Turn::http_error(500, "oops"),
             Turn::broken_stream(1),
-            Turn::tool_call("complete", json!({"status": "success", "result": "made it"})),
+            Turn::tool_call(
+                "complete",
+                json!({"status": "success", "result": "made it"}),
+            ),
         ],
     )
     .await;
@@ -182,11 +242,18 @@ async fn retries_are_recorded_and_the_run_completes() {
 
 #[tokio::test]
 async fn an_endpoint_that_stays_down_fails_the_run_with_its_reason() {
-    let ran = run(piece(Dialect::Maestro, vec![mv("only", vec![])]), vec![Turn::http_error(401, "bad key")]).await;
+    let ran = run(
+        piece(Dialect::Maestro, vec![mv("only", vec![])]),
+        vec![Turn::http_error(401, "bad key")],
+    )
+    .await;
     ran.assert_record_is_sound();
     let (status, reason) = ran.status();
     assert_eq!(status, "failed");
-    assert!(reason.as_deref().unwrap_or_default().contains("401"), "{reason:?}");
+    assert!(
+        reason.as_deref().unwrap_or_default().contains("401"),
+        "{reason:?}"
+    );
 }
 
 #[tokio::test]
@@ -197,12 +264,18 @@ async fn malformed_tool_calls_go_back_to_the_model_as_errors() {
             Turn::tool_call_raw("Read", "{not json"),
             Turn::tool_call("Nope", json!({})),
             Turn::tool_call("complete", json!({"status": "maybe", "result": "x"})),
-            Turn::tool_call("complete", json!({"status": "needs_user_input", "result": "Which cuisine?"})),
+            Turn::tool_call(
+                "complete",
+                json!({"status": "needs_user_input", "result": "Which cuisine?"}),
+            ),
         ],
     )
     .await;
     ran.assert_record_is_sound();
-    assert_eq!(ran.status(), ("needs_user_input".into(), Some("complete_tool".into())));
+    assert_eq!(
+        ran.status(),
+        ("needs_user_input".into(), Some("complete_tool".into()))
+    );
     assert_eq!(ran.report.result, "Which cuisine?");
     let oks: Vec<bool> = ran
         .events
@@ -213,7 +286,10 @@ async fn malformed_tool_calls_go_back_to_the_model_as_errors() {
         })
         .collect();
     assert_eq!(oks, vec![false, false, false, true]);
-    assert!(ran.request_text(3).contains("success, aborted or needs_user_input"));
+    assert!(
+        ran.request_text(3)
+            .contains("success, aborted or needs_user_input")
+    );
 }
 
 #[tokio::test]
@@ -221,25 +297,113 @@ async fn secrets_never_reach_the_run_directory() {
     let key = "sk-test-very-secret-4242";
     let ran = run_with(
         piece(Dialect::Maestro, vec![mv("only", vec![])]),
-        vec![Turn::http_error(500, format!("upstream rejected key {key}")), Turn::tool_call("complete", json!({"status": "success", "result": "ok"}))],
+        vec![
+            Turn::http_error(500, format!("upstream rejected key {key}")),
+            Turn::tool_call("complete", json!({"status": "success", "result": "ok"})),
+        ],
         engine_config(),
         Some(key),
     )
     .await;
     ran.assert_record_is_sound();
-    assert_eq!(ran.server.recorded().iter().filter(|r| r.header("authorization") == Some(&format!("Bearer {key}"))).count() >= 2, true);
+    let authorized = ran
+        .server
+        .recorded()
+        .iter()
+        .filter(|r| r.header("authorization") == Some(&format!("Bearer {key}")))
+        .count();
+    assert!(
+        authorized >= 2,
+        "the key is sent to the endpoint: {authorized} requests carried it"
+    );
     for entry in walk(&ran.report.run_dir) {
         let text = std::fs::read_to_string(&entry).unwrap_or_default();
-        assert!(!text.contains(key), "{} contains the API key", entry.display());
+        assert!(
+            !text.contains(key),
+            "{} contains the API key",
+            entry.display()
+        );
     }
-    assert!(std::fs::read_to_string(ran.report.run_dir.join("events.jsonl")).unwrap().contains("llm_retry"));
+    assert!(
+        std::fs::read_to_string(ran.report.run_dir.join("events.jsonl"))
+            .unwrap()
+            .contains("llm_retry")
+    );
 }
 
 fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     let mut out = vec![];
     for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
-        if path.is_dir() { out.extend(walk(&path)) } else { out.push(path) }
+        if path.is_dir() {
+            out.extend(walk(&path))
+        } else {
+            out.push(path)
+        }
     }
     out
+}
+
+#[tokio::test]
+async fn a_prompt_that_cannot_fit_the_window_is_not_sent() {
+    let config = EngineConfig {
+        context_length: Some(50),
+        ..engine_config()
+    };
+    let ran = run_with(
+        piece(Dialect::Maestro, vec![mv("only", vec![])]),
+        vec![],
+        config,
+        None,
+    )
+    .await;
+    ran.assert_record_is_sound();
+    assert_eq!(
+        ran.status(),
+        ("aborted".into(), Some("context_exhausted".into()))
+    );
+    assert!(ran.requests().is_empty());
+}
+
+#[tokio::test]
+async fn ending_without_a_required_report_is_refused_once() {
+    let mut p = two_steps();
+    p.movements[0].output_contracts = vec![maestro_piece::OutputContract {
+        name: "facts.md".into(),
+        label: None,
+        format: None,
+    }];
+    let ran = run(
+        p,
+        vec![
+            Turn::tool_call("transition", json!({"next": "write"})),
+            Turn::tool_call(
+                "write_report",
+                json!({"name": "facts.md", "content": "- cardamom"}),
+            ),
+            Turn::tool_call("transition", json!({"next": "write"})),
+            Turn::tool_call("complete", json!({"status": "success", "result": "ok"})),
+        ],
+    )
+    .await;
+    ran.assert_record_is_sound();
+    assert_eq!(ran.status(), ("completed".into(), None));
+    let results: Vec<(String, bool)> = ran
+        .events
+        .iter()
+        .filter_map(|r| match &r.event {
+            RunEvent::ToolResult { tool, ok, .. } => Some((tool.clone(), *ok)),
+            _ => None,
+        })
+        .collect();
+    let expected = [
+        ("transition", false),
+        ("write_report", true),
+        ("transition", true),
+        ("complete", true),
+    ];
+    assert_eq!(results, expected.map(|(t, ok)| (t.to_string(), ok)));
+    assert!(ran.request_text(1).contains("facts.md"));
+    let report = ran.report.run_dir.join("reports/facts.md");
+    assert_eq!(std::fs::read_to_string(report).unwrap(), "- cardamom");
 }

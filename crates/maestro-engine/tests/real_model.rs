@@ -19,18 +19,31 @@ async fn a_real_model_drives_a_piece_to_a_terminal_status() {
         println!("skipped: set MAESTRO_TEST_LLM_URL");
         return;
     };
-    let piece = load_file(&Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/greet.yaml"), &LoadOptions::default())
-        .unwrap()
-        .piece;
+    let piece = load_file(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/greet.yaml"),
+        &LoadOptions::default(),
+    )
+    .unwrap()
+    .piece;
     let provider: Arc<dyn Provider> =
         Arc::new(OpenAiCompat::new(OpenAiConfig::new(url).with_tool_mode(ToolMode::Json)).unwrap());
-    let config = EngineConfig { max_iterations_per_movement: 3, max_tokens: Some(128), ..EngineConfig::new("local") };
+    let config = EngineConfig {
+        max_iterations_per_movement: 3,
+        max_tokens: Some(128),
+        ..EngineConfig::new("local")
+    };
     let engine = Engine::new(provider, Registry::builtin(ToolsConfig::default()), config);
     let dir = tempfile::tempdir().unwrap();
     let record = RunRecord::create(&dir.path().join("runs"), None).unwrap();
     let events_path = record.events_path();
-    let report = engine.run(Arc::new(piece), "Say hello to Ada.", record, vec![]).await.unwrap();
-    println!("status {} reason {:?} result {:?}", report.status, report.reason, report.result);
+    let report = engine
+        .run(Arc::new(piece), "Say hello to Ada.", record, vec![])
+        .await
+        .unwrap();
+    println!(
+        "status {} reason {:?} result {:?}",
+        report.status, report.reason, report.result
+    );
 
     let events = read_events(&events_path).unwrap();
     support::assert_record_sound(&events, &report.state);
@@ -41,7 +54,18 @@ async fn a_real_model_drives_a_piece_to_a_terminal_status() {
             _ => None,
         })
         .collect();
-    assert!(!responses.is_empty() && responses.iter().all(|t| *t > 0), "every real call reports usage: {responses:?}");
+    assert!(
+        !responses.is_empty() && responses.iter().all(|t| *t > 0),
+        "every real call reports usage: {responses:?}"
+    );
     // a failure must be the model's doing, not the endpoint's
-    assert!(!report.reason.as_deref().unwrap_or_default().starts_with("llm_error"), "{:?}", report.reason);
+    assert!(
+        !report
+            .reason
+            .as_deref()
+            .unwrap_or_default()
+            .starts_with("llm_error"),
+        "{:?}",
+        report.reason
+    );
 }

@@ -16,7 +16,12 @@ fn via_of(ran: &Ran) -> Vec<(String, OutcomeSource, String)> {
     ran.events
         .iter()
         .filter_map(|r| match &r.event {
-            RunEvent::MovementFinished { movement, via, next, .. } => Some((movement.clone(), *via, next.clone())),
+            RunEvent::MovementFinished {
+                movement,
+                via,
+                next,
+                ..
+            } => Some((movement.clone(), *via, next.clone())),
             _ => None,
         })
         .collect()
@@ -26,8 +31,17 @@ fn plan_then_done() -> maestro_piece::Piece {
     piece(
         Dialect::Takt,
         vec![
-            mv("plan", vec![rule("Requirements are clear", "implement"), rule("Requirements unclear", "ABORT")]),
-            mv("implement", vec![rule("Done", "COMPLETE"), rule("Blocked", "ABORT")]),
+            mv(
+                "plan",
+                vec![
+                    rule("Requirements are clear", "implement"),
+                    rule("Requirements unclear", "ABORT"),
+                ],
+            ),
+            mv(
+                "implement",
+                vec![rule("Done", "COMPLETE"), rule("Blocked", "ABORT")],
+            ),
         ],
     )
 }
@@ -36,16 +50,26 @@ fn plan_then_done() -> maestro_piece::Piece {
 async fn a_tag_decides_without_a_judge_call() {
     let ran = run(
         plan_then_done(),
-        vec![Turn::text("Plan: bake.\n\n[PLAN:2] no wait [plan:1]"), Turn::text("Implemented.\n[IMPLEMENT:1]")],
+        vec![
+            Turn::text("Plan: bake.\n\n[PLAN:2] no wait [plan:1]"),
+            Turn::text("Implemented.\n[IMPLEMENT:1]"),
+        ],
     )
     .await;
     ran.assert_record_is_sound();
     assert_eq!(ran.status(), ("completed".into(), None));
     assert_eq!(ran.requests().len(), 2, "a tag must not cost a judge call");
-    assert!(ran.requests().iter().all(|r| r.get("response_format").is_none()));
+    assert!(
+        ran.requests()
+            .iter()
+            .all(|r| r.get("response_format").is_none())
+    );
     assert_eq!(
         via_of(&ran),
-        vec![("plan".into(), OutcomeSource::Tag, "implement".into()), ("implement".into(), OutcomeSource::Tag, "COMPLETE".into())]
+        vec![
+            ("plan".into(), OutcomeSource::Tag, "implement".into()),
+            ("implement".into(), OutcomeSource::Tag, "COMPLETE".into())
+        ]
     );
     assert_eq!(ran.report.result, "Implemented.\n[IMPLEMENT:1]");
     // the previous answer is carried into the next movement
@@ -56,25 +80,41 @@ async fn a_tag_decides_without_a_judge_call() {
 async fn without_a_tag_one_judge_call_picks_the_rule() {
     let ran = run(
         plan_then_done(),
-        vec![Turn::text("The requirements are clear."), Turn::json(json!({"rule": 1})), Turn::text("[IMPLEMENT:1]")],
+        vec![
+            Turn::text("The requirements are clear."),
+            Turn::json(json!({"rule": 1})),
+            Turn::text("[IMPLEMENT:1]"),
+        ],
     )
     .await;
     ran.assert_record_is_sound();
     assert_eq!(ran.status(), ("completed".into(), None));
     let judge = &ran.requests()[1];
     assert_eq!(judge["response_format"]["type"], "json_schema");
-    assert!(judge.get("tools").is_none() || judge["tools"].as_array().is_some_and(|t| t.is_empty()));
+    assert!(
+        judge.get("tools").is_none() || judge["tools"].as_array().is_some_and(|t| t.is_empty())
+    );
     let text = messages_text(judge);
-    assert!(text.contains("1. Requirements are clear") && text.contains("2. Requirements unclear"), "{text}");
+    assert!(
+        text.contains("1. Requirements are clear") && text.contains("2. Requirements unclear"),
+        "{text}"
+    );
     assert_eq!(via_of(&ran)[0].1, OutcomeSource::Judge);
     assert_eq!(ran.count("judge_request"), 1);
 }
 
 #[tokio::test]
 async fn a_judge_that_picks_nothing_aborts_with_no_rule_matched() {
-    let ran = run(plan_then_done(), vec![Turn::text("Hmm."), Turn::text("I cannot decide")]).await;
+    let ran = run(
+        plan_then_done(),
+        vec![Turn::text("Hmm."), Turn::text("I cannot decide")],
+    )
+    .await;
     ran.assert_record_is_sound();
-    assert_eq!(ran.status(), ("aborted".into(), Some("no_rule_matched".into())));
+    assert_eq!(
+        ran.status(),
+        ("aborted".into(), Some("no_rule_matched".into()))
+    );
 }
 
 #[tokio::test]
@@ -89,13 +129,23 @@ async fn ai_conditions_are_judged_in_one_structured_call() {
             ],
         )],
     );
-    let ran = run(p, vec![Turn::text("Looks good to me."), Turn::json(json!({"results": [false, true]}))]).await;
+    let ran = run(
+        p,
+        vec![
+            Turn::text("Looks good to me."),
+            Turn::json(json!({"results": [false, true]})),
+        ],
+    )
+    .await;
     ran.assert_record_is_sound();
     assert_eq!(ran.status(), ("completed".into(), None));
     assert_eq!(ran.requests().len(), 2);
     let call = &ran.requests()[1];
     assert_eq!(call["response_format"]["type"], "json_schema");
-    assert!(messages_text(call).contains("the code has problems") && messages_text(call).contains("the code is fine"));
+    assert!(
+        messages_text(call).contains("the code has problems")
+            && messages_text(call).contains("the code is fine")
+    );
     assert_eq!(via_of(&ran)[0].1, OutcomeSource::AiCondition);
 }
 
@@ -104,7 +154,10 @@ async fn a_single_eligible_rule_needs_no_call_and_interactive_only_rules_do_not_
     let mut ask = rule("User input needed", "write");
     ask.interactive_only = true;
     ask.requires_user_input = true;
-    let p = piece(Dialect::Takt, vec![mv("write", vec![ask, rule("Written", "COMPLETE")])]);
+    let p = piece(
+        Dialect::Takt,
+        vec![mv("write", vec![ask, rule("Written", "COMPLETE")])],
+    );
     let ran = run(p, vec![Turn::text("All written.")]).await;
     ran.assert_record_is_sound();
     assert_eq!(ran.status(), ("completed".into(), None));
@@ -116,17 +169,32 @@ async fn a_single_eligible_rule_needs_no_call_and_interactive_only_rules_do_not_
 async fn a_rule_requiring_user_input_ends_the_run_asking() {
     let mut ask = rule("User input needed", "plan");
     ask.requires_user_input = true;
-    let p = piece(Dialect::Takt, vec![mv("plan", vec![rule("Clear", "COMPLETE"), ask])]);
+    let p = piece(
+        Dialect::Takt,
+        vec![mv("plan", vec![rule("Clear", "COMPLETE"), ask])],
+    );
     let ran = run(p, vec![Turn::text("Which cuisine do you want? [PLAN:2]")]).await;
     ran.assert_record_is_sound();
-    assert_eq!(ran.status(), ("needs_user_input".into(), Some("requires_user_input".into())));
+    assert_eq!(
+        ran.status(),
+        (
+            "needs_user_input".into(),
+            Some("requires_user_input".into())
+        )
+    );
     assert_eq!(ran.report.result, "Which cuisine do you want? [PLAN:2]");
 }
 
 fn reviewers(parent_rules: Vec<maestro_piece::Rule>) -> maestro_piece::Piece {
     let mut parent = mv("reviewers", parent_rules);
     parent.parallel = vec![
-        mv("arch-review", vec![rule_if(Condition::Text("approved".into()), None), rule_if(Condition::Text("needs_fix".into()), None)]),
+        mv(
+            "arch-review",
+            vec![
+                rule_if(Condition::Text("approved".into()), None),
+                rule_if(Condition::Text("needs_fix".into()), None),
+            ],
+        ),
         mv(
             "supervise",
             vec![
@@ -141,8 +209,14 @@ fn reviewers(parent_rules: Vec<maestro_piece::Rule>) -> maestro_piece::Piece {
 
 fn aggregate_rules() -> Vec<maestro_piece::Rule> {
     vec![
-        rule_if(Condition::All(vec!["approved".into(), "All checks passed".into()]), Some("COMPLETE")),
-        rule_if(Condition::Any(vec!["needs_fix".into(), "Requirements unmet".into()]), Some("fix")),
+        rule_if(
+            Condition::All(vec!["approved".into(), "All checks passed".into()]),
+            Some("COMPLETE"),
+        ),
+        rule_if(
+            Condition::Any(vec!["needs_fix".into(), "Requirements unmet".into()]),
+            Some("fix"),
+        ),
     ]
 }
 
@@ -153,8 +227,14 @@ async fn parallel_sub_movements_overlap_and_all_aggregates() {
     let ran = run(
         reviewers(aggregate_rules()),
         vec![
-            Turn::when_contains("Perform the arch-review step", Turn::text("Architecture fine. [ARCH-REVIEW:1]").with_delay(delay)),
-            Turn::when_contains("Perform the supervise step", Turn::text("Checks pass. [SUPERVISE:1]").with_delay(delay)),
+            Turn::when_contains(
+                "Perform the arch-review step",
+                Turn::text("Architecture fine. [ARCH-REVIEW:1]").with_delay(delay),
+            ),
+            Turn::when_contains(
+                "Perform the supervise step",
+                Turn::text("Checks pass. [SUPERVISE:1]").with_delay(delay),
+            ),
         ],
     )
     .await;
@@ -167,16 +247,43 @@ async fn parallel_sub_movements_overlap_and_all_aggregates() {
         .events
         .iter()
         .filter_map(|r| match &r.event {
-            RunEvent::MovementStarted { movement, parent: Some(_), .. } => Some(format!("start {movement}")),
-            RunEvent::MovementFinished { movement, parent: Some(_), .. } => Some(format!("end {movement}")),
+            RunEvent::MovementStarted {
+                movement,
+                parent: Some(_),
+                ..
+            } => Some(format!("start {movement}")),
+            RunEvent::MovementFinished {
+                movement,
+                parent: Some(_),
+                ..
+            } => Some(format!("end {movement}")),
             _ => None,
         })
         .collect();
-    assert!(kinds[0].starts_with("start") && kinds[1].starts_with("start"), "{kinds:?}");
-    assert!(elapsed < delay * 2, "sub-movements must overlap: {elapsed:?}");
-    let parent = via_of(&ran).into_iter().find(|(m, _, _)| m == "reviewers").unwrap();
-    assert_eq!(parent, ("reviewers".into(), OutcomeSource::Aggregate, "COMPLETE".into()));
-    assert!(ran.report.result.contains("Architecture fine.") && ran.report.result.contains("Checks pass."));
+    assert!(
+        kinds[0].starts_with("start") && kinds[1].starts_with("start"),
+        "{kinds:?}"
+    );
+    assert!(
+        elapsed < delay * 2,
+        "sub-movements must overlap: {elapsed:?}"
+    );
+    let parent = via_of(&ran)
+        .into_iter()
+        .find(|(m, _, _)| m == "reviewers")
+        .unwrap();
+    assert_eq!(
+        parent,
+        (
+            "reviewers".into(),
+            OutcomeSource::Aggregate,
+            "COMPLETE".into()
+        )
+    );
+    assert!(
+        ran.report.result.contains("Architecture fine.")
+            && ran.report.result.contains("Checks pass.")
+    );
 }
 
 #[tokio::test]
@@ -184,8 +291,14 @@ async fn any_aggregate_sends_the_run_to_fix() {
     let ran = run(
         reviewers(aggregate_rules()),
         vec![
-            Turn::when_contains("Perform the arch-review step", Turn::text("[ARCH-REVIEW:1]")),
-            Turn::when_contains("Perform the supervise step", Turn::text("Tests fail. [SUPERVISE:2]")),
+            Turn::when_contains(
+                "Perform the arch-review step",
+                Turn::text("[ARCH-REVIEW:1]"),
+            ),
+            Turn::when_contains(
+                "Perform the supervise step",
+                Turn::text("Tests fail. [SUPERVISE:2]"),
+            ),
             Turn::when_contains("Perform the fix step", Turn::text("Fixed it.")),
         ],
     )
@@ -193,19 +306,38 @@ async fn any_aggregate_sends_the_run_to_fix() {
     ran.assert_record_is_sound();
     assert_eq!(ran.status(), ("completed".into(), None));
     let flow: Vec<(String, String)> = via_of(&ran).into_iter().map(|(m, _, n)| (m, n)).collect();
-    assert!(flow.contains(&("reviewers".into(), "fix".into())), "{flow:?}");
-    assert!(flow.contains(&("supervise".into(), "Requirements unmet".into())), "{flow:?}");
+    assert!(
+        flow.contains(&("reviewers".into(), "fix".into())),
+        "{flow:?}"
+    );
+    assert!(
+        flow.contains(&("supervise".into(), "Requirements unmet".into())),
+        "{flow:?}"
+    );
 }
 
 #[tokio::test]
 async fn a_loop_monitor_runs_its_judge_at_the_threshold() {
     let mut p = piece(
         Dialect::Takt,
-        vec![mv("review", vec![rule("issues", "fix"), rule("clean", "COMPLETE")]), mv("fix", vec![rule("fixed", "review")])],
+        vec![
+            mv(
+                "review",
+                vec![rule("issues", "fix"), rule("clean", "COMPLETE")],
+            ),
+            mv("fix", vec![rule("fixed", "review")]),
+        ],
     );
-    let mut judge = mv("loop-judge", vec![rule("healthy", "review"), rule("unproductive", "ABORT")]);
+    let mut judge = mv(
+        "loop-judge",
+        vec![rule("healthy", "review"), rule("unproductive", "ABORT")],
+    );
     judge.instruction = Some(facet("The loop ran {cycle_count} times. Judge it."));
-    p.loop_monitors = vec![LoopMonitor { cycle: vec!["review".into(), "fix".into()], threshold: 2, judge }];
+    p.loop_monitors = vec![LoopMonitor {
+        cycle: vec!["review".into(), "fix".into()],
+        threshold: 2,
+        judge,
+    }];
     let ran = run(
         p,
         vec![
@@ -220,35 +352,72 @@ async fn a_loop_monitor_runs_its_judge_at_the_threshold() {
     ran.assert_record_is_sound();
     assert_eq!(ran.status(), ("aborted".into(), Some("abort_rule".into())));
     assert_eq!(ran.count("loop_monitor_triggered"), 1);
-    assert!(ran.request_text(4).contains("The loop ran 2 times"), "{}", ran.request_text(4));
-    assert_eq!(ran.report.state.history, vec!["review", "fix", "review", "fix", "loop-judge"]);
+    assert!(
+        ran.request_text(4).contains("The loop ran 2 times"),
+        "{}",
+        ran.request_text(4)
+    );
+    assert_eq!(
+        ran.report.state.history,
+        vec!["review", "fix", "review", "fix", "loop-judge"]
+    );
 }
 
 #[tokio::test]
 async fn reports_are_written_by_tool_and_asked_for_once_when_missing() {
-    let mut plan = mv("plan", vec![rule("planned", "write"), rule("unclear", "ABORT")]);
-    plan.output_contracts = vec![OutputContract { name: "plan.md".into(), label: None, format: None }];
-    let mut write = mv("write", vec![rule("written", "COMPLETE"), rule("blocked", "ABORT")]);
-    write.output_contracts = vec![OutputContract { name: "summary.md".into(), label: None, format: None }];
+    let mut plan = mv(
+        "plan",
+        vec![rule("planned", "write"), rule("unclear", "ABORT")],
+    );
+    plan.output_contracts = vec![OutputContract {
+        name: "plan.md".into(),
+        label: None,
+        format: None,
+    }];
+    let mut write = mv(
+        "write",
+        vec![rule("written", "COMPLETE"), rule("blocked", "ABORT")],
+    );
+    write.output_contracts = vec![OutputContract {
+        name: "summary.md".into(),
+        label: None,
+        format: None,
+    }];
     let p = piece(Dialect::Takt, vec![plan, write]);
     let ran = run(
         p,
         vec![
-            Turn::tool_call("write_report", json!({"name": "plan.md", "content": "# Plan\nBake."})),
+            Turn::tool_call(
+                "write_report",
+                json!({"name": "plan.md", "content": "# Plan\nBake."}),
+            ),
             Turn::text("Planned. [PLAN:1]"),
             Turn::text("Written. [WRITE:1]"),
-            Turn::tool_call("write_report", json!({"name": "summary.md", "content": "# Summary\nDone."})),
+            Turn::tool_call(
+                "write_report",
+                json!({"name": "summary.md", "content": "# Summary\nDone."}),
+            ),
             Turn::text("Report written."),
         ],
     )
     .await;
     ran.assert_record_is_sound();
     assert_eq!(ran.status(), ("completed".into(), None));
-    assert_eq!(ran.requests().len(), 5, "a complying movement needs no extra call; a missing report costs one");
+    assert_eq!(
+        ran.requests().len(),
+        5,
+        "a complying movement needs no extra call; a missing report costs one"
+    );
     assert_eq!(ran.count("reminder"), 1);
     let reports = ran.report.run_dir.join("reports");
-    assert_eq!(std::fs::read_to_string(reports.join("plan.md")).unwrap(), "# Plan\nBake.");
-    assert_eq!(std::fs::read_to_string(reports.join("summary.md")).unwrap(), "# Summary\nDone.");
+    assert_eq!(
+        std::fs::read_to_string(reports.join("plan.md")).unwrap(),
+        "# Plan\nBake."
+    );
+    assert_eq!(
+        std::fs::read_to_string(reports.join("summary.md")).unwrap(),
+        "# Summary\nDone."
+    );
     assert!(last_user_text(&ran.requests()[3]).contains("summary.md"));
     assert_eq!(ran.report.state.reports.len(), 2);
 }

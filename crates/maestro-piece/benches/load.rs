@@ -40,7 +40,10 @@ fn takt_builtins_all(bencher: divan::Bencher) {
 #[divan::bench]
 fn takt_default_one(bencher: divan::Bencher) {
     let pieces = sources("takt-v0.30/builtins/en/pieces");
-    let (path, text) = pieces.iter().find(|(p, _)| p.ends_with("default.yaml")).unwrap();
+    let (path, text) = pieces
+        .iter()
+        .find(|(p, _)| p.ends_with("default.yaml"))
+        .unwrap();
     let opts = LoadOptions::default();
     bencher.bench(|| divan::black_box(load_str(text, path, &opts).unwrap()));
 }
@@ -61,7 +64,10 @@ fn graph_examples_all(bencher: divan::Bencher) {
 #[divan::bench]
 fn takt_default_yaml_only(bencher: divan::Bencher) {
     let pieces = sources("takt-v0.30/builtins/en/pieces");
-    let (_, text) = pieces.iter().find(|(p, _)| p.ends_with("default.yaml")).unwrap();
+    let (_, text) = pieces
+        .iter()
+        .find(|(p, _)| p.ends_with("default.yaml"))
+        .unwrap();
     bencher.bench(|| divan::black_box(maestro_piece::detect_dialect(text)));
 }
 
@@ -69,7 +75,10 @@ fn takt_default_yaml_only(bencher: divan::Bencher) {
 #[divan::bench]
 fn takt_default_raw_events(bencher: divan::Bencher) {
     let pieces = sources("takt-v0.30/builtins/en/pieces");
-    let (_, text) = pieces.iter().find(|(p, _)| p.ends_with("default.yaml")).unwrap();
+    let (_, text) = pieces
+        .iter()
+        .find(|(p, _)| p.ends_with("default.yaml"))
+        .unwrap();
     bencher.bench(|| {
         let mut n = 0usize;
         for ev in saphyr_parser::Parser::new_from_str(text) {

@@ -13,7 +13,7 @@
 //! `instruction:` strings). When it looks like a name rather than prose, a warning says where
 //! it was looked for.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 use crate::LoadOptions;
@@ -79,6 +79,8 @@ pub(crate) struct Resolver {
     /// Facet roots searched after the section map and the piece-relative path, in order.
     roots: Vec<PathBuf>,
     sections: BTreeMap<(FacetKind, String), PathBuf>,
+    /// File contents read during this load (`None`: not there).
+    cache: HashMap<PathBuf, Option<String>>,
 }
 
 impl Resolver {
@@ -96,6 +98,7 @@ impl Resolver {
             piece_dir,
             roots,
             sections: BTreeMap::new(),
+            cache: HashMap::new(),
         }
     }
 
@@ -143,7 +146,7 @@ impl Resolver {
 
     /// Resolves `name` to a facet; see the module doc for the search order.
     pub fn resolve(
-        &self,
+        &mut self,
         sink: &mut Sink,
         kind: FacetKind,
         name: &str,
@@ -151,27 +154,23 @@ impl Resolver {
         span: Span,
     ) -> Facet {
         let mut looked = Vec::new();
-        if let Some(file) = self.sections.get(&(kind, name.to_owned()))
-            && let Some(facet) = read(sink, name, file, path, span)
+        if let Some(file) = self.sections.get(&(kind, name.to_owned())).cloned()
+            && let Some(facet) = self.read(sink, name, &file, path, span)
         {
             return facet;
         }
         if looks_like_path(name) {
             let file = self.piece_dir.join(name);
-            if file.is_file()
-                && let Some(facet) = read(sink, name, &file, path, span)
-            {
+            if let Some(facet) = self.read(sink, name, &file, path, span) {
                 return facet;
             }
             looked.push(file);
         }
         if is_simple_name(name) {
             let file_name = format!("{name}.md");
-            for root in &self.roots {
-                let file = root.join(kind.dir()).join(&file_name);
-                if file.is_file()
-                    && let Some(facet) = read(sink, name, &file, path, span)
-                {
+            for i in 0..self.roots.len() {
+                let file = self.roots[i].join(kind.dir()).join(&file_name);
+                if let Some(facet) = self.read(sink, name, &file, path, span) {
                     return facet;
                 }
                 looked.push(file);
@@ -196,23 +195,50 @@ impl Resolver {
             path: None,
         }
     }
-}
 
-fn read(sink: &mut Sink, name: &str, file: &Path, path: &str, span: Span) -> Option<Facet> {
-    match std::fs::read_to_string(file) {
-        Ok(text) => Some(Facet {
+    /// Reads a facet file, once per load however often the piece names it. A missing file
+    /// (or a directory) is `None`; an unreadable one is an error.
+    fn read(
+        &mut self,
+        sink: &mut Sink,
+        name: &str,
+        file: &Path,
+        path: &str,
+        span: Span,
+    ) -> Option<Facet> {
+        let text = match self.cache.get(file) {
+            Some(cached) => cached.clone()?,
+            None => {
+                let text = match std::fs::read_to_string(file) {
+                    Ok(text) => Some(text),
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            std::io::ErrorKind::NotFound
+                                | std::io::ErrorKind::IsADirectory
+                                | std::io::ErrorKind::NotADirectory
+                        ) =>
+                    {
+                        None
+                    }
+                    Err(e) => {
+                        sink.error(
+                            path,
+                            span,
+                            format!("cannot read facet file {}: {e}", file.display()),
+                        );
+                        None
+                    }
+                };
+                self.cache.insert(file.to_owned(), text.clone());
+                text?
+            }
+        };
+        Some(Facet {
             name: name.to_owned(),
             text,
             path: Some(file.to_owned()),
-        }),
-        Err(e) => {
-            sink.error(
-                path,
-                span,
-                format!("cannot read facet file {}: {e}", file.display()),
-            );
-            None
-        }
+        })
     }
 }
 

@@ -206,10 +206,16 @@ pub fn parse(source: &str) -> Parsed {
             None
         }
     };
-    Parsed {
-        root,
-        errors: builder.errors,
+    let mut errors = builder.errors;
+    // Paths are only worked out for the keys that need one, so a clean parse allocates none.
+    if let Some(root) = &root {
+        for e in &mut errors {
+            if let Some(key) = e.path.strip_prefix(DUPLICATE) {
+                e.path = join_key(&path_at(root, e.span.start, ""), key);
+            }
+        }
     }
+    Parsed { root, errors }
 }
 
 /// Maps the parser's character positions to byte offsets.
@@ -310,10 +316,10 @@ impl<'a> Builder<'a> {
                     if matches!(event, Event::DocumentEnd) {
                         continue;
                     }
-                    root = Some(self.node(event, span, 0, "")?);
+                    root = Some(self.node(event, span, 0)?);
                 }
                 other => {
-                    root = Some(self.node(other, span, 0, "")?);
+                    root = Some(self.node(other, span, 0)?);
                 }
             }
         }
@@ -339,14 +345,13 @@ impl<'a> Builder<'a> {
         event: Event<'a>,
         span: saphyr_parser::Span,
         depth: usize,
-        path: &str,
     ) -> Result<Node, YamlError> {
         let here = self.positions.span(span.start, span.end);
         if depth > MAX_DEPTH {
             return Err(YamlError {
                 message: format!("nesting deeper than {MAX_DEPTH} levels"),
                 span: here,
-                path: path.to_owned(),
+                path: String::new(),
             });
         }
         match event {
@@ -368,7 +373,7 @@ impl<'a> Builder<'a> {
                     return Err(YamlError {
                         message: "alias to an unknown anchor".to_owned(),
                         span: here,
-                        path: path.to_owned(),
+                        path: String::new(),
                     });
                 };
                 self.count(size, here)?;
@@ -384,8 +389,7 @@ impl<'a> Builder<'a> {
                     if matches!(event, Event::SequenceEnd) {
                         break;
                     }
-                    let child_path = format!("{path}[{}]", items.len());
-                    let child = self.node(event, span, depth + 1, &child_path)?;
+                    let child = self.node(event, span, depth + 1)?;
                     end = end.max(child.span.end);
                     items.push(child);
                 }
@@ -411,21 +415,19 @@ impl<'a> Builder<'a> {
                         Event::Scalar(text, ..) => Some(text.into_owned()),
                         other => {
                             // Build (and discard) the complex key to keep the stream in step.
-                            self.node(other, span, depth + 1, path)?;
+                            self.node(other, span, depth + 1)?;
                             None
                         }
                     };
                     let (value_event, value_span) = self.next()?;
-                    let key_name = key_text.clone().unwrap_or_default();
-                    let child_path = join_key(path, &key_name);
-                    let value = self.node(value_event, value_span, depth + 1, &child_path)?;
+                    let value = self.node(value_event, value_span, depth + 1)?;
                     end = end.max(value.span.end);
                     let Some(text) = key_text else {
                         self.errors.push(YamlError {
                             message: "a mapping key must be a plain string, not a list or mapping"
                                 .to_owned(),
                             span: key_span,
-                            path: path.to_owned(),
+                            path: String::new(),
                         });
                         continue;
                     };
@@ -436,7 +438,7 @@ impl<'a> Builder<'a> {
                                 first.line_of()
                             ),
                             span: key_span,
-                            path: child_path,
+                            path: format!("{DUPLICATE}{text}"),
                         });
                         continue;
                     }
@@ -464,7 +466,7 @@ impl<'a> Builder<'a> {
             | Event::Nothing => Err(YamlError {
                 message: "malformed YAML structure".to_owned(),
                 span: here,
-                path: path.to_owned(),
+                path: String::new(),
             }),
         }
     }
@@ -480,6 +482,32 @@ impl Key {
     fn line_of(&self) -> usize {
         self.span.line
     }
+}
+
+/// Marks a duplicate-key error whose path is filled in after the tree is built.
+const DUPLICATE: &str = "\u{0}duplicate:";
+
+/// The path of the deepest node whose value contains byte `offset`.
+fn path_at(node: &Node, offset: usize, path: &str) -> String {
+    let inside = |n: &Node| n.span.start <= offset && offset < n.span.end;
+    match &node.value {
+        Value::Map(entries) => {
+            for (k, v) in entries {
+                if inside(v) {
+                    return path_at(v, offset, &join_key(path, &k.text));
+                }
+            }
+        }
+        Value::Seq(items) => {
+            for (i, v) in items.iter().enumerate() {
+                if inside(v) {
+                    return path_at(v, offset, &join_index(path, i));
+                }
+            }
+        }
+        Value::Scalar(_) => {}
+    }
+    path.to_owned()
 }
 
 /// `parent.key`, or `key` at the top.

@@ -5,7 +5,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use maestro_engine::{Engine, EngineConfig, EventRecord, RunRecord, RunReport, RunState, read_events};
+use maestro_engine::{
+    Engine, EngineConfig, EventRecord, RunRecord, RunReport, RunState, read_events,
+};
 use maestro_llm::{OpenAiCompat, OpenAiConfig, Provider, RetryPolicy};
 use maestro_piece::{Condition, Dialect, Facet, Movement, Piece, Rule, SessionMode, Target};
 use maestro_protocol::Secret;
@@ -14,7 +16,11 @@ use maestro_tools::{Registry, ToolsConfig};
 use serde_json::Value;
 
 pub fn facet(text: &str) -> Facet {
-    Facet { name: "inline".into(), text: text.into(), path: None }
+    Facet {
+        name: "inline".into(),
+        text: text.into(),
+        path: None,
+    }
 }
 
 pub fn target(label: &str) -> Target {
@@ -39,7 +45,11 @@ pub fn rule(condition: &str, next: &str) -> Rule {
 }
 
 pub fn rule_if(condition: Condition, next: Option<&str>) -> Rule {
-    Rule { condition, next: next.map(target), ..rule("", "x") }
+    Rule {
+        condition,
+        next: next.map(target),
+        ..rule("", "x")
+    }
 }
 
 /// A movement reading the workspace, with an instruction that names it.
@@ -126,11 +136,25 @@ impl Ran {
 /// events gives the final state.
 pub fn assert_record_sound(events: &[EventRecord], state: &RunState) {
     let seqs: Vec<u64> = events.iter().map(|r| r.seq).collect();
-    assert_eq!(seqs, (1..=events.len() as u64).collect::<Vec<_>>(), "seq must be gapless from 1");
+    assert_eq!(
+        seqs,
+        (1..=events.len() as u64).collect::<Vec<_>>(),
+        "seq must be gapless from 1"
+    );
     assert_eq!(events.first().map(|r| r.event.kind()), Some("run_started"));
     assert_eq!(events.last().map(|r| r.event.kind()), Some("run_finished"));
-    assert_eq!(events.iter().filter(|r| r.event.kind() == "run_finished").count(), 1);
-    pretty_assertions::assert_eq!(&RunState::replay(events), state, "replaying events.jsonl must rebuild the state");
+    assert_eq!(
+        events
+            .iter()
+            .filter(|r| r.event.kind() == "run_finished")
+            .count(),
+        1
+    );
+    pretty_assertions::assert_eq!(
+        &RunState::replay(events),
+        state,
+        "replaying events.jsonl must rebuild the state"
+    );
 }
 
 pub fn messages_text(request: &Value) -> String {
@@ -156,11 +180,19 @@ pub fn last_user_text(request: &Value) -> String {
 }
 
 pub fn fast_retries() -> RetryPolicy {
-    RetryPolicy { max_attempts: 4, initial: Duration::from_millis(10), max: Duration::from_millis(40), jitter: 0.0 }
+    RetryPolicy {
+        max_attempts: 4,
+        initial: Duration::from_millis(10),
+        max: Duration::from_millis(40),
+        jitter: 0.0,
+    }
 }
 
 pub fn engine_config() -> EngineConfig {
-    EngineConfig { context_length: Some(100_000), ..EngineConfig::new("scripted-model") }
+    EngineConfig {
+        context_length: Some(100_000),
+        ..EngineConfig::new("scripted-model")
+    }
 }
 
 /// Runs `piece` for a task against a scripted server serving `turns`.
@@ -168,7 +200,12 @@ pub async fn run(piece: Piece, turns: Vec<Turn>) -> Ran {
     run_with(piece, turns, engine_config(), None).await
 }
 
-pub async fn run_with(piece: Piece, turns: Vec<Turn>, config: EngineConfig, api_key: Option<&str>) -> Ran {
+pub async fn run_with(
+    piece: Piece,
+    turns: Vec<Turn>,
+    config: EngineConfig,
+    api_key: Option<&str>,
+) -> Ran {
     let server = ScriptedLlm::start(turns).await;
     let mut llm_config = OpenAiConfig::new(server.base_url()).with_retry(fast_retries());
     if let Some(key) = api_key {
@@ -181,9 +218,21 @@ pub async fn run_with(piece: Piece, turns: Vec<Turn>, config: EngineConfig, api_
     }
     let dir = tempfile::tempdir().unwrap();
     let record = RunRecord::create(&dir.path().join("runs"), None).unwrap();
-    std::fs::write(record.workspace.join("input/notes.txt"), "the secret ingredient is cardamom\n").unwrap();
+    std::fs::write(
+        record.workspace.join("input/notes.txt"),
+        "the secret ingredient is cardamom\n",
+    )
+    .unwrap();
     let events_path = record.events_path();
-    let report = engine.run(Arc::new(piece), "Write the cookbook.", record, vec![]).await.unwrap();
+    let report = engine
+        .run(Arc::new(piece), "Write the cookbook.", record, vec![])
+        .await
+        .unwrap();
     let events = read_events(&events_path).unwrap();
-    Ran { server, report, events, dir }
+    Ran {
+        server,
+        report,
+        events,
+        dir,
+    }
 }

@@ -45,7 +45,7 @@ pub(crate) fn load_options(dialect: Option<Dialect>, facets_dirs: &[PathBuf]) ->
 
 /// One file's outcome.
 enum Checked {
-    Valid(Loaded),
+    Valid(Box<Loaded>),
     Invalid(Failed),
     /// Could not be read at all.
     Unreadable(String),
@@ -105,7 +105,7 @@ fn check(file: &Path, opts: &LoadOptions) -> (String, Checked) {
     match std::fs::read_to_string(file) {
         Ok(source) => {
             let checked = match load_str(&source, file, opts) {
-                Ok(loaded) => Checked::Valid(loaded),
+                Ok(loaded) => Checked::Valid(Box::new(loaded)),
                 Err(failed) => Checked::Invalid(failed),
             };
             (source, checked)
@@ -149,12 +149,13 @@ fn human(
                 1 => ", 1 warning".to_owned(),
                 n => format!(", {n} warnings"),
             };
+            let count = loaded.piece.movements.len();
             writeln!(
                 out,
-                "valid    {} ({}, {} movements{warnings})",
+                "valid    {} ({}, {count} movement{}{warnings})",
                 file.display(),
                 loaded.piece.dialect,
-                loaded.piece.movements.len()
+                if count == 1 { "" } else { "s" }
             )
         }
         Checked::Invalid(failed) => {

@@ -249,3 +249,36 @@ magi    takt             3  MAGI Deliberation System - Analyze from 3 perspectiv
 "
     );
 }
+
+#[test]
+fn validate_searches_extra_facet_dirs() {
+    let dir = tempfile::tempdir().unwrap();
+    let piece = "\
+name: helper
+max_movements: 2
+initial_movement: help
+movements:
+  - name: help
+    edit: false
+    persona: helper
+    instruction: Help with {task}.
+    rules:
+      - condition: done
+        next: COMPLETE
+";
+    std::fs::create_dir_all(dir.path().join("pieces")).unwrap();
+    std::fs::write(dir.path().join("pieces/helper.yaml"), piece).unwrap();
+    std::fs::create_dir_all(dir.path().join("extra/personas")).unwrap();
+    std::fs::write(dir.path().join("extra/personas/helper.md"), "You help.").unwrap();
+    let warnings = |extra: &[&str]| -> usize {
+        let out = run(maestro(dir.path())
+            .args(["validate", "--json"])
+            .args(extra)
+            .arg("pieces/helper.yaml"));
+        assert_eq!(out.code, 0, "{}", out.stderr);
+        let line: serde_json::Value = serde_json::from_str(out.stdout.trim()).unwrap();
+        line["warnings"].as_array().unwrap().len()
+    };
+    assert_eq!(warnings(&[]), 1, "the persona name resolves nowhere");
+    assert_eq!(warnings(&["--facets-dir", "extra"]), 0);
+}

@@ -297,3 +297,90 @@ fn piece_config_tools_are_the_default_for_movements_without_tools() {
     .piece;
     assert_eq!(piece.movements[0].allowed_tools, vec!["Grep"]);
 }
+
+#[test]
+fn top_level_fields_are_checked() {
+    assert_eq!(
+        errors(&edit(PIECE, "max_movements: 8", "max_movements: 0")),
+        vec![f(
+            "max_movements",
+            2,
+            "expected a positive integer (1 to 4294967295), found `0`"
+        )]
+    );
+    assert_eq!(
+        errors(&edit(
+            PIECE,
+            "initial_movement: implement",
+            "initial_movement: plan"
+        )),
+        vec![f(
+            "initial_movement",
+            3,
+            "unknown movement `plan`; known: implement, reviewers"
+        )]
+    );
+    assert_eq!(
+        errors(&edit(PIECE, "name: review-loop\n", "")),
+        vec![f(
+            "name",
+            1,
+            "missing required field `name` in a takt piece"
+        )]
+    );
+}
+
+#[test]
+fn movement_names_are_unique_across_sub_movements() {
+    assert_eq!(
+        errors(&edit(PIECE, "      - name: qa", "      - name: implement")),
+        vec![f(
+            "movements[1].parallel[1].name",
+            43,
+            "duplicate movement name `implement`; `movements[0].name` already has it"
+        )]
+    );
+}
+
+#[test]
+fn rules_need_a_next_except_in_sub_movements() {
+    assert_eq!(
+        errors(&edit(
+            PIECE,
+            "      - condition: done\n        next: reviewers\n",
+            "      - condition: done\n"
+        )),
+        vec![f(
+            "movements[0].rules[0].next",
+            27,
+            "missing required field `next` in a rule"
+        )]
+    );
+    let loaded = valid(&edit(
+        PIECE,
+        "          - condition: approved\n          - condition: needs_fix\n      - name: qa",
+        "          - condition: approved\n            next: COMPLETE\n          - condition: needs_fix\n      - name: qa",
+    ));
+    assert!(warnings(&loaded).contains(&f(
+        "movements[1].parallel[0].rules[0].next",
+        42,
+        "`next` is ignored: a sub-movement's rules only classify its result; the parallel parent's rules pick the next movement"
+    )));
+}
+
+#[test]
+fn parallel_movements_cannot_nest() {
+    let src = edit(
+        PIECE,
+        "      - name: qa\n",
+        "      - name: qa\n        parallel: []\n",
+    );
+    assert_eq!(
+        errors(&src),
+        vec![f(
+            "movements[1].parallel[1].parallel",
+            43,
+            "parallel movements cannot be nested"
+        )]
+    );
+}

@@ -36,6 +36,8 @@ const PASSED_ENV: &[&str] = &[
     "NODE_PATH",
 ];
 const STDERR_LINES: usize = 20;
+/// Longest wait for one server to exit in [`McpHub::shutdown`] (rmcp's own steps take ~6 s).
+const SHUTDOWN_WAIT: Duration = Duration::from_secs(10);
 
 /// Why a required server cannot be used. Each message names the server and what to do.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -178,6 +180,24 @@ impl McpHub {
             }
         }
         out
+    }
+
+    /// Closes every connection and waits for it: a stdio server gets its stdin closed, then
+    /// SIGTERM, then is killed (a few seconds apart). Drop the tools from [`McpHub::tools`]
+    /// first; a connection a tool still holds is only told to close, without waiting.
+    pub async fn shutdown(self) {
+        let closes = self.servers.into_values().map(|state| async move {
+            let ServerState::Up(conn) = state else {
+                return;
+            };
+            match Arc::try_unwrap(conn) {
+                Ok(mut conn) => {
+                    let _ = conn.client.close_with_timeout(SHUTDOWN_WAIT).await;
+                }
+                Err(shared) => shared.client.cancellation_token().cancel(),
+            }
+        });
+        futures::future::join_all(closes).await;
     }
 
     /// Each server with its tool count, or the reason it is down.

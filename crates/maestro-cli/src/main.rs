@@ -3,6 +3,7 @@
 mod pieces;
 mod prompt;
 mod run;
+mod toolbox;
 mod tools;
 mod validate;
 

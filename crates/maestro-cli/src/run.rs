@@ -12,7 +12,8 @@ use maestro_engine::{
 };
 use maestro_llm::{OpenAiCompat, Provider, ToolMode};
 use maestro_piece::{LoadOptions, Piece, discover, load_file, render_diagnostics};
-use maestro_tools::Registry;
+
+use crate::toolbox::{McpSelection, Toolbox};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -143,11 +144,16 @@ async fn run_async(args: Args) -> anyhow::Result<u8> {
     let engine_config = config.engine_config().map_err(|e| anyhow!("{e}"))?;
     let provider: Arc<dyn Provider> = Arc::new(OpenAiCompat::new(config.llm.to_openai_config())?);
 
-    let mut engine = Engine::new(
-        provider,
-        Registry::builtin(config.tools.clone()),
-        engine_config,
-    );
+    let toolbox = Toolbox::build(&config, &McpSelection::for_piece(&piece)).await?;
+    if let Err(message) = toolbox.ensure_required(&piece.required_mcp) {
+        eprintln!(
+            "error: piece `{}` cannot run: {message}\nno run was started",
+            piece.name
+        );
+        toolbox.shutdown().await;
+        return Ok(1);
+    }
+    let mut engine = Engine::new(provider, toolbox.registry.clone(), engine_config);
     if let Some(key) = config.llm.api_key.clone() {
         engine = engine.with_secret(key);
     }
@@ -158,15 +164,26 @@ async fn run_async(args: Args) -> anyhow::Result<u8> {
         }
     });
 
-    let record = RunRecord::create(&config.paths.runs_dir, args.workspace.as_deref())?;
+    let record = match RunRecord::create(&config.paths.runs_dir, args.workspace.as_deref()) {
+        Ok(record) => record,
+        Err(e) => {
+            toolbox.shutdown().await;
+            return Err(e.into());
+        }
+    };
     let run_dir = record.dir.clone();
     let observer: Arc<dyn EventSink> = match args.events {
         Some(EventsFormat::Jsonl) => Arc::new(JsonlSink::new(std::io::stdout())),
         None => Arc::new(Progress::new(piece.max_movements)),
     };
-    let report = engine
+    let outcome = engine
         .run(Arc::new(piece), &args.task, record, vec![observer])
-        .await?;
+        .await;
+    // The MCP servers live as long as the run: the engine's registry goes first so that the
+    // hub holds the last handle on each connection and can wait for the servers to exit.
+    drop(engine);
+    toolbox.shutdown().await;
+    let report = outcome?;
 
     let mut summary = format!("run {} {}", report.run_id, report.status);
     if let Some(reason) = &report.reason {

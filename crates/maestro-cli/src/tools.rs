@@ -1,19 +1,29 @@
-//! `maestro tools`: list the tools, or call one by hand through the same registry entry point
-//! the engine uses (`Registry::execute_allowed`).
+//! `maestro tools`: list the tools, or call one by hand through the same registry (built by
+//! [`Toolbox`] from the configuration, MCP and SSH included) and the same entry point the engine
+//! uses (`Registry::execute_allowed`).
 
 use std::io::Write as _;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use maestro_tools::{BashSandboxMode, Registry, RunScratch, ToolContext, ToolsConfig};
+use anyhow::{Context, anyhow};
+use maestro_config::{Config, LoadFrom};
+use maestro_tools::{BashSandboxMode, RunScratch, ToolContext};
+
+use crate::toolbox::{McpSelection, Toolbox};
 
 #[derive(Debug, clap::Subcommand)]
 pub enum Command {
-    /// List every tool with its one-sentence description.
+    /// List every tool with its one-sentence description: the built-in, web and SSH tools and
+    /// the tools of every configured MCP server.
     List {
         /// Print the full specs (name, description, input JSON Schema) as JSON.
         #[arg(long)]
         json: bool,
+        /// Use this configuration file instead of `~/.maestro/config.yaml` and
+        /// `.maestro/config.yaml`.
+        #[arg(long)]
+        config: Option<PathBuf>,
     },
     /// Call one tool and print `{"ok":bool,"output":...,"error":...}`. Exit code 0 when the
     /// tool succeeded, 1 when it failed, 2 on usage errors.
@@ -36,15 +46,23 @@ pub struct CallArgs {
     /// Bash allowlist for this call (comma-separated program names); default: the built-in list.
     #[arg(long, value_delimiter = ',')]
     pub allowed_commands: Option<Vec<String>>,
-    /// Bash sandbox mode.
-    #[arg(long, value_enum, default_value = "auto")]
-    pub bash_sandbox: SandboxArg,
-    /// Directory the pieces tools read and write.
+    /// SSH connection ids the call may use (comma-separated; `*` for any configured one);
+    /// default: none.
+    #[arg(long, value_delimiter = ',')]
+    pub allowed_ssh_connections: Option<Vec<String>>,
+    /// Bash sandbox mode (default: `tools.bash_sandbox`, `auto`).
+    #[arg(long, value_enum)]
+    pub bash_sandbox: Option<SandboxArg>,
+    /// Directory the pieces tools read and write (default: `tools.pieces_dir`).
     #[arg(long)]
     pub pieces_dir: Option<PathBuf>,
-    /// Directory holding skills (repeatable).
+    /// Directory holding skills (repeatable; default: `tools.skills_dirs`).
     #[arg(long)]
     pub skills_dir: Vec<PathBuf>,
+    /// Use this configuration file instead of `~/.maestro/config.yaml` and
+    /// `.maestro/config.yaml`.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
     /// JSON file holding the run scratch (checklist); read before and written after the call.
     #[arg(long)]
     pub scratch: Option<PathBuf>,
@@ -57,42 +75,56 @@ pub enum SandboxArg {
     Off,
 }
 
-/// The registry the CLI offers: every built-in tool.
-fn registry(config: ToolsConfig) -> Registry {
-    Registry::builtin(config)
+fn load_config(path: Option<PathBuf>) -> anyhow::Result<Config> {
+    let (config, _files) = Config::load(LoadFrom::current(path)?).map_err(|e| anyhow!("{e}"))?;
+    Ok(config)
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
 }
 
 pub fn run(cmd: Command) -> anyhow::Result<u8> {
     match cmd {
-        Command::List { json } => {
-            let specs = registry(ToolsConfig::default()).list();
-            if json {
-                let _ = writeln!(
-                    std::io::stdout(),
-                    "{}",
-                    serde_json::to_string_pretty(&specs)?
-                );
-            } else {
-                let width = specs.iter().map(|s| s.name.len()).max().unwrap_or(0);
-                for spec in specs {
-                    let _ = writeln!(
-                        std::io::stdout(),
-                        "{:width$}  {}",
-                        spec.name,
-                        spec.description
-                    );
-                }
-            }
-            Ok(0)
+        Command::List { json, config } => {
+            let config = load_config(config)?;
+            runtime()?.block_on(list(&config, json))
         }
         Command::Call(args) => call(args),
     }
 }
 
+async fn list(config: &Config, json: bool) -> anyhow::Result<u8> {
+    let toolbox = Toolbox::build(config, &McpSelection::All).await?;
+    for (server, status) in toolbox.mcp_status() {
+        if let Err(reason) = status {
+            eprintln!(
+                "note: MCP server `{server}` is not available, its tools are not listed: {reason}"
+            );
+        }
+    }
+    let specs = toolbox.registry.list();
+    toolbox.shutdown().await;
+    // A closed stdout (`| head`) is not worth a panic.
+    let mut out = std::io::stdout().lock();
+    if json {
+        let _ = writeln!(out, "{}", serde_json::to_string_pretty(&specs)?);
+    } else {
+        let width = specs.iter().map(|s| s.name.len()).max().unwrap_or(0);
+        for spec in &specs {
+            let _ = writeln!(out, "{:width$}  {}", spec.name, spec.description);
+        }
+    }
+    Ok(0)
+}
+
 fn call(args: CallArgs) -> anyhow::Result<u8> {
     if !args.workspace.exists() {
         maestro_tools::prepare_workspace(&args.workspace).map_err(|e| {
-            anyhow::anyhow!(
+            anyhow!(
                 "cannot create the workspace `{}`: {e}",
                 args.workspace.display()
             )
@@ -100,48 +132,62 @@ fn call(args: CallArgs) -> anyhow::Result<u8> {
     }
     let scratch = match &args.scratch {
         Some(path) if path.exists() => {
-            let text = std::fs::read_to_string(path).map_err(|e| {
-                anyhow::anyhow!("cannot read the scratch file `{}`: {e}", path.display())
-            })?;
-            serde_json::from_str::<RunScratch>(&text).map_err(|e| {
-                anyhow::anyhow!("the scratch file `{}` is not valid: {e}", path.display())
-            })?
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| anyhow!("cannot read the scratch file `{}`: {e}", path.display()))?;
+            serde_json::from_str::<RunScratch>(&text)
+                .map_err(|e| anyhow!("the scratch file `{}` is not valid: {e}", path.display()))?
         }
         _ => RunScratch::default(),
     };
-    let config = ToolsConfig {
-        bash_sandbox: match args.bash_sandbox {
+    let mut config = load_config(args.config.clone())?;
+    if let Some(mode) = args.bash_sandbox {
+        config.tools.bash_sandbox = match mode {
             SandboxArg::Auto => BashSandboxMode::Auto,
             SandboxArg::Always => BashSandboxMode::Always,
             SandboxArg::Off => BashSandboxMode::Off,
-        },
-        pieces_dir: args.pieces_dir.clone(),
-        skills_dirs: args.skills_dir.clone(),
-        ..ToolsConfig::default()
-    };
-    let registry = registry(config);
+        };
+    }
+    if args.pieces_dir.is_some() {
+        config.tools.pieces_dir = args.pieces_dir.clone();
+    }
+    if !args.skills_dir.is_empty() {
+        config.tools.skills_dirs = args.skills_dir.clone();
+    }
     let scratch = Arc::new(Mutex::new(scratch));
     let ctx = ToolContext {
         workspace: args.workspace.clone(),
         edit: args.edit,
         allowed_commands: args.allowed_commands.clone(),
-        allowed_ssh_connections: None,
+        allowed_ssh_connections: args.allowed_ssh_connections.clone(),
         cancel: maestro_tools::CancellationToken::new(),
         scratch: Arc::clone(&scratch),
     };
     // Calling a tool by hand offers it (and nothing else): the permissions under test are the
-    // edit flag and the allowlist.
+    // edit flag and the allowlists. Only the MCP server the tool belongs to is started.
     let allowed = vec![args.tool.clone()];
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    let output =
-        runtime.block_on(registry.execute_allowed(&ctx, &allowed, &args.tool, &args.input));
+    let output = runtime()?.block_on(async {
+        let toolbox = Toolbox::build(&config, &McpSelection::for_tool(&args.tool)).await?;
+        let server = config
+            .mcp
+            .servers
+            .keys()
+            .find(|slug| args.tool.starts_with(&format!("mcp__{slug}__")));
+        let output = match server.map(|s| toolbox.ensure_required(std::slice::from_ref(s))) {
+            Some(Err(message)) => maestro_tools::ToolOutput::error(message),
+            _ => {
+                toolbox
+                    .registry
+                    .execute_allowed(&ctx, &allowed, &args.tool, &args.input)
+                    .await
+            }
+        };
+        toolbox.shutdown().await;
+        Ok::<_, anyhow::Error>(output)
+    })?;
     if let Some(path) = &args.scratch {
         let state = scratch.lock().map(|s| s.clone()).unwrap_or_default();
-        std::fs::write(path, serde_json::to_string_pretty(&state)?).map_err(|e| {
-            anyhow::anyhow!("cannot write the scratch file `{}`: {e}", path.display())
-        })?;
+        std::fs::write(path, serde_json::to_string_pretty(&state)?)
+            .map_err(|e| anyhow!("cannot write the scratch file `{}`: {e}", path.display()))?;
     }
     let mut printed = serde_json::json!({
         "ok": output.ok,

@@ -8,7 +8,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use maestro_llm::{ChatRequest, ChatResponse, Message, StreamEvent};
+use maestro_llm::{ChatRequest, ChatResponse, Message, ResponseSchema, StreamEvent};
 use maestro_piece::Movement;
 use maestro_protocol::{RunStatus, ToolCall, ToolSpec};
 use maestro_tools::{ToolContext, ToolOutput};
@@ -51,6 +51,9 @@ pub(crate) struct Agent<'a> {
     /// Reports written in this visit.
     pub reports_written: BTreeSet<String>,
     report_reminder_sent: bool,
+    /// A JSON Schema the next answers must follow (`response_format`), when the movement offers
+    /// no tools. Set by the graph dialect after an answer with invalid frontmatter.
+    answer_schema: Option<ResponseSchema>,
 }
 
 impl<'a> Agent<'a> {
@@ -72,6 +75,7 @@ impl<'a> Agent<'a> {
             meter: ContextMeter::new(run.context_window, run.config.context_thresholds),
             reports_written: BTreeSet::new(),
             report_reminder_sent: false,
+            answer_schema: None,
         }
     }
 
@@ -94,6 +98,18 @@ impl<'a> Agent<'a> {
             .map(|c| c.name.clone())
             .filter(|n| !self.reports_written.contains(n))
             .collect()
+    }
+
+    /// Constrains the following answers to `schema` through structured output, so that even a
+    /// model that cannot write the format freely produces a valid answer. Returns false (and
+    /// leaves the request unconstrained) when the movement offers tools, since an endpoint takes
+    /// either tools or a response format.
+    pub fn constrain_answer(&mut self, schema: ResponseSchema) -> bool {
+        if !self.tools.is_empty() {
+            return false;
+        }
+        self.answer_schema = Some(schema);
+        true
     }
 
     /// Adds a user message (a reminder or a follow-up) and records why.
@@ -221,7 +237,7 @@ impl<'a> Agent<'a> {
             model: self.run.config.model.clone(),
             messages: self.messages.clone(),
             tools: self.tools.clone(),
-            response_schema: None,
+            response_schema: self.answer_schema.clone(),
             temperature: self.run.config.temperature,
             max_tokens: self.run.config.max_tokens,
         };

@@ -2,7 +2,7 @@
 //! takt through an answer and its rule, graph through frontmatter and its edge. The agent loop
 //! does the talking; this module reads the turn's end and decides.
 
-use maestro_llm::Message;
+use maestro_llm::{Message, ResponseSchema};
 use maestro_piece::{Dialect, Movement, Target};
 use maestro_protocol::RunStatus;
 
@@ -286,11 +286,22 @@ async fn graph(
             }
             Err(problem) if attempt < run.config.frontmatter_retries => {
                 attempt += 1;
-                agent.ask_again(
-                    ReminderKind::Frontmatter,
-                    attempt,
-                    prompt::frontmatter_reminder(&problem.0),
-                )?;
+                // The retry asks for the frontmatter fields as one JSON object constrained by
+                // the role's schema, so a model that cannot write the format freely still
+                // answers validly; `extract_frontmatter` accepts that form.
+                let constrained = movement.frontmatter_schema.clone().is_some_and(|schema| {
+                    agent.constrain_answer(ResponseSchema {
+                        name: "frontmatter".into(),
+                        schema,
+                    })
+                });
+                let mut reminder = prompt::frontmatter_reminder(&problem.0);
+                if constrained {
+                    reminder.push_str(
+                        "\nAnswer now with the frontmatter fields only, as one JSON object.",
+                    );
+                }
+                agent.ask_again(ReminderKind::Frontmatter, attempt, reminder)?;
             }
             Err(problem) => {
                 return Ok(Ended::new(

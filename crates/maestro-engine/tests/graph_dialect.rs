@@ -136,3 +136,28 @@ async fn frontmatter_still_invalid_after_two_retries_fails_the_run() {
     assert!(reason.unwrap().starts_with("invalid_frontmatter"));
     assert_eq!(ran.requests().len(), 3);
 }
+
+#[tokio::test]
+async fn retries_are_constrained_to_the_roles_schema_and_accept_a_json_answer() {
+    let ran = run(
+        debate(),
+        vec![
+            Turn::text("I will argue freely, without any frontmatter."),
+            Turn::text(r#"{"$status": "conceded", "argument": "Fair point."}"#),
+        ],
+    )
+    .await;
+    ran.assert_record_is_sound();
+    assert_eq!(ran.status(), ("completed".into(), None));
+    let requests = ran.requests();
+    assert_eq!(requests.len(), 2);
+    // the first answer is free; the retry asks for the role's schema through structured output
+    assert!(requests[0].get("response_format").is_none());
+    let format = &requests[1]["response_format"];
+    assert_eq!(format["type"], "json_schema");
+    let schema = &format["json_schema"]["schema"];
+    assert!(
+        schema.to_string().contains("conceded") && schema.to_string().contains("argument"),
+        "{schema}"
+    );
+}

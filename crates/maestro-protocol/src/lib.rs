@@ -124,18 +124,36 @@ mod tests {
             ]
         );
         for s in all {
-            assert_eq!(serde_json::to_string(&s).unwrap_or_default(), format!("\"{s}\""));
+            assert_eq!(
+                serde_json::to_string(&s).unwrap_or_default(),
+                format!("\"{s}\"")
+            );
         }
     }
 
     #[test]
     fn usage_adds_up_and_keeps_the_estimate_flag() {
         let mut total = Usage::default();
-        total.add(&Usage { prompt_tokens: 10, completion_tokens: 2, total_tokens: 12, estimated: false });
-        total.add(&Usage { prompt_tokens: 5, completion_tokens: 1, total_tokens: 6, estimated: true });
+        total.add(&Usage {
+            prompt_tokens: 10,
+            completion_tokens: 2,
+            total_tokens: 12,
+            estimated: false,
+        });
+        total.add(&Usage {
+            prompt_tokens: 5,
+            completion_tokens: 1,
+            total_tokens: 6,
+            estimated: true,
+        });
         assert_eq!(
             total,
-            Usage { prompt_tokens: 15, completion_tokens: 3, total_tokens: 18, estimated: true }
+            Usage {
+                prompt_tokens: 15,
+                completion_tokens: 3,
+                total_tokens: 18,
+                estimated: true
+            }
         );
     }
 }

@@ -54,6 +54,9 @@ mod tests {
         let s = Secret::new("sk-live-abcdef");
         assert_eq!(format!("{s} {s:?}"), "*** Secret(***)");
         assert_eq!(s.expose(), "sk-live-abcdef");
-        assert_eq!(s.redact("bad key sk-live-abcdef given"), "bad key *** given");
+        assert_eq!(
+            s.redact("bad key sk-live-abcdef given"),
+            "bad key *** given"
+        );
     }
 }

@@ -1,0 +1,206 @@
+//! The full tool set the CLI offers, built from the loaded configuration: the built-in tools
+//! (`tools:`), the web tools (`web:`), the SSH tools (`ssh:`) and the tools of the MCP servers
+//! (`mcp:`). `maestro run` and `maestro tools` both build their registry here, so a tool called
+//! by hand behaves as it does in a run.
+//!
+//! MCP servers are child processes or remote sessions, so only the servers a caller needs are
+//! started ([`McpSelection`]), and [`Toolbox::shutdown`] stops them again.
+
+use std::sync::Arc;
+
+use anyhow::anyhow;
+use maestro_config::Config;
+use maestro_piece::{Movement, Piece};
+use maestro_tools::{McpConfig, McpError, McpHub, Registry, ssh, web};
+
+/// Which configured MCP servers to start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum McpSelection {
+    /// Every configured server (`maestro tools list`).
+    All,
+    /// The servers named in `required`, and those whose tools `allowed_tools` patterns can
+    /// offer: `mcp__*` (every server), `mcp__<server>__*`, or an exact `mcp__<server>__<tool>`.
+    Only {
+        required: Vec<String>,
+        allowed_tools: Vec<String>,
+    },
+}
+
+impl McpSelection {
+    /// The servers a run of `piece` can use: its `required_mcp`, and every server a movement
+    /// (or a parallel sub-movement) allows tools of.
+    pub fn for_piece(piece: &Piece) -> McpSelection {
+        fn collect(movements: &[Movement], into: &mut Vec<String>) {
+            for movement in movements {
+                into.extend(movement.allowed_tools.iter().cloned());
+                collect(&movement.parallel, into);
+            }
+        }
+        let mut allowed_tools = Vec::new();
+        collect(&piece.movements, &mut allowed_tools);
+        McpSelection::Only {
+            required: piece.required_mcp.clone(),
+            allowed_tools,
+        }
+    }
+
+    /// Only the server that `tool` (a tool name) belongs to, if it is an MCP tool.
+    pub fn for_tool(tool: &str) -> McpSelection {
+        McpSelection::Only {
+            required: Vec::new(),
+            allowed_tools: vec![tool.to_string()],
+        }
+    }
+
+    /// Whether the server `slug` is selected.
+    pub fn wants(&self, slug: &str) -> bool {
+        match self {
+            McpSelection::All => true,
+            McpSelection::Only {
+                required,
+                allowed_tools,
+            } => {
+                let tool_prefix = format!("mcp__{slug}__");
+                required.iter().any(|r| r == slug)
+                    || allowed_tools
+                        .iter()
+                        .any(|pattern| match pattern.strip_suffix('*') {
+                            // `mcp__*`, `mcp__git*` and `mcp__git__*` all reach `mcp__git__…`.
+                            Some(prefix) if prefix.starts_with("mcp__") => {
+                                tool_prefix.starts_with(prefix) || prefix.starts_with(&tool_prefix)
+                            }
+                            _ => pattern.starts_with(&tool_prefix),
+                        })
+            }
+        }
+    }
+}
+
+/// The registry with every configured tool, and the MCP servers behind some of them.
+pub struct Toolbox {
+    pub registry: Registry,
+    hub: McpHub,
+    /// Every server in the configuration, started or not (for error messages).
+    configured: Vec<String>,
+}
+
+impl std::fmt::Debug for Toolbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Toolbox")
+            .field("registry", &self.registry)
+            .field("hub", &self.hub)
+            .finish()
+    }
+}
+
+impl Toolbox {
+    /// Builds the registry from `config`, starting the MCP servers `mcp` selects (concurrently;
+    /// a server that does not come up is recorded, see [`Toolbox::ensure_required`]).
+    ///
+    /// SSH connections are usable by runs of any owner: the CLI runs as one local user.
+    pub async fn build(config: &Config, mcp: &McpSelection) -> anyhow::Result<Toolbox> {
+        let mut registry = Registry::builtin(config.tools.clone());
+        for tool in web::tools(config.web.clone()) {
+            registry.register(tool);
+        }
+        let connections = config
+            .ssh
+            .registry()
+            .map_err(|e| anyhow!("ssh.connections: {e}"))?;
+        for tool in ssh::tools(Arc::new(connections), None) {
+            registry.register(tool);
+        }
+        let selected = McpConfig {
+            servers: config
+                .mcp
+                .servers
+                .iter()
+                .filter(|(slug, _)| mcp.wants(slug))
+                .map(|(slug, server)| (slug.clone(), server.clone()))
+                .collect(),
+            ..config.mcp.clone()
+        };
+        let hub = McpHub::start(&selected).await;
+        for tool in hub.tools() {
+            registry.register(tool);
+        }
+        Ok(Toolbox {
+            registry,
+            hub,
+            configured: config.mcp.servers.keys().cloned().collect(),
+        })
+    }
+
+    /// Checks that every server in `required` is configured, was selected, started and is still
+    /// connected. The error names the server, says why, and says what to change.
+    pub fn ensure_required(&self, required: &[String]) -> Result<(), String> {
+        let configured = || {
+            if self.configured.is_empty() {
+                "none".to_string()
+            } else {
+                self.configured.join(", ")
+            }
+        };
+        if let Some(server) = required.iter().find(|r| !self.configured.contains(r)) {
+            return Err(format!(
+                "MCP server `{server}` is required but not configured (configured servers: {})\n  \
+                 fix: configure `mcp.servers.{server}` in .maestro/config.yaml, with `command` \
+                 (a stdio server) or `url` (a streamable HTTP server)",
+                configured()
+            ));
+        }
+        self.hub.ensure_required(required).map_err(|e| match e {
+            McpError::NotConfigured { server, .. } => format!(
+                "MCP server `{server}` is required but was not started\n  \
+                     fix: check `mcp.servers.{server}` in .maestro/config.yaml"
+            ),
+            McpError::Unavailable { server, reason } => format!(
+                "MCP server `{server}` is required but not available: {reason}\n  \
+                     fix: check `mcp.servers.{server}` in .maestro/config.yaml (command, args, \
+                     env or url) and that the server starts on its own"
+            ),
+        })
+    }
+
+    /// Each started server with its tool count, or the reason it is down.
+    pub fn mcp_status(&self) -> std::collections::BTreeMap<String, Result<usize, String>> {
+        self.hub.status()
+    }
+
+    /// Stops the MCP servers: drops the registry's MCP tools, then closes every connection and
+    /// waits for stdio servers to exit. Clones of the registry handed out earlier (e.g. to an
+    /// engine) should be dropped first, or their servers are only told to close.
+    pub async fn shutdown(self) {
+        let Toolbox { registry, hub, .. } = self;
+        drop(registry);
+        hub.shutdown().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn only(required: &[&str], allowed: &[&str]) -> McpSelection {
+        McpSelection::Only {
+            required: required.iter().map(|s| s.to_string()).collect(),
+            allowed_tools: allowed.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn selection_follows_required_and_allowed_tools() {
+        assert!(McpSelection::All.wants("git"));
+        assert!(only(&["git"], &[]).wants("git"));
+        assert!(!only(&["git"], &[]).wants("web"));
+        assert!(only(&[], &["mcp__*"]).wants("web"));
+        assert!(only(&[], &["Read", "mcp__git__*"]).wants("git"));
+        assert!(!only(&[], &["Read", "mcp__git__*"]).wants("gitlab"));
+        assert!(only(&[], &["mcp__gi*"]).wants("gitlab"));
+        assert!(only(&[], &["mcp__git__log"]).wants("git"));
+        assert!(!only(&[], &["mcp__git__log"]).wants("gi"));
+        assert!(!only(&[], &["Read", "Bash"]).wants("git"));
+        assert!(McpSelection::for_tool("mcp__calc__add").wants("calc"));
+        assert!(!McpSelection::for_tool("WebFetch").wants("calc"));
+    }
+}

@@ -8,7 +8,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use maestro_llm::{ChatRequest, ChatResponse, Message, ResponseSchema, StreamEvent};
+use maestro_llm::{ChatRequest, ChatResponse, LlmError, Message, ResponseSchema, StreamEvent};
 use maestro_piece::Movement;
 use maestro_protocol::{RunStatus, ToolCall, ToolSpec};
 use maestro_tools::{ToolContext, ToolOutput};
@@ -146,11 +146,23 @@ impl<'a> Agent<'a> {
             if self.calls >= self.run.config.max_iterations_per_movement {
                 return Ok(TurnEnd::IterationsExhausted);
             }
-            if self.surely_too_long()? {
+            if self.context_exhausted() || self.surely_too_long()? {
                 return Ok(TurnEnd::ContextExhausted);
             }
             self.calls += 1;
-            let response = self.call_model().await?;
+            let response = match self.call_model().await {
+                Ok(response) => response,
+                // The endpoint counted more tokens than our estimate: the conversation no
+                // longer fits, which is the context manager's outcome, not a failed run.
+                Err(EngineError::Llm(e)) if is_context_overflow(&e) => {
+                    self.run.emit(RunEvent::Warning {
+                        movement: Some(self.name().to_string()),
+                        message: format!("the endpoint refused the request as too long: {e}"),
+                    })?;
+                    return Ok(TurnEnd::ContextExhausted);
+                }
+                Err(e) => return Err(e),
+            };
             let level = self.observe_context(&response)?;
             if response.tool_calls.is_empty() {
                 self.messages.push(Message::Assistant {
@@ -399,5 +411,50 @@ pub(crate) fn retry_observer<'r>(
                 reason: run.redact(&reason),
             });
         }
+    }
+}
+
+/// Whether an endpoint error says the request exceeded the model's context window. The wording
+/// differs per server: llama.cpp ("exceeds the available context size"), vLLM and OpenAI
+/// ("maximum context length", `context_length_exceeded`), Ollama ("context length").
+fn is_context_overflow(error: &LlmError) -> bool {
+    let LlmError::Http {
+        status: 400 | 413,
+        message,
+    } = error
+    else {
+        return false;
+    };
+    let message = message.to_ascii_lowercase();
+    [
+        "context size",
+        "context length",
+        "context_length",
+        "context window",
+        "too many tokens",
+    ]
+    .iter()
+    .any(|needle| message.contains(needle))
+}
+
+#[cfg(test)]
+mod context_overflow_tests {
+    use super::*;
+
+    #[test]
+    fn endpoint_context_overflow_messages_are_recognised() {
+        let http = |status, message: &str| LlmError::Http {
+            status,
+            message: message.into(),
+        };
+        for text in [
+            "request (4173 tokens) exceeds the available context size (4096 tokens)",
+            "This model's maximum context length is 8192 tokens. However, you requested 9000",
+            "{\"error\":{\"code\":\"context_length_exceeded\"}}",
+        ] {
+            assert!(is_context_overflow(&http(400, text)), "{text}");
+        }
+        assert!(!is_context_overflow(&http(400, "unknown model `x`")));
+        assert!(!is_context_overflow(&http(500, "context size exceeded")));
     }
 }

@@ -161,3 +161,19 @@ async fn retries_are_constrained_to_the_roles_schema_and_accept_a_json_answer() 
         "{schema}"
     );
 }
+
+#[tokio::test]
+async fn an_endpoint_refusing_a_too_long_request_ends_the_run_as_context_exhausted() {
+    let ran = run(
+        debate(),
+        vec![Turn::http_error(
+            400,
+            r#"{"error":{"code":400,"message":"request (4173 tokens) exceeds the available context size (4096 tokens), try increasing it","type":"exceed_context_size_error"}}"#,
+        )],
+    )
+    .await;
+    ran.assert_record_is_sound();
+    let (status, reason) = ran.status();
+    assert_eq!(status, "aborted");
+    assert_eq!(reason.as_deref(), Some("context_exhausted"));
+}

@@ -141,6 +141,9 @@ async fn run_async(args: Args) -> anyhow::Result<u8> {
     if config.llm.model.is_none() {
         config.llm.model = piece.model.clone();
     }
+    if config.llm.model.is_none() {
+        config.llm.model = Some(served_model(&config).await?);
+    }
     let engine_config = config.engine_config().map_err(|e| anyhow!("{e}"))?;
     let provider: Arc<dyn Provider> = Arc::new(OpenAiCompat::new(config.llm.to_openai_config())?);
 
@@ -379,5 +382,28 @@ impl EventSink for Progress {
             | RunEvent::ScratchUpdated { .. } => {}
         }
         Ok(())
+    }
+}
+
+/// With no model configured anywhere, the endpoint's only model is used; several (or none) is an
+/// error that lists what the endpoint serves.
+async fn served_model(config: &Config) -> anyhow::Result<String> {
+    let base = &config.llm.base_url;
+    let provider = OpenAiCompat::new(config.llm.to_openai_config())?;
+    let models = provider.list_models().await.map_err(|e| {
+        anyhow!("no model: set llm.model, MAESTRO_MODEL or --model (listing the models at {base} failed: {e})")
+    })?;
+    match models.as_slice() {
+        [only] => {
+            eprintln!("model: {only} (the only model {base} serves)");
+            Ok(only.clone())
+        }
+        [] => Err(anyhow!(
+            "no model: set llm.model, MAESTRO_MODEL or --model ({base} lists no models)"
+        )),
+        several => Err(anyhow!(
+            "no model: set llm.model, MAESTRO_MODEL or --model; {base} serves: {}",
+            several.join(", ")
+        )),
     }
 }

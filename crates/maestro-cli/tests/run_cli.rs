@@ -290,7 +290,7 @@ async fn the_classifier_picks_a_piece_or_says_none_fits() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_run_without_a_model_is_a_usage_error() {
-    let server = ScriptedLlm::start([]).await;
+    // Nothing listens on port 1, so the endpoint cannot name its model either.
     let dir = tempfile::tempdir().unwrap();
     let piece = fixture("workflow-graph/debate.yaml");
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_maestro"))
@@ -301,7 +301,7 @@ async fn a_run_without_a_model_is_a_usage_error() {
             "--task",
             "t",
             "--llm-base-url",
-            &server.base_url(),
+            "http://127.0.0.1:1/v1",
         ])
         .env("HOME", dir.path())
         .env_remove("MAESTRO_MODEL")
@@ -309,6 +309,37 @@ async fn a_run_without_a_model_is_a_usage_error() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("no model"), "{stderr}");
-    assert!(server.requests().is_empty());
+    assert!(stderr.contains("no model: set llm.model"), "{stderr}");
+    assert!(stderr.contains("127.0.0.1:1"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn without_a_configured_model_the_endpoints_only_model_is_used() {
+    let server = ScriptedLlm::builder()
+        .model_id("only-model")
+        .turns([Turn::text(
+            "---\n$status: conceded\nargument: You win.\n---\n",
+        )])
+        .start()
+        .await;
+    let dir = tempfile::tempdir().unwrap();
+    let piece = fixture("workflow-graph/debate.yaml");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_maestro"))
+        .current_dir(dir.path())
+        .args([
+            "run",
+            piece.to_str().unwrap(),
+            "--task",
+            "t",
+            "--llm-base-url",
+        ])
+        .arg(server.base_url())
+        .env("HOME", dir.path())
+        .env_remove("MAESTRO_MODEL")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("model: only-model"), "{stderr}");
+    assert_eq!(server.requests()[0]["model"], "only-model");
 }

@@ -85,12 +85,11 @@ pub struct FrontmatterError(pub String);
 pub fn extract_frontmatter(answer: &str) -> Result<serde_json::Value, FrontmatterError> {
     let mut text = answer.trim_start();
     // A constrained retry answers with the fields as one JSON object instead of `---` fences.
-    if text.starts_with('{') {
-        if let Ok(value @ serde_json::Value::Object(_)) =
+    if text.starts_with('{')
+        && let Ok(value @ serde_json::Value::Object(_)) =
             serde_json::from_str::<serde_json::Value>(text.trim_end())
-        {
-            return Ok(value);
-        }
+    {
+        return Ok(value);
     }
     if text.starts_with("```") {
         text = text

@@ -128,6 +128,35 @@ impl OpenAiCompat {
         })
     }
 
+    /// The model ids the endpoint serves (`GET {base}/models`, `data[].id`), in its order. Used
+    /// to pick a model when none is configured and the endpoint serves exactly one.
+    pub async fn list_models(&self) -> Result<Vec<String>, LlmError> {
+        let url = format!("{}/models", self.endpoints.base);
+        let response = tokio::time::timeout(self.side_timeout(), self.client.get(&url).send())
+            .await
+            .map_err(|_| LlmError::Timeout(format!("listing models at {url}")))?
+            .map_err(|e| LlmError::Connect {
+                url: url.clone(),
+                message: describe(&e),
+            })?;
+        let status = response.status().as_u16();
+        let body: serde_json::Value = response.json().await.map_err(|e| {
+            LlmError::Protocol(format!("{url} answered HTTP {status} without JSON: {e}"))
+        })?;
+        if status >= 400 {
+            return Err(LlmError::Http {
+                status,
+                message: body.to_string(),
+            });
+        }
+        Ok(body["data"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|m| m["id"].as_str().map(str::to_string))
+            .collect())
+    }
+
     /// The configuration this client was built from.
     pub fn config(&self) -> &OpenAiConfig {
         &self.config

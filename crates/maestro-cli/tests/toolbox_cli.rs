@@ -1,99 +1,19 @@
 //! The configured tool set through the real binary: `maestro tools list|call` and `maestro run`
-//! with web, MCP and SSH tools from a configuration file, against real servers on 127.0.0.1 (an
-//! axum page server, the Python SDK MCP server, OpenSSH, the scripted model server).
+//! with web, MCP, SSH, pieces and skills tools from a configuration file, against real servers on
+//! 127.0.0.1 (an axum web server, the Python SDK MCP server, OpenSSH, the scripted model server).
+//! Two scripted runs between them call every tool `maestro tools list` shows.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Output, Stdio};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
-use axum::Router;
-use axum::extract::State;
-use axum::http::header;
-use axum::routing::get;
 use maestro_testkit::{ScriptedLlm, Turn};
 use serde_json::{Value, json};
 
-const PAGE: &str = "<html><head><title>Toolbelt</title></head><body>\
-    <h1>Welcome to the toolbelt page</h1><p>Fetched through the guard.</p></body></html>";
-
-/// Runs the binary in `dir` (also its HOME, so no user or project configuration leaks in).
-async fn maestro(dir: &Path, args: Vec<String>) -> Output {
-    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_maestro"));
-    cmd.current_dir(dir)
-        .args(args)
-        .env("HOME", dir)
-        .env_remove("MAESTRO_LLM_BASE_URL")
-        .env_remove("MAESTRO_MODEL")
-        .env_remove("MAESTRO_API_KEY");
-    tokio::task::spawn_blocking(move || cmd.output().unwrap())
-        .await
-        .unwrap()
-}
-
-fn args(list: &[&str]) -> Vec<String> {
-    list.iter().map(|s| s.to_string()).collect()
-}
-
-/// `maestro tools call TOOL --workspace ws --input INPUT EXTRA…`: exit code and the JSON line.
-async fn call(dir: &Path, tool: &str, input: Value, extra: &[&str]) -> (i32, Value) {
-    let ws = dir.join("ws");
-    let mut list = args(&["tools", "call", tool, "--input", &input.to_string()]);
-    list.extend(args(&["--workspace", ws.to_str().unwrap()]));
-    list.extend(args(extra));
-    let out = maestro(dir, list).await;
-    let stdout = String::from_utf8(out.stdout).unwrap();
-    assert_eq!(
-        stdout.lines().count(),
-        1,
-        "one JSON line; stdout: {stdout}\nstderr: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (
-        out.status.code().unwrap(),
-        serde_json::from_str(&stdout).unwrap(),
-    )
-}
-
-fn write_config(dir: &Path, yaml: &str) -> PathBuf {
-    let path = dir.join("maestro-test-config.yaml");
-    std::fs::write(&path, yaml).unwrap();
-    path
-}
-
-/// A page server on 127.0.0.1 that records the paths it served.
-struct Web {
-    port: u16,
-    hits: Arc<Mutex<Vec<String>>>,
-}
-
-impl Web {
-    async fn start() -> Web {
-        let hits = Arc::new(Mutex::new(Vec::new()));
-        let app = Router::new()
-            .route(
-                "/page",
-                get(|State(hits): State<Arc<Mutex<Vec<String>>>>| async move {
-                    hits.lock().unwrap().push("/page".to_string());
-                    ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], PAGE)
-                }),
-            )
-            .with_state(Arc::clone(&hits));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-        Web { port, hits }
-    }
-
-    fn url(&self) -> String {
-        format!("http://127.0.0.1:{}/page", self.port)
-    }
-
-    fn hits(&self) -> usize {
-        self.hits.lock().unwrap().len()
-    }
-}
+mod support;
+use support::{
+    Sshd, Web, args, call, events, last_tool_message, maestro, only_run, run_piece, scripted_model,
+    tool_results, write_config,
+};
 
 /// A private copy of the Python SDK test server (`mcp==2.3.0`), so that its processes can be
 /// told apart from other tests' by their command line.
@@ -133,7 +53,7 @@ fn processes_running(needle: &Path) -> Vec<String> {
 async fn web_fetch_is_refused_by_default_and_allowed_by_the_config() {
     let web = Web::start().await;
     let dir = tempfile::tempdir().unwrap();
-    let input = json!({"url": web.url()});
+    let input = json!({"url": web.url("/page")});
 
     let (code, out) = call(dir.path(), "WebFetch", input.clone(), &[]).await;
     assert_eq!(code, 1, "{out}");
@@ -142,7 +62,11 @@ async fn web_fetch_is_refused_by_default_and_allowed_by_the_config() {
         error.contains("refused to connect to 127.0.0.1") && error.contains("loopback"),
         "{error}"
     );
-    assert_eq!(web.hits(), 0, "the guard refuses before connecting");
+    assert_eq!(
+        web.hits(),
+        Vec::<String>::new(),
+        "the guard refuses before connecting"
+    );
 
     let config = write_config(dir.path(), "web:\n  allow_hosts: [127.0.0.1]\n");
     let (code, out) = call(
@@ -155,7 +79,7 @@ async fn web_fetch_is_refused_by_default_and_allowed_by_the_config() {
     assert_eq!(code, 0, "{out}");
     let page = out["output"].as_str().unwrap();
     assert!(page.contains("Welcome to the toolbelt page"), "{page}");
-    assert_eq!(web.hits(), 1);
+    assert_eq!(web.hits(), ["/page"]);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -373,35 +297,14 @@ async fn every_tool_works_through_a_scripted_run() {
         &format!("web:\n  allow_hosts: [127.0.0.1]\n{}", mcp_config(&script)),
     );
     std::fs::write(dir.path().join("piece.yaml"), TOOLBELT_PIECE).unwrap();
-    let calls = toolbelt_calls(&web.url());
-    let mut turns: Vec<Turn> = calls
+    let calls = toolbelt_calls(&web.url("/page"));
+    let script_calls: Vec<(&str, Value)> = calls
         .iter()
-        .map(|(tool, input, _)| Turn::tool_call(*tool, input.clone()))
+        .map(|(tool, input, _)| (*tool, input.clone()))
         .collect();
-    turns.push(Turn::tool_call(
-        "complete",
-        json!({"status": "success", "result": "Every tool answered."}),
-    ));
-    let server = ScriptedLlm::start(turns).await;
+    let server = scripted_model(&script_calls, "Every tool answered.").await;
 
-    let out = maestro(
-        dir.path(),
-        args(&[
-            "run",
-            "piece.yaml",
-            "--task",
-            "Try every tool",
-            "--config",
-            config.to_str().unwrap(),
-            "--llm-base-url",
-            &server.base_url(),
-            "--model",
-            "scripted-model",
-            "--tool-mode",
-            "native",
-        ]),
-    )
-    .await;
+    let out = run_piece(dir.path(), &config, &server, "Try every tool").await;
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "stderr:\n{stderr}");
     assert_eq!(server.remaining(), 0);
@@ -411,39 +314,21 @@ async fn every_tool_works_through_a_scripted_run() {
     );
 
     // Every call succeeded, in order, as the run record says.
-    let runs = dir.path().join(".maestro/runs");
-    let run = std::fs::read_dir(&runs)
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .path();
-    let events: Vec<Value> = std::fs::read_to_string(run.join("events.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    let results: Vec<(&str, bool)> = events
+    let run = only_run(dir.path());
+    let events = events(&run);
+    let mut expected: Vec<(String, bool)> = calls
         .iter()
-        .filter(|e| e["type"] == "tool_result")
-        .map(|e| (e["tool"].as_str().unwrap(), e["ok"].as_bool().unwrap()))
+        .map(|(tool, _, _)| (tool.to_string(), true))
         .collect();
-    let mut expected: Vec<(&str, bool)> = calls.iter().map(|(tool, _, _)| (*tool, true)).collect();
-    expected.push(("complete", true));
-    assert_eq!(results, expected, "stderr:\n{stderr}");
+    expected.push(("complete".to_string(), true));
+    assert_eq!(tool_results(&events), expected, "stderr:\n{stderr}");
     assert_eq!(events.last().unwrap()["status"], "completed");
 
     // Each tool's output reached the model: request i+1 ends with the result of call i.
     let requests = server.requests();
     assert_eq!(requests.len(), calls.len() + 1);
     for (i, (tool, _, needle)) in calls.iter().enumerate() {
-        let last = requests[i + 1]["messages"]
-            .as_array()
-            .unwrap()
-            .last()
-            .unwrap();
-        assert_eq!(last["role"], "tool", "{tool}: {last}");
-        let content = last["content"].as_str().unwrap();
+        let content = last_tool_message(&requests[i + 1]);
         assert!(
             content.contains(needle),
             "{tool}: {needle:?} not in {content:?}"
@@ -455,89 +340,8 @@ async fn every_tool_works_through_a_scripted_run() {
         "alpha line\ngamma line\n"
     );
     assert!(run.join("output/data.db").is_file());
-    assert_eq!(web.hits(), 1);
+    assert_eq!(web.hits(), ["/page"]);
     assert_eq!(processes_running(&script), Vec::<String>::new());
-}
-
-/// A throwaway OpenSSH server on a loopback port, with its own host and user keys.
-struct Sshd {
-    dir: tempfile::TempDir,
-    port: u16,
-    child: Child,
-}
-
-impl Drop for Sshd {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Sshd {
-    fn start() -> Sshd {
-        let sshd = Path::new("/usr/sbin/sshd");
-        assert!(
-            sshd.exists(),
-            "/usr/sbin/sshd is missing: apt-get install openssh-server"
-        );
-        std::fs::create_dir_all("/run/sshd").unwrap();
-        let dir = tempfile::tempdir().unwrap();
-        let d = dir.path();
-        for key in ["host_key", "user_key"] {
-            let status = std::process::Command::new("ssh-keygen")
-                .args(["-q", "-t", "ed25519", "-N", "", "-C", "maestro-test", "-f"])
-                .arg(d.join(key))
-                .status()
-                .expect("ssh-keygen (package openssh-client) is needed");
-            assert!(status.success());
-        }
-        std::fs::copy(d.join("user_key.pub"), d.join("authorized_keys")).unwrap();
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let config = format!(
-            "Port {port}\nListenAddress 127.0.0.1\nHostKey {d}/host_key\nPidFile {d}/sshd.pid\n\
-             AuthorizedKeysFile {d}/authorized_keys\nStrictModes no\nUsePAM no\nPermitRootLogin yes\n\
-             PasswordAuthentication no\nKbdInteractiveAuthentication no\n\
-             Subsystem sftp internal-sftp\nLogLevel ERROR\n",
-            d = d.display()
-        );
-        std::fs::write(d.join("sshd_config"), config).unwrap();
-        let child = std::process::Command::new(sshd)
-            .args(["-D", "-e", "-f"])
-            .arg(d.join("sshd_config"))
-            .stdin(Stdio::null())
-            .spawn()
-            .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "sshd did not listen on {port}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Sshd { dir, port, child }
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-
-    fn config(&self, id: &str) -> String {
-        let user = std::process::Command::new("id")
-            .arg("-un")
-            .output()
-            .unwrap();
-        let host_key = std::fs::read_to_string(self.path("host_key.pub")).unwrap();
-        format!(
-            "ssh:\n  connections:\n    - id: {id}\n      name: test-sshd\n      host: 127.0.0.1\n      \
-             port: {}\n      user: {}\n      auth: {{key: \"{}\"}}\n      known_host_key: \"{}\"\n",
-            self.port,
-            String::from_utf8(user.stdout).unwrap().trim(),
-            self.path("user_key").display(),
-            host_key.trim()
-        )
-    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -595,5 +399,229 @@ async fn ssh_tools_work_by_hand_for_allowed_connections_only() {
     assert_eq!(
         std::fs::read_to_string(dir.path().join("ws/input/down.txt")).unwrap(),
         "sent over sftp\n"
+    );
+}
+
+const SSH_CONN: &str = "0b6f1c2e-4d3a-4f5e-9a8b-7c6d5e4f3a2b";
+
+const REMOTE_PIECE: &str = "\
+dialect: maestro
+name: toolbelt-remote
+description: Calls the download, search, pieces, skills and SSH tools once each.
+max_movements: 2
+initial_movement: work
+movements:
+  - name: work
+    edit: false
+    persona: You try the remaining tools.
+    instruction: Use each tool once, then complete the run.
+    allowed_tools: [Read, DownloadFile, WebSearch, ListPieces, GetPiece, CreatePiece, UpdatePiece,
+      SshExec, SshUpload, SshDownload]
+    allowed_ssh_connections: ['0b6f1c2e-4d3a-4f5e-9a8b-7c6d5e4f3a2b']
+    rules: []
+";
+
+const HELLO_PIECE: &str = "\
+dialect: maestro
+name: hello
+description: Says hello.
+max_movements: 2
+initial_movement: greet
+movements:
+  - name: greet
+    edit: false
+    persona: You greet.
+    instruction: Greet whoever asks.
+    allowed_tools: [Read]
+    rules: []
+";
+
+/// `hello` renamed to `name` with `description`.
+fn renamed_piece(name: &str, description: &str) -> String {
+    HELLO_PIECE
+        .replace("name: hello", &format!("name: {name}"))
+        .replace("Says hello.", description)
+}
+
+/// The calls of the second scripted run, each with whether it succeeds and a piece of text its
+/// result must carry back to the model.
+fn remote_calls(web: &Web, sshd: &Sshd) -> Vec<(&'static str, Value, bool, String)> {
+    let remote_up = sshd.path("uploaded.csv");
+    let remote_note = sshd.path("remote-note.txt");
+    vec![
+        (
+            "DownloadFile",
+            json!({"url": web.url("/files/data.csv")}),
+            true,
+            "to input/data.csv (text/csv)".to_string(),
+        ),
+        (
+            "WebSearch",
+            json!({"query": "sftp tips", "max_results": 1}),
+            true,
+            "1. Guide to sftp tips\n   https://docs.example/ssh".to_string(),
+        ),
+        (
+            "ListPieces",
+            json!({}),
+            true,
+            "hello (maestro, 1 movements): Says hello.".to_string(),
+        ),
+        (
+            "GetPiece",
+            json!({"name": "hello"}),
+            true,
+            "instruction: Greet whoever asks.".to_string(),
+        ),
+        (
+            "CreatePiece",
+            json!({"name": "greeter", "content": renamed_piece("greeter", "Greets.")}),
+            true,
+            "created piece `greeter` (1 movements)".to_string(),
+        ),
+        // Not in allowed_tools: refused, and the run goes on.
+        (
+            "Bash",
+            json!({"command": "ls"}),
+            false,
+            "error: `Bash` is not offered in this movement".to_string(),
+        ),
+        (
+            "UpdatePiece",
+            json!({"name": "greeter", "content": renamed_piece("greeter", "Greets warmly.")}),
+            true,
+            "updated piece `greeter` (1 movements)".to_string(),
+        ),
+        (
+            "ListSkills",
+            json!({}),
+            true,
+            "deploy: Ship it safely".to_string(),
+        ),
+        (
+            "ReadSkill",
+            json!({"name": "deploy"}),
+            true,
+            "[skill `deploy` saved to skills/deploy/".to_string(),
+        ),
+        (
+            "SshExec",
+            json!({"connection_id": SSH_CONN, "command": "echo ssh-run-$((6*7))"}),
+            true,
+            "exit_code: 0\n--- stdout ---\nssh-run-42\n".to_string(),
+        ),
+        (
+            "SshUpload",
+            json!({"connection_id": SSH_CONN, "local_path": "input/data.csv",
+                   "remote_path": remote_up}),
+            true,
+            format!(
+                "uploaded input/data.csv ({} bytes) to {}",
+                support::CSV.len(),
+                remote_up.display()
+            ),
+        ),
+        (
+            "SshDownload",
+            json!({"connection_id": SSH_CONN, "remote_path": remote_note,
+                   "local_path": "input/remote-note.txt"}),
+            true,
+            "(15 bytes) to input/remote-note.txt".to_string(),
+        ),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn download_search_pieces_skills_and_ssh_tools_work_through_a_scripted_run() {
+    let web = Web::start().await;
+    let sshd = Sshd::start();
+    std::fs::write(sshd.path("remote-note.txt"), "from the server").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let pieces = d.join("library");
+    std::fs::create_dir_all(&pieces).unwrap();
+    std::fs::write(pieces.join("hello.yaml"), HELLO_PIECE).unwrap();
+    let skills = d.join("skills-src");
+    std::fs::create_dir_all(skills.join("deploy/scripts")).unwrap();
+    std::fs::write(
+        skills.join("deploy/SKILL.md"),
+        "---\ndescription: Ship it safely\n---\n# Deploy\nRun scripts/go.sh\n",
+    )
+    .unwrap();
+    std::fs::write(skills.join("deploy/scripts/go.sh"), "echo go\n").unwrap();
+    let config = write_config(
+        d,
+        &format!(
+            "tools:\n  pieces_dir: \"{}\"\n  skills_dirs: [\"{}\"]\n\
+             web:\n  allow_hosts: [127.0.0.1]\n  search:\n    searxng_url: \"{}\"\n{}",
+            pieces.display(),
+            skills.display(),
+            web.url("/"),
+            sshd.config(SSH_CONN)
+        ),
+    );
+    std::fs::write(d.join("piece.yaml"), REMOTE_PIECE).unwrap();
+    let calls = remote_calls(&web, &sshd);
+    let script: Vec<(&str, Value)> = calls
+        .iter()
+        .map(|(tool, input, _, _)| (*tool, input.clone()))
+        .collect();
+    let server = scripted_model(&script, "The remaining tools answered.").await;
+
+    let out = run_piece(d, &config, &server, "Try the remaining tools").await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "stderr:\n{stderr}");
+    assert_eq!(server.remaining(), 0);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("The remaining tools answered."),
+        "{stderr}"
+    );
+
+    // The movement is offered its allowed tools and the skills tools, never Bash.
+    let requests = server.requests();
+    let offered: Vec<&str> = requests[0]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    for (tool, _, ok, _) in &calls {
+        assert_eq!(offered.contains(tool), *ok, "{tool} in {offered:?}");
+    }
+
+    // The run record has every result in order: Bash refused, everything else done.
+    let run = only_run(d);
+    let events = events(&run);
+    let mut expected: Vec<(String, bool)> = calls
+        .iter()
+        .map(|(tool, _, ok, _)| (tool.to_string(), *ok))
+        .collect();
+    expected.push(("complete".to_string(), true));
+    assert_eq!(tool_results(&events), expected, "stderr:\n{stderr}");
+    assert_eq!(events.last().unwrap()["status"], "completed");
+
+    // Each result reached the model: request i+1 ends with the result of call i.
+    assert_eq!(requests.len(), calls.len() + 1);
+    for (i, (tool, _, _, needle)) in calls.iter().enumerate() {
+        let content = last_tool_message(&requests[i + 1]);
+        assert!(
+            content.contains(needle.as_str()),
+            "{tool}: {needle:?} not in {content:?}"
+        );
+    }
+
+    // The tools acted: on the run's workspace, the pieces directory and the SSH server.
+    let read = |p: PathBuf| std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{p:?}: {e}"));
+    assert_eq!(read(run.join("input/data.csv")), support::CSV);
+    assert_eq!(
+        read(pieces.join("greeter.yaml")),
+        renamed_piece("greeter", "Greets warmly.")
+    );
+    assert_eq!(read(run.join("skills/deploy/scripts/go.sh")), "echo go\n");
+    assert_eq!(read(sshd.path("uploaded.csv")), support::CSV);
+    assert_eq!(read(run.join("input/remote-note.txt")), "from the server");
+    assert_eq!(
+        web.hits(),
+        ["/files/data.csv", "/search?format=json&q=sftp+tips"]
     );
 }

@@ -170,6 +170,18 @@ impl<'n> Fields<'n> {
         }
         found
     }
+
+    /// The string under `key`, which must be present (`None` after an error).
+    pub fn required_string(&self, sink: &mut Sink, key: &str, what: &str) -> Option<String> {
+        self.required(sink, key, what)
+            .and_then(|(node, path)| string(sink, node, &path).map(str::to_owned))
+    }
+
+    /// The string under `key`, if present (`None` when absent or after an error).
+    pub fn optional_string(&self, sink: &mut Sink, key: &str) -> Option<String> {
+        self.get(key)
+            .and_then(|(node, path)| string(sink, node, &path).map(str::to_owned))
+    }
 }
 
 /// A string value with where it came from.

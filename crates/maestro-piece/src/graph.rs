@@ -39,13 +39,8 @@ pub(crate) fn load(cx: &mut Cx<'_>, root: &Node) -> Option<Piece> {
     const WHAT: &str = "a graph piece";
     let top = fields(&mut cx.sink, root, "", WHAT, TOP_KEYS, Unknown::Warn)?;
     let sink = &mut cx.sink;
-    let name = top
-        .required(sink, "name", WHAT)
-        .and_then(|(node, path)| string(sink, node, &path).map(str::to_owned));
-    let description = top
-        .get("description")
-        .and_then(|(node, path)| string(sink, node, &path).map(str::to_owned))
-        .unwrap_or_default();
+    let name = top.required_string(sink, "name", WHAT);
+    let description = top.optional_string(sink, "description").unwrap_or_default();
     let mut roles = top
         .required(sink, "roles", WHAT)
         .map(|(node, path)| read_roles(cx, node, &path))

@@ -11,7 +11,7 @@ use crate::check::{
 };
 use crate::facets::FacetKind;
 use crate::ir::{Condition, Dialect, Movement, Piece, Rule, SessionMode, Target};
-use crate::load::Cx;
+use crate::load::{Cx, initial_movement, movement_items};
 use crate::yaml::{Node, join_index};
 
 pub(crate) const TOP_KEYS: &[&str] = &[
@@ -72,48 +72,19 @@ pub(crate) fn load(cx: &mut Cx<'_>, top: &Fields<'_>) -> Option<Piece> {
         }
         Some(name.to_owned())
     });
-    let description = top
-        .required(sink, "description", WHAT)
-        .and_then(|(node, path)| string(sink, node, &path).map(str::to_owned));
+    let description = top.required_string(sink, "description", WHAT);
     let max_movements = top
         .required(sink, "max_movements", WHAT)
         .and_then(|(node, path)| positive(sink, node, &path));
     let keywords = read_triggers(cx, top);
     let required_mcp = read_required_mcp(cx, top);
-    let model = top
-        .get("model")
-        .and_then(|(node, path)| string(&mut cx.sink, node, &path).map(str::to_owned));
+    let model = top.optional_string(&mut cx.sink, "model");
 
-    let items = top
-        .required(&mut cx.sink, "movements", WHAT)
-        .and_then(|(node, path)| {
-            let items = list(&mut cx.sink, node, &path, "a list of movements")?;
-            if items.is_empty() {
-                cx.sink
-                    .error(&path, node.span, "a piece needs at least one movement");
-            }
-            Some(items)
-        })
-        .unwrap_or_default();
+    let items = movement_items(&mut cx.sink, top, WHAT);
     let names = movement_names(cx, items);
     let known: Vec<&str> = names.iter().flatten().map(String::as_str).collect();
 
-    let initial_movement = top
-        .required(&mut cx.sink, "initial_movement", WHAT)
-        .and_then(|(node, path)| {
-            let initial = string(&mut cx.sink, node, &path)?;
-            if !known.is_empty() && !known.contains(&initial) {
-                cx.sink.error(
-                    &path,
-                    node.span,
-                    format!(
-                        "unknown movement `{initial}`; known: {}",
-                        known_list(&known)
-                    ),
-                );
-            }
-            Some(initial.to_owned())
-        });
+    let initial_movement = initial_movement(&mut cx.sink, top, WHAT, &known);
 
     let movements: Vec<Movement> = items
         .iter()

@@ -11,7 +11,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::config::ToolsConfig;
-use crate::core::{blocking, open_workspace};
+use crate::core::{blocking, parse_and_open};
 use crate::input::{capped, parse_input, spec_for};
 use crate::workspace::Workspace;
 use crate::{BoxFuture, Tool, ToolContext, ToolOutput};
@@ -129,12 +129,8 @@ impl Tool for SkillsTool {
                 }
                 return blocking(move || list(&config)).await;
             }
-            let input: ReadSkillInput = match parse_input(&spec, input) {
-                Ok(i) => i,
-                Err(e) => return e,
-            };
-            let ws = match open_workspace(ctx) {
-                Ok(ws) => ws,
+            let (input, ws): (ReadSkillInput, _) = match parse_and_open(&spec, ctx, input) {
+                Ok(opened) => opened,
                 Err(e) => return e,
             };
             blocking(move || read(&config, &ws, &input.name)).await

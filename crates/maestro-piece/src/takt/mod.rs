@@ -9,9 +9,9 @@ mod condition;
 mod contracts;
 mod movement;
 
-use crate::check::{Fields, Unknown, fields, known_list, list, positive, string, string_list};
+use crate::check::{Fields, Unknown, fields, known_list, list, positive, string_list};
 use crate::ir::{Dialect, LoopMonitor, Piece};
-use crate::load::Cx;
+use crate::load::{Cx, initial_movement, movement_items};
 use crate::yaml::{Node, join_index};
 
 pub(crate) use condition::parse_condition;
@@ -48,48 +48,18 @@ pub(crate) fn load(cx: &mut Cx<'_>, root: &Node) -> Option<Piece> {
     let top = fields(&mut cx.sink, root, "", WHAT, TOP_KEYS, Unknown::Warn)?;
     cx.facets.read_sections(&mut cx.sink, &top);
     let sink = &mut cx.sink;
-    let name = top
-        .required(sink, "name", WHAT)
-        .and_then(|(node, path)| string(sink, node, &path).map(str::to_owned));
-    let description = top
-        .get("description")
-        .and_then(|(node, path)| string(sink, node, &path).map(str::to_owned))
-        .unwrap_or_default();
+    let name = top.required_string(sink, "name", WHAT);
+    let description = top.optional_string(sink, "description").unwrap_or_default();
     let max_movements = top
         .required(sink, "max_movements", WHAT)
         .and_then(|(node, path)| positive(sink, node, &path));
     let piece_tools = read_piece_config(cx, &top);
 
-    let items = top
-        .required(&mut cx.sink, "movements", WHAT)
-        .and_then(|(node, path)| {
-            let items = list(&mut cx.sink, node, &path, "a list of movements")?;
-            if items.is_empty() {
-                cx.sink
-                    .error(&path, node.span, "a piece needs at least one movement");
-            }
-            Some(items)
-        })
-        .unwrap_or_default();
+    let items = movement_items(&mut cx.sink, &top, WHAT);
     let targets = Targets {
         movements: movement::names(cx, items),
     };
-    let initial_movement = top
-        .required(&mut cx.sink, "initial_movement", WHAT)
-        .and_then(|(node, path)| {
-            let initial = string(&mut cx.sink, node, &path)?;
-            if !targets.movements.is_empty() && !targets.movements.iter().any(|m| m == initial) {
-                cx.sink.error(
-                    &path,
-                    node.span,
-                    format!(
-                        "unknown movement `{initial}`; known: {}",
-                        known_list(&targets.movements)
-                    ),
-                );
-            }
-            Some(initial.to_owned())
-        });
+    let initial_movement = initial_movement(&mut cx.sink, &top, WHAT, &targets.movements);
     let movements = items
         .iter()
         .enumerate()

@@ -7,9 +7,10 @@ use maestro_protocol::ToolSpec;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-use super::open_workspace;
+use super::{open_workspace, parse_and_open};
 use crate::config::ToolsConfig;
 use crate::input::{capped, parse_input, spec_for};
+use crate::workspace::ResolvedPath;
 use crate::{BoxFuture, Tool, ToolContext, ToolOutput};
 
 /// Lines `Read` returns when the call gives no `limit`.
@@ -46,12 +47,8 @@ impl Tool for ReadTool {
         input: serde_json::Value,
     ) -> BoxFuture<'a, ToolOutput> {
         Box::pin(async move {
-            let input: ReadInput = match parse_input(&self.spec(), input) {
-                Ok(i) => i,
-                Err(e) => return e,
-            };
-            let ws = match open_workspace(ctx) {
-                Ok(ws) => ws,
+            let (input, ws): (ReadInput, _) = match parse_and_open(&self.spec(), ctx, input) {
+                Ok(opened) => opened,
                 Err(e) => return e,
             };
             let path = match ws.resolve(&input.file_path) {
@@ -123,6 +120,28 @@ impl Tool for ReadTool {
     }
 }
 
+/// Refuses `tool` in a movement that may not edit files.
+fn require_edit(ctx: &ToolContext, tool: &str) -> Result<(), ToolOutput> {
+    if ctx.edit {
+        Ok(())
+    } else {
+        Err(ToolOutput::error(format!(
+            "this movement cannot edit files (edit: false); {tool} is not available"
+        )))
+    }
+}
+
+/// Opens the workspace and resolves `file_path` inside the configured writable directories.
+fn writable_path(
+    ctx: &ToolContext,
+    config: &ToolsConfig,
+    file_path: &str,
+) -> Result<ResolvedPath, ToolOutput> {
+    open_workspace(ctx)?
+        .resolve_writable(file_path, &config.writable_dirs)
+        .map_err(ToolOutput::error)
+}
+
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct WriteInput {
     /// Path of the file to create or overwrite, relative to the workspace root (e.g. `output/report.md`).
@@ -154,18 +173,12 @@ impl Tool for WriteTool {
                 Ok(i) => i,
                 Err(e) => return e,
             };
-            if !ctx.edit {
-                return ToolOutput::error(
-                    "this movement cannot edit files (edit: false); Write is not available",
-                );
+            if let Err(e) = require_edit(ctx, "Write") {
+                return e;
             }
-            let ws = match open_workspace(ctx) {
-                Ok(ws) => ws,
-                Err(e) => return e,
-            };
-            let path = match ws.resolve_writable(&input.file_path, &self.config.writable_dirs) {
+            let path = match writable_path(ctx, &self.config, &input.file_path) {
                 Ok(p) => p,
-                Err(e) => return ToolOutput::error(e),
+                Err(e) => return e,
             };
             if path.abs.is_dir() {
                 return ToolOutput::error(format!(
@@ -231,10 +244,8 @@ impl Tool for EditTool {
                 Ok(i) => i,
                 Err(e) => return e,
             };
-            if !ctx.edit {
-                return ToolOutput::error(
-                    "this movement cannot edit files (edit: false); Edit is not available",
-                );
+            if let Err(e) = require_edit(ctx, "Edit") {
+                return e;
             }
             if input.old_string.is_empty() {
                 return ToolOutput::error(
@@ -246,13 +257,9 @@ impl Tool for EditTool {
                     "old_string and new_string are identical; nothing would change",
                 );
             }
-            let ws = match open_workspace(ctx) {
-                Ok(ws) => ws,
-                Err(e) => return e,
-            };
-            let path = match ws.resolve_writable(&input.file_path, &self.config.writable_dirs) {
+            let path = match writable_path(ctx, &self.config, &input.file_path) {
                 Ok(p) => p,
-                Err(e) => return ToolOutput::error(e),
+                Err(e) => return e,
             };
             let text = match tokio::fs::read_to_string(&path.abs).await {
                 Ok(t) => t,

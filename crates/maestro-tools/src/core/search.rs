@@ -11,10 +11,11 @@ use grep_searcher::{BinaryDetection, SearcherBuilder, sinks::Lossy};
 use maestro_protocol::ToolSpec;
 use schemars::JsonSchema;
 use serde::Deserialize;
+use serde::de::DeserializeOwned;
 
-use super::{blocking, open_workspace};
+use super::{blocking, parse_and_open};
 use crate::config::ToolsConfig;
-use crate::input::{capped, parse_input, spec_for};
+use crate::input::{capped, spec_for};
 use crate::workspace::Workspace;
 use crate::{BoxFuture, Tool, ToolContext, ToolOutput};
 
@@ -51,19 +52,34 @@ impl Tool for GlobTool {
         ctx: &'a ToolContext,
         input: serde_json::Value,
     ) -> BoxFuture<'a, ToolOutput> {
-        Box::pin(async move {
-            let input: GlobInput = match parse_input(&self.spec(), input) {
-                Ok(i) => i,
-                Err(e) => return e,
-            };
-            let ws = match open_workspace(ctx) {
-                Ok(ws) => ws,
-                Err(e) => return e,
-            };
-            let cap = self.config.output_cap_bytes;
-            blocking(move || glob(&ws, &input, cap)).await
-        })
+        Box::pin(search_workspace(
+            self.spec(),
+            &self.config,
+            ctx,
+            input,
+            glob,
+        ))
     }
+}
+
+/// Parses `input`, opens the workspace and runs `search` off the async runtime under the output
+/// cap: the whole of a `Glob` or `Grep` call.
+async fn search_workspace<I>(
+    spec: ToolSpec,
+    config: &ToolsConfig,
+    ctx: &ToolContext,
+    input: serde_json::Value,
+    search: fn(&Workspace, &I, usize) -> ToolOutput,
+) -> ToolOutput
+where
+    I: DeserializeOwned + Send + 'static,
+{
+    let (input, ws): (I, _) = match parse_and_open(&spec, ctx, input) {
+        Ok(opened) => opened,
+        Err(e) => return e,
+    };
+    let cap = config.output_cap_bytes;
+    blocking(move || search(&ws, &input, cap)).await
 }
 
 fn glob(ws: &Workspace, input: &GlobInput, cap: usize) -> ToolOutput {
@@ -172,18 +188,13 @@ impl Tool for GrepTool {
         ctx: &'a ToolContext,
         input: serde_json::Value,
     ) -> BoxFuture<'a, ToolOutput> {
-        Box::pin(async move {
-            let input: GrepInput = match parse_input(&self.spec(), input) {
-                Ok(i) => i,
-                Err(e) => return e,
-            };
-            let ws = match open_workspace(ctx) {
-                Ok(ws) => ws,
-                Err(e) => return e,
-            };
-            let cap = self.config.output_cap_bytes;
-            blocking(move || grep(&ws, &input, cap)).await
-        })
+        Box::pin(search_workspace(
+            self.spec(),
+            &self.config,
+            ctx,
+            input,
+            grep,
+        ))
     }
 }
 

@@ -8,6 +8,7 @@ use serde_json::json;
 use tokio::io::AsyncWriteExt;
 
 use super::client::WebClient;
+use super::parse_input;
 use super::workspace_file::{display, sanitize_file_name, writable_file};
 use crate::{BoxFuture, Tool, ToolContext, ToolOutput};
 
@@ -170,13 +171,13 @@ impl Tool for DownloadFile {
         input: serde_json::Value,
     ) -> BoxFuture<'a, ToolOutput> {
         Box::pin(async move {
-            let input: Input = match serde_json::from_value(input) {
+            let input: Input = match parse_input(
+                "DownloadFile",
+                input,
+                r#"{"url": "https://...", "filename": "optional.name"}"#,
+            ) {
                 Ok(input) => input,
-                Err(e) => {
-                    return ToolOutput::error(format!(
-                        "invalid DownloadFile input: {e}; expected {{\"url\": \"https://...\", \"filename\": \"optional.name\"}}"
-                    ));
-                }
+                Err(e) => return e,
             };
             let url = input.url.clone();
             match self.run(ctx, input).await {

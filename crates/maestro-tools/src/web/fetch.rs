@@ -5,6 +5,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::client::{WebClient, read_limited};
+use super::parse_input;
 use crate::{BoxFuture, Tool, ToolContext, ToolOutput};
 
 pub(crate) struct WebFetch {
@@ -108,13 +109,9 @@ impl Tool for WebFetch {
         input: serde_json::Value,
     ) -> BoxFuture<'a, ToolOutput> {
         Box::pin(async move {
-            let input: Input = match serde_json::from_value(input) {
+            let input: Input = match parse_input("WebFetch", input, r#"{"url": "https://..."}"#) {
                 Ok(input) => input,
-                Err(e) => {
-                    return ToolOutput::error(format!(
-                        "invalid WebFetch input: {e}; expected {{\"url\": \"https://...\"}}"
-                    ));
-                }
+                Err(e) => return e,
             };
             let url = input.url.clone();
             self.run(ctx, input)

@@ -8,6 +8,7 @@ use serde_json::json;
 
 use super::client::{WebClient, read_limited};
 use super::guard::{HostLookup, HostPolicy};
+use super::parse_input;
 use super::{SearchProvider, WebConfig};
 use crate::{BoxFuture, Tool, ToolContext, ToolOutput};
 
@@ -133,14 +134,11 @@ impl Tool for WebSearch {
         input: serde_json::Value,
     ) -> BoxFuture<'a, ToolOutput> {
         Box::pin(async move {
-            let input: Input = match serde_json::from_value(input) {
-                Ok(input) => input,
-                Err(e) => {
-                    return ToolOutput::error(format!(
-                        "invalid WebSearch input: {e}; expected {{\"query\": \"...\", \"max_results\": 8}}"
-                    ));
-                }
-            };
+            let input: Input =
+                match parse_input("WebSearch", input, r#"{"query": "...", "max_results": 8}"#) {
+                    Ok(input) => input,
+                    Err(e) => return e,
+                };
             match self.run(ctx, input).await {
                 Ok(text) => ToolOutput::ok(text),
                 Err(e) => ToolOutput::error(e),

@@ -1,0 +1,302 @@
+//! Shared parts of the CLI tool tests: running the binary in a private directory, calling one
+//! tool by hand, a web server on 127.0.0.1 (page, download, SearXNG search), a throwaway OpenSSH
+//! server, and reading a run's record.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)] // each test binary uses part of it
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Output, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::extract::{Query, State};
+use axum::http::{Uri, header};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use maestro_testkit::{ScriptedLlm, Turn};
+use serde_json::{Value, json};
+
+pub const PAGE: &str = "<html><head><title>Toolbelt</title></head><body>\
+    <h1>Welcome to the toolbelt page</h1><p>Fetched through the guard.</p></body></html>";
+
+/// The body of `/files/data.csv`.
+pub const CSV: &str = "id,name\n1,downloaded-row\n";
+
+/// Runs the binary in `dir` (also its HOME, so no user or project configuration leaks in).
+pub async fn maestro(dir: &Path, args: Vec<String>) -> Output {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_maestro"));
+    cmd.current_dir(dir)
+        .args(args)
+        .env("HOME", dir)
+        .env_remove("MAESTRO_LLM_BASE_URL")
+        .env_remove("MAESTRO_MODEL")
+        .env_remove("MAESTRO_API_KEY");
+    tokio::task::spawn_blocking(move || cmd.output().unwrap())
+        .await
+        .unwrap()
+}
+
+pub fn args(list: &[&str]) -> Vec<String> {
+    list.iter().map(|s| s.to_string()).collect()
+}
+
+/// `maestro tools call TOOL --workspace <dir>/ws --input INPUT EXTRA…`: exit code and the JSON
+/// line.
+pub async fn call(dir: &Path, tool: &str, input: Value, extra: &[&str]) -> (i32, Value) {
+    let ws = dir.join("ws");
+    let mut list = args(&["tools", "call", tool, "--input", &input.to_string()]);
+    list.extend(args(&["--workspace", ws.to_str().unwrap()]));
+    list.extend(args(extra));
+    let out = maestro(dir, list).await;
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(
+        stdout.lines().count(),
+        1,
+        "one JSON line; stdout: {stdout}\nstderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (
+        out.status.code().unwrap(),
+        serde_json::from_str(&stdout).unwrap(),
+    )
+}
+
+/// The output of a call that must have succeeded (exit code 0, `ok: true`).
+pub fn ok_output((code, out): (i32, Value)) -> String {
+    assert_eq!((code, &out["ok"]), (0, &json!(true)), "{out}");
+    assert_eq!(out["error"], Value::Null, "{out}");
+    out["output"].as_str().unwrap().to_string()
+}
+
+/// The error of a call that must have failed (exit code 1, `ok: false`).
+pub fn error_output((code, out): (i32, Value)) -> String {
+    assert_eq!((code, &out["ok"]), (1, &json!(false)), "{out}");
+    assert_eq!(out["output"], Value::Null, "{out}");
+    out["error"].as_str().unwrap().to_string()
+}
+
+pub fn write_config(dir: &Path, yaml: &str) -> PathBuf {
+    let path = dir.join("maestro-test-config.yaml");
+    std::fs::write(&path, yaml).unwrap();
+    path
+}
+
+type Hits = Arc<Mutex<Vec<String>>>;
+
+/// A web server on 127.0.0.1 that records every request (`path?query`): `/page` (HTML),
+/// `/files/data.csv` (a download) and `/search` (SearXNG's JSON API).
+pub struct Web {
+    pub port: u16,
+    hits: Hits,
+}
+
+async fn record(State(hits): State<Hits>, uri: Uri) -> impl IntoResponse {
+    hits.lock().unwrap().push(uri.to_string());
+    match uri.path() {
+        "/page" => ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], PAGE).into_response(),
+        _ => ([(header::CONTENT_TYPE, "text/csv")], CSV).into_response(),
+    }
+}
+
+async fn search(
+    State(hits): State<Hits>,
+    uri: Uri,
+    Query(q): Query<HashMap<String, String>>,
+) -> impl IntoResponse {
+    hits.lock().unwrap().push(uri.to_string());
+    let query = q.get("q").cloned().unwrap_or_default();
+    axum::Json(json!({
+        "query": query,
+        "results": [
+            {"url": "https://docs.example/ssh", "title": format!("Guide to {query}"),
+             "content": "How the searxng fake answers."},
+            {"url": "https://docs.example/other", "title": "Second hit", "content": ""}
+        ]
+    }))
+}
+
+impl Web {
+    pub async fn start() -> Web {
+        let hits: Hits = Arc::new(Mutex::new(Vec::new()));
+        let app = Router::new()
+            .route("/page", get(record))
+            .route("/files/data.csv", get(record))
+            .route("/search", get(search))
+            .with_state(Arc::clone(&hits));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        Web { port, hits }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    /// Every request served so far, as `path?query` (percent-encoded as sent).
+    pub fn hits(&self) -> Vec<String> {
+        self.hits.lock().unwrap().clone()
+    }
+}
+
+/// A throwaway OpenSSH server on a loopback port, with its own host and user keys; stopped on
+/// drop.
+pub struct Sshd {
+    dir: tempfile::TempDir,
+    pub port: u16,
+    child: Child,
+}
+
+impl Drop for Sshd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Sshd {
+    pub fn start() -> Sshd {
+        let sshd = Path::new("/usr/sbin/sshd");
+        assert!(
+            sshd.exists(),
+            "/usr/sbin/sshd is missing: apt-get install openssh-server"
+        );
+        std::fs::create_dir_all("/run/sshd").unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        for key in ["host_key", "user_key"] {
+            let status = std::process::Command::new("ssh-keygen")
+                .args(["-q", "-t", "ed25519", "-N", "", "-C", "maestro-test", "-f"])
+                .arg(d.join(key))
+                .status()
+                .expect("ssh-keygen (package openssh-client) is needed");
+            assert!(status.success());
+        }
+        std::fs::copy(d.join("user_key.pub"), d.join("authorized_keys")).unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let config = format!(
+            "Port {port}\nListenAddress 127.0.0.1\nHostKey {d}/host_key\nPidFile {d}/sshd.pid\n\
+             AuthorizedKeysFile {d}/authorized_keys\nStrictModes no\nUsePAM no\nPermitRootLogin yes\n\
+             PasswordAuthentication no\nKbdInteractiveAuthentication no\n\
+             Subsystem sftp internal-sftp\nLogLevel ERROR\n",
+            d = d.display()
+        );
+        std::fs::write(d.join("sshd_config"), config).unwrap();
+        let child = std::process::Command::new(sshd)
+            .args(["-D", "-e", "-f"])
+            .arg(d.join("sshd_config"))
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap();
+        // Built before waiting, so that a server that never listens is still stopped.
+        let server = Sshd { dir, port, child };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "sshd did not listen on {port}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        server
+    }
+
+    /// A path in the server's private directory (the "remote" side of SFTP tests).
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// The `ssh:` configuration section registering this server as connection `id`.
+    pub fn config(&self, id: &str) -> String {
+        let user = std::process::Command::new("id")
+            .arg("-un")
+            .output()
+            .unwrap();
+        let host_key = std::fs::read_to_string(self.path("host_key.pub")).unwrap();
+        format!(
+            "ssh:\n  connections:\n    - id: {id}\n      name: test-sshd\n      host: 127.0.0.1\n      \
+             port: {}\n      user: {}\n      auth: {{key: \"{}\"}}\n      known_host_key: \"{}\"\n",
+            self.port,
+            String::from_utf8(user.stdout).unwrap().trim(),
+            self.path("user_key").display(),
+            host_key.trim()
+        )
+    }
+}
+
+/// A scripted model that makes `calls` one per turn, then completes the run with `result`.
+pub async fn scripted_model(calls: &[(&str, Value)], result: &str) -> ScriptedLlm {
+    let mut turns: Vec<Turn> = calls
+        .iter()
+        .map(|(tool, input)| Turn::tool_call(*tool, input.clone()))
+        .collect();
+    turns.push(Turn::tool_call(
+        "complete",
+        json!({"status": "success", "result": result}),
+    ));
+    ScriptedLlm::start(turns).await
+}
+
+/// `maestro run piece.yaml` in `dir` against `server`, with native tool calls.
+pub async fn run_piece(dir: &Path, config: &Path, server: &ScriptedLlm, task: &str) -> Output {
+    maestro(
+        dir,
+        args(&[
+            "run",
+            "piece.yaml",
+            "--task",
+            task,
+            "--config",
+            config.to_str().unwrap(),
+            "--llm-base-url",
+            &server.base_url(),
+            "--model",
+            "scripted-model",
+            "--tool-mode",
+            "native",
+        ]),
+    )
+    .await
+}
+
+/// The only run directory under `<dir>/.maestro/runs`.
+pub fn only_run(dir: &Path) -> PathBuf {
+    let runs: Vec<PathBuf> = std::fs::read_dir(dir.join(".maestro/runs"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    runs.into_iter().next().unwrap()
+}
+
+/// The run's `events.jsonl`.
+pub fn events(run: &Path) -> Vec<Value> {
+    std::fs::read_to_string(run.join("events.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// Each `tool_result` event as (tool, ok).
+pub fn tool_results(events: &[Value]) -> Vec<(String, bool)> {
+    events
+        .iter()
+        .filter(|e| e["type"] == "tool_result")
+        .map(|e| {
+            (
+                e["tool"].as_str().unwrap().to_string(),
+                e["ok"].as_bool().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// The content of a model request's last message, which must be a tool result.
+pub fn last_tool_message(request: &Value) -> String {
+    let last = request["messages"].as_array().unwrap().last().unwrap();
+    assert_eq!(last["role"], "tool", "{last}");
+    last["content"].as_str().unwrap().to_string()
+}

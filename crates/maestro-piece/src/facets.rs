@@ -247,6 +247,8 @@ fn is_simple_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 128
         && !name.contains("..")
+        // `Done.` is a sentence, not a file name
+        && !name.ends_with('.')
         && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))

@@ -271,8 +271,44 @@ fn render(diagnostics: &[Diagnostic], origin: &Path) -> String {
                 origin.display(),
                 d.line,
                 d.column,
-                d.message
+                without_host_paths(&d.message)
             )
         })
         .collect()
+}
+
+/// Shortens every absolute path in a message to its last three components (`…/facets/
+/// personas/x.md`): enough for the model to act on, without the host's directory layout.
+fn without_host_paths(message: &str) -> String {
+    message
+        .split_inclusive([' ', ','])
+        .map(|word| {
+            let trimmed = word.trim_end_matches([' ', ',']);
+            if !trimmed.starts_with('/') {
+                return word.to_string();
+            }
+            let parts: Vec<&str> = trimmed.split('/').filter(|p| !p.is_empty()).collect();
+            let tail = parts[parts.len().saturating_sub(3)..].join("/");
+            format!("…/{tail}{}", &word[trimmed.len()..])
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod host_path_tests {
+    use super::without_host_paths;
+
+    #[test]
+    fn absolute_paths_lose_their_host_prefix() {
+        assert_eq!(
+            without_host_paths(
+                "persona `x` names no facet file; looked in: /tmp/a/b/facets/personas/x.md, /root/.maestro/facets/personas/x.md"
+            ),
+            "persona `x` names no facet file; looked in: …/facets/personas/x.md, …/facets/personas/x.md"
+        );
+        assert_eq!(
+            without_host_paths("unknown movement `a/b`"),
+            "unknown movement `a/b`"
+        );
+    }
 }

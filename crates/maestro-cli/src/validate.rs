@@ -36,10 +36,7 @@ pub struct Args {
 pub(crate) fn load_options(dialect: Option<Dialect>, facets_dirs: &[PathBuf]) -> LoadOptions {
     LoadOptions {
         dialect,
-        facet_dirs: facets_dirs.to_vec(),
-        project_dir: std::env::current_dir().ok(),
-        user_dir: std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".maestro")),
-        ..LoadOptions::default()
+        ..LoadOptions::standard(std::env::current_dir().ok(), facets_dirs.to_vec())
     }
 }
 

@@ -81,6 +81,9 @@ pub(crate) struct Resolver {
     sections: BTreeMap<(FacetKind, String), PathBuf>,
     /// File contents read during this load (`None`: not there).
     cache: HashMap<PathBuf, Option<String>>,
+    /// With `LoadOptions::confine_facets`: the only directories facet files may come from
+    /// (canonical paths).
+    confined_to: Option<Vec<PathBuf>>,
 }
 
 impl Resolver {
@@ -94,7 +97,14 @@ impl Resolver {
             roots.push(user.join("facets"));
         }
         roots.extend(opts.facet_dirs.iter().cloned());
+        let confined_to = opts.confine_facets.then(|| {
+            std::iter::once(&piece_dir)
+                .chain(&roots)
+                .filter_map(|dir| dir.canonicalize().ok())
+                .collect()
+        });
         Resolver {
+            confined_to,
             piece_dir,
             roots,
             sections: BTreeMap::new(),
@@ -206,6 +216,21 @@ impl Resolver {
         path: &str,
         span: Span,
     ) -> Option<Facet> {
+        if let Some(allowed) = &self.confined_to {
+            // A file that does not exist is "not there", as below; one that resolves outside
+            // the allowed directories (through `..` or a symlink) is refused.
+            let real = file.canonicalize().ok()?;
+            if !allowed.iter().any(|dir| real.starts_with(dir)) {
+                sink.error(
+                    path,
+                    span,
+                    format!(
+                        "facet file `{name}` lies outside the directories this piece may read facets from (its own directory and the facet roots); move it there or name a facet by its key"
+                    ),
+                );
+                return None;
+            }
+        }
         let text = match self.cache.get(file) {
             Some(cached) => cached.clone()?,
             None => {

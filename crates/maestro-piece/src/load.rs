@@ -26,6 +26,23 @@ pub struct LoadOptions {
     pub user_dir: Option<PathBuf>,
     /// `max_movements` for dialects that have none of their own (graph).
     pub default_max_movements: u32,
+    /// Facet files must lie inside the piece's directory or a facet root. Set for pieces that
+    /// come from a model or an API (CreatePiece, UpdatePiece), whose `../../etc/…` must not
+    /// pull host files into a prompt.
+    pub confine_facets: bool,
+}
+
+impl LoadOptions {
+    /// The options every command uses for pieces on disk: the project's `.maestro/facets/`
+    /// (from `project_dir`), the user's `~/.maestro/facets/` (from `$HOME`), and `facet_dirs`.
+    pub fn standard(project_dir: Option<PathBuf>, facet_dirs: Vec<PathBuf>) -> Self {
+        LoadOptions {
+            facet_dirs,
+            project_dir,
+            user_dir: std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".maestro")),
+            ..LoadOptions::default()
+        }
+    }
 }
 
 impl Default for LoadOptions {
@@ -36,6 +53,7 @@ impl Default for LoadOptions {
             project_dir: None,
             user_dir: None,
             default_max_movements: 50,
+            confine_facets: false,
         }
     }
 }

@@ -146,3 +146,50 @@ fn facet_names_cannot_climb_out_of_facet_dirs() {
         "..secret"
     );
 }
+
+/// Pieces written by a model or an API load with `confine_facets`: a facet path that climbs out
+/// of the piece's directory and the facet roots is an error, not a file read into a prompt.
+#[test]
+fn confined_loading_refuses_facet_files_outside_the_allowed_directories() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    write(&root.join("secret.md"), "host secret");
+    write(&root.join("pieces/own.md"), "own persona");
+    let piece = root.join("pieces/p.yaml");
+    let source = "\
+name: p
+description: d
+max_movements: 3
+initial_movement: a
+movements:
+  - name: a
+    edit: false
+    persona: ../secret.md
+    instruction: own.md
+    allowed_tools: []
+    rules: []
+";
+    let confined = LoadOptions {
+        confine_facets: true,
+        ..LoadOptions::default()
+    };
+    let failed = maestro_piece::load_str(source, &piece, &confined).unwrap_err();
+    let found: Vec<(String, usize, bool)> = failed
+        .errors
+        .iter()
+        .map(|d| (d.path.clone(), d.line, d.message.contains("lies outside")))
+        .collect();
+    assert_eq!(found, vec![("movements[0].persona".to_string(), 8, true)]);
+    assert!(
+        failed
+            .errors
+            .iter()
+            .all(|d| !d.message.contains("host secret"))
+    );
+
+    // the same piece on disk, loaded by its author, may use the file
+    let loaded = valid_at(source, &piece, &LoadOptions::default());
+    let m = &loaded.piece.movements[0];
+    assert_eq!(m.persona.as_ref().unwrap().text, "host secret");
+    assert_eq!(m.instruction.as_ref().unwrap().text, "own persona");
+}

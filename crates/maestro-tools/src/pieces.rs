@@ -219,7 +219,11 @@ fn save(config: &ToolsConfig, input: &PieceSourceInput, creating: bool) -> ToolO
         }
     };
     let origin = PathBuf::from(format!("{name}.yaml"));
-    let loaded = match load_str(&input.content, &target, &LoadOptions::default()) {
+    let opts = LoadOptions {
+        confine_facets: true,
+        ..LoadOptions::default()
+    };
+    let loaded = match load_str(&input.content, &target, &opts) {
         Ok(l) => l,
         Err(failed) => {
             return ToolOutput::error(format!(

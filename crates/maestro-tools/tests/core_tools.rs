@@ -379,6 +379,24 @@ async fn pieces_are_validated_before_they_are_saved() {
     );
     assert!(out.output.contains("demo.yaml:4:"), "{out:?}");
     assert!(!pieces.path().join("demo.yaml").exists());
+    // a model-written piece cannot pull a host file into its prompts through a facet path
+    let outside = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(outside.path(), "host secret").unwrap();
+    let escaping = VALID_PIECE.replace(
+        "persona: You are a careful worker.",
+        &format!("persona: {}", outside.path().display()),
+    );
+    let out = b
+        .call("CreatePiece", json!({"name": "demo", "content": escaping}))
+        .await;
+    assert!(!out.ok, "{out:?}");
+    assert!(
+        out.output.contains("movements[0].persona: facet file")
+            && out.output.contains("lies outside"),
+        "{out:?}"
+    );
+    assert!(!out.output.contains("host secret"), "{out:?}");
+    assert!(!pieces.path().join("demo.yaml").exists());
     let out = b
         .call(
             "CreatePiece",

@@ -46,14 +46,24 @@ impl RetryPolicy {
     }
 }
 
-/// Reads a `Retry-After` header: delay-seconds (`"2"`, `"1.5"`); HTTP dates are not worth the
-/// parser and fall back to the computed backoff.
+/// Reads a `Retry-After` header: delay-seconds (`"2"`, `"1.5"`) or an HTTP date
+/// (`Wed, 21 Oct 2015 07:28:00 GMT`), which counts from now; a date in the past means "now".
 pub(crate) fn parse_retry_after(value: &str) -> Option<Duration> {
-    let secs: f64 = value.trim().parse().ok()?;
-    if !secs.is_finite() || secs < 0.0 {
-        return None;
+    parse_retry_after_at(value, time::OffsetDateTime::now_utc())
+}
+
+fn parse_retry_after_at(value: &str, now: time::OffsetDateTime) -> Option<Duration> {
+    let value = value.trim();
+    if let Ok(secs) = value.parse::<f64>() {
+        if !secs.is_finite() || secs < 0.0 {
+            return None;
+        }
+        return Some(Duration::from_secs_f64(secs).min(MAX_RETRY_AFTER));
     }
-    Some(Duration::from_secs_f64(secs).min(MAX_RETRY_AFTER))
+    let at =
+        time::OffsetDateTime::parse(value, &time::format_description::well_known::Rfc2822).ok()?;
+    let wait = (at - now).max(time::Duration::ZERO);
+    Some(Duration::try_from(wait).ok()?.min(MAX_RETRY_AFTER))
 }
 
 /// Sorts an HTTP error answer into retryable, final or "a feature was refused".
@@ -159,7 +169,16 @@ mod tests {
     fn retry_after_reads_seconds_and_ignores_dates() {
         assert_eq!(parse_retry_after(" 2 "), Some(Duration::from_secs(2)));
         assert_eq!(parse_retry_after("0.5"), Some(Duration::from_millis(500)));
-        assert_eq!(parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT"), None);
+        let now = time::macros::datetime!(2015-10-21 07:27:30 UTC);
+        assert_eq!(
+            parse_retry_after_at("Wed, 21 Oct 2015 07:28:00 GMT", now),
+            Some(Duration::from_secs(30))
+        );
+        assert_eq!(
+            parse_retry_after_at("Wed, 21 Oct 2015 07:00:00 GMT", now),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(parse_retry_after("soon"), None);
         assert_eq!(parse_retry_after("99999"), Some(MAX_RETRY_AFTER));
     }
 

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use maestro_engine::EngineConfig;
 use maestro_tools::ssh::{SshConnection, SshRegistry};
-use maestro_tools::{McpConfig, ToolsConfig, WebConfig, mcp};
+use maestro_tools::{BashSandboxMode, McpConfig, ToolsConfig, WebConfig, mcp};
 use serde::{Deserialize, Serialize};
 
 use crate::engine::EngineSettings;
@@ -27,6 +27,15 @@ pub struct Config {
     pub mcp: McpConfig,
     pub ssh: SshConfig,
     pub paths: PathsConfig,
+    pub safety: SafetyConfig,
+}
+
+/// `safety:` — the architecture's spelling of the sandbox switch. `safety.bash_sandbox`, when
+/// set, wins over `tools.bash_sandbox` (see [`Config::tools_config`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SafetyConfig {
+    pub bash_sandbox: Option<BashSandboxMode>,
 }
 
 /// `ssh:` — the SSH connections agents may use (by id, through `allowed_ssh_connections`).

@@ -29,6 +29,7 @@ impl Config {
             },
             "ssh": {"connections": self.ssh.connections.iter().map(ssh_connection).collect::<Vec<_>>()},
             "paths": to_value(&self.paths),
+            "safety": to_value(&self.safety),
         })
     }
 

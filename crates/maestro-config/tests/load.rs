@@ -503,3 +503,19 @@ fn scalars_read_after_merging_as_they_read_in_one_file() {
         maestro_tools::BashSandboxMode::Off
     );
 }
+
+#[test]
+fn safety_bash_sandbox_is_the_architectures_name_for_the_switch_and_wins() {
+    let dirs = Dirs::new();
+    dirs.project_file("tools:\n  bash_sandbox: off\nsafety:\n  bash_sandbox: always\n");
+    let (config, _) = dirs.load(&[]).unwrap();
+    assert_eq!(
+        config.tools.bash_sandbox,
+        maestro_tools::BashSandboxMode::Always
+    );
+    let dirs = Dirs::new();
+    dirs.project_file("safety:\n  bash_sandbx: always\n");
+    let message = dirs.load(&[]).unwrap_err().to_string();
+    assert!(message.contains("unknown field `bash_sandbx`"), "{message}");
+    assert!(message.contains("bash_sandbox"), "{message}");
+}

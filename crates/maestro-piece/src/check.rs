@@ -121,7 +121,9 @@ pub(crate) fn fields<'n>(
         return None;
     };
     for (key, _) in entries {
-        if known.contains(&key.text.as_str()) {
+        // `x-…` keys are the author's own (as in Compose files): a home for YAML anchors
+        // (`x-defaults: &reader`) that movements merge in with `<<: *reader`.
+        if known.contains(&key.text.as_str()) || key.text.starts_with("x-") {
             continue;
         }
         let key_path = join_key(path, &key.text);

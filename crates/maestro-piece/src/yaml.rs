@@ -404,6 +404,8 @@ impl<'a> Builder<'a> {
                 let before = self.produced;
                 self.count(1, here)?;
                 let mut entries: Vec<(Key, Node)> = Vec::new();
+                // Entries brought in by merge keys (`<<: *base`); explicit keys win.
+                let mut merged: Vec<(Key, Node)> = Vec::new();
                 let mut end = here.end;
                 loop {
                     let (event, span) = self.next()?;
@@ -411,6 +413,10 @@ impl<'a> Builder<'a> {
                         break;
                     }
                     let key_span = self.positions.span(span.start, span.end);
+                    let is_merge_key = matches!(
+                        &event,
+                        Event::Scalar(text, ScalarStyle::Plain, ..) if text == "<<"
+                    );
                     let key_text = match event {
                         Event::Scalar(text, ..) => Some(text.into_owned()),
                         other => {
@@ -422,6 +428,10 @@ impl<'a> Builder<'a> {
                     let (value_event, value_span) = self.next()?;
                     let value = self.node(value_event, value_span, depth + 1)?;
                     end = end.max(value.span.end);
+                    if is_merge_key {
+                        self.merge_into(&mut merged, value, key_span);
+                        continue;
+                    }
                     let Some(text) = key_text else {
                         self.errors.push(YamlError {
                             message: "a mapping key must be a plain string, not a list or mapping"
@@ -450,6 +460,11 @@ impl<'a> Builder<'a> {
                         value,
                     ));
                 }
+                for (key, value) in merged {
+                    if !entries.iter().any(|(k, _)| k.text == key.text) {
+                        entries.push((key, value));
+                    }
+                }
                 let node = Node {
                     value: Value::Map(entries),
                     span: Span { end, ..here },
@@ -468,6 +483,44 @@ impl<'a> Builder<'a> {
                 span: here,
                 path: String::new(),
             }),
+        }
+    }
+
+    /// A merge key's value (`<<: *base` or `<<: [*a, *b]`): its mappings' entries, the first
+    /// mapping winning over later ones, are added where the mapping has no such key itself.
+    fn merge_into(&mut self, merged: &mut Vec<(Key, Node)>, value: Node, key_span: Span) {
+        let sources = match value.value {
+            Value::Map(entries) => vec![entries],
+            Value::Seq(items) => {
+                let mut maps = Vec::new();
+                for item in items {
+                    match item.value {
+                        Value::Map(entries) => maps.push(entries),
+                        _ => {
+                            self.errors.push(YamlError {
+                                message: "a merge key `<<` takes a mapping or a list of mappings"
+                                    .to_owned(),
+                                span: item.span,
+                                path: String::new(),
+                            });
+                        }
+                    }
+                }
+                maps
+            }
+            Value::Scalar(_) => {
+                self.errors.push(YamlError {
+                    message: "a merge key `<<` takes a mapping or a list of mappings".to_owned(),
+                    span: key_span,
+                    path: String::new(),
+                });
+                Vec::new()
+            }
+        };
+        for (key, node) in sources.into_iter().flatten() {
+            if !merged.iter().any(|(k, _)| k.text == key.text) {
+                merged.push((key, node));
+            }
         }
     }
 
@@ -630,6 +683,28 @@ mod tests {
         let b = root.get("b").unwrap();
         assert_eq!(&src[b.span.start..b.span.end], "x");
         assert_eq!((b.span.line, b.span.column), (2, 4));
+    }
+
+    #[test]
+    fn merge_keys_bring_in_entries_that_the_mapping_does_not_set() {
+        let src = "base: &base\n  edit: false\n  persona: coder\nother: &other\n  policy: review\n  persona: reviewer\nm:\n  <<: [*base, *other]\n  persona: planner\n";
+        let parsed = parse(src);
+        assert!(parsed.errors.is_empty(), "{:?}", parsed.errors);
+        let m = parsed.root.unwrap().get("m").unwrap().to_json();
+        assert_eq!(
+            m,
+            serde_json::json!({"persona": "planner", "edit": false, "policy": "review"})
+        );
+        assert_eq!(
+            errors("m:\n  <<: 3\n"),
+            vec!["a merge key `<<` takes a mapping or a list of mappings"]
+        );
+        // a quoted `<<` is an ordinary key
+        let quoted = parse("m:\n  \"<<\": 1\n").root.unwrap();
+        assert_eq!(
+            quoted.get("m").unwrap().to_json(),
+            serde_json::json!({"<<": 1})
+        );
     }
 
     #[test]

@@ -488,3 +488,42 @@ fn triggers_and_model_map_to_the_ir() {
     assert_eq!(piece.keywords, vec!["plan", "build"]);
     assert_eq!(piece.model.as_deref(), Some("qwen3"));
 }
+
+#[test]
+fn x_keys_hold_anchors_that_movements_merge_in() {
+    let source = "\
+name: merge-demo
+description: Movements share defaults through a YAML merge key.
+max_movements: 4
+initial_movement: look
+x-defaults: &reader
+  edit: false
+  persona: You are a careful reader.
+  allowed_tools: [Read, Glob]
+movements:
+  - <<: *reader
+    name: look
+    instruction: Look around, then transition to report.
+    rules:
+      - condition: looked
+        next: report
+  - <<: *reader
+    name: report
+    instruction: Report what you saw and complete.
+    allowed_tools: [Read]
+    rules: []
+";
+    let loaded = valid(source);
+    assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
+    let m = &loaded.piece.movements;
+    assert_eq!(m[0].allowed_tools, vec!["Read", "Glob"]);
+    assert_eq!(
+        m[1].allowed_tools,
+        vec!["Read"],
+        "explicit keys win over merged ones"
+    );
+    assert_eq!(
+        m[1].persona.as_ref().map(|p| p.text.as_str()),
+        Some("You are a careful reader.")
+    );
+}

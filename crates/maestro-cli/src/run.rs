@@ -129,6 +129,9 @@ async fn run_async(args: Args) -> anyhow::Result<u8> {
     let facets_dirs = config.paths.facets_dirs.clone();
     let piece = match args.piece.as_deref() {
         None | Some("auto") => {
+            if config.llm.model.is_none() {
+                config.llm.model = Some(served_model(&config).await?);
+            }
             let model = config
                 .llm
                 .require_model()

@@ -343,3 +343,40 @@ async fn without_a_configured_model_the_endpoints_only_model_is_used() {
     assert!(stderr.contains("model: only-model"), "{stderr}");
     assert_eq!(server.requests()[0]["model"], "only-model");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_classifier_also_uses_the_endpoints_only_model() {
+    let server = ScriptedLlm::builder()
+        .model_id("solo")
+        .turns([
+            Turn::json(json!({"piece": "debate", "reason": "a proposition to argue"})),
+            Turn::text("---\n$status: conceded\nargument: Agreed.\n---\n"),
+        ])
+        .start()
+        .await;
+    let dir = tempfile::tempdir().unwrap();
+    let pieces = fixture("workflow-graph");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_maestro"))
+        .current_dir(dir.path())
+        .args([
+            "run",
+            "--pieces-dir",
+            pieces.to_str().unwrap(),
+            "--task",
+            "Debate: tabs",
+        ])
+        .arg("--llm-base-url")
+        .arg(server.base_url())
+        .env("HOME", dir.path())
+        .env_remove("MAESTRO_MODEL")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let models: Vec<Value> = server
+        .requests()
+        .iter()
+        .map(|r| r["model"].clone())
+        .collect();
+    assert_eq!(models, vec![json!("solo"), json!("solo")]);
+}

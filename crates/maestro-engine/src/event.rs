@@ -139,6 +139,10 @@ pub enum RunEvent {
         rule: Option<usize>,
         /// The movement's final answer (the next movement's `{previous_response}`).
         response: String,
+        /// The visit's whole conversation (every message, tool calls and results included,
+        /// secrets removed), one JSON message per line under `logs/`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        transcript: Option<String>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         summary: Option<String>,
         #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -200,12 +200,13 @@ async fn run_visit(
     run.emit(started)?;
     let messages = session_messages(run, movement, first);
     let (ended, messages) = movement::visit(run, movement, messages).await?;
+    let transcript = write_transcript(run, &preview, movement, &messages)?;
     if movement.session == SessionMode::Continue
         && let Ok(mut sessions) = run.sessions.lock()
     {
         sessions.insert(movement.name.clone(), messages);
     }
-    record_finished(run, movement, parent, &ended)?;
+    record_finished(run, movement, parent, &ended, transcript)?;
     Ok(ended)
 }
 
@@ -275,7 +276,7 @@ async fn run_parallel(run: &Arc<RunCtx>, parent: &Movement) -> Result<Ended, Eng
         Some((index, via)) => Ended::by_rule(parent, combined, via, index),
         None => Ended::no_rule_matched(combined),
     };
-    record_finished(run, parent, None, &ended)?;
+    record_finished(run, parent, None, &ended, None)?;
     Ok(ended)
 }
 
@@ -284,8 +285,10 @@ fn record_finished(
     movement: &Movement,
     parent: Option<&str>,
     ended: &Ended,
+    transcript: Option<String>,
 ) -> Result<(), EngineError> {
     run.emit(RunEvent::MovementFinished {
+        transcript,
         movement: movement.name.clone(),
         next: next_label(&ended.step),
         via: ended.via,
@@ -325,6 +328,41 @@ fn session_messages(
             content: first.user,
         },
     ]
+}
+
+/// Writes the visit's whole conversation under `logs/` (JSON lines, secrets removed) and
+/// returns the path for `movement_finished`, so the record holds every answer and tool result,
+/// not only their sizes.
+fn write_transcript(
+    run: &RunCtx,
+    state: &RunState,
+    movement: &Movement,
+    messages: &[Message],
+) -> Result<Option<String>, EngineError> {
+    let name = format!(
+        "{:03}-{}-{}.transcript.jsonl",
+        state.iteration,
+        movement.name.replace(['/', '\\'], "_"),
+        state.visits_of(&movement.name)
+    );
+    let path = run.record.logs_dir().join(name);
+    let mut text = String::new();
+    for message in messages {
+        let line = serde_json::to_string(message)
+            .map_err(|e| EngineError::Internal(format!("transcript: {e}")))?;
+        text.push_str(&run.redact(&line));
+        text.push('\n');
+    }
+    match std::fs::write(&path, text) {
+        Ok(()) => Ok(Some(path.display().to_string())),
+        Err(e) => {
+            run.emit(RunEvent::Warning {
+                movement: Some(movement.name.clone()),
+                message: format!("cannot write the transcript {}: {e}", path.display()),
+            })?;
+            Ok(None)
+        }
+    }
 }
 
 /// Writes the visit's full first messages under `logs/` and returns the path for the event.

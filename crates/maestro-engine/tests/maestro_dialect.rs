@@ -90,6 +90,36 @@ async fn tools_transition_and_complete_carry_summary_and_lessons() {
         ran.report.state.lessons,
         vec!["Check input/ first".to_string()]
     );
+    // the record keeps each visit's whole conversation, tool results included
+    let transcripts: Vec<String> = ran
+        .events
+        .iter()
+        .filter_map(|r| match &r.event {
+            RunEvent::MovementFinished { transcript, .. } => transcript.clone(),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(transcripts.len(), 2);
+    let research = std::fs::read_to_string(&transcripts[0]).unwrap();
+    let roles: Vec<String> = research
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["role"].to_string())
+        .collect();
+    assert_eq!(
+        roles,
+        [
+            "\"system\"",
+            "\"user\"",
+            "\"assistant\"",
+            "\"tool\"",
+            "\"assistant\"",
+            "\"tool\""
+        ]
+    );
+    assert!(
+        research.contains("the secret ingredient is cardamom"),
+        "{research}"
+    );
 }
 
 #[tokio::test]

@@ -11,8 +11,8 @@ use serde_json::{Value, json};
 
 mod support;
 use support::{
-    Sshd, Web, args, call, events, last_tool_message, maestro, only_run, run_piece, scripted_model,
-    tool_results, write_config,
+    Sshd, SshdConfig, Web, args, call, events, last_tool_message, maestro, only_run, run_piece,
+    scripted_model, tool_results, write_config,
 };
 
 /// A private copy of the Python SDK test server (`mcp==2.3.0`), so that its processes can be

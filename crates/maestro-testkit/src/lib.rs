@@ -1,12 +1,14 @@
 //! Test support shared by Maestro's crates: a scripted OpenAI-compatible server speaking real
 //! HTTP/SSE on 127.0.0.1 ([`ScriptedLlm`], scripted with [`Turn`]s), and temporary workspaces
-//! ([`TempWorkspace`]).
+//! ([`TempWorkspace`]), and a real OpenSSH server on a loopback port ([`Sshd`]).
 
 mod render;
 mod scripted;
+mod sshd;
 mod turn;
 mod workspace;
 
 pub use scripted::{RecordedRequest, ScriptedLlm, ScriptedLlmBuilder};
+pub use sshd::Sshd;
 pub use turn::Turn;
 pub use workspace::TempWorkspace;

@@ -7,7 +7,7 @@ mod ssh_support;
 use maestro_protocol::Secret;
 use maestro_tools::ssh::{SecretSource, SshAuth};
 use serde_json::json;
-use ssh_support::{CONN, Sshd, Tools, password};
+use ssh_support::{CONN, Sshd, SshdExt, Tools, password};
 
 const OTHER: &str = "7a8b9cde-1234-4567-89ab-cdef12345678";
 const UNREGISTERED: &str = "11111111-2222-4333-8444-555555555555";

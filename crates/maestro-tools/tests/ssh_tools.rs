@@ -5,7 +5,7 @@ mod ssh_support;
 
 use pretty_assertions::assert_eq;
 use serde_json::json;
-use ssh_support::{CONN, Sshd, Tools};
+use ssh_support::{CONN, Sshd, SshdExt, Tools};
 
 #[tokio::test]
 async fn exec_reports_exit_code_and_both_streams() {

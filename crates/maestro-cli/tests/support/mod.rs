@@ -5,9 +5,8 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Output, Stdio};
+use std::process::Output;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::extract::{Query, State};
@@ -140,88 +139,23 @@ impl Web {
     }
 }
 
-/// A throwaway OpenSSH server on a loopback port, with its own host and user keys; stopped on
-/// drop.
-pub struct Sshd {
-    dir: tempfile::TempDir,
-    pub port: u16,
-    child: Child,
+pub use maestro_testkit::Sshd;
+
+/// The CLI tests' view of the shared test server: its `ssh:` configuration section.
+pub trait SshdConfig {
+    fn config(&self, id: &str) -> String;
 }
 
-impl Drop for Sshd {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Sshd {
-    pub fn start() -> Sshd {
-        let sshd = Path::new("/usr/sbin/sshd");
-        assert!(
-            sshd.exists(),
-            "/usr/sbin/sshd is missing: apt-get install openssh-server"
-        );
-        std::fs::create_dir_all("/run/sshd").unwrap();
-        let dir = tempfile::tempdir().unwrap();
-        let d = dir.path();
-        for key in ["host_key", "user_key"] {
-            let status = std::process::Command::new("ssh-keygen")
-                .args(["-q", "-t", "ed25519", "-N", "", "-C", "maestro-test", "-f"])
-                .arg(d.join(key))
-                .status()
-                .expect("ssh-keygen (package openssh-client) is needed");
-            assert!(status.success());
-        }
-        std::fs::copy(d.join("user_key.pub"), d.join("authorized_keys")).unwrap();
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let config = format!(
-            "Port {port}\nListenAddress 127.0.0.1\nHostKey {d}/host_key\nPidFile {d}/sshd.pid\n\
-             AuthorizedKeysFile {d}/authorized_keys\nStrictModes no\nUsePAM no\nPermitRootLogin yes\n\
-             PasswordAuthentication no\nKbdInteractiveAuthentication no\n\
-             Subsystem sftp internal-sftp\nLogLevel ERROR\n",
-            d = d.display()
-        );
-        std::fs::write(d.join("sshd_config"), config).unwrap();
-        let child = std::process::Command::new(sshd)
-            .args(["-D", "-e", "-f"])
-            .arg(d.join("sshd_config"))
-            .stdin(Stdio::null())
-            .spawn()
-            .unwrap();
-        // Built before waiting, so that a server that never listens is still stopped.
-        let server = Sshd { dir, port, child };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "sshd did not listen on {port}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        server
-    }
-
-    /// A path in the server's private directory (the "remote" side of SFTP tests).
-    pub fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-
+impl SshdConfig for Sshd {
     /// The `ssh:` configuration section registering this server as connection `id`.
-    pub fn config(&self, id: &str) -> String {
-        let user = std::process::Command::new("id")
-            .arg("-un")
-            .output()
-            .unwrap();
-        let host_key = std::fs::read_to_string(self.path("host_key.pub")).unwrap();
+    fn config(&self, id: &str) -> String {
         format!(
             "ssh:\n  connections:\n    - id: {id}\n      name: test-sshd\n      host: 127.0.0.1\n      \
              port: {}\n      user: {}\n      auth: {{key: \"{}\"}}\n      known_host_key: \"{}\"\n",
             self.port,
-            String::from_utf8(user.stdout).unwrap().trim(),
+            Sshd::user(),
             self.path("user_key").display(),
-            host_key.trim()
+            self.host_key_line()
         )
     }
 }

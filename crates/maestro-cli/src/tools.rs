@@ -73,6 +73,7 @@ pub enum SandboxArg {
     Auto,
     Always,
     Off,
+    UnsafeNoSandbox,
 }
 
 fn load_config(path: Option<PathBuf>) -> anyhow::Result<Config> {
@@ -145,6 +146,7 @@ fn call(args: CallArgs) -> anyhow::Result<u8> {
             SandboxArg::Auto => BashSandboxMode::Auto,
             SandboxArg::Always => BashSandboxMode::Always,
             SandboxArg::Off => BashSandboxMode::Off,
+            SandboxArg::UnsafeNoSandbox => BashSandboxMode::UnsafeNoSandbox,
         };
     }
     if args.pieces_dir.is_some() {

@@ -30,12 +30,51 @@ pub struct Config {
     pub safety: SafetyConfig,
 }
 
-/// `safety:` — the architecture's spelling of the sandbox switch. `safety.bash_sandbox`, when
-/// set, wins over `tools.bash_sandbox` (see [`Config::tools_config`]).
+/// `safety:` — the sandbox switch and the limits of sandboxed commands. Each key, when set,
+/// wins over its `tools.` twin (see [`Config::tools_config`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SafetyConfig {
     pub bash_sandbox: Option<BashSandboxMode>,
+    /// Memory of one `Bash` call, MiB (default 1024).
+    pub bash_memory_mb: Option<u64>,
+    /// Size of the sandbox's `/tmp`, MiB (default 256).
+    pub bash_tmp_mb: Option<u64>,
+    /// CPU seconds of one `Bash` call (default 600).
+    pub bash_cpu_secs: Option<u64>,
+    /// Processes one `Bash` call may hold at once (default 256).
+    pub bash_max_processes: Option<u32>,
+    /// Host uid/gid sandboxed commands run as when Maestro runs as root (default 65534).
+    pub sandbox_uid: Option<u32>,
+    pub sandbox_gid: Option<u32>,
+}
+
+impl SafetyConfig {
+    /// Writes every key that is set over its `tools.` twin.
+    pub fn apply(&self, tools: &mut ToolsConfig) {
+        let s = *self;
+        if let Some(v) = s.bash_sandbox {
+            tools.bash_sandbox = v;
+        }
+        if let Some(v) = s.bash_memory_mb {
+            tools.bash_memory_mb = v;
+        }
+        if let Some(v) = s.bash_tmp_mb {
+            tools.bash_tmp_mb = v;
+        }
+        if let Some(v) = s.bash_cpu_secs {
+            tools.bash_cpu_secs = v;
+        }
+        if let Some(v) = s.bash_max_processes {
+            tools.bash_max_processes = v;
+        }
+        if let Some(v) = s.sandbox_uid {
+            tools.sandbox_uid = v;
+        }
+        if let Some(v) = s.sandbox_gid {
+            tools.sandbox_gid = v;
+        }
+    }
 }
 
 /// `ssh:` — the SSH connections agents may use (by id, through `allowed_ssh_connections`).

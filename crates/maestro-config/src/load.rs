@@ -92,9 +92,7 @@ impl Config {
         let files: Vec<PathBuf> = sources.iter().map(|s| s.path.clone()).collect();
         let mut config = typed(&merged, &files)?;
         absolutize(&mut config, &root);
-        if let Some(mode) = config.safety.bash_sandbox {
-            config.tools.bash_sandbox = mode;
-        }
+        config.safety.apply(&mut config.tools);
 
         let mut from_env: Vec<(&[&str], &str)> = Vec::new();
         if let Some(url) = env(ENV_BASE_URL) {

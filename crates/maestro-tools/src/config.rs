@@ -6,18 +6,23 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-/// How `Bash` is confined (`safety.bash_sandbox`).
+/// How `Bash` is confined (`safety.bash_sandbox`). Every mode but `unsafe_no_sandbox` is
+/// kernel-enforced; none silently runs weaker than it says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum BashSandboxMode {
-    /// Use bubblewrap when a probe shows it works here; otherwise the hardened allowlist
-    /// fallback (parsed allowlist, scrubbed environment, path checks, time limit).
+    /// bubblewrap + seccomp when bubblewrap works here, else landlock + seccomp; `Bash` is
+    /// unavailable (with the reason and the fix) when neither works. The choice is logged once.
     #[default]
     Auto,
-    /// Use bubblewrap or refuse to run any command.
+    /// bubblewrap + seccomp, or `Bash` is unavailable.
     Always,
-    /// Never use bubblewrap; always the hardened allowlist fallback.
+    /// Do not use bubblewrap: landlock + seccomp, or `Bash` is unavailable.
     Off,
+    /// No sandbox at all: commands run with Maestro's own access to the host, kept only by the
+    /// allowlist, the resource limits and the scrubbed environment. Logged loudly at every
+    /// start and written into the run record.
+    UnsafeNoSandbox,
 }
 
 /// Configuration shared by every built-in tool. Build it once and hand it to
@@ -45,6 +50,19 @@ pub struct ToolsConfig {
     /// Maximum number of processes one `Bash` call may hold at once (enforced with a pids
     /// cgroup where the host lets us create one; the PID namespace and time limit apply always).
     pub bash_max_processes: u32,
+    /// Memory one `Bash` call may use, in MiB (a memory cgroup where the host lets us make
+    /// one, else `RLIMIT_AS`).
+    pub bash_memory_mb: u64,
+    /// Size of the `/tmp` tmpfs inside the bubblewrap sandbox, in MiB.
+    pub bash_tmp_mb: u64,
+    /// CPU seconds one `Bash` call may use (`RLIMIT_CPU`).
+    pub bash_cpu_secs: u64,
+    /// Largest file one `Bash` call may write, in MiB (`RLIMIT_FSIZE`).
+    pub bash_file_mb: u64,
+    /// Host user and group sandboxed commands run as when Maestro itself runs as root, so what
+    /// they create is not owned by root (default `nobody`, 65534).
+    pub sandbox_uid: u32,
+    pub sandbox_gid: u32,
     /// Directory `ListPieces`/`GetPiece` read and `CreatePiece`/`UpdatePiece` write.
     pub pieces_dir: Option<PathBuf>,
     /// Further read-only piece directories (e.g. built-ins) listed by `ListPieces`/`GetPiece`.
@@ -70,6 +88,12 @@ impl Default for ToolsConfig {
             bash_max_timeout: Duration::from_secs(600),
             call_timeout: Duration::from_secs(120),
             bash_max_processes: 256,
+            bash_memory_mb: 1024,
+            bash_tmp_mb: 256,
+            bash_cpu_secs: 600,
+            bash_file_mb: 1024,
+            sandbox_uid: 65534,
+            sandbox_gid: 65534,
             pieces_dir: None,
             extra_pieces_dirs: Vec::new(),
             skills_dirs: Vec::new(),

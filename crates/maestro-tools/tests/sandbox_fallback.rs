@@ -1,5 +1,6 @@
-//! The hardened fallback (`safety.bash_sandbox: off`, or `auto` without bubblewrap): the
-//! allowlist plus path checks, a scrubbed environment and the time limit.
+//! The landlock fallback (`safety.bash_sandbox: off`, or `auto` without bubblewrap): the kernel
+//! keeps commands to the system directories and the workspace, with a scrubbed environment and
+//! the time limit; and `unsafe_no_sandbox`, where only the allowlist and its path checks stand.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
@@ -26,20 +27,45 @@ async fn commands_run_in_the_workspace_with_a_clean_environment() {
 }
 
 #[tokio::test]
-async fn paths_outside_the_workspace_are_refused() {
+async fn paths_outside_the_workspace_are_unreachable() {
     let b = Bench::new(BashSandboxMode::Off)
         .editing()
-        .allow(&["cat", "echo", "cp", "ls"]);
+        .allow(&["cat", "echo", "cp", "ls", "head"]);
+    b.write("input/a", "a\n");
     for command in [
         "cat /etc/shadow",
-        "cat /etc/passwd",
         "cat ../x",
         "ls /",
-        "cp input/a /tmp/x",
+        "ls /root",
+        "cp input/a /tmp/maestro-fallback-pwned",
         "echo x > /tmp/maestro-fallback-pwned",
         "echo x > input/x",
-        "cat < /etc/passwd",
         "cat ~/.profile",
+    ] {
+        let out = b.bash(command).await;
+        assert!(!out.ok, "{command}: {out:?}");
+        assert!(
+            out.output.contains("Permission denied") || out.output.contains("No such file"),
+            "{command}: {out:?}"
+        );
+    }
+    assert!(!std::path::Path::new("/tmp/maestro-fallback-pwned").exists());
+    assert!(!b.path("input/x").exists());
+    let out = b
+        .bash("cat /etc/passwd | head -c 5; echo ok > output/x && cat output/x")
+        .await;
+    assert_eq!((out.ok, out.output.as_str()), (true, "root:ok\n"));
+}
+
+#[tokio::test]
+async fn without_a_sandbox_literal_paths_outside_are_refused() {
+    let b = Bench::new(BashSandboxMode::UnsafeNoSandbox)
+        .editing()
+        .allow(&["cat", "echo"]);
+    for command in [
+        "cat /etc/shadow",
+        "echo x > /tmp/maestro-unsafe-pwned",
+        "echo x > input/x",
     ] {
         let out = b.bash(command).await;
         assert!(
@@ -47,9 +73,7 @@ async fn paths_outside_the_workspace_are_refused() {
             "{command}: {out:?}"
         );
     }
-    assert!(!std::path::Path::new("/tmp/maestro-fallback-pwned").exists());
-    let out = b.bash("echo ok > output/x && cat output/x").await;
-    assert_eq!((out.ok, out.output.as_str()), (true, "ok\n"));
+    assert!(!std::path::Path::new("/tmp/maestro-unsafe-pwned").exists());
 }
 
 #[tokio::test]
@@ -68,8 +92,8 @@ async fn the_time_limit_kills_the_process_group() {
 }
 
 #[tokio::test]
-async fn the_default_allowlist_drops_script_runners_in_the_fallback() {
-    let fallback = Bench::new(BashSandboxMode::Off);
+async fn the_default_allowlist_drops_script_runners_without_a_sandbox() {
+    let fallback = Bench::new(BashSandboxMode::UnsafeNoSandbox);
     let out = fallback.bash("awk 'BEGIN { print 1 }'").await;
     assert!(
         out.output

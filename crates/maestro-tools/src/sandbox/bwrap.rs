@@ -1,5 +1,4 @@
-//! Wrapping a command into a bubblewrap (`bwrap`) argv, and probing once whether bubblewrap
-//! works on this host.
+//! Wrapping a command into a bubblewrap (`bwrap`) argv.
 //!
 //! The sandbox sees: `/usr` and the Debian `/bin`, `/lib*` links read-only; a handful of
 //! harmless `/etc` files (never `/etc/shadow`, never the host's credentials); fresh `/proc`,
@@ -10,8 +9,6 @@
 
 use std::ffi::OsString;
 use std::path::Path;
-
-use tokio::sync::OnceCell;
 
 use crate::workspace::{SANDBOX_WORKSPACE, Workspace};
 
@@ -41,7 +38,7 @@ pub const SANDBOX_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 /// `/etc` entries bound read-only into the sandbox: what dynamic linking, user-name lookups,
 /// `update-alternatives` links (e.g. `awk`), Python and `file` need. Anything else — `shadow`,
 /// host keys, credentials — stays invisible.
-const ETC_ENTRIES: &[&str] = &[
+pub(crate) const ETC_ENTRIES: &[&str] = &[
     "alternatives",
     "ld.so.cache",
     "ld.so.conf",
@@ -66,14 +63,30 @@ const ETC_ENTRIES: &[&str] = &[
 
 /// Top-level entries that are symlinks into `/usr` on merged-`/usr` systems (or real
 /// directories elsewhere).
-const ROOT_LINKS: &[&str] = &["bin", "sbin", "lib", "lib32", "lib64", "libx32"];
+pub(crate) const ROOT_LINKS: &[&str] = &["bin", "sbin", "lib", "lib32", "lib64", "libx32"];
 
-/// The user the command runs as inside the sandbox (`nobody`).
+/// The user the command runs as inside the sandbox's user namespace (`nobody`); outside, it is
+/// the user that started bubblewrap (the sandbox user when Maestro runs as root).
 const SANDBOX_UID: &str = "65534";
+
+/// Per-call settings of the bubblewrap sandbox beyond the mounts.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Extras<'a> {
+    /// Size of the `/tmp` tmpfs, in bytes (`None`: bubblewrap's default, half of RAM).
+    pub tmp_size: Option<u64>,
+    /// Descriptors holding seccomp programs for `--add-seccomp-fd`.
+    pub seccomp_fds: &'a [std::os::fd::RawFd],
+}
 
 /// The argv that runs `program_argv` in the sandbox with `workspace` mounted at `/workspace`.
 /// `writable` are workspace directories (already resolved inside it) mounted read-write.
-pub fn argv(workspace: &Workspace, writable: &[&Path], program_argv: &[OsString]) -> Vec<OsString> {
+/// bubblewrap mounts everything `nosuid`, so a set-id file never takes effect inside.
+pub(crate) fn argv(
+    workspace: &Workspace,
+    writable: &[&Path],
+    program_argv: &[OsString],
+    extras: Extras<'_>,
+) -> Vec<OsString> {
     let mut a: Vec<OsString> = vec![bwrap_path().into()];
     let mut push = |parts: &[&str]| a.extend(parts.iter().map(OsString::from));
     push(&[
@@ -112,7 +125,14 @@ pub fn argv(workspace: &Workspace, writable: &[&Path], program_argv: &[OsString]
         let path = format!("/etc/{entry}");
         push(&["--ro-bind-try", &path, &path]);
     }
-    push(&["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]);
+    push(&["--proc", "/proc", "--dev", "/dev"]);
+    if let Some(size) = extras.tmp_size {
+        push(&["--size", &size.to_string()]);
+    }
+    push(&["--tmpfs", "/tmp"]);
+    for fd in extras.seccomp_fds {
+        push(&["--add-seccomp-fd", &fd.to_string()]);
+    }
     a.push("--ro-bind".into());
     a.push(workspace.root().into());
     a.push(SANDBOX_WORKSPACE.into());
@@ -145,46 +165,4 @@ pub fn sandbox_env(home: &str) -> Vec<(String, String)> {
         ("TERM".to_string(), "dumb".to_string()),
         ("PYTHONDONTWRITEBYTECODE".to_string(), "1".to_string()),
     ]
-}
-
-static PROBE: OnceCell<Result<(), String>> = OnceCell::const_new();
-
-/// Whether bubblewrap works here, checked once per process by running `true` in the exact
-/// sandbox `Bash` uses.
-pub async fn probe() -> Result<(), String> {
-    PROBE.get_or_init(run_probe).await.clone()
-}
-
-async fn run_probe() -> Result<(), String> {
-    let dir = std::env::temp_dir().join(format!("maestro-bwrap-probe-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create a probe directory: {e}"))?;
-    let result = async {
-        let ws = Workspace::open(&dir)?;
-        let argv = argv(&ws, &[], &["/bin/sh".into(), "-c".into(), "true".into()]);
-        let output = tokio::process::Command::new(&argv[0])
-            .args(&argv[1..])
-            .env_clear()
-            .stdin(std::process::Stdio::null())
-            .kill_on_drop(true)
-            .output();
-        let output = tokio::time::timeout(std::time::Duration::from_secs(10), output)
-            .await
-            .map_err(|_| "bwrap did not start within 10 s".to_string())?
-            .map_err(|e| format!("cannot run `{BWRAP}` ({e}); install the `bubblewrap` package"))?;
-        if output.status.success() {
-            Ok(())
-        } else {
-            Err(format!(
-                "`{BWRAP}` does not work here ({}): {}",
-                output.status,
-                String::from_utf8_lossy(&output.stderr).trim()
-            ))
-        }
-    }
-    .await;
-    let _ = std::fs::remove_dir_all(&dir);
-    if let Err(e) = &result {
-        tracing::warn!(error = %e, "bubblewrap sandbox unavailable");
-    }
-    result
 }

@@ -1,10 +1,17 @@
-//! `Bash`: shell commands in a bubblewrap sandbox (or the hardened allowlist fallback), checked
-//! against the movement's `allowed_commands` first.
+//! `Bash`: shell commands in a kernel sandbox — bubblewrap + seccomp, or landlock + seccomp
+//! where bubblewrap cannot run — checked against the movement's `allowed_commands` first. See
+//! `docs/security.md` for what each mode guarantees.
 
 mod bwrap;
+mod cgroup;
+mod child;
 mod command_line;
+mod landlock_fs;
+mod launch;
 mod policy;
 mod process;
+mod seccomp;
+mod setid;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -13,8 +20,8 @@ use std::time::Duration;
 use maestro_protocol::ToolSpec;
 use schemars::JsonSchema;
 use serde::Deserialize;
+use tokio::sync::OnceCell;
 
-pub use bwrap::probe as probe_bwrap;
 pub use policy::{INSTALL_REFUSED, PathPolicy, check as check_command, is_package_install};
 pub use process::{Ending, Finished};
 
@@ -34,21 +41,61 @@ pub struct BashInput {
     pub description: Option<String>,
 }
 
-/// Programs dropped from the *default* allowlist in the fallback: each can run other programs
+/// Programs dropped from the *default* allowlist when there is no kernel sandbox: each can run other programs
 /// or write arbitrary paths from its own script language (`awk 'BEGIN{system(...)}'`, `sed
-/// 'w /x'`, `make`, `git` hooks and aliases, `tar --to-command`, `sqlite3 .shell`), which only
-/// the bubblewrap sandbox contains. A movement that lists them explicitly still gets them.
+/// 'w /x'`, `make`, `git` hooks and aliases, `tar --to-command`, `sqlite3 .shell`). A movement
+/// that lists them explicitly still gets them.
 pub const UNCONFINED_IN_FALLBACK: &[&str] = &[
     "python3", "python", "awk", "sed", "git", "make", "tar", "zip", "unzip", "sqlite3",
 ];
 
-/// Which confinement a call ran under.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Which confinement a call runs under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Confinement {
-    /// bubblewrap: filesystem, network, PIDs and environment confined.
+    /// bubblewrap + seccomp: own mount, user, PID, network, IPC and UTS namespaces; only the
+    /// system directories and the workspace are visible.
     Bwrap,
-    /// No bubblewrap: allowlist, path checks, scrubbed environment, time limit.
-    Fallback,
+    /// landlock + seccomp (no bubblewrap): the host's filesystem, but only the system
+    /// directories and the workspace are reachable, enforced by the kernel; no network sockets.
+    Landlock,
+    /// No sandbox (`safety.bash_sandbox: unsafe_no_sandbox`): allowlist, limits and a scrubbed
+    /// environment only.
+    Unconfined,
+}
+
+impl Confinement {
+    /// How the confinement is named in logs and the run record.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Confinement::Bwrap => "bubblewrap + seccomp",
+            Confinement::Landlock => "landlock + seccomp (bubblewrap unavailable or turned off)",
+            Confinement::Unconfined => "NO SANDBOX (safety.bash_sandbox: unsafe_no_sandbox)",
+        }
+    }
+}
+
+/// Why a command could not be confined.
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    #[error("cannot build the seccomp filter: {0}")]
+    Seccomp(String),
+    #[error("landlock is unavailable: {0}")]
+    Landlock(String),
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Unreachable(String),
+}
+
+impl SandboxError {
+    fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> SandboxError {
+        let what = what.into();
+        move |source| SandboxError::Io { what, source }
+    }
 }
 
 /// `Bash`.
@@ -82,7 +129,7 @@ impl Tool for BashTool {
                 Ok(ws) => ws,
                 Err(e) => return e,
             };
-            let confinement = match confinement(self.config.bash_sandbox).await {
+            let confinement = match confinement(&self.config).await {
                 Ok(c) => c,
                 Err(e) => return ToolOutput::error(e),
             };
@@ -91,15 +138,105 @@ impl Tool for BashTool {
     }
 }
 
-/// Decides how to confine commands under `mode`.
-pub async fn confinement(mode: BashSandboxMode) -> Result<Confinement, String> {
-    match mode {
-        BashSandboxMode::Off => Ok(Confinement::Fallback),
-        BashSandboxMode::Auto => Ok(if bwrap::probe().await.is_ok() { Confinement::Bwrap } else { Confinement::Fallback }),
-        BashSandboxMode::Always => bwrap::probe().await.map(|()| Confinement::Bwrap).map_err(|e| {
-            format!("Bash requires the bubblewrap sandbox (safety.bash_sandbox: always), but it is unavailable: {e}")
-        }),
+/// Decides how to confine commands under `mode`, probing each mechanism once per process with
+/// the exact launch path `Bash` uses. `auto` logs its choice once; a mode that cannot be had is
+/// an error naming why and the fix, never a silent step down.
+pub async fn confinement(config: &ToolsConfig) -> Result<Confinement, String> {
+    let chosen = match config.bash_sandbox {
+        BashSandboxMode::Always => probe(config, Confinement::Bwrap).await.map(|()| Confinement::Bwrap).map_err(|e| {
+            format!("Bash is unavailable: it requires bubblewrap (safety.bash_sandbox: always), which does not work here: {e}. Install the `bubblewrap` package and allow unprivileged user namespaces, or set safety.bash_sandbox: auto to use landlock instead")
+        })?,
+        BashSandboxMode::Off => probe(config, Confinement::Landlock).await.map(|()| Confinement::Landlock).map_err(|e| {
+            format!("Bash is unavailable: safety.bash_sandbox: off confines commands with landlock, which does not work here: {e}. Use a kernel with landlock enabled (5.13 or later, `lsm=...,landlock`), or set safety.bash_sandbox: auto to use bubblewrap")
+        })?,
+        BashSandboxMode::Auto => match probe(config, Confinement::Bwrap).await {
+            Ok(()) => Confinement::Bwrap,
+            Err(bwrap) => match probe(config, Confinement::Landlock).await {
+                Ok(()) => {
+                    log_once(Confinement::Landlock, &format!("bubblewrap does not work here ({bwrap})"));
+                    Confinement::Landlock
+                }
+                Err(landlock) => {
+                    return Err(format!("Bash is unavailable: no sandbox works here. bubblewrap: {bwrap}. landlock: {landlock}. Install the `bubblewrap` package (and allow unprivileged user namespaces), or run on a kernel with landlock enabled"));
+                }
+            },
+        },
+        BashSandboxMode::UnsafeNoSandbox => Confinement::Unconfined,
+    };
+    log_once(chosen, "");
+    Ok(chosen)
+}
+
+/// Logs the confinement `Bash` uses, once per process and confinement: `info` for bubblewrap,
+/// `warn` for the weaker ones, so an operator sees them at the default log level.
+fn log_once(confinement: Confinement, why: &str) {
+    static LOGGED: std::sync::Mutex<Vec<Confinement>> = std::sync::Mutex::new(Vec::new());
+    let Ok(mut logged) = LOGGED.lock() else {
+        return;
+    };
+    if logged.contains(&confinement) {
+        return;
     }
+    logged.push(confinement);
+    match confinement {
+        Confinement::Bwrap => {
+            tracing::info!(target: "maestro::sandbox", "Bash sandbox: {}", confinement.describe())
+        }
+        Confinement::Landlock => {
+            tracing::warn!(target: "maestro::sandbox", "Bash sandbox: {}{}", confinement.describe(), if why.is_empty() { String::new() } else { format!(": {why}") })
+        }
+        Confinement::Unconfined => {
+            tracing::warn!(target: "maestro::sandbox", "Bash sandbox: {}: commands run with Maestro's own access to this host", confinement.describe())
+        }
+    }
+}
+
+/// Whether `confinement` works here: `true` run through the same launch path as every call,
+/// once per process.
+async fn probe(config: &ToolsConfig, confinement: Confinement) -> Result<(), String> {
+    static BWRAP: OnceCell<Result<(), String>> = OnceCell::const_new();
+    static LANDLOCK: OnceCell<Result<(), String>> = OnceCell::const_new();
+    let cell = match confinement {
+        Confinement::Bwrap => &BWRAP,
+        Confinement::Landlock => &LANDLOCK,
+        Confinement::Unconfined => return Ok(()),
+    };
+    cell.get_or_init(|| run_probe(config, confinement))
+        .await
+        .clone()
+}
+
+async fn run_probe(config: &ToolsConfig, confinement: Confinement) -> Result<(), String> {
+    let dir = std::env::temp_dir().join(format!(
+        "maestro-sandbox-probe-{}-{:?}",
+        std::process::id(),
+        confinement
+    ));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create a probe directory: {e}"))?;
+    let result = async {
+        let ws = Workspace::open(&dir)?;
+        let cancel = tokio_util::sync::CancellationToken::new();
+        let job = launch::prepare(
+            config,
+            &ws,
+            &[],
+            "true",
+            confinement,
+            Duration::from_secs(10),
+            &cancel,
+        )
+        .map_err(|e| e.to_string())?;
+        let finished = process::run(job.job)
+            .await
+            .map_err(|e| format!("cannot start it ({e}); install the `bubblewrap` package"))?;
+        match finished.ending {
+            Ending::Exited(0) => Ok(()),
+            other => Err(format!("{other:?}: {}", finished.output.trim())),
+        }
+    }
+    .await;
+    let _ = std::fs::remove_dir_all(&dir);
+    result
 }
 
 /// Runs one `Bash` call under the given confinement.
@@ -113,8 +250,8 @@ pub async fn run_bash(
     let fallback_default: Vec<String>;
     let allowed: &[String] = match (&ctx.allowed_commands, confinement) {
         (Some(list), _) => list,
-        (None, Confinement::Bwrap) => &config.default_allowed_commands,
-        (None, Confinement::Fallback) => {
+        (None, Confinement::Bwrap | Confinement::Landlock) => &config.default_allowed_commands,
+        (None, Confinement::Unconfined) => {
             fallback_default = config
                 .default_allowed_commands
                 .iter()
@@ -124,9 +261,11 @@ pub async fn run_bash(
             &fallback_default
         }
     };
+    // Inside a kernel sandbox the kernel keeps paths in; without one, the parsed command's
+    // literal paths are checked too (a weak second line, which is why that mode is "unsafe").
     let paths = match confinement {
-        Confinement::Bwrap => None,
-        Confinement::Fallback => Some(PathPolicy {
+        Confinement::Bwrap | Confinement::Landlock => None,
+        Confinement::Unconfined => Some(PathPolicy {
             workspace: ws,
             edit: ctx.edit,
             writable_dirs: &config.writable_dirs,
@@ -139,38 +278,42 @@ pub async fn run_bash(
         Ok(w) => w,
         Err(e) => return ToolOutput::error(e),
     };
-    let shell: Vec<std::ffi::OsString> =
-        vec!["/bin/sh".into(), "-c".into(), input.command.clone().into()];
-    // Under bubblewrap the launcher's own environment and working directory are visible to the
-    // command (as PID 1's), so they carry nothing but PATH and `/`.
-    let (argv, env, cwd) = match confinement {
-        Confinement::Bwrap => {
-            let refs: Vec<&std::path::Path> = writable.iter().map(PathBuf::as_path).collect();
-            let env = vec![("PATH".to_string(), bwrap::SANDBOX_PATH.to_string())];
-            (
-                bwrap::argv(ws, &refs, &shell),
-                env,
-                std::path::Path::new("/"),
-            )
-        }
-        Confinement::Fallback => (
-            shell,
-            bwrap::sandbox_env(&ws.root().to_string_lossy()),
-            ws.root(),
-        ),
-    };
     let timeout = config.bash_timeout(input.timeout);
-    let job = process::Job {
-        argv,
-        cwd,
-        env,
+    // Checked before (a file that arrived by other means; handing the directories to the
+    // sandbox user would clear the bits silently) and after the command.
+    let mut cleared = setid::clear(&writable);
+    let launch = match launch::prepare(
+        config,
+        ws,
+        &writable,
+        &input.command,
+        confinement,
         timeout,
-        output_cap: config.output_cap_bytes,
-        max_processes: config.bash_max_processes,
-        cancel: &ctx.cancel,
+        &ctx.cancel,
+    ) {
+        Ok(l) => l,
+        Err(e) => return ToolOutput::error(format!("could not sandbox the command: {e}")),
     };
-    match process::run(job).await {
-        Ok(finished) => render(finished, timeout),
+    let finished = process::run(launch.job).await;
+    drop(launch.keep);
+    cleared.extend(setid::clear(&writable));
+    match finished {
+        Ok(finished) => {
+            let mut out = render(finished, timeout, config);
+            if !cleared.is_empty() {
+                let names: Vec<String> = cleared
+                    .iter()
+                    .map(|p| p.strip_prefix(ws.root()).unwrap_or(p).display().to_string())
+                    .collect();
+                tracing::warn!(files = ?names, "cleared set-user-ID/set-group-ID bits a command left in the workspace");
+                out.output.push_str(&format!(
+                    "\n[set-id bits are not allowed; cleared them on: {}]",
+                    names.join(", ")
+                ));
+                out.ok = false;
+            }
+            out
+        }
         Err(e) => ToolOutput::error(format!("could not start the command: {e}")),
     }
 }
@@ -197,7 +340,7 @@ fn writable_dirs(ws: &Workspace, edit: bool, dirs: &[String]) -> Result<Vec<Path
     Ok(out)
 }
 
-fn render(finished: Finished, timeout: Duration) -> ToolOutput {
+fn render(finished: Finished, timeout: Duration, config: &ToolsConfig) -> ToolOutput {
     let mut text = finished.output;
     if finished.truncated {
         text.push_str(&truncation_marker(text.len(), finished.total_bytes));
@@ -214,6 +357,13 @@ fn render(finished: Finished, timeout: Duration) -> ToolOutput {
             Some(format!(
                 "[timed out after {} ms; the command and everything it started were killed]",
                 timeout.as_millis()
+            )),
+        ),
+        Ending::MemoryLimit => (
+            false,
+            Some(format!(
+                "[stopped: the command went over its memory limit of {} MiB (safety.bash_memory_mb)]",
+                config.bash_memory_mb
             )),
         ),
         Ending::Cancelled => (

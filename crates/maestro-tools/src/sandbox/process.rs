@@ -1,16 +1,18 @@
-//! Running one sandboxed command: its own process group, a pids cgroup where the host allows
-//! one, a scrubbed environment, stdout and stderr captured together under a byte cap, and a time
+//! Running one sandboxed command: its own process group, its cgroups where the host allows
+//! them, the child setup (limits, privileges, kernel confinement), a scrubbed environment, stdout and stderr captured together under a byte cap, and a time
 //! limit (or cancellation) that kills the whole group.
 
 use std::ffi::OsString;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Stdio;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::io::AsyncReadExt;
 use tokio::process::Command;
 use tokio_util::sync::CancellationToken;
+
+use super::cgroup::CommandCgroups;
+use super::child::ChildSetup;
 
 /// Output past `cap * RUNAWAY_FACTOR` bytes stops the command: nobody reads that much, and a
 /// runaway writer (`yes`) would otherwise burn CPU until the time limit.
@@ -18,22 +20,22 @@ const RUNAWAY_FACTOR: usize = 16;
 /// How long to wait for the pipes to close after the main process exits (background children
 /// may hold them open; they are killed after this).
 const PIPE_GRACE: Duration = Duration::from_millis(500);
-/// Largest file a command may write, in bytes (`ulimit -f`), so a loop cannot fill the disk.
-const MAX_FILE_BYTES: u64 = 1 << 30;
 
 /// What to run.
 #[derive(Debug)]
 pub struct Job<'a> {
-    /// Program and arguments; run through a small `/bin/sh` prologue that joins the pids cgroup
-    /// and sets the file-size limit, then `exec`s it.
+    /// Program and arguments.
     pub argv: Vec<OsString>,
-    pub cwd: &'a Path,
+    pub cwd: PathBuf,
     /// The complete environment (nothing is inherited).
     pub env: Vec<(String, String)>,
     pub timeout: Duration,
     pub output_cap: usize,
-    pub max_processes: u32,
     pub cancel: &'a CancellationToken,
+    /// The cgroups the child joins (made by the caller, which sizes the rlimits by them).
+    pub cgroups: CommandCgroups,
+    /// What the child does before `exec`.
+    pub setup: ChildSetup,
 }
 
 /// How the command ended.
@@ -45,6 +47,8 @@ pub enum Ending {
     Cancelled,
     /// Stopped because it wrote far more than the output cap.
     OutputFlood,
+    /// Killed by the kernel for going over the memory limit.
+    MemoryLimit,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,22 +64,10 @@ pub struct Finished {
 /// Runs `job` to its end (exit, time limit, cancellation or output flood); nothing it started
 /// survives the return.
 pub async fn run(job: Job<'_>) -> std::io::Result<Finished> {
-    let cgroup = PidsCgroup::create(job.max_processes);
-    let procs_file = cgroup
-        .as_ref()
-        .map(|c| c.dir.join("cgroup.procs").into_os_string())
-        .unwrap_or_default();
-    let prologue = format!(
-        "ulimit -f {} 2>/dev/null; if [ -n \"$0\" ]; then echo $$ > \"$0\" || exit 125; fi; exec \"$@\"",
-        MAX_FILE_BYTES / 512
-    );
-    let mut command = Command::new("/bin/sh");
+    let mut command = Command::new(&job.argv[0]);
     command
-        .arg("-c")
-        .arg(prologue)
-        .arg(procs_file)
-        .args(&job.argv)
-        .current_dir(job.cwd)
+        .args(&job.argv[1..])
+        .current_dir(&job.cwd)
         .env_clear()
         .envs(job.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .stdin(Stdio::null())
@@ -83,6 +75,7 @@ pub async fn run(job: Job<'_>) -> std::io::Result<Finished> {
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
+    job.setup.install(&mut command);
     let mut child = command.spawn()?;
     let group = GroupGuard { pgid: child.id() };
     let mut stdout = child.stdout.take();
@@ -126,11 +119,11 @@ pub async fn run(job: Job<'_>) -> std::io::Result<Finished> {
     };
     drop(group);
     let _ = child.kill().await;
-    if let Some(cgroup) = cgroup {
-        cgroup.remove().await;
-    }
+    let oom = job.cgroups.oom_killed();
+    job.cgroups.remove().await;
     let ending = match (ending, status) {
         (Some(e), _) => e,
+        (None, Some(_)) if oom => Ending::MemoryLimit,
         (None, Some(s)) => {
             use std::os::unix::process::ExitStatusExt;
             match (s.code(), s.signal()) {
@@ -215,86 +208,5 @@ fn kill_group(pgid: i32) {
     // in it.
     unsafe {
         libc::kill(-pgid, libc::SIGKILL);
-    }
-}
-
-/// A pids cgroup limiting how many processes one command may hold: the fork-bomb brake. Made
-/// where the host lets us (cgroup v1 `pids` hierarchy, or cgroup v2 with the pids controller
-/// enabled at the root); without one, the time limit and the PID namespace still end a fork
-/// bomb, just later.
-struct PidsCgroup {
-    dir: PathBuf,
-}
-
-static CGROUP_SEQ: AtomicU64 = AtomicU64::new(0);
-
-impl PidsCgroup {
-    fn create(max: u32) -> Option<PidsCgroup> {
-        let base = ["/sys/fs/cgroup/pids", "/sys/fs/cgroup"]
-            .into_iter()
-            .map(Path::new)
-            .find(|b| {
-                b.join("pids.max").exists()
-                    || std::fs::read_to_string(b.join("cgroup.subtree_control"))
-                        .is_ok_and(|s| s.split_whitespace().any(|c| c == "pids"))
-                    || (b.ends_with("pids") && b.join("cgroup.procs").exists())
-            })?;
-        let name = format!(
-            "maestro-bash-{}-{}",
-            std::process::id(),
-            CGROUP_SEQ.fetch_add(1, Ordering::Relaxed)
-        );
-        let dir = base.join(name);
-        std::fs::create_dir(&dir).ok()?;
-        let cgroup = PidsCgroup { dir };
-        if std::fs::write(cgroup.dir.join("pids.max"), max.to_string()).is_err() {
-            let _ = std::fs::remove_dir(&cgroup.dir);
-            return None;
-        }
-        Some(cgroup)
-    }
-
-    async fn remove(self) {
-        // The processes are killed; the kernel needs a moment to take them out of the group.
-        for _ in 0..50 {
-            if self.try_remove() {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        tracing::warn!(dir = %self.dir.display(), "could not remove a Bash pids cgroup");
-    }
-
-    fn try_remove(&self) -> bool {
-        if std::fs::remove_dir(&self.dir).is_ok() || !self.dir.exists() {
-            return true;
-        }
-        let _ = std::fs::write(self.dir.join("cgroup.kill"), "1");
-        false
-    }
-}
-
-impl Drop for PidsCgroup {
-    /// When a call is abandoned (cancelled or timed out by the registry) its processes have just
-    /// been killed; the group is removed as soon as the kernel has taken them out (briefly
-    /// waited for here, then in the background).
-    fn drop(&mut self) {
-        for _ in 0..50 {
-            if self.try_remove() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        let dir = std::mem::take(&mut self.dir);
-        std::thread::spawn(move || {
-            let group = PidsCgroup { dir };
-            for _ in 0..100 {
-                if group.try_remove() {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            std::mem::forget(group);
-        });
     }
 }

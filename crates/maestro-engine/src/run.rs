@@ -136,6 +136,17 @@ impl Engine {
                 .map(|m| m.cycle.clone())
                 .collect(),
         })?;
+        if self.tools.get("Bash").is_some()
+            && self.tools.config().bash_sandbox == maestro_tools::BashSandboxMode::UnsafeNoSandbox
+        {
+            tracing::warn!(
+                "this run's Bash commands run with NO SANDBOX (safety.bash_sandbox: unsafe_no_sandbox)"
+            );
+            run.emit(RunEvent::Warning {
+                movement: None,
+                message: "Bash commands run with NO SANDBOX (safety.bash_sandbox: unsafe_no_sandbox): they have Maestro's own access to this host".into(),
+            })?;
+        }
         if context_window.is_none() {
             run.emit(RunEvent::Warning {
                 movement: None,

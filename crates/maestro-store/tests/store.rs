@@ -75,6 +75,9 @@ async fn migrations_are_idempotent(db: Db) {
     second.migrate_to(SCHEMA_VERSION).await.unwrap();
     assert_eq!(second.applied_migrations().await.unwrap(), vec![1, 2]);
     submit(&second, "still works", "alice").await;
+    // A build that knows only version 1 refuses the newer database instead of using it.
+    let refused = second.migrate_to(1).await.unwrap_err().to_string();
+    assert!(refused.contains("migration 2"), "{refused}");
 }
 
 async fn an_old_database_upgrades_in_place(db: Db) {

@@ -1,5 +1,5 @@
-//! A real, throwaway PostgreSQL cluster for tests: `initdb` into a temporary directory, `pg_ctl
-//! start` on a free loopback port with trust authentication, stopped (and its files removed)
+//! A real, throwaway PostgreSQL cluster for tests: a data directory made by `initdb` (once, then
+//! copied) in a temporary directory, `pg_ctl start` on a free loopback port with trust authentication, stopped (and its files removed)
 //! when the guard drops.
 //!
 //! The binaries come from `$MAESTRO_PG_BIN` or Debian's `/usr/lib/postgresql/<version>/bin`
@@ -74,20 +74,15 @@ impl PgCluster {
             run_as,
             port,
         };
+        let template = cluster.template();
+        let copied = Command::new("cp")
+            .arg("-a")
+            .arg(&template)
+            .arg(cluster.data_dir())
+            .status()
+            .unwrap();
+        assert!(copied.success(), "cannot copy {}", template.display());
         let data = cluster.data_dir();
-        cluster.run(
-            "initdb",
-            &[
-                "-D",
-                path_str(&data),
-                "-U",
-                SUPERUSER,
-                "--auth=trust",
-                "--no-sync",
-                "--encoding=UTF8",
-                "--locale=C",
-            ],
-        );
         let server_options = format!(
             "-c listen_addresses=127.0.0.1 -p {port} -k {socket} -c fsync=off \
              -c synchronous_commit=off -c full_page_writes=off -c max_connections=100",
@@ -118,6 +113,47 @@ impl PgCluster {
             );
         }
         cluster
+    }
+
+    /// A freshly initialised data directory to copy: `initdb` is by far the slowest step (tens of
+    /// seconds on a busy machine), so it runs once per machine, PostgreSQL version and user, into
+    /// a directory beside the system's temporary files. Built under a private name and renamed
+    /// into place, so concurrent tests never see half of one.
+    fn template(&self) -> PathBuf {
+        let version = self
+            .bin
+            .parent()
+            .and_then(Path::file_name)
+            .and_then(|v| v.to_str())
+            .unwrap_or("pg");
+        let owner = self.run_as.as_deref().unwrap_or("self");
+        let template = std::env::temp_dir().join(format!("maestro-pg-template-{version}-{owner}"));
+        if template.join("PG_VERSION").exists() {
+            return template;
+        }
+        let building = self.dir.path().join("template");
+        self.run(
+            "initdb",
+            &[
+                "-D",
+                path_str(&building),
+                "-U",
+                SUPERUSER,
+                "--auth=trust",
+                "--no-sync",
+                "--encoding=UTF8",
+                "--locale=C",
+            ],
+        );
+        // Another test may have won the race; its template is as good as ours.
+        if std::fs::rename(&building, &template).is_err() {
+            assert!(
+                template.join("PG_VERSION").exists(),
+                "cannot create the PostgreSQL template {}",
+                template.display()
+            );
+        }
+        template
     }
 
     /// A URL for the cluster's `postgres` database.

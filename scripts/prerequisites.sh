@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the system programs the test suite runs for real: bubblewrap (the Bash sandbox),
-# OpenSSH server (SSH tools), and reference MCP servers. Idempotent; quick when all is present.
+# OpenSSH server (SSH tools), PostgreSQL (the store's second backend; the tests start their own
+# throwaway clusters with its initdb and pg_ctl), and reference MCP servers. Idempotent; quick when all is present.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -8,6 +9,7 @@ need_apt=()
 command -v bwrap >/dev/null || need_apt+=(bubblewrap)
 [ -x /usr/sbin/sshd ] || need_apt+=(openssh-server)
 command -v ssh-keygen >/dev/null || need_apt+=(openssh-client)
+compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || need_apt+=(postgresql)
 if [ ${#need_apt[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -qq

@@ -1,13 +1,16 @@
 //! Test support shared by Maestro's crates: a scripted OpenAI-compatible server speaking real
-//! HTTP/SSE on 127.0.0.1 ([`ScriptedLlm`], scripted with [`Turn`]s), and temporary workspaces
-//! ([`TempWorkspace`]), and a real OpenSSH server on a loopback port ([`Sshd`]).
+//! HTTP/SSE on 127.0.0.1 ([`ScriptedLlm`], scripted with [`Turn`]s), temporary workspaces
+//! ([`TempWorkspace`]), a real OpenSSH server on a loopback port ([`Sshd`]), and a throwaway
+//! PostgreSQL cluster ([`PgCluster`]).
 
+mod postgres;
 mod render;
 mod scripted;
 mod sshd;
 mod turn;
 mod workspace;
 
+pub use postgres::PgCluster;
 pub use scripted::{RecordedRequest, ScriptedLlm, ScriptedLlmBuilder};
 pub use sshd::Sshd;
 pub use turn::Turn;

@@ -1,0 +1,123 @@
+//! Queue throughput on the embedded SQLite store (a WAL file in a temporary directory, as
+//! `.maestro/maestro.db` is): submit, claim then finish, and event appends. Run with
+//! `cargo bench -p maestro-store --bench queue`; figures in docs/benchmarks.md.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::Duration;
+
+use divan::{AllocProfiler, Bencher};
+use maestro_store::{
+    Classes, JobQueue, JobStatus, Lease, NewEvent, NewJob, Outcome, Store, StoreUrl,
+};
+use serde_json::json;
+
+#[global_allocator]
+static ALLOC: AllocProfiler = AllocProfiler::system();
+
+const LEASE: Duration = Duration::from_secs(30);
+/// Samples × iterations per sample, fixed so the jobs submitted up front suffice.
+const SAMPLES: u32 = 40;
+const PER_SAMPLE: u32 = 50;
+
+fn main() {
+    divan::main();
+}
+
+struct Fixture {
+    rt: tokio::runtime::Runtime,
+    store: Store,
+    _dir: tempfile::TempDir,
+}
+
+fn fixture(queued: usize) -> Fixture {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let url = StoreUrl::Sqlite {
+        path: dir.path().join(".maestro/maestro.db"),
+    };
+    let store = rt.block_on(Store::open(&url)).unwrap();
+    rt.block_on(async {
+        for i in 0..queued {
+            store
+                .submit(NewJob::new("noop", format!("job {i}"), "bench"))
+                .await
+                .unwrap();
+        }
+    });
+    Fixture {
+        rt,
+        store,
+        _dir: dir,
+    }
+}
+
+fn done() -> Outcome {
+    Outcome {
+        status: JobStatus::Completed,
+        result: None,
+        reason: None,
+    }
+}
+
+/// One no-op job's whole life on the worker side: claim it, finish it.
+#[divan::bench(sample_count = SAMPLES, sample_size = PER_SAMPLE)]
+fn claim_and_finish(bencher: Bencher) {
+    let total = (SAMPLES * PER_SAMPLE) as usize + 1_000;
+    let f = fixture(total);
+    bencher.bench_local(|| {
+        f.rt.block_on(async {
+            let claimed = f
+                .store
+                .claim("bench", &Classes::Any, LEASE)
+                .await
+                .unwrap()
+                .unwrap();
+            f.store.finish(&claimed.lease, done()).await.unwrap();
+        })
+    });
+}
+
+/// Submitting one job (its row and its audit entry, one transaction).
+#[divan::bench(sample_count = SAMPLES, sample_size = PER_SAMPLE)]
+fn submit(bencher: Bencher) {
+    let f = fixture(0);
+    bencher.bench_local(|| {
+        f.rt.block_on(f.store.submit(NewJob::new("noop", "a task", "bench")))
+            .unwrap()
+    });
+}
+
+fn running(f: &Fixture) -> Lease {
+    f.rt.block_on(async {
+        f.store
+            .claim("bench", &Classes::Any, LEASE)
+            .await
+            .unwrap()
+            .unwrap()
+            .lease
+    })
+}
+
+/// Appending events to a running job, `n` per call (one fenced transaction per call).
+#[divan::bench(args = [1, 10], sample_count = SAMPLES, sample_size = PER_SAMPLE)]
+fn append_events(bencher: Bencher, n: i64) {
+    let f = fixture(1);
+    let lease = running(&f);
+    let seq = AtomicI64::new(0);
+    let payload = json!({"tool": "Read", "output": "x".repeat(400)});
+    bencher.bench_local(|| {
+        let events: Vec<NewEvent> = (0..n)
+            .map(|_| NewEvent {
+                seq: seq.fetch_add(1, Ordering::Relaxed) + 1,
+                kind: "tool_result".into(),
+                payload: payload.clone(),
+            })
+            .collect();
+        f.rt.block_on(f.store.append_events(&lease, &events))
+            .unwrap()
+    });
+}

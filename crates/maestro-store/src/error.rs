@@ -1,0 +1,86 @@
+//! The store's one error type.
+
+use crate::model::{JobId, JobStatus};
+
+/// What went wrong in the store. The fencing errors ([`StoreError::LeaseLost`],
+/// [`StoreError::JobCancelled`]) are the ones a worker must act on: stop the run and write nothing
+/// more.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The store URL is not one this crate opens.
+    #[error(
+        "store URL `{url}`: {problem}; expected `sqlite://PATH` (for example \
+         `sqlite://.maestro/maestro.db`) or `postgres://USER@HOST:PORT/DATABASE`"
+    )]
+    BadUrl { url: String, problem: String },
+    /// The SQLite file's directory could not be created.
+    #[error("cannot create the directory `{path}` for the SQLite store: {source}")]
+    CreateDir {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Connecting to the database failed.
+    #[error("cannot open the store at `{url}`: {source}")]
+    Connect {
+        url: String,
+        #[source]
+        source: sqlx::Error,
+    },
+    /// Applying the embedded migrations failed; the database is left at the last version that
+    /// applied completely.
+    #[error("migrating the store at `{url}` failed: {source}")]
+    Migrate {
+        url: String,
+        #[source]
+        source: sqlx::migrate::MigrateError,
+    },
+    /// A statement failed.
+    #[error("store query failed ({context}): {source}")]
+    Query {
+        context: &'static str,
+        #[source]
+        source: sqlx::Error,
+    },
+    /// A row held a value this version does not understand (a newer writer, or a hand edit).
+    #[error("job store row is corrupt: {what}")]
+    Corrupt { what: String },
+    /// No job has this id.
+    #[error("no job with id {0}")]
+    NoSuchJob(JobId),
+    /// The worker's lease on the job is gone: another worker claimed it (its fencing token is
+    /// newer), or the job was handed back. Nothing was written; the worker must stop the run.
+    #[error(
+        "lease lost on job {job}: this worker holds fencing token {held}, the job is now at \
+         {current} ({status}); nothing was written"
+    )]
+    LeaseLost {
+        job: JobId,
+        held: i64,
+        current: i64,
+        status: JobStatus,
+    },
+    /// The job was cancelled while the worker ran it. Nothing was written; stop the run.
+    #[error("job {0} was cancelled; nothing was written")]
+    JobCancelled(JobId),
+    /// An event with this sequence number is already stored for the job: a replay must not
+    /// append it again.
+    #[error("job {job} already has an event with seq {seq}")]
+    EventExists { job: JobId, seq: i64 },
+    /// A status change that the job's lifecycle does not allow.
+    #[error("job {job}: cannot {action} a job that is {status}")]
+    InvalidTransition {
+        job: JobId,
+        action: &'static str,
+        status: JobStatus,
+    },
+}
+
+impl StoreError {
+    pub(crate) fn query(context: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError {
+        move |source| StoreError::Query { context, source }
+    }
+}
+
+/// Results of store operations.
+pub type StoreResult<T> = Result<T, StoreError>;

@@ -1,0 +1,498 @@
+//! The job queue on SQL: submit, claim, fenced writes, rescue, cancel.
+
+use std::time::Duration;
+
+use sqlx::any::AnyRow;
+use sqlx::{Any, Transaction};
+
+use crate::clock::{duration_ms, from_ms};
+use crate::error::{StoreError, StoreResult};
+use crate::model::{
+    AuditAction, Claimed, Classes, FailDisposition, Job, JobId, JobStatus, Lease, NewEvent, NewJob,
+    Outcome, StoredEvent,
+};
+use crate::queue::JobQueue;
+use crate::rows::{col, parse_id, parse_json};
+use crate::store::Store;
+
+pub(crate) const JOB_COLUMNS: &str = "id, piece, task, status, parent_id, priority, task_class, \
+    workspace, submitted_by, attempts, max_attempts, fence, lease_owner, lease_expires_at, run_at, \
+    result, reason, created_at, updated_at, schedule_id, scheduled_for";
+
+/// The condition every fenced write carries: the lease's token is the job's newest and the
+/// job is still running.
+const FENCED: &str = "id = $1 AND fence = $2 AND status = 'running'";
+
+/// Why a job's worker vanished, written when a rescue finds its attempts used up.
+const LOST_WORKER: &str = "the worker running this job stopped renewing its lease (it crashed or \
+    hung) and the job has used all of its attempts";
+
+pub(crate) fn job_from_row(row: &AnyRow) -> StoreResult<Job> {
+    let status: String = col(row, "status")?;
+    let result: Option<String> = col(row, "result")?;
+    Ok(Job {
+        id: parse_id(&col::<String>(row, "id")?)?,
+        piece: col(row, "piece")?,
+        task: col(row, "task")?,
+        status: status.parse()?,
+        parent_id: col::<Option<String>>(row, "parent_id")?
+            .as_deref()
+            .map(parse_id)
+            .transpose()?,
+        priority: col(row, "priority")?,
+        task_class: col(row, "task_class")?,
+        workspace: col(row, "workspace")?,
+        submitted_by: col(row, "submitted_by")?,
+        attempts: col(row, "attempts")?,
+        max_attempts: col(row, "max_attempts")?,
+        fence: col(row, "fence")?,
+        lease_owner: col(row, "lease_owner")?,
+        lease_expires_at: col::<Option<i64>>(row, "lease_expires_at")?.map(from_ms),
+        run_at: from_ms(col(row, "run_at")?),
+        result: result
+            .as_deref()
+            .map(|r| parse_json(r, "job result"))
+            .transpose()?,
+        reason: col(row, "reason")?,
+        created_at: from_ms(col(row, "created_at")?),
+        updated_at: from_ms(col(row, "updated_at")?),
+        schedule_id: col(row, "schedule_id")?,
+        scheduled_for: col::<Option<i64>>(row, "scheduled_for")?.map(from_ms),
+    })
+}
+
+fn event_from_row(row: &AnyRow) -> StoreResult<StoredEvent> {
+    Ok(StoredEvent {
+        job_id: parse_id(&col::<String>(row, "job_id")?)?,
+        seq: col(row, "seq")?,
+        fence: col(row, "fence")?,
+        kind: col(row, "kind")?,
+        payload: parse_json(&col::<String>(row, "payload")?, "event payload")?,
+        created_at: from_ms(col(row, "created_at")?),
+    })
+}
+
+fn is_unique_violation(err: &sqlx::Error) -> bool {
+    matches!(err, sqlx::Error::Database(db) if db.is_unique_violation())
+}
+
+impl Store {
+    /// Inserts a job inside `tx` (shared by submit and the scheduler's slot firing).
+    pub(crate) async fn insert_job(
+        &self,
+        tx: &mut Transaction<'static, Any>,
+        job: &NewJob,
+        schedule: Option<(&str, i64)>,
+    ) -> StoreResult<JobId> {
+        let id = JobId::new();
+        let now = self.now_ms();
+        let run_at = job.run_at.map(crate::clock::to_ms).unwrap_or(now);
+        sqlx::query::<Any>(
+            "INSERT INTO jobs (id, piece, task, status, parent_id, priority, task_class, workspace, \
+             submitted_by, max_attempts, run_at, created_at, updated_at, schedule_id, scheduled_for) \
+             VALUES ($1, $2, $3, 'queued', $4, $5, $6, $7, $8, $9, $10, $11, $11, $12, $13)",
+        )
+        .bind(id.to_string())
+        .bind(job.piece.clone())
+        .bind(job.task.clone())
+        .bind(job.parent_id.map(|p| p.to_string()))
+        .bind(job.priority)
+        .bind(job.task_class.clone())
+        .bind(job.workspace.clone())
+        .bind(job.submitted_by.clone())
+        .bind(job.max_attempts.max(1))
+        .bind(run_at)
+        .bind(now)
+        .bind(schedule.map(|(s, _)| s.to_string()))
+        .bind(schedule.map(|(_, slot)| slot))
+        .execute(&mut **tx)
+        .await
+        .map_err(StoreError::query("insert a job"))?;
+        self.audit_in(
+            tx,
+            &job.submitted_by,
+            AuditAction::Submit,
+            Some(id),
+            None,
+            None,
+        )
+        .await?;
+        Ok(id)
+    }
+
+    /// Why a fenced write matched no row: the job is gone, cancelled, or owned by a newer claim.
+    async fn lease_error(&self, lease: &Lease) -> StoreError {
+        let row = sqlx::query::<Any>("SELECT fence, status FROM jobs WHERE id = $1")
+            .bind(lease.job_id.to_string())
+            .fetch_optional(&self.pool)
+            .await;
+        let row = match row {
+            Ok(Some(row)) => row,
+            Ok(None) => return StoreError::NoSuchJob(lease.job_id),
+            Err(source) => {
+                return StoreError::Query {
+                    context: "read a job's fence",
+                    source,
+                };
+            }
+        };
+        let status = col::<String>(&row, "status").and_then(|s| s.parse::<JobStatus>());
+        let current = col::<i64>(&row, "fence");
+        match (status, current) {
+            (Ok(JobStatus::Cancelled), _) => StoreError::JobCancelled(lease.job_id),
+            (Ok(status), Ok(current)) => StoreError::LeaseLost {
+                job: lease.job_id,
+                held: lease.fence,
+                current,
+                status,
+            },
+            (Err(e), _) | (_, Err(e)) => e,
+        }
+    }
+
+    /// Runs a fenced UPDATE (parameters $1 = job id, $2 = fence, then `extra`); a write that
+    /// matched no row becomes the lease error.
+    async fn fenced_update(
+        &self,
+        lease: &Lease,
+        set: &str,
+        extra: &[Option<String>],
+        ints: &[i64],
+        context: &'static str,
+    ) -> StoreResult<()> {
+        let sql = format!("UPDATE jobs SET {set} WHERE {FENCED}");
+        let mut query = sqlx::query::<Any>(sqlx::AssertSqlSafe(sql))
+            .bind(lease.job_id.to_string())
+            .bind(lease.fence);
+        for text in extra {
+            query = query.bind(text.clone());
+        }
+        for int in ints {
+            query = query.bind(*int);
+        }
+        let done = query
+            .execute(&self.pool)
+            .await
+            .map_err(StoreError::query(context))?;
+        if done.rows_affected() == 1 {
+            Ok(())
+        } else {
+            Err(self.lease_error(lease).await)
+        }
+    }
+}
+
+impl JobQueue for Store {
+    async fn submit(&self, job: NewJob) -> StoreResult<JobId> {
+        let mut tx = self.begin_write().await?;
+        let id = self.insert_job(&mut tx, &job, None).await?;
+        tx.commit()
+            .await
+            .map_err(StoreError::query("commit a submit"))?;
+        Ok(id)
+    }
+
+    async fn claim(
+        &self,
+        worker: &str,
+        classes: &Classes,
+        lease_for: Duration,
+    ) -> StoreResult<Option<Claimed>> {
+        let now = self.now_ms();
+        let expires = now.saturating_add(duration_ms(lease_for));
+        let class_filter = match classes {
+            Classes::Any => String::new(),
+            Classes::Only(names) => {
+                let marks: Vec<String> = (0..names.len()).map(|i| format!("${}", i + 4)).collect();
+                format!(" AND task_class IN ({})", marks.join(", "))
+            }
+        };
+        let mut tx = self.begin_write().await?;
+        sqlx::query::<Any>(
+            "UPDATE jobs SET status = 'failed', reason = $1, lease_owner = NULL, \
+             lease_expires_at = NULL, finished_at = $2, updated_at = $2 \
+             WHERE status = 'running' AND lease_expires_at < $2 AND attempts >= max_attempts",
+        )
+        .bind(LOST_WORKER)
+        .bind(now)
+        .execute(&mut *tx)
+        .await
+        .map_err(StoreError::query("fail jobs whose workers vanished"))?;
+        let sql = format!(
+            "UPDATE jobs SET status = 'running', attempts = attempts + 1, fence = fence + 1, \
+             lease_owner = $1, lease_expires_at = $2, updated_at = $3, \
+             started_at = COALESCE(started_at, $3) \
+             WHERE id = (SELECT id FROM jobs \
+               WHERE ((status = 'queued' AND run_at <= $3) \
+                  OR (status = 'running' AND lease_expires_at < $3)){class_filter} \
+               ORDER BY priority DESC, run_at, id LIMIT 1{lock}) \
+             RETURNING {JOB_COLUMNS}",
+            lock = self.backend.skip_locked()
+        );
+        let mut query = sqlx::query::<Any>(sqlx::AssertSqlSafe(sql))
+            .bind(worker.to_string())
+            .bind(expires)
+            .bind(now);
+        if let Classes::Only(names) = classes {
+            for name in names {
+                query = query.bind(name.clone());
+            }
+        }
+        let row = query
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(StoreError::query("claim a job"))?;
+        tx.commit()
+            .await
+            .map_err(StoreError::query("commit a claim"))?;
+        let Some(row) = row else { return Ok(None) };
+        let job = job_from_row(&row)?;
+        let lease = Lease {
+            job_id: job.id,
+            worker: worker.to_string(),
+            fence: job.fence,
+            expires_at: from_ms(expires),
+        };
+        Ok(Some(Claimed { job, lease }))
+    }
+
+    async fn heartbeat(&self, lease: &Lease, lease_for: Duration) -> StoreResult<Lease> {
+        let now = self.now_ms();
+        let expires = now.saturating_add(duration_ms(lease_for));
+        self.fenced_update(
+            lease,
+            "lease_expires_at = $3, updated_at = $4",
+            &[],
+            &[expires, now],
+            "renew a lease",
+        )
+        .await?;
+        Ok(Lease {
+            expires_at: from_ms(expires),
+            ..lease.clone()
+        })
+    }
+
+    async fn append_events(&self, lease: &Lease, events: &[NewEvent]) -> StoreResult<()> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        let now = self.now_ms();
+        let mut tx = self.begin_write().await?;
+        let check = format!(
+            "SELECT fence FROM jobs WHERE {FENCED}{}",
+            self.backend.share_lock()
+        );
+        let owned = sqlx::query::<Any>(sqlx::AssertSqlSafe(check))
+            .bind(lease.job_id.to_string())
+            .bind(lease.fence)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(StoreError::query("check a lease before appending events"))?;
+        if owned.is_none() {
+            drop(tx);
+            return Err(self.lease_error(lease).await);
+        }
+        let rows: Vec<String> = (0..events.len())
+            .map(|i| {
+                let p = 4 + i * 3;
+                format!("($1, ${p}, $2, ${}, ${}, $3)", p + 1, p + 2)
+            })
+            .collect();
+        let sql = format!(
+            "INSERT INTO job_events (job_id, seq, fence, kind, payload, created_at) VALUES {}",
+            rows.join(", ")
+        );
+        let mut query = sqlx::query::<Any>(sqlx::AssertSqlSafe(sql))
+            .bind(lease.job_id.to_string())
+            .bind(lease.fence)
+            .bind(now);
+        for event in events {
+            query = query
+                .bind(event.seq)
+                .bind(event.kind.clone())
+                .bind(event.payload.to_string());
+        }
+        match query.execute(&mut *tx).await {
+            Ok(_) => tx
+                .commit()
+                .await
+                .map_err(StoreError::query("commit appended events")),
+            Err(err) if is_unique_violation(&err) => {
+                drop(tx);
+                let stored = self.events(lease.job_id, 0).await?;
+                let seq = events
+                    .iter()
+                    .map(|e| e.seq)
+                    .find(|seq| stored.iter().any(|s| s.seq == *seq))
+                    .unwrap_or(events[0].seq);
+                Err(StoreError::EventExists {
+                    job: lease.job_id,
+                    seq,
+                })
+            }
+            Err(source) => Err(StoreError::Query {
+                context: "append events",
+                source,
+            }),
+        }
+    }
+
+    async fn finish(&self, lease: &Lease, outcome: Outcome) -> StoreResult<()> {
+        let finished = match outcome.status {
+            JobStatus::Completed | JobStatus::Aborted | JobStatus::Exceeded => true,
+            JobStatus::WaitingInput | JobStatus::WaitingSubtasks => false,
+            status @ (JobStatus::Queued
+            | JobStatus::Running
+            | JobStatus::Failed
+            | JobStatus::Cancelled) => {
+                return Err(StoreError::InvalidTransition {
+                    job: lease.job_id,
+                    action: "finish a run as",
+                    status,
+                });
+            }
+        };
+        let now = self.now_ms();
+        self.fenced_update(
+            lease,
+            "status = $3, result = $4, reason = $5, lease_owner = NULL, lease_expires_at = NULL, \
+             updated_at = $6, finished_at = NULLIF($7, 0)",
+            &[
+                Some(outcome.status.as_str().to_string()),
+                outcome.result.map(|r| r.to_string()),
+                outcome.reason,
+            ],
+            &[now, if finished { now } else { 0 }],
+            "finish a job",
+        )
+        .await
+    }
+
+    async fn fail(&self, lease: &Lease, reason: &str) -> StoreResult<FailDisposition> {
+        let now = self.now_ms();
+        let job = self
+            .job(lease.job_id)
+            .await?
+            .ok_or(StoreError::NoSuchJob(lease.job_id))?;
+        if job.attempts < job.max_attempts {
+            let run_at = now.saturating_add(duration_ms(self.backoff.delay(job.attempts)));
+            self.fenced_update(
+                lease,
+                "status = 'queued', reason = $3, lease_owner = NULL, lease_expires_at = NULL, \
+                 run_at = $4, updated_at = $5",
+                &[Some(reason.to_string())],
+                &[run_at, now],
+                "requeue a failed job",
+            )
+            .await?;
+            Ok(FailDisposition::Requeued {
+                run_at: from_ms(run_at),
+            })
+        } else {
+            self.fenced_update(
+                lease,
+                "status = 'failed', reason = $3, lease_owner = NULL, lease_expires_at = NULL, \
+                 updated_at = $4, finished_at = $4",
+                &[Some(reason.to_string())],
+                &[now],
+                "fail a job",
+            )
+            .await?;
+            Ok(FailDisposition::Failed)
+        }
+    }
+
+    async fn release(&self, lease: &Lease) -> StoreResult<()> {
+        let now = self.now_ms();
+        self.fenced_update(
+            lease,
+            "status = 'queued', attempts = attempts - 1, lease_owner = NULL, \
+             lease_expires_at = NULL, run_at = $3, updated_at = $3",
+            &[],
+            &[now],
+            "hand a job back",
+        )
+        .await
+    }
+
+    async fn cancel(&self, id: JobId, actor: &str) -> StoreResult<Vec<JobId>> {
+        let job = self.job(id).await?.ok_or(StoreError::NoSuchJob(id))?;
+        if job.status.is_final() {
+            return Err(StoreError::InvalidTransition {
+                job: id,
+                action: "cancel",
+                status: job.status,
+            });
+        }
+        let now = self.now_ms();
+        let mut tx = self.begin_write().await?;
+        let rows = sqlx::query::<Any>(
+            "WITH RECURSIVE tree (id) AS ( \
+               SELECT id FROM jobs WHERE id = $1 \
+               UNION ALL SELECT jobs.id FROM jobs JOIN tree ON jobs.parent_id = tree.id) \
+             UPDATE jobs SET status = 'cancelled', reason = $2, lease_owner = NULL, \
+               lease_expires_at = NULL, updated_at = $3, finished_at = $3 \
+             WHERE id IN (SELECT id FROM tree) \
+               AND status IN ('queued', 'running', 'waiting_input', 'waiting_subtasks') \
+             RETURNING id",
+        )
+        .bind(id.to_string())
+        .bind(format!("cancelled by {actor}"))
+        .bind(now)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(StoreError::query("cancel a job"))?;
+        let mut cancelled = rows
+            .iter()
+            .map(|row| parse_id(&col::<String>(row, "id")?))
+            .collect::<StoreResult<Vec<JobId>>>()?;
+        cancelled.sort();
+        self.audit_in(&mut tx, actor, AuditAction::Cancel, Some(id), None, None)
+            .await?;
+        tx.commit()
+            .await
+            .map_err(StoreError::query("commit a cancel"))?;
+        Ok(cancelled)
+    }
+
+    async fn job(&self, id: JobId) -> StoreResult<Option<Job>> {
+        let sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = $1");
+        sqlx::query::<Any>(sqlx::AssertSqlSafe(sql))
+            .bind(id.to_string())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(StoreError::query("read a job"))?
+            .as_ref()
+            .map(job_from_row)
+            .transpose()
+    }
+
+    async fn jobs(&self, status: Option<JobStatus>) -> StoreResult<Vec<Job>> {
+        let sql =
+            format!("SELECT {JOB_COLUMNS} FROM jobs WHERE ($1 = '' OR status = $1) ORDER BY id");
+        sqlx::query::<Any>(sqlx::AssertSqlSafe(sql))
+            .bind(status.map(JobStatus::as_str).unwrap_or("").to_string())
+            .fetch_all(&self.pool)
+            .await
+            .map_err(StoreError::query("list jobs"))?
+            .iter()
+            .map(job_from_row)
+            .collect()
+    }
+
+    async fn events(&self, id: JobId, after: i64) -> StoreResult<Vec<StoredEvent>> {
+        sqlx::query::<Any>(
+            "SELECT job_id, seq, fence, kind, payload, created_at FROM job_events \
+             WHERE job_id = $1 AND seq > $2 ORDER BY seq",
+        )
+        .bind(id.to_string())
+        .bind(after)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(StoreError::query("read events"))?
+        .iter()
+        .map(event_from_row)
+        .collect()
+    }
+}

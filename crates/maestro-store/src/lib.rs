@@ -1,0 +1,43 @@
+//! Durable state for Maestro: a job queue with fenced leases, each run's event stream, large
+//! tool results by content hash, workers with heartbeats, comments, schedules and the audit
+//! log, on SQLite (embedded, the default: `.maestro/maestro.db`) or PostgreSQL (several nodes).
+//!
+//! The engine and the workers use the queue through [`JobQueue`] and know no SQL. A store is
+//! opened from a URL ([`StoreUrl`]: `sqlite://PATH` or `postgres://…`) with [`Store::open`],
+//! which also brings the schema up to date.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), maestro_store::StoreError> {
+//! use std::time::Duration;
+//! use maestro_store::{Classes, JobQueue, JobStatus, NewJob, Outcome, Store, StoreUrl};
+//!
+//! let store = Store::open(&"sqlite://.maestro/maestro.db".parse()?).await?;
+//! let id = store.submit(NewJob::new("default", "fix the tests", "alice")).await?;
+//! if let Some(claimed) = store.claim("worker-1", &Classes::Any, Duration::from_secs(30)).await? {
+//!     // ... run it, appending events under `claimed.lease` ...
+//!     store.finish(&claimed.lease, Outcome {
+//!         status: JobStatus::Completed, result: None, reason: None,
+//!     }).await?;
+//! }
+//! # let _ = id; Ok(()) }
+//! ```
+
+mod clock;
+mod error;
+mod jobs;
+mod model;
+mod queue;
+mod records;
+mod rows;
+mod store;
+mod url;
+
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use error::{StoreError, StoreResult};
+pub use model::{
+    AuditAction, AuditEntry, Claimed, Classes, Comment, CommentKind, FailDisposition, Job, JobId,
+    JobStatus, Lease, NewEvent, NewJob, NewSchedule, Outcome, StoredEvent, WorkerInfo,
+};
+pub use queue::JobQueue;
+pub use store::{Backend, Backoff, SCHEMA_VERSION, Store};
+pub use url::{StoreUrl, UrlOrigin};

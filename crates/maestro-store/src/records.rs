@@ -1,0 +1,305 @@
+//! What the store keeps beside the queue: the audit log, content-addressed blobs, workers and
+//! their heartbeats, comments on jobs, and schedules with the slots they fired.
+
+use sha2::{Digest, Sha256};
+use sqlx::{Any, Transaction};
+use uuid::Uuid;
+
+use crate::clock::{from_ms, to_ms};
+use crate::error::{StoreError, StoreResult};
+use crate::model::{
+    AuditAction, AuditEntry, Comment, CommentKind, JobId, NewJob, NewSchedule, WorkerInfo,
+};
+use crate::rows::{col, parse_id};
+use crate::store::Store;
+
+impl Store {
+    /// Appends to the audit log inside `tx`.
+    pub(crate) async fn audit_in(
+        &self,
+        tx: &mut Transaction<'static, Any>,
+        actor: &str,
+        action: AuditAction,
+        job: Option<JobId>,
+        schedule: Option<&str>,
+        detail: Option<&str>,
+    ) -> StoreResult<()> {
+        sqlx::query::<Any>(
+            "INSERT INTO audit_log (at, actor, action, job_id, schedule_id, detail) \
+             VALUES ($1, $2, $3, $4, $5, $6)",
+        )
+        .bind(self.now_ms())
+        .bind(actor.to_string())
+        .bind(action.as_str().to_string())
+        .bind(job.map(|j| j.to_string()))
+        .bind(schedule.map(str::to_string))
+        .bind(detail.map(str::to_string))
+        .execute(&mut **tx)
+        .await
+        .map_err(StoreError::query("write the audit log"))?;
+        Ok(())
+    }
+
+    /// The audit log, oldest first; only the entries about `job` when one is given.
+    pub async fn audit_log(&self, job: Option<JobId>) -> StoreResult<Vec<AuditEntry>> {
+        sqlx::query::<Any>(
+            "SELECT id, at, actor, action, job_id, schedule_id, detail FROM audit_log \
+             WHERE ($1 = '' OR job_id = $1) ORDER BY id",
+        )
+        .bind(job.map(|j| j.to_string()).unwrap_or_default())
+        .fetch_all(&self.pool)
+        .await
+        .map_err(StoreError::query("read the audit log"))?
+        .iter()
+        .map(|row| {
+            Ok(AuditEntry {
+                id: col(row, "id")?,
+                at: from_ms(col(row, "at")?),
+                actor: col(row, "actor")?,
+                action: AuditAction::parse(&col::<String>(row, "action")?)?,
+                job_id: col::<Option<String>>(row, "job_id")?
+                    .as_deref()
+                    .map(parse_id)
+                    .transpose()?,
+                schedule_id: col(row, "schedule_id")?,
+                detail: col(row, "detail")?,
+            })
+        })
+        .collect()
+    }
+
+    /// Stores `data` once under its SHA-256 (lowercase hex), which it returns. Storing the same
+    /// bytes again is a no-op.
+    pub async fn put_blob(&self, data: &[u8]) -> StoreResult<String> {
+        let hash = hex::encode(Sha256::digest(data));
+        sqlx::query::<Any>(
+            "INSERT INTO blobs (hash, size, data, created_at) VALUES ($1, $2, $3, $4) \
+             ON CONFLICT (hash) DO NOTHING",
+        )
+        .bind(hash.clone())
+        .bind(i64::try_from(data.len()).unwrap_or(i64::MAX))
+        .bind(data.to_vec())
+        .bind(self.now_ms())
+        .execute(&self.pool)
+        .await
+        .map_err(StoreError::query("store a blob"))?;
+        Ok(hash)
+    }
+
+    /// The bytes stored under `hash`.
+    pub async fn blob(&self, hash: &str) -> StoreResult<Option<Vec<u8>>> {
+        sqlx::query_scalar::<Any, Vec<u8>>("SELECT data FROM blobs WHERE hash = $1")
+            .bind(hash.to_string())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(StoreError::query("read a blob"))
+    }
+
+    /// Records a worker process (or refreshes it, by id) with a heartbeat now.
+    pub async fn register_worker(&self, worker: &WorkerInfo) -> StoreResult<()> {
+        let classes =
+            serde_json::to_string(&worker.task_classes).map_err(|e| StoreError::Corrupt {
+                what: format!("task classes: {e}"),
+            })?;
+        sqlx::query::<Any>(
+            "INSERT INTO workers (id, name, profile, task_classes, host, pid, started_at, heartbeat_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
+             ON CONFLICT (id) DO UPDATE SET heartbeat_at = excluded.heartbeat_at",
+        )
+        .bind(worker.id.clone())
+        .bind(worker.name.clone())
+        .bind(worker.profile.clone())
+        .bind(classes)
+        .bind(worker.host.clone())
+        .bind(worker.pid)
+        .bind(to_ms(worker.started_at))
+        .bind(self.now_ms())
+        .execute(&self.pool)
+        .await
+        .map_err(StoreError::query("register a worker"))?;
+        Ok(())
+    }
+
+    /// Notes that the worker is alive.
+    pub async fn worker_heartbeat(&self, worker_id: &str) -> StoreResult<()> {
+        sqlx::query::<Any>("UPDATE workers SET heartbeat_at = $1 WHERE id = $2")
+            .bind(self.now_ms())
+            .bind(worker_id.to_string())
+            .execute(&self.pool)
+            .await
+            .map_err(StoreError::query("record a worker heartbeat"))?;
+        Ok(())
+    }
+
+    /// Workers whose last heartbeat is at most `within` old.
+    pub async fn live_workers(&self, within: std::time::Duration) -> StoreResult<Vec<WorkerInfo>> {
+        let since = self.now_ms() - crate::clock::duration_ms(within);
+        sqlx::query::<Any>(
+            "SELECT id, name, profile, task_classes, host, pid, started_at, heartbeat_at \
+             FROM workers WHERE heartbeat_at >= $1 ORDER BY name, id",
+        )
+        .bind(since)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(StoreError::query("list workers"))?
+        .iter()
+        .map(|row| {
+            let classes: String = col(row, "task_classes")?;
+            Ok(WorkerInfo {
+                id: col(row, "id")?,
+                name: col(row, "name")?,
+                profile: col(row, "profile")?,
+                task_classes: serde_json::from_str(&classes).map_err(|e| StoreError::Corrupt {
+                    what: format!("worker task classes `{classes}`: {e}"),
+                })?,
+                host: col(row, "host")?,
+                pid: col(row, "pid")?,
+                started_at: from_ms(col(row, "started_at")?),
+                heartbeat_at: from_ms(col(row, "heartbeat_at")?),
+            })
+        })
+        .collect()
+    }
+
+    /// Adds a comment to a job; an answer is also recorded in the audit log.
+    pub async fn add_comment(
+        &self,
+        job: JobId,
+        author: &str,
+        kind: CommentKind,
+        body: &str,
+    ) -> StoreResult<i64> {
+        let mut tx = self.begin_write().await?;
+        let id = sqlx::query_scalar::<Any, i64>(
+            "INSERT INTO job_comments (job_id, author, kind, body, created_at) \
+             VALUES ($1, $2, $3, $4, $5) RETURNING id",
+        )
+        .bind(job.to_string())
+        .bind(author.to_string())
+        .bind(kind.as_str().to_string())
+        .bind(body.to_string())
+        .bind(self.now_ms())
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(StoreError::query("add a comment"))?;
+        if kind == CommentKind::Answer {
+            self.audit_in(&mut tx, author, AuditAction::Answer, Some(job), None, None)
+                .await?;
+        }
+        tx.commit()
+            .await
+            .map_err(StoreError::query("commit a comment"))?;
+        Ok(id)
+    }
+
+    /// A job's comments, oldest first.
+    pub async fn comments(&self, job: JobId) -> StoreResult<Vec<Comment>> {
+        sqlx::query::<Any>(
+            "SELECT id, job_id, author, kind, body, created_at FROM job_comments \
+             WHERE job_id = $1 ORDER BY id",
+        )
+        .bind(job.to_string())
+        .fetch_all(&self.pool)
+        .await
+        .map_err(StoreError::query("read comments"))?
+        .iter()
+        .map(|row| {
+            Ok(Comment {
+                id: col(row, "id")?,
+                job_id: parse_id(&col::<String>(row, "job_id")?)?,
+                author: col(row, "author")?,
+                kind: CommentKind::parse(&col::<String>(row, "kind")?)?,
+                body: col(row, "body")?,
+                created_at: from_ms(col(row, "created_at")?),
+            })
+        })
+        .collect()
+    }
+
+    /// Adds a schedule and records it in the audit log; returns its id (a UUIDv7).
+    pub async fn add_schedule(&self, schedule: &NewSchedule) -> StoreResult<String> {
+        let id = Uuid::now_v7().to_string();
+        let now = self.now_ms();
+        let mut tx = self.begin_write().await?;
+        sqlx::query::<Any>(
+            "INSERT INTO schedules (id, piece, task, spec, tz, misfire, created_by, created_at, \
+             updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8)",
+        )
+        .bind(id.clone())
+        .bind(schedule.piece.clone())
+        .bind(schedule.task.clone())
+        .bind(schedule.spec.clone())
+        .bind(schedule.tz.clone())
+        .bind(schedule.misfire.clone())
+        .bind(schedule.created_by.clone())
+        .bind(now)
+        .execute(&mut *tx)
+        .await
+        .map_err(StoreError::query("add a schedule"))?;
+        self.audit_in(
+            &mut tx,
+            &schedule.created_by,
+            AuditAction::ScheduleAdd,
+            None,
+            Some(&id),
+            Some(&schedule.spec),
+        )
+        .await?;
+        tx.commit()
+            .await
+            .map_err(StoreError::query("commit a schedule"))?;
+        Ok(id)
+    }
+
+    /// Fires one slot of a schedule: creates `job` for it unless the slot already fired.
+    /// Exactly-once is the database's doing: `(schedule_id, slot_time)` is the primary key of
+    /// `schedule_fires`, so of any number of nodes firing the same slot, one inserts the row and
+    /// its job, and the others get `None`.
+    pub async fn fire_slot(
+        &self,
+        schedule_id: &str,
+        slot: time::OffsetDateTime,
+        job: &NewJob,
+    ) -> StoreResult<Option<JobId>> {
+        let slot_ms = to_ms(slot);
+        let mut tx = self.begin_write().await?;
+        let claimed = sqlx::query::<Any>(
+            "INSERT INTO schedule_fires (schedule_id, slot_time, fired_at) VALUES ($1, $2, $3) \
+             ON CONFLICT (schedule_id, slot_time) DO NOTHING",
+        )
+        .bind(schedule_id.to_string())
+        .bind(slot_ms)
+        .bind(self.now_ms())
+        .execute(&mut *tx)
+        .await
+        .map_err(StoreError::query("claim a schedule slot"))?;
+        if claimed.rows_affected() == 0 {
+            return Ok(None);
+        }
+        let id = self
+            .insert_job(&mut tx, job, Some((schedule_id, slot_ms)))
+            .await?;
+        sqlx::query::<Any>(
+            "UPDATE schedule_fires SET job_id = $1 WHERE schedule_id = $2 AND slot_time = $3",
+        )
+        .bind(id.to_string())
+        .bind(schedule_id.to_string())
+        .bind(slot_ms)
+        .execute(&mut *tx)
+        .await
+        .map_err(StoreError::query("link a slot to its job"))?;
+        tx.commit()
+            .await
+            .map_err(StoreError::query("commit a fired slot"))?;
+        Ok(Some(id))
+    }
+
+    /// How many slots of the schedule have fired.
+    pub async fn fired_slots(&self, schedule_id: &str) -> StoreResult<i64> {
+        sqlx::query_scalar::<Any, i64>("SELECT COUNT(*) FROM schedule_fires WHERE schedule_id = $1")
+            .bind(schedule_id.to_string())
+            .fetch_one(&self.pool)
+            .await
+            .map_err(StoreError::query("count fired slots"))
+    }
+}

@@ -1,0 +1,263 @@
+//! Opening a store: the connection pool for either backend, the per-connection SQLite settings,
+//! and the embedded migrations.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::any::{AnyPoolOptions, install_default_drivers};
+use sqlx::migrate::{Migration, MigrationType, Migrator};
+use sqlx::{Any, AnyPool, Executor, SqlSafeStr, Transaction};
+
+use crate::clock::{Clock, SystemClock};
+use crate::error::{StoreError, StoreResult};
+use crate::url::StoreUrl;
+
+/// Which database engine a store talks to. The SQL is shared; these are the few places where
+/// the engines differ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+impl Backend {
+    /// How a write transaction starts. SQLite takes the write lock at once, so a transaction
+    /// that reads then writes can never fail to upgrade (and waits `busy_timeout` instead).
+    pub(crate) fn begin_write(self) -> &'static str {
+        match self {
+            Backend::Sqlite => "BEGIN IMMEDIATE",
+            Backend::Postgres => "BEGIN",
+        }
+    }
+
+    /// Appended to the claim's inner SELECT: PostgreSQL workers skip rows another is claiming;
+    /// SQLite has one writer at a time anyway.
+    pub(crate) fn skip_locked(self) -> &'static str {
+        match self {
+            Backend::Sqlite => "",
+            Backend::Postgres => " FOR UPDATE SKIP LOCKED",
+        }
+    }
+
+    /// Appended to a fence check that precedes inserts: on PostgreSQL a claim (which updates
+    /// the row) then waits until the writer commits, and the writer's check waits for a claim in
+    /// progress, so a write and a takeover never interleave.
+    pub(crate) fn share_lock(self) -> &'static str {
+        match self {
+            Backend::Sqlite => "",
+            Backend::Postgres => " FOR SHARE",
+        }
+    }
+}
+
+/// One embedded migration: version, description, and the SQL for each backend.
+struct EmbeddedMigration {
+    version: i64,
+    description: &'static str,
+    sqlite: &'static str,
+    postgres: &'static str,
+}
+
+/// Every migration, oldest first. A released migration is never edited (its checksum is
+/// recorded); a change is a new migration.
+const MIGRATIONS: &[EmbeddedMigration] = &[
+    EmbeddedMigration {
+        version: 1,
+        description: "jobs",
+        sqlite: include_str!("../migrations/sqlite/0001_jobs.sql"),
+        postgres: include_str!("../migrations/postgres/0001_jobs.sql"),
+    },
+    EmbeddedMigration {
+        version: 2,
+        description: "comments schedules",
+        sqlite: include_str!("../migrations/sqlite/0002_comments_schedules.sql"),
+        postgres: include_str!("../migrations/postgres/0002_comments_schedules.sql"),
+    },
+];
+
+/// The newest schema version this build knows.
+pub const SCHEMA_VERSION: i64 = 2;
+
+fn migrator(backend: Backend, up_to: i64) -> Migrator {
+    let migrations = MIGRATIONS
+        .iter()
+        .filter(|m| m.version <= up_to)
+        .map(|m| {
+            let sql = match backend {
+                Backend::Sqlite => m.sqlite,
+                Backend::Postgres => m.postgres,
+            };
+            Migration::new(
+                m.version,
+                Cow::Borrowed(m.description),
+                MigrationType::Simple,
+                sql.into_sql_str(),
+                false,
+            )
+        })
+        .collect();
+    Migrator::with_migrations(migrations)
+}
+
+/// Retry delays for infrastructure failures: `base × 2^(attempt-1)`, at most `cap`, then
+/// scaled by a random factor in [0.5, 1] so that jobs failed together do not retry together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backoff {
+    pub base: Duration,
+    pub cap: Duration,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff {
+            base: Duration::from_secs(1),
+            cap: Duration::from_secs(300),
+        }
+    }
+}
+
+impl Backoff {
+    /// The delay before the retry that follows attempt number `attempt` (1-based).
+    pub fn delay(&self, attempt: i64) -> Duration {
+        let exponent = u32::try_from(attempt.saturating_sub(1).clamp(0, 30)).unwrap_or(30);
+        let full = self.base.saturating_mul(1 << exponent).min(self.cap);
+        full.mul_f64(rand::random_range(0.5..=1.0))
+    }
+}
+
+/// A job store: the queue, the runs' events and everything else Maestro keeps, on SQLite or
+/// PostgreSQL. Cheap to clone (the pool is shared).
+#[derive(Debug, Clone)]
+pub struct Store {
+    pub(crate) pool: AnyPool,
+    pub(crate) backend: Backend,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) backoff: Backoff,
+    url: StoreUrl,
+}
+
+/// How long a SQLite writer waits for the lock before giving up.
+const SQLITE_BUSY_TIMEOUT_MS: u32 = 10_000;
+
+impl Store {
+    /// Opens the store and brings its schema up to date (migrations are idempotent: an
+    /// up-to-date database is left alone, an older one is upgraded in place).
+    pub async fn open(url: &StoreUrl) -> StoreResult<Store> {
+        let store = Store::connect(url).await?;
+        store.migrate_to(SCHEMA_VERSION).await?;
+        Ok(store)
+    }
+
+    /// Opens the store without migrating it.
+    pub async fn connect(url: &StoreUrl) -> StoreResult<Store> {
+        install_default_drivers();
+        let backend = match url {
+            StoreUrl::Sqlite { path } => {
+                if let Some(dir) = path.parent().filter(|dir| !dir.as_os_str().is_empty()) {
+                    std::fs::create_dir_all(dir).map_err(|source| StoreError::CreateDir {
+                        path: dir.to_path_buf(),
+                        source,
+                    })?;
+                }
+                Backend::Sqlite
+            }
+            StoreUrl::Postgres { .. } => Backend::Postgres,
+        };
+        let mut options = AnyPoolOptions::new()
+            .max_connections(match backend {
+                Backend::Sqlite => 4,
+                Backend::Postgres => 8,
+            })
+            .acquire_timeout(Duration::from_secs(30));
+        if backend == Backend::Sqlite {
+            options = options.after_connect(|conn, _meta| {
+                Box::pin(async move {
+                    // WAL: readers never block the writer. NORMAL is durable across process
+                    // crashes (a power cut may lose the last commits, never corrupt).
+                    conn.execute("PRAGMA journal_mode = WAL").await?;
+                    conn.execute("PRAGMA synchronous = NORMAL").await?;
+                    conn.execute("PRAGMA foreign_keys = ON").await?;
+                    let busy = format!("PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}");
+                    conn.execute(sqlx::AssertSqlSafe(busy)).await?;
+                    Ok(())
+                })
+            });
+        }
+        let pool =
+            options
+                .connect(&url.driver_url())
+                .await
+                .map_err(|source| StoreError::Connect {
+                    url: url.to_string(),
+                    source,
+                })?;
+        Ok(Store {
+            pool,
+            backend,
+            clock: Arc::new(SystemClock),
+            backoff: Backoff::default(),
+            url: url.clone(),
+        })
+    }
+
+    /// Applies the embedded migrations up to `version` (tests use it to build an old
+    /// database; [`Store::open`] applies them all).
+    pub async fn migrate_to(&self, version: i64) -> StoreResult<()> {
+        migrator(self.backend, version)
+            .run_to(version, &self.pool)
+            .await
+            .map_err(|source| StoreError::Migrate {
+                url: self.url.to_string(),
+                source,
+            })
+    }
+
+    /// The versions of the migrations applied to this database, oldest first.
+    pub async fn applied_migrations(&self) -> StoreResult<Vec<i64>> {
+        sqlx::query_scalar::<Any, i64>(
+            "SELECT version FROM _sqlx_migrations WHERE success = TRUE ORDER BY version",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .map_err(StoreError::query("read applied migrations"))
+    }
+
+    /// Replaces the clock (tests move time instead of sleeping).
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Store {
+        self.clock = clock;
+        self
+    }
+
+    /// Replaces the retry delays.
+    pub fn with_backoff(mut self, backoff: Backoff) -> Store {
+        self.backoff = backoff;
+        self
+    }
+
+    /// Which engine this store runs on.
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    /// The URL it was opened with.
+    pub fn url(&self) -> &StoreUrl {
+        &self.url
+    }
+
+    /// Closes every connection (waits for queries in flight).
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+
+    pub(crate) async fn begin_write(&self) -> StoreResult<Transaction<'static, Any>> {
+        self.pool
+            .begin_with(self.backend.begin_write())
+            .await
+            .map_err(StoreError::query("begin a write transaction"))
+    }
+
+    pub(crate) fn now_ms(&self) -> i64 {
+        crate::clock::to_ms(self.clock.now())
+    }
+}

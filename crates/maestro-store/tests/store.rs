@@ -1,0 +1,576 @@
+//! The store's guarantees, on SQLite and on a real PostgreSQL cluster: migrations, the queue,
+//! races between workers, fencing, event uniqueness, and exactly-once schedule slots.
+// Test bodies are plain async functions run per backend, so unwrap is allowed file-wide.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::Db;
+use maestro_store::{
+    AuditAction, Backoff, Claimed, Classes, Clock, CommentKind, FailDisposition, JobId, JobQueue,
+    JobStatus, ManualClock, NewEvent, NewJob, NewSchedule, Outcome, SCHEMA_VERSION, Store,
+    StoreError,
+};
+use pretty_assertions::assert_eq;
+use serde_json::json;
+use sqlx::Connection;
+use time::OffsetDateTime;
+
+const LEASE: Duration = Duration::from_secs(30);
+
+fn event(seq: i64) -> NewEvent {
+    NewEvent {
+        seq,
+        kind: "tool_result".into(),
+        payload: json!({ "seq": seq }),
+    }
+}
+
+fn completed(result: serde_json::Value) -> Outcome {
+    Outcome {
+        status: JobStatus::Completed,
+        result: Some(result),
+        reason: None,
+    }
+}
+
+async fn submit(store: &Store, task: impl Into<String>, by: &str) -> JobId {
+    store
+        .submit(NewJob::new("default", task, by))
+        .await
+        .unwrap()
+}
+
+/// Claims any job with the default lease.
+async fn claim(store: &Store, worker: &str) -> Option<Claimed> {
+    store.claim(worker, &Classes::Any, LEASE).await.unwrap()
+}
+
+fn manual_clock() -> Arc<ManualClock> {
+    Arc::new(ManualClock::new(OffsetDateTime::now_utc()))
+}
+
+on_both_backends!(
+    migrations_are_idempotent,
+    an_old_database_upgrades_in_place,
+    submit_claim_finish,
+    two_workers_race_for_each_job_and_exactly_one_wins,
+    a_stale_worker_is_fenced_out_after_a_takeover,
+    a_rescue_past_max_attempts_fails_the_job,
+    events_are_unique_per_seq_and_batches_are_atomic,
+    a_schedule_slot_fires_once_across_connections,
+    retryable_failures_back_off_then_fail,
+    cancel_reaches_descendants_and_stops_the_worker,
+    comments_blobs_workers_and_audit,
+);
+
+async fn migrations_are_idempotent(db: Db) {
+    let first = db.open().await;
+    assert_eq!(first.applied_migrations().await.unwrap(), vec![1, 2]);
+    first.close().await;
+    let second = db.open().await;
+    second.migrate_to(SCHEMA_VERSION).await.unwrap();
+    assert_eq!(second.applied_migrations().await.unwrap(), vec![1, 2]);
+    submit(&second, "still works", "alice").await;
+    // A build that knows only version 1 refuses the newer database instead of using it.
+    let refused = second.migrate_to(1).await.unwrap_err().to_string();
+    assert!(refused.contains("migration 2"), "{refused}");
+}
+
+async fn an_old_database_upgrades_in_place(db: Db) {
+    // A database as version 1 left it, with rows written by version 1's columns.
+    let old = Store::connect(&db.url).await.unwrap();
+    old.migrate_to(1).await.unwrap();
+    assert_eq!(old.applied_migrations().await.unwrap(), vec![1]);
+    old.close().await;
+    let id = JobId::new();
+    let mut conn = sqlx::AnyConnection::connect(&db.raw_url()).await.unwrap();
+    sqlx::query::<sqlx::Any>(
+        "INSERT INTO jobs (id, piece, task, status, submitted_by, max_attempts, run_at, \
+         created_at, updated_at, result) VALUES ($1, 'default', 'old task', 'completed', 'bob', \
+         3, 1000, 1000, 2000, '{\"ok\":true}')",
+    )
+    .bind(id.to_string())
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    sqlx::query::<sqlx::Any>(
+        "INSERT INTO job_events (job_id, seq, fence, kind, payload, created_at) \
+         VALUES ($1, 1, 1, 'run_started', '{\"a\":1}', 1500)",
+    )
+    .bind(id.to_string())
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    conn.close().await.unwrap();
+
+    let store = db.open().await;
+    assert_eq!(store.applied_migrations().await.unwrap(), vec![1, 2]);
+    let job = store.job(id).await.unwrap().unwrap();
+    assert_eq!(
+        (job.task.as_str(), job.status, job.result, job.schedule_id),
+        (
+            "old task",
+            JobStatus::Completed,
+            Some(json!({"ok": true})),
+            None
+        )
+    );
+    let events = store.events(id, 0).await.unwrap();
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].payload, json!({"a": 1}));
+    // The tables version 2 added are there.
+    store
+        .add_comment(id, "bob", CommentKind::Note, "after the upgrade")
+        .await
+        .unwrap();
+}
+
+async fn submit_claim_finish(db: Db) {
+    let store = db.open().await;
+    let low = submit(&store, "low", "alice").await;
+    let high = store
+        .submit(NewJob {
+            priority: 5,
+            ..NewJob::new("default", "high", "alice")
+        })
+        .await
+        .unwrap();
+    let other_class = store
+        .submit(NewJob {
+            priority: 9,
+            task_class: "gpu".into(),
+            ..NewJob::new("default", "gpu", "alice")
+        })
+        .await
+        .unwrap();
+    let cpu = Classes::Only(vec!["default".into()]);
+
+    let first = store.claim("w1", &cpu, LEASE).await.unwrap().unwrap();
+    assert_eq!((first.job.id, first.job.status), (high, JobStatus::Running));
+    assert_eq!((first.lease.fence, first.job.attempts), (1, 1));
+    assert_eq!(first.job.lease_owner.as_deref(), Some("w1"));
+    let second = store.claim("w1", &cpu, LEASE).await.unwrap().unwrap();
+    assert_eq!(second.job.id, low);
+    assert!(store.claim("w1", &cpu, LEASE).await.unwrap().is_none());
+    let gpu = claim(&store, "w2").await.unwrap();
+    assert_eq!(gpu.job.id, other_class);
+
+    let renewed = store
+        .heartbeat(&first.lease, Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert!(renewed.expires_at > first.lease.expires_at);
+    store
+        .append_events(&renewed, &[event(1), event(2)])
+        .await
+        .unwrap();
+    store
+        .finish(&renewed, completed(json!("done")))
+        .await
+        .unwrap();
+    let job = store.job(high).await.unwrap().unwrap();
+    assert_eq!(
+        (
+            job.status,
+            job.result,
+            job.lease_owner,
+            job.lease_expires_at
+        ),
+        (JobStatus::Completed, Some(json!("done")), None, None)
+    );
+    // A finished job is never claimed again.
+    store
+        .finish(&second.lease, completed(json!(1)))
+        .await
+        .unwrap();
+    store.finish(&gpu.lease, completed(json!(2))).await.unwrap();
+    assert!(claim(&store, "w1").await.is_none());
+    assert_eq!(
+        store.jobs(Some(JobStatus::Completed)).await.unwrap().len(),
+        3
+    );
+    let audit: Vec<_> = store
+        .audit_log(Some(high))
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| (e.actor, e.action))
+        .collect();
+    assert_eq!(audit, vec![("alice".to_string(), AuditAction::Submit)]);
+    // Finishing as a status the worker may not set is refused.
+    let next = submit(&store, "x", "alice").await;
+    let claimed = claim(&store, "w1").await.unwrap();
+    assert_eq!(claimed.job.id, next);
+    let refused = store
+        .finish(
+            &claimed.lease,
+            Outcome {
+                status: JobStatus::Cancelled,
+                result: None,
+                reason: None,
+            },
+        )
+        .await;
+    assert!(matches!(refused, Err(StoreError::InvalidTransition { .. })));
+}
+
+async fn two_workers_race_for_each_job_and_exactly_one_wins(db: Db) {
+    // Two stores: two pools, so the claims really run on separate connections at once.
+    let a = db.open().await;
+    let b = db.open().await;
+    for round in 0..25 {
+        let id = submit(&a, format!("job {round}"), "alice").await;
+        let (ra, rb) = tokio::join!(
+            a.claim("a", &Classes::Any, LEASE),
+            b.claim("b", &Classes::Any, LEASE)
+        );
+        let winners: Vec<_> = [ra.unwrap(), rb.unwrap()].into_iter().flatten().collect();
+        assert_eq!(winners.len(), 1, "round {round}: {winners:?}");
+        assert_eq!((winners[0].job.id, winners[0].lease.fence), (id, 1));
+        a.finish(&winners[0].lease, completed(json!(round)))
+            .await
+            .unwrap();
+    }
+}
+
+async fn a_stale_worker_is_fenced_out_after_a_takeover(db: Db) {
+    let clock = manual_clock();
+    let store = db.open().await.with_clock(clock.clone());
+    let id = submit(&store, "slow", "alice").await;
+    let slow = store
+        .claim("slow", &Classes::Any, Duration::from_secs(5))
+        .await
+        .unwrap()
+        .unwrap();
+    store.append_events(&slow.lease, &[event(1)]).await.unwrap();
+    // Nobody else may take a live lease.
+    assert!(claim(&store, "fast").await.is_none());
+
+    clock.advance(Duration::from_secs(6));
+    let fast = claim(&store, "fast").await.unwrap();
+    assert_eq!(
+        (fast.job.id, fast.lease.fence, fast.job.attempts),
+        (id, 2, 2)
+    );
+
+    let lost = |r: Result<_, StoreError>| match r {
+        Err(StoreError::LeaseLost {
+            job,
+            held,
+            current,
+            status,
+        }) => (job, held, current, status),
+        other => panic!("expected LeaseLost, got {other:?}"),
+    };
+    let expected = (id, 1, 2, JobStatus::Running);
+    assert_eq!(
+        lost(store.append_events(&slow.lease, &[event(2)]).await),
+        expected
+    );
+    assert_eq!(
+        lost(store.heartbeat(&slow.lease, LEASE).await.map(|_| ())),
+        expected
+    );
+    assert_eq!(
+        lost(store.finish(&slow.lease, completed(json!("stale"))).await),
+        expected
+    );
+    assert_eq!(
+        lost(store.fail(&slow.lease, "stale").await.map(|_| ())),
+        expected
+    );
+    assert_eq!(lost(store.release(&slow.lease).await), expected);
+
+    store.append_events(&fast.lease, &[event(2)]).await.unwrap();
+    store
+        .finish(&fast.lease, completed(json!("fast")))
+        .await
+        .unwrap();
+    let events = store.events(id, 0).await.unwrap();
+    let written: Vec<_> = events.iter().map(|e| (e.seq, e.fence)).collect();
+    assert_eq!(written, vec![(1, 1), (2, 2)]);
+    assert_eq!(
+        store.job(id).await.unwrap().unwrap().result,
+        Some(json!("fast"))
+    );
+}
+
+async fn a_rescue_past_max_attempts_fails_the_job(db: Db) {
+    let clock = manual_clock();
+    let store = db.open().await.with_clock(clock.clone());
+    let id = store
+        .submit(NewJob {
+            max_attempts: 2,
+            ..NewJob::new("default", "crashes", "alice")
+        })
+        .await
+        .unwrap();
+    for attempt in 1..=2 {
+        let claimed = claim(&store, "w").await.unwrap();
+        assert_eq!(claimed.job.attempts, attempt);
+        clock.advance(LEASE + Duration::from_secs(1));
+    }
+    assert!(claim(&store, "w").await.is_none());
+    let job = store.job(id).await.unwrap().unwrap();
+    assert_eq!(job.status, JobStatus::Failed);
+    assert!(job.reason.unwrap().contains("stopped renewing its lease"));
+}
+
+async fn events_are_unique_per_seq_and_batches_are_atomic(db: Db) {
+    let store = db.open().await;
+    let id = submit(&store, "t", "alice").await;
+    let lease = claim(&store, "w").await.unwrap().lease;
+    store
+        .append_events(&lease, &[event(1), event(2)])
+        .await
+        .unwrap();
+    let replayed = store.append_events(&lease, &[event(2)]).await;
+    assert!(
+        matches!(replayed, Err(StoreError::EventExists { job, seq: 2 }) if job == id),
+        "{replayed:?}"
+    );
+    let batch = store
+        .append_events(&lease, &[event(3), event(4), event(1)])
+        .await;
+    assert!(
+        matches!(batch, Err(StoreError::EventExists { seq: 1, .. })),
+        "{batch:?}"
+    );
+    let seqs: Vec<_> = store
+        .events(id, 0)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.seq)
+        .collect();
+    assert_eq!(seqs, vec![1, 2]);
+    let after: Vec<_> = store
+        .events(id, 1)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.seq)
+        .collect();
+    assert_eq!(after, vec![2]);
+    store.append_events(&lease, &[event(3)]).await.unwrap();
+}
+
+async fn a_schedule_slot_fires_once_across_connections(db: Db) {
+    let a = db.open().await;
+    let b = db.open().await;
+    let schedule = a
+        .add_schedule(&NewSchedule {
+            piece: "report".into(),
+            task: "daily report".into(),
+            spec: "daily 09:00".into(),
+            tz: "UTC".into(),
+            misfire: "skip".into(),
+            created_by: "alice".into(),
+        })
+        .await
+        .unwrap();
+    let job = NewJob::new("report", "daily report", "scheduler");
+    for day in 0..10 {
+        let slot = OffsetDateTime::UNIX_EPOCH + time::Duration::days(20_000 + day);
+        let (fa, fb) = tokio::join!(
+            a.fire_slot(&schedule, slot, &job),
+            b.fire_slot(&schedule, slot, &job)
+        );
+        let fired: Vec<_> = [fa.unwrap(), fb.unwrap()].into_iter().flatten().collect();
+        assert_eq!(fired.len(), 1, "slot {slot}: {fired:?}");
+        let created = a.job(fired[0]).await.unwrap().unwrap();
+        assert_eq!(
+            (created.schedule_id.as_deref(), created.scheduled_for),
+            (Some(schedule.as_str()), Some(slot))
+        );
+    }
+    assert_eq!(a.fired_slots(&schedule).await.unwrap(), 10);
+    assert_eq!(a.jobs(Some(JobStatus::Queued)).await.unwrap().len(), 10);
+    // The database itself refuses a second row for a slot, whoever writes it.
+    let mut conn = sqlx::AnyConnection::connect(&db.raw_url()).await.unwrap();
+    let slot_ms =
+        (OffsetDateTime::UNIX_EPOCH + time::Duration::days(20_000)).unix_timestamp() * 1000;
+    let duplicate = sqlx::query::<sqlx::Any>(
+        "INSERT INTO schedule_fires (schedule_id, slot_time, fired_at) VALUES ($1, $2, 0)",
+    )
+    .bind(schedule.clone())
+    .bind(slot_ms)
+    .execute(&mut conn)
+    .await;
+    match duplicate {
+        Err(sqlx::Error::Database(e)) => assert!(e.is_unique_violation(), "{e}"),
+        other => panic!("expected a unique violation, got {other:?}"),
+    }
+}
+
+async fn retryable_failures_back_off_then_fail(db: Db) {
+    let clock = manual_clock();
+    let store = db
+        .open()
+        .await
+        .with_clock(clock.clone())
+        .with_backoff(Backoff {
+            base: Duration::from_secs(10),
+            cap: Duration::from_secs(15),
+        });
+    let id = store
+        .submit(NewJob {
+            max_attempts: 3,
+            ..NewJob::new("default", "flaky endpoint", "alice")
+        })
+        .await
+        .unwrap();
+    let mut delays = Vec::new();
+    for _ in 0..2 {
+        let claimed = claim(&store, "w").await.unwrap();
+        let FailDisposition::Requeued { run_at } = store
+            .fail(&claimed.lease, "endpoint unreachable")
+            .await
+            .unwrap()
+        else {
+            panic!("requeue expected before max_attempts");
+        };
+        let delay = run_at - clock.now();
+        delays.push(delay);
+        // Not claimable before its backoff has passed.
+        assert!(claim(&store, "w").await.is_none());
+        clock.advance(Duration::from_secs(16));
+    }
+    // 10 s then min(20 s, cap 15 s), each scaled by a jitter in [0.5, 1].
+    assert!(delays[0] >= time::Duration::seconds(5) && delays[0] <= time::Duration::seconds(10));
+    assert!(
+        delays[1] >= time::Duration::milliseconds(7500) && delays[1] <= time::Duration::seconds(15)
+    );
+    let last = claim(&store, "w").await.unwrap();
+    assert_eq!(last.job.attempts, 3);
+    assert_eq!(
+        store
+            .fail(&last.lease, "endpoint unreachable")
+            .await
+            .unwrap(),
+        FailDisposition::Failed
+    );
+    let job = store.job(id).await.unwrap().unwrap();
+    assert_eq!(
+        (job.status, job.reason.as_deref()),
+        (JobStatus::Failed, Some("endpoint unreachable"))
+    );
+}
+
+async fn cancel_reaches_descendants_and_stops_the_worker(db: Db) {
+    let store = db.open().await;
+    let parent = submit(&store, "parent", "alice").await;
+    let running = claim(&store, "w").await.unwrap();
+    let child = store
+        .submit(NewJob {
+            parent_id: Some(parent),
+            ..NewJob::new("default", "child", "w")
+        })
+        .await
+        .unwrap();
+    let grandchild = store
+        .submit(NewJob {
+            parent_id: Some(child),
+            ..NewJob::new("default", "grandchild", "w")
+        })
+        .await
+        .unwrap();
+    let unrelated = submit(&store, "other", "bob").await;
+
+    let mut expected = vec![parent, child, grandchild];
+    expected.sort();
+    assert_eq!(store.cancel(parent, "carol").await.unwrap(), expected);
+    let refused = store.append_events(&running.lease, &[event(1)]).await;
+    assert!(
+        matches!(refused, Err(StoreError::JobCancelled(id)) if id == parent),
+        "{refused:?}"
+    );
+    assert!(matches!(
+        store.cancel(parent, "carol").await,
+        Err(StoreError::InvalidTransition { .. })
+    ));
+    assert_eq!(
+        store.job(unrelated).await.unwrap().unwrap().status,
+        JobStatus::Queued
+    );
+    let next = claim(&store, "w").await.unwrap();
+    assert_eq!(next.job.id, unrelated);
+    let audit: Vec<_> = store
+        .audit_log(Some(parent))
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| (e.actor, e.action))
+        .collect();
+    assert_eq!(
+        audit,
+        vec![
+            ("alice".to_string(), AuditAction::Submit),
+            ("carol".to_string(), AuditAction::Cancel)
+        ]
+    );
+}
+
+async fn comments_blobs_workers_and_audit(db: Db) {
+    let store = db.open().await;
+    let id = submit(&store, "asks", "alice").await;
+    store
+        .add_comment(id, "run", CommentKind::Question, "Which branch?")
+        .await
+        .unwrap();
+    store
+        .add_comment(id, "alice", CommentKind::Answer, "main")
+        .await
+        .unwrap();
+    let comments: Vec<_> = store
+        .comments(id)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|c| (c.author, c.kind, c.body))
+        .collect();
+    assert_eq!(
+        comments,
+        vec![
+            ("run".into(), CommentKind::Question, "Which branch?".into()),
+            ("alice".into(), CommentKind::Answer, "main".into())
+        ]
+    );
+    let actions: Vec<_> = store
+        .audit_log(Some(id))
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.action)
+        .collect();
+    assert_eq!(actions, vec![AuditAction::Submit, AuditAction::Answer]);
+
+    let big = vec![7u8; 300_000];
+    let hash = store.put_blob(&big).await.unwrap();
+    assert_eq!(store.put_blob(&big).await.unwrap(), hash);
+    assert_eq!(store.blob(&hash).await.unwrap(), Some(big));
+    assert_eq!(store.blob("0000").await.unwrap(), None);
+
+    let worker = maestro_store::WorkerInfo {
+        id: "w-1".into(),
+        name: "builder".into(),
+        profile: "default".into(),
+        task_classes: vec!["default".into(), "gpu".into()],
+        host: "node-a".into(),
+        pid: 42,
+        started_at: OffsetDateTime::UNIX_EPOCH + time::Duration::days(20_000),
+        heartbeat_at: OffsetDateTime::UNIX_EPOCH,
+    };
+    store.register_worker(&worker).await.unwrap();
+    store.worker_heartbeat("w-1").await.unwrap();
+    let live = store.live_workers(Duration::from_secs(60)).await.unwrap();
+    assert_eq!(live.len(), 1);
+    assert_eq!(
+        (&live[0].name, &live[0].task_classes, live[0].started_at),
+        (&worker.name, &worker.task_classes, worker.started_at)
+    );
+}

@@ -1,14 +1,12 @@
 //! The MCP hub: connects to every configured server, lists their tools, and answers whether the
 //! servers a piece requires are up.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::process::Stdio;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use maestro_protocol::Secret;
 use rmcp::ServiceExt;
-use rmcp::service::{RoleClient, RunningService};
 use rmcp::transport::TokioChildProcess;
 use rmcp::transport::streamable_http_client::{
     StreamableHttpClientTransport, StreamableHttpClientTransportConfig,
@@ -16,6 +14,7 @@ use rmcp::transport::streamable_http_client::{
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 use super::config::{McpConfig, McpServer, check_slug};
+use super::connection::{Connection, StderrTail};
 use super::tool::McpTool;
 use crate::Tool;
 
@@ -54,38 +53,9 @@ pub enum McpError {
     Unavailable { server: String, reason: String },
 }
 
-/// A connected server.
-pub(crate) struct Connection {
-    pub(crate) slug: String,
-    pub(crate) client: RunningService<RoleClient, ()>,
-    pub(crate) tools: Vec<rmcp::model::Tool>,
-    stderr: StderrTail,
-}
-
 enum ServerState {
     Up(Arc<Connection>),
     Down(String),
-}
-
-/// The last lines a stdio server wrote to stderr, for error messages, with the server's
-/// configured secrets (its `env` values) blanked out.
-#[derive(Clone, Default)]
-struct StderrTail(Arc<Mutex<VecDeque<String>>>, Arc<Vec<Secret>>);
-
-impl StderrTail {
-    fn text(&self) -> String {
-        self.0
-            .lock()
-            .map(|lines| lines.iter().cloned().collect::<Vec<_>>().join("\n"))
-            .unwrap_or_default()
-    }
-
-    fn with_reason(&self, reason: String) -> String {
-        match self.text() {
-            tail if tail.trim().is_empty() => reason,
-            tail => format!("{reason}; its stderr ends with:\n{tail}"),
-        }
-    }
 }
 
 /// Every configured MCP server, connected (or with the reason it is not).

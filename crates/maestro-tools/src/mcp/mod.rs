@@ -3,6 +3,7 @@
 //! `mcp__<server>__<tool>`, and checks a piece's `required_mcp` servers before a run starts.
 
 mod config;
+mod connection;
 mod hub;
 mod tool;
 

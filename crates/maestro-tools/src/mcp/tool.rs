@@ -6,7 +6,7 @@ use std::time::Duration;
 use maestro_protocol::ToolSpec;
 use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock, ResourceContents};
 
-use super::hub::Connection;
+use super::connection::Connection;
 use crate::{BoxFuture, Tool, ToolContext, ToolOutput};
 
 /// Characters of tool output handed back to the model.

@@ -396,7 +396,7 @@ fn report_names_must_be_plain_file_names() {
         errors(&edit(PIECE, "- name: scope.md", "- name: ../escape.md")),
         vec![f(
             "movements[0].output_contracts.report[0].name",
-            32,
+            22,
             &message("../escape.md")
         )]
     );
@@ -408,7 +408,7 @@ fn report_names_must_be_plain_file_names() {
         )),
         vec![f(
             "movements[0].output_contracts.report[1].Summary",
-            35,
+            25,
             &message("sub/summary.md")
         )]
     );
@@ -421,12 +421,12 @@ fn report_names_must_be_plain_file_names() {
         vec![
             f(
                 "movements[0].output_contracts.report[1]",
-                35,
+                25,
                 &message("..")
             ),
             f(
                 "movements[0].output_contracts.report[2]",
-                36,
+                26,
                 &message("/etc/cron.d/x")
             ),
         ]

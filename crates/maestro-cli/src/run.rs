@@ -5,7 +5,7 @@ use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use anyhow::{Context, anyhow, bail};
+use anyhow::{anyhow, bail};
 use maestro_config::{Config, LoadFrom};
 use maestro_engine::{
     Engine, EventRecord, EventSink, JsonlSink, PieceSummary, RunEvent, RunRecord, classify,
@@ -78,11 +78,9 @@ enum ToolModeArg {
 }
 
 pub fn run(args: Args) -> anyhow::Result<u8> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
-    runtime.block_on(run_async(args))
+    // The run record is flushed when `run_async` returns; a tool thread still stuck in a system
+    // call must not hold the process after that.
+    crate::tools::block_on(run_async(args))?
 }
 
 /// The configuration files and environment, with this command's flags on top.

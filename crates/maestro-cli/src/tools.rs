@@ -27,7 +27,7 @@ pub enum Command {
     },
     /// Call one tool and print `{"ok":bool,"output":...,"error":...}`. Exit code 0 when the
     /// tool succeeded, 1 when it failed, 2 on usage errors.
-    Call(CallArgs),
+    Call(Box<CallArgs>),
 }
 
 #[derive(Debug, clap::Args)]
@@ -66,6 +66,10 @@ pub struct CallArgs {
     /// JSON file holding the run scratch (checklist); read before and written after the call.
     #[arg(long)]
     pub scratch: Option<PathBuf>,
+    /// Stop the call after this many seconds (default: `tools.call_timeout_ms`, 120 s; Bash
+    /// keeps its own limit when that is shorter).
+    #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub timeout: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -88,13 +92,23 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .context("cannot start the async runtime")
 }
 
+/// Runs `work` to completion, then stops the runtime without waiting for blocking threads: a
+/// thread stuck in a system call (a tool that timed out) must not keep the process alive once
+/// the answer is known. Such threads end with the process.
+pub(crate) fn block_on<T>(work: impl std::future::Future<Output = T>) -> anyhow::Result<T> {
+    let runtime = runtime()?;
+    let out = runtime.block_on(work);
+    runtime.shutdown_timeout(std::time::Duration::from_millis(100));
+    Ok(out)
+}
+
 pub fn run(cmd: Command) -> anyhow::Result<u8> {
     match cmd {
         Command::List { json, config } => {
             let config = load_config(config)?;
-            runtime()?.block_on(list(&config, json))
+            block_on(list(&config, json))?
         }
-        Command::Call(args) => call(args),
+        Command::Call(args) => call(*args),
     }
 }
 
@@ -155,6 +169,13 @@ fn call(args: CallArgs) -> anyhow::Result<u8> {
     if !args.skills_dir.is_empty() {
         config.tools.skills_dirs = args.skills_dir.clone();
     }
+    if let Some(secs) = args.timeout {
+        let limit = std::time::Duration::from_secs(secs);
+        let tools = &mut config.tools;
+        tools.call_timeout = limit;
+        tools.bash_max_timeout = tools.bash_max_timeout.min(limit);
+        tools.bash_default_timeout = tools.bash_default_timeout.min(limit);
+    }
     let scratch = Arc::new(Mutex::new(scratch));
     let ctx = ToolContext {
         workspace: args.workspace.clone(),
@@ -167,7 +188,7 @@ fn call(args: CallArgs) -> anyhow::Result<u8> {
     // Calling a tool by hand offers it (and nothing else): the permissions under test are the
     // edit flag and the allowlists. Only the MCP server the tool belongs to is started.
     let allowed = vec![args.tool.clone()];
-    let output = runtime()?.block_on(async {
+    let output = block_on(async {
         let toolbox = Toolbox::build(&config, &McpSelection::for_tool(&args.tool)).await?;
         let server = config
             .mcp
@@ -185,7 +206,7 @@ fn call(args: CallArgs) -> anyhow::Result<u8> {
         };
         toolbox.shutdown().await;
         Ok::<_, anyhow::Error>(output)
-    })?;
+    })??;
     if let Some(path) = &args.scratch {
         let state = scratch.lock().map(|s| s.clone()).unwrap_or_default();
         std::fs::write(path, serde_json::to_string_pretty(&state)?)

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use maestro_llm::{ChatRequest, ChatResponse, LlmError, Message, ResponseSchema, StreamEvent};
 use maestro_piece::Movement;
 use maestro_protocol::{RunStatus, ToolCall, ToolSpec};
+use maestro_tools::regular_file::{self, Access, Create};
 use maestro_tools::{ToolContext, ToolOutput};
 
 use crate::context::ContextMeter;
@@ -370,15 +371,18 @@ impl<'a> Agent<'a> {
     }
 
     fn write_report(&mut self, name: &str, content: &str) -> Result<ToolOutput, EngineError> {
-        if name.contains(['/', '\\']) || name.starts_with('.') {
+        if name.contains(['/', '\\', '\0']) || name.starts_with('.') {
             return Ok(ToolOutput::error(format!(
                 "`{name}` is not a plain file name"
             )));
         }
         let path = self.run.record.reports_dir().join(name);
-        if let Err(e) = std::fs::write(&path, content) {
+        // The report directory can lie inside the workspace: a link or FIFO planted there by a
+        // command is refused rather than followed or blocked on.
+        if let Err(e) = regular_file::write(&path, content.as_bytes(), Create::OrTruncate) {
             return Ok(ToolOutput::error(format!(
-                "cannot write report `{name}`: {e}"
+                "cannot write report: {}",
+                e.explain(name, "write_report", Access::Write)
             )));
         }
         self.run.emit(RunEvent::ReportWritten {

@@ -24,7 +24,7 @@ pub(crate) fn first_messages(piece: &Piece, state: &RunState, visit: &Visit<'_>)
         .reports
         .iter()
         .filter_map(|(name, path)| {
-            std::fs::read_to_string(path)
+            maestro_tools::regular_file::read_to_string(std::path::Path::new(path))
                 .ok()
                 .map(|text| (name.clone(), text))
         })

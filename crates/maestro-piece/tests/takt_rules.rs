@@ -384,3 +384,51 @@ fn parallel_movements_cannot_nest() {
         )]
     );
 }
+
+#[test]
+fn report_names_must_be_plain_file_names() {
+    let message = |name: &str| {
+        format!(
+            "report name `{name}` must be a plain file name inside the report directory (no `/`, `\\` or leading `.`, so no `..`); use e.g. `plan.md`"
+        )
+    };
+    assert_eq!(
+        errors(&edit(PIECE, "- name: scope.md", "- name: ../escape.md")),
+        vec![f(
+            "movements[0].output_contracts.report[0].name",
+            22,
+            &message("../escape.md")
+        )]
+    );
+    assert_eq!(
+        errors(&edit(
+            PIECE,
+            "- Summary: summary.md",
+            "- Summary: sub/summary.md"
+        )),
+        vec![f(
+            "movements[0].output_contracts.report[1].Summary",
+            25,
+            &message("sub/summary.md")
+        )]
+    );
+    assert_eq!(
+        errors(&edit(
+            PIECE,
+            "- Summary: summary.md",
+            "- ..\n        - /etc/cron.d/x"
+        )),
+        vec![
+            f(
+                "movements[0].output_contracts.report[1]",
+                25,
+                &message("..")
+            ),
+            f(
+                "movements[0].output_contracts.report[2]",
+                26,
+                &message("/etc/cron.d/x")
+            ),
+        ]
+    );
+}

@@ -1,7 +1,8 @@
 //! `SQLite`: one SQL statement against a database file inside the workspace. Read-only (the file
-//! opened read-only and `query_only` set) unless the movement may edit and the file lies in a
+//! opened with `mode=ro`, `immutable=1` where it can be, and `query_only` set) unless the movement may edit and the file lies in a
 //! writable directory. `ATTACH` and `VACUUM` are refused: they would reach files outside.
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,8 +15,9 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::config::ToolsConfig;
-use crate::core::{blocking, open_workspace};
+use crate::core::{blocking, off_runtime, open_workspace};
 use crate::input::{capped, parse_input, spec_for};
+use crate::regular_file::{self, Access, OpenError};
 use crate::{BoxFuture, Tool, ToolContext, ToolOutput};
 
 /// Most rows one query returns.
@@ -63,30 +65,31 @@ impl Tool for SqliteTool {
                 && ws
                     .resolve_writable(&input.database, &self.config.writable_dirs)
                     .is_ok();
-            if !writable && !path.abs.is_file() {
-                return ToolOutput::error(format!(
-                    "`{}` does not exist{}",
-                    path.display(),
-                    if ctx.edit {
-                        " (new databases can be created only in the writable directories)"
-                    } else {
-                        ""
-                    }
-                ));
+            let db_path = path.abs.clone();
+            match off_runtime(move || check_database_files(&db_path)).await {
+                Ok(()) => {}
+                Err(OpenError::NotFound) if writable => {}
+                Err(OpenError::NotFound) => {
+                    return ToolOutput::error(format!(
+                        "`{}` does not exist{}",
+                        path.display(),
+                        if ctx.edit {
+                            " (new databases can be created only in the writable directories)"
+                        } else {
+                            ""
+                        }
+                    ));
+                }
+                Err(e) => {
+                    return ToolOutput::error(e.explain(&path.display(), "SQLite", Access::Read));
+                }
             }
             if first_keyword(&input.query).eq_ignore_ascii_case("vacuum") {
                 return ToolOutput::error(
                     "VACUUM is not available (it can write files outside the workspace)",
                 );
             }
-            let flags = if writable {
-                OpenFlags::SQLITE_OPEN_READ_WRITE
-                    | OpenFlags::SQLITE_OPEN_CREATE
-                    | OpenFlags::SQLITE_OPEN_NO_MUTEX
-            } else {
-                OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX
-            };
-            let conn = match open(&path.abs, flags, writable) {
+            let conn = match open(&path.abs, writable) {
                 Ok(c) => c,
                 Err(e) => {
                     return ToolOutput::error(format!(
@@ -118,8 +121,37 @@ impl Tool for SqliteTool {
     }
 }
 
-fn open(path: &std::path::Path, flags: OpenFlags, writable: bool) -> rusqlite::Result<Connection> {
-    let conn = Connection::open_with_flags(path, flags)?;
+/// The database and the files SQLite keeps beside it must be regular files: SQLite opens them
+/// with blocking calls, so a FIFO planted as `data.db-wal` would hang the call.
+fn check_database_files(db: &Path) -> Result<(), OpenError> {
+    regular_file::open_read(db)?;
+    for suffix in ["-wal", "-shm", "-journal"] {
+        match regular_file::open_read(&companion(db, suffix)) {
+            Ok(_) | Err(OpenError::NotFound) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Opens the database. Read-only databases are opened through a URI with `mode=ro`, and with
+/// `immutable=1` when no write-ahead log holds pending changes, so SQLite takes no locks and
+/// creates no `-wal`, `-shm` or `-journal` file next to it (in `input/`, say).
+fn open(path: &Path, writable: bool) -> rusqlite::Result<Connection> {
+    let conn = if writable {
+        Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE
+                | OpenFlags::SQLITE_OPEN_CREATE
+                | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )?
+    } else if std::fs::symlink_metadata(companion(path, "-wal")).is_ok_and(|m| m.len() > 0) {
+        // Changes still in the log (a writer is open, or crashed). Reading them needs the
+        // `-shm` index, which SQLite would create here: read a checkpointed copy instead.
+        open_snapshot(path)?
+    } else {
+        open_immutable(path)?
+    };
     conn.set_limit(rusqlite::limits::Limit::SQLITE_LIMIT_ATTACHED, 0)?;
     if !writable {
         conn.pragma_update(None, "query_only", true)?;
@@ -144,6 +176,59 @@ fn open(path: &std::path::Path, flags: OpenFlags, writable: bool) -> rusqlite::R
         _ => Authorization::Allow,
     }))?;
     Ok(conn)
+}
+
+fn companion(db: &Path, suffix: &str) -> PathBuf {
+    let mut name = db.as_os_str().to_owned();
+    name.push(suffix);
+    PathBuf::from(name)
+}
+
+fn open_immutable(path: &Path) -> rusqlite::Result<Connection> {
+    Connection::open_with_flags(
+        format!("file:{}?mode=ro&immutable=1", uri_path(path)),
+        OpenFlags::SQLITE_OPEN_READ_ONLY
+            | OpenFlags::SQLITE_OPEN_URI
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+}
+
+/// Copies the database and its log to a private directory, folds the log in there, and opens
+/// the copy immutably; the copy is removed at once (the open connection keeps reading it).
+fn open_snapshot(path: &Path) -> rusqlite::Result<Connection> {
+    let io = |e: std::io::Error| rusqlite::Error::ToSqlConversionFailure(Box::new(e));
+    let dir = std::env::temp_dir().join(format!("maestro-sqlite-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir(&dir).map_err(io)?;
+    let copy = dir.join("db");
+    let result = (|| {
+        for suffix in ["", "-wal"] {
+            let bytes = regular_file::read(&companion(path, suffix))
+                .map_err(|e| io(std::io::Error::other(e)))?;
+            std::fs::write(companion(&copy, suffix), bytes).map_err(io)?;
+        }
+        let writer = Connection::open(&copy)?;
+        writer.pragma_update(None, "journal_mode", "DELETE")?;
+        drop(writer);
+        open_immutable(&copy)
+    })();
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}
+
+/// `path` percent-encoded for a `file:` URI (everything but unreserved characters and `/`).
+fn uri_path(path: &Path) -> String {
+    use std::os::unix::ffi::OsStrExt as _;
+    path.as_os_str()
+        .as_bytes()
+        .iter()
+        .map(|&b| {
+            if b.is_ascii_alphanumeric() || matches!(b, b'/' | b'-' | b'_' | b'.' | b'~') {
+                char::from(b).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
 }
 
 fn first_keyword(sql: &str) -> &str {

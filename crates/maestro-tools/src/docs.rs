@@ -9,7 +9,9 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::config::ToolsConfig;
+use crate::core::off_runtime;
 use crate::input::{capped, parse_input, spec_for};
+use crate::regular_file::{self, Access, OpenError};
 use crate::{BoxFuture, Tool, ToolContext, ToolOutput};
 
 include!(concat!(env!("OUT_DIR"), "/tool_docs.rs"));
@@ -54,11 +56,20 @@ impl Tool for ReadToolDocTool {
             };
             if let Some(dir) = &self.config.docs_dir {
                 let name = input.tool.trim();
-                if !name.is_empty()
-                    && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-                    && let Ok(doc) = tokio::fs::read_to_string(dir.join(format!("{name}.md"))).await
-                {
-                    return capped(doc, self.config.output_cap_bytes);
+                if !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+                    let file = dir.join(format!("{name}.md"));
+                    // Only a regular file in the docs directory itself: never through a link.
+                    match off_runtime(move || regular_file::read_to_string(&file)).await {
+                        Ok(doc) => return capped(doc, self.config.output_cap_bytes),
+                        Err(OpenError::NotFound) => {}
+                        Err(e) => {
+                            return ToolOutput::error(e.explain(
+                                &format!("{name}.md"),
+                                "ReadToolDoc",
+                                Access::Read,
+                            ));
+                        }
+                    }
                 }
             }
             match tool_doc(input.tool.trim()) {

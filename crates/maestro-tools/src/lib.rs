@@ -14,6 +14,7 @@ pub mod input;
 pub mod mcp;
 pub mod pieces;
 mod registry;
+pub mod regular_file;
 pub mod sandbox;
 pub mod skills;
 pub mod ssh;

@@ -15,6 +15,7 @@ use serde_json::Value;
 use crate::config::ToolsConfig;
 use crate::core::blocking;
 use crate::input::{capped, parse_input, spec_for};
+use crate::regular_file::{self, Access, Create, FileKind, OpenError};
 use crate::{BoxFuture, Tool, ToolContext, ToolOutput};
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -118,7 +119,10 @@ fn catalogue(
     let mut out = Vec::new();
     for dir in dirs(config) {
         for file in discover(dir) {
-            let loaded = load_file(&file, &LoadOptions::default());
+            let loaded = match confined(dir, &file) {
+                Ok(()) => load_file(&file, &LoadOptions::default()),
+                Err(e) => Err(refused(&file, &e)),
+            };
             let name = match &loaded {
                 Ok(l) => l.piece.name.clone(),
                 Err(_) => file
@@ -163,10 +167,20 @@ fn get(config: &ToolsConfig, name: &str) -> ToolOutput {
     }
     let catalogue = catalogue(config);
     match catalogue.iter().find(|(n, _, _)| n == name) {
-        Some((_, file, _)) => match std::fs::read_to_string(file) {
-            Ok(source) => capped(source, config.output_cap_bytes),
-            Err(e) => ToolOutput::error(format!("cannot read piece `{name}`: {e}")),
-        },
+        Some((_, file, _)) => {
+            let read = dirs(config)
+                .into_iter()
+                .find(|dir| file.starts_with(dir))
+                .map_or(Ok(()), |dir| confined(dir, file))
+                .and_then(|()| regular_file::read_to_string(file));
+            match read {
+                Ok(source) => capped(source, config.output_cap_bytes),
+                Err(e) => ToolOutput::error(format!(
+                    "cannot read piece `{name}`: {}",
+                    e.explain(&shown(file), "GetPiece", Access::Read)
+                )),
+            }
+        }
         None => ToolOutput::error(format!(
             "no piece named `{name}`; available: {}",
             catalogue
@@ -243,10 +257,20 @@ fn save(config: &ToolsConfig, input: &PieceSourceInput, creating: bool) -> ToolO
             loaded.piece.name
         ));
     }
-    if let Err(e) =
-        std::fs::create_dir_all(dir).and_then(|()| std::fs::write(&target, &input.content))
-    {
-        return ToolOutput::error(format!("cannot write `{}`: {e}", target.display()));
+    let (tool, create) = if creating {
+        ("CreatePiece", Create::New)
+    } else {
+        ("UpdatePiece", Create::OrTruncate)
+    };
+    let written = std::fs::create_dir_all(dir)
+        .map_err(OpenError::Io)
+        .and_then(|()| confined(dir, &target))
+        .and_then(|()| regular_file::write(&target, input.content.as_bytes(), create));
+    if let Err(e) = written {
+        return ToolOutput::error(format!(
+            "nothing was saved: {}",
+            e.explain(&shown(&target), tool, Access::Write)
+        ));
     }
     let mut out = format!(
         "{} piece `{name}` ({} movements)\n",
@@ -258,6 +282,40 @@ fn save(config: &ToolsConfig, input: &PieceSourceInput, creating: bool) -> ToolO
         out.push_str(&render(&loaded.warnings, &origin));
     }
     ToolOutput::ok(out)
+}
+
+/// Pieces are read and written only as regular files whose directory, resolved, lies inside
+/// the pieces directory: a symlink there must not carry a read or write elsewhere.
+fn confined(dir: &Path, file: &Path) -> Result<(), OpenError> {
+    regular_file::ensure_inside(dir, file)?;
+    match std::fs::symlink_metadata(file).map(|m| FileKind::of(m.file_type())) {
+        Ok(FileKind::Regular) | Err(_) => Ok(()),
+        Ok(kind) => Err(OpenError::NotRegular { kind }),
+    }
+}
+
+/// A piece file that was not loaded because [`confined`] refused it, as a load failure.
+fn refused(file: &Path, e: &OpenError) -> maestro_piece::Failed {
+    maestro_piece::Failed {
+        dialect: None,
+        errors: vec![Diagnostic {
+            severity: maestro_piece::Severity::Error,
+            file: file.to_path_buf(),
+            path: String::new(),
+            line: 0,
+            column: 0,
+            span: (0, 0),
+            message: e.explain(&shown(file), "ListPieces", Access::Read),
+        }],
+        warnings: Vec::new(),
+    }
+}
+
+/// A piece file as messages show it: its name only (host paths stay out of the prompt).
+fn shown(file: &Path) -> String {
+    file.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
 }
 
 /// `name.yaml:LINE:COL: path: message` lines (file name only; host paths stay out of the prompt).

@@ -13,6 +13,7 @@ use serde_json::Value;
 use crate::config::ToolsConfig;
 use crate::core::{blocking, parse_and_open};
 use crate::input::{capped, parse_input, spec_for};
+use crate::regular_file::{self, Access, Create, OpenError};
 use crate::workspace::Workspace;
 use crate::{BoxFuture, Tool, ToolContext, ToolOutput};
 
@@ -33,6 +34,8 @@ pub struct ReadSkillInput {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Skill {
     pub name: String,
+    /// The skills directory it was found in.
+    pub root: PathBuf,
     /// The markdown file (`<name>.md` or `<name>/SKILL.md`).
     pub file: PathBuf,
     /// For directory skills, the directory.
@@ -51,15 +54,18 @@ pub fn find_skills(dirs: &[PathBuf]) -> Vec<Skill> {
             let Ok(kind) = entry.file_type() else {
                 continue;
             };
-            let skill = if kind.is_dir() && path.join("SKILL.md").is_file() {
+            // Only regular files count: a symlinked skill file could lead anywhere on the host.
+            let skill = if kind.is_dir() && is_regular(&path.join("SKILL.md")) {
                 path.file_name().map(|n| Skill {
                     name: n.to_string_lossy().into_owned(),
+                    root: dir.clone(),
                     file: path.join("SKILL.md"),
                     dir: Some(path.clone()),
                 })
             } else if kind.is_file() && path.extension().is_some_and(|e| e == "md") {
                 path.file_stem().map(|n| Skill {
                     name: n.to_string_lossy().into_owned(),
+                    root: dir.clone(),
                     file: path.clone(),
                     dir: None,
                 })
@@ -75,6 +81,17 @@ pub fn find_skills(dirs: &[PathBuf]) -> Vec<Skill> {
     }
     skills.sort_by(|a, b| a.name.cmp(&b.name));
     skills
+}
+
+fn is_regular(path: &Path) -> bool {
+    std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_file())
+}
+
+/// Reads a skill's file: a regular file whose directory, resolved, lies inside the skill's
+/// skills directory.
+fn read_skill_file(skills_dir: &Path, file: &Path) -> Result<String, OpenError> {
+    regular_file::ensure_inside(skills_dir, file)?;
+    regular_file::read_to_string(file)
 }
 
 /// The `description:` of a YAML front matter, else the first non-empty line without `#`.
@@ -146,7 +163,7 @@ fn list(config: &ToolsConfig) -> ToolOutput {
     let out: String = skills
         .iter()
         .map(|s| {
-            let text = std::fs::read_to_string(&s.file).unwrap_or_default();
+            let text = read_skill_file(&s.root, &s.file).unwrap_or_default();
             format!("{}: {}\n", s.name, summary(&text))
         })
         .collect();
@@ -169,12 +186,17 @@ fn read(config: &ToolsConfig, ws: &Workspace, name: &str) -> ToolOutput {
             }
         ));
     };
-    let content = match std::fs::read_to_string(&skill.file) {
+    let content = match read_skill_file(&skill.root, &skill.file) {
         Ok(c) => c,
-        Err(e) => return ToolOutput::error(format!("cannot read skill `{name}`: {e}")),
+        Err(e) => {
+            return ToolOutput::error(format!(
+                "cannot read skill `{name}`: {}",
+                e.explain(&format!("{name}.md"), "ReadSkill", Access::Read)
+            ));
+        }
     };
     let saved = match &skill.dir {
-        None => materialise(ws, &format!("skills/{name}.md"), &skill.file)
+        None => materialise(ws, &format!("skills/{name}.md"), content.as_bytes())
             .map(|()| format!("skills/{name}.md")),
         Some(dir) => copy_dir(ws, dir, &format!("skills/{name}")).map(|n| {
             format!("skills/{name}/ ({n} file(s); instructions in skills/{name}/SKILL.md)")
@@ -192,15 +214,15 @@ fn read(config: &ToolsConfig, ws: &Workspace, name: &str) -> ToolOutput {
     }
 }
 
-/// Copies one file to a workspace path (resolved safely, parents created).
-fn materialise(ws: &Workspace, rel: &str, from: &Path) -> Result<(), String> {
+/// Writes one file to a workspace path (resolved safely, parents created, only as a regular
+/// file: never through a symlink or into a FIFO planted there).
+fn materialise(ws: &Workspace, rel: &str, content: &[u8]) -> Result<(), String> {
     let target = ws.resolve_writable(rel, &["skills".to_string()])?;
     if let Some(parent) = target.abs.parent() {
         std::fs::create_dir_all(parent).map_err(|e| e.to_string())?;
     }
-    std::fs::copy(from, &target.abs)
-        .map(|_| ())
-        .map_err(|e| e.to_string())
+    regular_file::write(&target.abs, content, Create::OrTruncate)
+        .map_err(|e| e.explain(rel, "ReadSkill", Access::Write))
 }
 
 /// Copies a skill directory's regular files (symlinks are skipped) into the workspace.
@@ -226,7 +248,10 @@ fn copy_dir(ws: &Workspace, dir: &Path, rel: &str) -> Result<usize, String> {
                         "the skill is too large (more than {MAX_SKILL_FILES} files or {MAX_SKILL_BYTES} bytes)"
                     ));
                 }
-                materialise(ws, &format!("{rel}/{}", sub.display()), &path)?;
+                let content = regular_file::read(&path).map_err(|e| {
+                    e.explain(&sub.display().to_string(), "ReadSkill", Access::Read)
+                })?;
+                materialise(ws, &format!("{rel}/{}", sub.display()), &content)?;
                 copied += 1;
             }
         }

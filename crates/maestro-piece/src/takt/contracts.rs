@@ -85,8 +85,26 @@ pub(crate) fn output_contracts(cx: &mut Cx<'_>, node: &Node, path: &str) -> Vec<
     out
 }
 
+/// A report name is the name of a file the movement writes into the run's report directory, so
+/// it must be a plain file name: no directory part, no `..`, not hidden.
+fn plain_file_name(cx: &mut Cx<'_>, name: &str, path: &str, node: &Node) -> Option<()> {
+    if name.contains(['/', '\\', '\0']) || name.starts_with('.') {
+        cx.sink.error(
+            path,
+            node.span,
+            format!(
+                "report name `{name}` must be a plain file name inside the report directory \
+                 (no `/`, `\\` or leading `.`, so no `..`); use e.g. `plan.md`"
+            ),
+        );
+        return None;
+    }
+    Some(())
+}
+
 fn read_contract(cx: &mut Cx<'_>, item: &Node, path: &str) -> Option<OutputContract> {
     if let Some(name) = item.as_str() {
+        plain_file_name(cx, name, path, item)?;
         return Some(OutputContract {
             name: name.to_owned(),
             label: None,
@@ -107,7 +125,9 @@ fn read_contract(cx: &mut Cx<'_>, item: &Node, path: &str) -> Option<OutputContr
     if item.get("name").is_none() {
         // Label form: a single `Label: file.md`.
         if let [(label, value)] = entries {
-            let file = nonempty_string(&mut cx.sink, value, &join_key(path, &label.text))?;
+            let value_path = join_key(path, &label.text);
+            let file = nonempty_string(&mut cx.sink, value, &value_path)?;
+            plain_file_name(cx, file, &value_path, value)?;
             return Some(OutputContract {
                 name: file.to_owned(),
                 label: Some(label.text.clone()),
@@ -138,9 +158,9 @@ fn read_contract(cx: &mut Cx<'_>, item: &Node, path: &str) -> Option<OutputContr
             "reports are written through the `write_report` tool, never by a separate judge call",
         );
     }
-    let name = c
-        .get("name")
-        .and_then(|(node, p)| nonempty_string(&mut cx.sink, node, &p))?;
+    let (name_node, name_path) = c.get("name")?;
+    let name = nonempty_string(&mut cx.sink, name_node, &name_path)?;
+    plain_file_name(cx, name, &name_path, name_node)?;
     let format = match c.get("format") {
         Some((node, p)) => {
             let text = string(&mut cx.sink, node, &p)?;

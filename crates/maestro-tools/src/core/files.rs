@@ -7,9 +7,10 @@ use maestro_protocol::ToolSpec;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-use super::{open_workspace, parse_and_open};
+use super::{off_runtime, open_workspace, parse_and_open};
 use crate::config::ToolsConfig;
 use crate::input::{capped, parse_input, spec_for};
+use crate::regular_file::{self, Access, Create, OpenError};
 use crate::workspace::ResolvedPath;
 use crate::{BoxFuture, Tool, ToolContext, ToolOutput};
 
@@ -61,16 +62,17 @@ impl Tool for ReadTool {
                     path.display()
                 ));
             }
-            let bytes = match tokio::fs::read(&path.abs).await {
+            let abs = path.abs.clone();
+            let bytes = match off_runtime(move || regular_file::read(&abs)).await {
                 Ok(b) => b,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                Err(OpenError::NotFound) => {
                     return ToolOutput::error(format!(
                         "`{}` does not exist; use Glob to find files",
                         path.display()
                     ));
                 }
                 Err(e) => {
-                    return ToolOutput::error(format!("cannot read `{}`: {e}", path.display()));
+                    return ToolOutput::error(e.explain(&path.display(), "Read", Access::Read));
                 }
             };
             if bytes.iter().take(8192).any(|b| *b == 0) {
@@ -195,14 +197,18 @@ impl Tool for WriteTool {
                 ));
             }
             let existed = path.abs.exists();
-            match tokio::fs::write(&path.abs, input.content.as_bytes()).await {
+            let (abs, len) = (path.abs.clone(), input.content.len());
+            let written = off_runtime(move || {
+                regular_file::write(&abs, input.content.as_bytes(), Create::OrTruncate)
+            })
+            .await;
+            match written {
                 Ok(()) => ToolOutput::ok(format!(
-                    "{} `{}` ({} bytes)",
+                    "{} `{}` ({len} bytes)",
                     if existed { "overwrote" } else { "created" },
                     path.display(),
-                    input.content.len()
                 )),
-                Err(e) => ToolOutput::error(format!("cannot write `{}`: {e}", path.display())),
+                Err(e) => ToolOutput::error(e.explain(&path.display(), "Write", Access::Write)),
             }
         })
     }
@@ -261,19 +267,23 @@ impl Tool for EditTool {
                 Ok(p) => p,
                 Err(e) => return e,
             };
-            let text = match tokio::fs::read_to_string(&path.abs).await {
+            let abs = path.abs.clone();
+            let text = match off_runtime(move || regular_file::read_to_string(&abs)).await {
                 Ok(t) => t,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                Err(OpenError::NotFound) => {
                     return ToolOutput::error(format!(
                         "`{}` does not exist; use Write to create it",
                         path.display()
                     ));
                 }
-                Err(e) => {
+                Err(e @ OpenError::Io(_)) => {
                     return ToolOutput::error(format!(
                         "cannot read `{}` as text: {e}",
                         path.display()
                     ));
+                }
+                Err(e) => {
+                    return ToolOutput::error(e.explain(&path.display(), "Edit", Access::Read));
                 }
             };
             let count = text.matches(&input.old_string).count();
@@ -293,13 +303,18 @@ impl Tool for EditTool {
                     ));
                 }
             };
-            match tokio::fs::write(&path.abs, new_text).await {
+            let abs = path.abs.clone();
+            let written = off_runtime(move || {
+                regular_file::write(&abs, new_text.as_bytes(), Create::OrTruncate)
+            })
+            .await;
+            match written {
                 Ok(()) => ToolOutput::ok(format!(
                     "replaced {count} occurrence{} in `{}`",
                     if count == 1 { "" } else { "s" },
                     path.display()
                 )),
-                Err(e) => ToolOutput::error(format!("cannot write `{}`: {e}", path.display())),
+                Err(e) => ToolOutput::error(e.explain(&path.display(), "Edit", Access::Write)),
             }
         })
     }

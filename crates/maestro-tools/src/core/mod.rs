@@ -40,3 +40,17 @@ where
         Err(e) => ToolOutput::error(format!("the tool failed internally: {e}")),
     }
 }
+
+/// Runs blocking file work off the async runtime. The regular-file helpers never block on a
+/// FIFO, so the thread returns; a panic inside becomes an I/O error.
+pub(crate) async fn off_runtime<T, F>(f: F) -> Result<T, crate::regular_file::OpenError>
+where
+    F: FnOnce() -> Result<T, crate::regular_file::OpenError> + Send + 'static,
+    T: Send + 'static,
+{
+    tokio::task::spawn_blocking(f).await.unwrap_or_else(|e| {
+        Err(crate::regular_file::OpenError::Io(std::io::Error::other(
+            e.to_string(),
+        )))
+    })
+}

@@ -16,6 +16,7 @@ use serde::de::DeserializeOwned;
 use super::{blocking, parse_and_open};
 use crate::config::ToolsConfig;
 use crate::input::{capped, spec_for};
+use crate::regular_file::{self, Access, FileKind, OpenError};
 use crate::workspace::Workspace;
 use crate::{BoxFuture, Tool, ToolContext, ToolOutput};
 
@@ -203,8 +204,16 @@ fn grep(ws: &Workspace, input: &GrepInput, cap: usize) -> ToolOutput {
         Ok(p) => p,
         Err(e) => return ToolOutput::error(e),
     };
-    if !base.abs.exists() {
-        return ToolOutput::error(format!("`{}` does not exist", base.display()));
+    match std::fs::symlink_metadata(&base.abs).map(|m| FileKind::of(m.file_type())) {
+        Err(_) => return ToolOutput::error(format!("`{}` does not exist", base.display())),
+        Ok(FileKind::Regular | FileKind::Directory) => {}
+        Ok(kind) => {
+            return ToolOutput::error(OpenError::NotRegular { kind }.explain(
+                &base.display(),
+                "Grep",
+                Access::Read,
+            ));
+        }
     }
     let matcher = match RegexMatcherBuilder::new()
         .case_insensitive(input.ignore_case.unwrap_or(false))
@@ -231,7 +240,8 @@ fn grep(ws: &Workspace, input: &GrepInput, cap: usize) -> ToolOutput {
     let mut more = false;
     for entry in walk(&base.abs).flatten() {
         if !entry.file_type().is_some_and(|t| t.is_file()) {
-            // Directories, and symlinks (never followed, so a link to /etc leaks nothing).
+            // Directories, symlinks (never followed, so a link to /etc leaks nothing), and
+            // FIFOs, sockets and devices (reading them could block or have side effects).
             continue;
         }
         let path = entry.path();
@@ -250,9 +260,17 @@ fn grep(ws: &Workspace, input: &GrepInput, cap: usize) -> ToolOutput {
             .unwrap_or(path)
             .display()
             .to_string();
-        let result = searcher.search_path(
+        // Opened without blocking and checked again: a FIFO swapped in is skipped.
+        let file = match regular_file::open_read(path) {
+            Ok(file) => file,
+            Err(e) => {
+                tracing::debug!(path = %rel, error = %e, "grep skipped a file");
+                continue;
+            }
+        };
+        let result = searcher.search_file(
             &matcher,
-            path,
+            &file,
             Lossy(|line_number, line| {
                 if lines.len() >= MAX_GREP_MATCHES {
                     more = true;

@@ -13,7 +13,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use super::access::authorize;
 use super::client::{SshSession, connect};
 use super::registry::{SshConnection, SshRegistry};
-use crate::web::workspace_file::{display, existing_file, writable_file};
+use crate::web::workspace_file::{create_file, display, existing_file, writable_file};
 use crate::{BoxFuture, Tool, ToolContext, ToolOutput};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
@@ -170,8 +170,10 @@ impl SshTool {
 
     async fn upload(&self, ctx: &ToolContext, input: UploadInput) -> Result<ToolOutput, String> {
         let conn = self.authorized(ctx, &input.connection_id)?;
-        let local = existing_file(&ctx.workspace, &input.local_path)?;
-        let size = std::fs::metadata(&local)
+        let mut file = existing_file(&ctx.workspace, &input.local_path, "SshUpload").await?;
+        let size = file
+            .metadata()
+            .await
             .map_err(|e| format!("cannot read {}: {e}", input.local_path))?
             .len();
         if size > MAX_TRANSFER_BYTES {
@@ -187,9 +189,6 @@ impl SshTool {
                 .create(input.remote_path.clone())
                 .await
                 .map_err(|e| format!("cannot create {} on the server: {e}", input.remote_path))?;
-            let mut file = tokio::fs::File::open(&local)
-                .await
-                .map_err(|e| format!("cannot read {}: {e}", input.local_path))?;
             let n = tokio::io::copy(&mut file, &mut remote)
                 .await
                 .map_err(|e| format!("uploading to {} failed: {e}", input.remote_path))?;
@@ -275,9 +274,7 @@ impl SshTool {
                 .open(input.remote_path.clone())
                 .await
                 .map_err(|e| format!("cannot open {} on the server: {e}", input.remote_path))?;
-            let mut file = tokio::fs::File::create(&partial)
-                .await
-                .map_err(|e| format!("cannot write {local_rel}: {e}"))?;
+            let mut file = create_file(&ctx.workspace, &partial, "SshDownload").await?;
             let n = tokio::io::copy(&mut remote.take(MAX_TRANSFER_BYTES + 1), &mut file)
                 .await
                 .map_err(|e| format!("downloading {} failed: {e}", input.remote_path))?;

@@ -9,7 +9,7 @@ use tokio::io::AsyncWriteExt;
 
 use super::client::WebClient;
 use super::parse_input;
-use super::workspace_file::{display, sanitize_file_name, writable_file};
+use super::workspace_file::{create_file, display, sanitize_file_name, writable_file};
 use crate::{BoxFuture, Tool, ToolContext, ToolOutput};
 
 pub(crate) struct DownloadFile {
@@ -85,9 +85,7 @@ async fn save(
     limit: u64,
     ctx: &ToolContext,
 ) -> Result<u64, String> {
-    let mut file = tokio::fs::File::create(path)
-        .await
-        .map_err(|e| format!("cannot create {}: {e}", display(&ctx.workspace, path)))?;
+    let mut file = create_file(&ctx.workspace, path, "DownloadFile").await?;
     let mut written: u64 = 0;
     loop {
         let chunk = tokio::select! {

@@ -5,17 +5,38 @@
 use std::path::{Path, PathBuf};
 
 use crate::Workspace;
+use crate::core::off_runtime;
+use crate::regular_file::{self, Access, Create, FileKind, OpenError};
 
 /// Resolves `rel` (relative to the workspace, or absolute inside it) to an existing regular
-/// file inside the workspace.
-pub(crate) fn existing_file(workspace: &Path, rel: &str) -> Result<PathBuf, String> {
+/// file inside the workspace and opens it (without blocking on a FIFO or following a link).
+pub(crate) async fn existing_file(
+    workspace: &Path,
+    rel: &str,
+    tool: &str,
+) -> Result<tokio::fs::File, String> {
     let resolved = Workspace::open(workspace)?.resolve(rel)?;
-    if !resolved.abs.is_file() {
-        return Err(format!(
+    match off_runtime(move || regular_file::open_read(&resolved.abs)).await {
+        Ok(file) => Ok(tokio::fs::File::from_std(file)),
+        Err(OpenError::NotFound) => Err(format!(
             "{rel} is not an existing regular file in the workspace"
-        ));
+        )),
+        Err(e) => Err(e.explain(rel, tool, Access::Read)),
     }
-    Ok(resolved.abs)
+}
+
+/// Creates (or empties) the regular file `path`, already resolved by [`writable_file`], for
+/// writing; a FIFO or link planted there is refused instead of blocking or followed.
+pub(crate) async fn create_file(
+    workspace: &Path,
+    path: &Path,
+    tool: &str,
+) -> Result<tokio::fs::File, String> {
+    let owned = path.to_path_buf();
+    off_runtime(move || regular_file::open_write(&owned, Create::OrTruncate))
+        .await
+        .map(tokio::fs::File::from_std)
+        .map_err(|e| e.explain(&display(workspace, path), tool, Access::Write))
 }
 
 /// Resolves `rel` to a file path inside the workspace that may be written: parent directories
@@ -39,6 +60,12 @@ pub(crate) fn writable_file(workspace: &Path, rel: &str) -> Result<PathBuf, Stri
         }
         if meta.is_dir() {
             return Err(format!("{rel} is a directory"));
+        }
+        if !meta.is_file() {
+            return Err(OpenError::NotRegular {
+                kind: FileKind::of(meta.file_type()),
+            }
+            .explain(rel, "this tool", Access::Write));
         }
     }
     Ok(resolved.abs)
@@ -80,31 +107,43 @@ mod tests {
 
     use super::*;
 
-    #[test]
-    fn paths_stay_inside() {
+    #[tokio::test]
+    async fn paths_stay_inside() {
         let dir = tempfile::tempdir().unwrap();
         let ws = dir.path();
         std::fs::write(ws.join("a.txt"), "x").unwrap();
-        assert_eq!(
-            existing_file(ws, "./a.txt").unwrap(),
-            ws.canonicalize().unwrap().join("a.txt")
-        );
+        assert!(existing_file(ws, "./a.txt", "SshUpload").await.is_ok());
         assert!(
-            existing_file(ws, "../a.txt")
+            existing_file(ws, "../a.txt", "SshUpload")
+                .await
                 .unwrap_err()
                 .contains("outside the workspace")
         );
         assert!(
-            existing_file(ws, "/etc/passwd")
+            existing_file(ws, "/etc/passwd", "SshUpload")
+                .await
                 .unwrap_err()
                 .contains("outside the workspace")
         );
         std::os::unix::fs::symlink("/etc", ws.join("etc")).unwrap();
         assert!(
-            existing_file(ws, "etc/passwd")
+            existing_file(ws, "etc/passwd", "SshUpload")
+                .await
                 .unwrap_err()
                 .contains("symlink")
         );
+        assert!(
+            std::process::Command::new("mkfifo")
+                .arg(ws.join("p"))
+                .status()
+                .unwrap()
+                .success()
+        );
+        assert_eq!(
+            existing_file(ws, "p", "SshUpload").await.unwrap_err(),
+            "`p` is a FIFO (named pipe), not a regular file; SshUpload only reads regular files"
+        );
+        assert!(writable_file(ws, "p").unwrap_err().contains("FIFO"));
         assert!(writable_file(ws, "etc/x").unwrap_err().contains("symlink"));
         let w = writable_file(ws, "input/sub/b.bin").unwrap();
         assert!(w.parent().unwrap().is_dir());

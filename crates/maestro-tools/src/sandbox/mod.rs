@@ -3,6 +3,7 @@
 
 mod bwrap;
 mod command_line;
+mod exec_capable;
 mod policy;
 mod process;
 
@@ -15,7 +16,10 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 
 pub use bwrap::probe as probe_bwrap;
-pub use policy::{INSTALL_REFUSED, PathPolicy, check as check_command, is_package_install};
+pub use exec_capable::ExecRefusal;
+pub use policy::{
+    ANY_PROGRAM, INSTALL_REFUSED, PathPolicy, check as check_command, is_package_install,
+};
 pub use process::{Ending, Finished};
 
 use crate::config::{BashSandboxMode, ToolsConfig};
@@ -33,14 +37,6 @@ pub struct BashInput {
     /// A few words on what the command does, for the run log.
     pub description: Option<String>,
 }
-
-/// Programs dropped from the *default* allowlist in the fallback: each can run other programs
-/// or write arbitrary paths from its own script language (`awk 'BEGIN{system(...)}'`, `sed
-/// 'w /x'`, `make`, `git` hooks and aliases, `tar --to-command`, `sqlite3 .shell`), which only
-/// the bubblewrap sandbox contains. A movement that lists them explicitly still gets them.
-pub const UNCONFINED_IN_FALLBACK: &[&str] = &[
-    "python3", "python", "awk", "sed", "git", "make", "tar", "zip", "unzip", "sqlite3",
-];
 
 /// Which confinement a call ran under.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -110,19 +106,11 @@ pub async fn run_bash(
     input: &BashInput,
     confinement: Confinement,
 ) -> ToolOutput {
-    let fallback_default: Vec<String>;
-    let allowed: &[String] = match (&ctx.allowed_commands, confinement) {
-        (Some(list), _) => list,
-        (None, Confinement::Bwrap) => &config.default_allowed_commands,
-        (None, Confinement::Fallback) => {
-            fallback_default = config
-                .default_allowed_commands
-                .iter()
-                .filter(|c| !UNCONFINED_IN_FALLBACK.contains(&c.as_str()))
-                .cloned()
-                .collect();
-            &fallback_default
-        }
+    // Programs that can run other programs are handled by the policy's exec-capable table in
+    // every mode, so the same allowlist applies whatever the confinement.
+    let allowed: &[String] = match &ctx.allowed_commands {
+        Some(list) => list,
+        None => &config.default_allowed_commands,
     };
     let paths = match confinement {
         Confinement::Bwrap => None,

@@ -164,7 +164,10 @@ pub(crate) const TABLE: &[Entry] = &[
     },
     Entry { programs: &["{", "}"], capability: Capability::Never(GROUPING) },
     Entry {
-        programs: &["sudo", "su", "doas", "pkexec", "runuser", "sg", "newgrp"],
+        programs: &[
+            "sudo", "sudoedit", "su", "doas", "run0", "pkexec", "runuser", "sg", "newgrp", "mount",
+            "umount",
+        ],
         capability: Capability::Never(PRIVILEGE),
     },
     // Interpreters: their whole input is code.
@@ -180,7 +183,8 @@ pub(crate) const TABLE: &[Entry] = &[
             "python", "python2", "python3", "pypy", "pypy3", "ipython", "perl", "ruby", "irb", "node",
             "nodejs", "deno", "php", "lua", "luajit", "tclsh", "wish", "expect", "R", "Rscript",
             "julia", "guile", "racket", "sbcl", "ocaml", "ghci", "runghc", "java", "jshell", "pwsh",
-            "m4", "dc", "gnuplot", "gdb", "lldb", "mysql", "psql", "duckdb",
+            "m4", "dc", "gnuplot", "gdb", "lldb", "mysql", "psql", "duckdb", "mlr", "octave", "nmap",
+            "ts-node", "tsx", "erb", "git-shell",
         ],
         capability: Capability::AnyProgram(CODE),
     },
@@ -200,6 +204,8 @@ pub(crate) const TABLE: &[Entry] = &[
             "telnet", "mail", "mailx", "ssh", "scp", "sftp", "ssh-agent", "ssh-keygen", "nc", "ncat",
             "netcat", "socat", "tmux", "screen", "script", "crontab", "at", "batch", "xdg-open",
             "sensible-editor", "sensible-pager", "editor", "pager", "run-parts",
+            "pydoc", "pydoc3", "perldoc", "vim.basic", "vim.tiny", "vim.nox", "systemctl",
+            "gpg", "gpg2", "sensible-browser", "x-www-browser", "www-browser",
         ],
         capability: Capability::AnyProgram(ESCAPES),
     },
@@ -209,6 +215,9 @@ pub(crate) const TABLE: &[Entry] = &[
             "setpriv", "capsh", "systemd-run", "systemd-nspawn", "firejail", "bwrap", "proot",
             "fakeroot", "fakechroot", "faketime", "numactl", "cpulimit", "eatmydata", "rlwrap",
             "unbuffer", "xvfb-run", "dbus-run-session", "torsocks", "proxychains", "docker", "podman",
+            "sshpass", "machinectl", "chpst", "softlimit", "setlock", "setuidgid", "envdir",
+            "envuidgid", "nsjail", "minijail0", "start-stop-daemon", "daemonize", "timelimit",
+            "entr", "watchexec", "nocache", "catchsegv", "aria2c", "tcpdump", "git-receive-pack",
             "kubectl", "ip",
         ],
         capability: Capability::AnyProgram(NOT_READ),
@@ -239,7 +248,7 @@ pub(crate) const TABLE: &[Entry] = &[
         programs: &["awk", "gawk", "mawk", "nawk"],
         capability: Capability::Options(options::awk),
     },
-    Entry { programs: &["tar"], capability: Capability::Options(options::tar) },
+    Entry { programs: &["tar", "bsdtar"], capability: Capability::Options(options::tar) },
     Entry { programs: &["git"], capability: Capability::Options(options::git) },
     Entry { programs: &["sqlite3"], capability: Capability::Options(options::sqlite3) },
     Entry { programs: &["zip"], capability: Capability::Options(options::zip) },
@@ -397,8 +406,14 @@ pub(crate) fn env_refusal(name: &str) -> Option<ExecRefusal> {
         "LESS",
         "SSH_",
         "DYLD_",
+        "SYSTEMD_",
     ];
-    let refused = NAMES.contains(&name) || PREFIXES.iter().any(|p| name.starts_with(p));
+    // Programs read their pager, editor, browser, password prompt and extra options from
+    // variables named like these (`SYSTEMD_PAGER`, `GIT_EDITOR`, `SSH_ASKPASS`, `GREP_OPTIONS`).
+    const SUFFIXES: &[&str] = &["PAGER", "EDITOR", "BROWSER", "ASKPASS", "_OPTIONS"];
+    let refused = NAMES.contains(&name)
+        || PREFIXES.iter().any(|p| name.starts_with(p))
+        || SUFFIXES.iter().any(|x| name.ends_with(x));
     refused.then(|| ExecRefusal::Variable {
         name: name.to_string(),
     })

@@ -59,10 +59,12 @@ impl Reader {
         }
     }
 
-    /// Consumes up to a `;` or the end of the line (labels).
+    /// Consumes a label or version: GNU sed ends it at a blank, a `;` or the end of the line,
+    /// and reads what follows a blank as the next command (`:a e id` runs `id`).
     fn skip_label(&mut self) {
+        self.skip_blanks();
         while let Some(c) = self.peek() {
-            if c == '\n' || c == ';' {
+            if matches!(c, '\n' | ';' | ' ' | '\t') {
                 break;
             }
             self.pos += 1;
@@ -236,6 +238,8 @@ mod tests {
             ("k", SedRefusal::Unreadable('k')),
             ("s/unclosed", SedRefusal::Unreadable('/')),
             ("a x\\\\\ne id", SedRefusal::ExecCommand),
+            (":a e id", SedRefusal::ExecCommand),
+            ("v 4.2 e id", SedRefusal::ExecCommand),
         ] {
             assert_eq!(check_script(script), Err(refusal), "{script:?}");
         }

@@ -123,8 +123,8 @@ const CODE: &str = "runs code: its input is a program";
 const BUILDS: &str = "runs code from the project it builds or the packages it handles";
 const ESCAPES: &str = "runs commands through its shell escapes and configuration";
 const STRING: &str = "runs a string the allowlist cannot check";
-const PRIVILEGE: &str = "privilege changes are not allowed";
-const GROUPING: &str = "command grouping is not allowed; write the commands one after another";
+const PRIVILEGE: &str = "it changes who runs the command";
+const GROUPING: &str = "it groups commands; write the commands one after another";
 
 /// The table. Each row has a test of the forms it refuses and of a harmless use it allows.
 #[rustfmt::skip]
@@ -343,7 +343,7 @@ fn literal_arguments(program: &str, args: &[Word]) -> Result<(), ExecRefusal> {
         }
         if !options_ended && word.globs && word.text.starts_with(['*', '?', '[']) {
             return Err(unchecked(
-                "is a wildcard that a file name starting with `-` could turn into an option; write `./*` instead",
+                "is a wildcard that a file name starting with `-` could turn into an option; quote it if the program should see the pattern, write `./*` for file names, or put `--` before it",
             ));
         }
         options_ended |= word.text == "--";

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the system programs the test suite runs for real: bubblewrap (the Bash sandbox),
-# OpenSSH server (SSH tools), and reference MCP servers. Idempotent; quick when all is present.
+# OpenSSH server (SSH tools), sqlite3 and make (Bash policy tests), and reference MCP servers.
+# Idempotent; quick when all is present.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -8,6 +9,9 @@ need_apt=()
 command -v bwrap >/dev/null || need_apt+=(bubblewrap)
 [ -x /usr/sbin/sshd ] || need_apt+=(openssh-server)
 command -v ssh-keygen >/dev/null || need_apt+=(openssh-client)
+# Programs the Bash policy tests run inside the sandbox (harmless uses, and `*`).
+command -v sqlite3 >/dev/null || need_apt+=(sqlite3)
+command -v make >/dev/null || need_apt+=(make)
 if [ ${#need_apt[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -qq

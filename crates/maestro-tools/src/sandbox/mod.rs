@@ -16,7 +16,6 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 
 pub use bwrap::probe as probe_bwrap;
-pub use exec_capable::ExecRefusal;
 pub use policy::{
     ANY_PROGRAM, INSTALL_REFUSED, PathPolicy, check as check_command, is_package_install,
 };

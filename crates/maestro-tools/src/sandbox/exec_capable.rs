@@ -392,6 +392,8 @@ pub(crate) fn env_refusal(name: &str) -> Option<ExecRefusal> {
         "AWKPATH",
         "AWKLIBPATH",
         "SUDO_ASKPASS",
+        // Stops option parsing at the first operand, which changes which word is a script.
+        "POSIXLY_CORRECT",
     ];
     const PREFIXES: &[&str] = &[
         "LD_",

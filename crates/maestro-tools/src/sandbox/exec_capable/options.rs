@@ -103,11 +103,19 @@ pub(super) fn awk(args: &[Word]) -> Result<Vec<Wrapped<'_>>, Found> {
             "include",
             "load",
         ],
-        stop_at_operand: false,
+        // awk options end at the program text: `-exec` after it is a file name.
+        stop_at_operand: true,
     };
     let scanned = spec.scan(args);
+    // Read as a permuting parser would too: an option after the program text counts as well
+    // (a file name that looks like an option is refused, never a hidden program let through).
+    let permuted = Spec {
+        stop_at_operand: false,
+        ..spec
+    }
+    .scan(args);
     refused_short(
-        &scanned,
+        &permuted,
         &[
             ('f', UNREAD_SCRIPT),
             ('E', UNREAD_SCRIPT),
@@ -136,7 +144,7 @@ pub(super) fn awk(args: &[Word]) -> Result<Vec<Wrapped<'_>>, Found> {
             ),
         ],
     )?;
-    let mut programs: Vec<&str> = scanned
+    let mut programs: Vec<&str> = permuted
         .iter()
         .filter_map(|a| match a {
             Arg::Short('e', value) => Some(value.unwrap_or("")),
@@ -144,7 +152,10 @@ pub(super) fn awk(args: &[Word]) -> Result<Vec<Wrapped<'_>>, Found> {
             _ => None,
         })
         .collect();
-    if programs.is_empty()
+    let program_before_operand = scanned.iter().any(|a| {
+        matches!(a, Arg::Short('e', _)) || matches!(a, Arg::Long(n, _) if is_long(n, "source"))
+    });
+    if !program_before_operand
         && let Some(Arg::Operand(i)) = scanned.iter().find(|a| matches!(a, Arg::Operand(_)))
     {
         programs.push(&args[*i].text);

@@ -213,6 +213,7 @@ const CASES: &[Case] = &[
             ("sed --file=output/s.sed x", "`sed --file`"),
             ("sed 'k' x", "is not a script this policy can read"),
             ("sed {s/a/b/,e} x", "is expanded by the shell"),
+            ("POSIXLY_CORRECT=1 sed '1e id' -e p", "POSIXLY_CORRECT"),
         ],
         harmless: &[
             "sed -n '1,5p' x",
@@ -239,6 +240,7 @@ const CASES: &[Case] = &[
             ("awk -W exec output/p.awk", "`awk -W`"),
             ("awk -v x=1 -e 'BEGIN{system(\"id\")}'", "`awk system()`"),
             ("awk 'BEGIN{f=\"system\"; @f(\"id\")}'", "`awk @name`"),
+            ("awk 'BEGIN{system(\"id\")}' -exec x", "`awk system()`"),
         ],
         harmless: &[
             "awk '{print $1}' x",

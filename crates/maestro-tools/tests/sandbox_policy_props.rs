@@ -1,7 +1,8 @@
 //! Property tests of the command-line policy against a real shell: whatever line the policy
 //! lets through with only `echo` allowed, `/bin/sh` must never start any other program; and with
 //! programs that have exec-capable options allowed (`sort`, `sed`, `awk`, `find`, `xargs`,
-//! `env`, `timeout`), no accepted line may run the marker program `x`.
+//! `env`, `timeout`, `tar`, `git`, `sqlite3`, `zip`), no accepted line may run the marker
+//! program `x`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::os::unix::fs::PermissionsExt;
@@ -124,6 +125,22 @@ const EXEC_FRAGMENTS: &[&str] = &[
     "=",
     "A=1 ",
     "PATH=. ",
+    "tar ",
+    "cf /dev/null a ",
+    "--checkpoint=1 ",
+    "--checkpoint-action=exec=x ",
+    "-I x ",
+    "--to-command=x ",
+    "git ",
+    "-c alias.y='!x' y ",
+    "-c core.pager=x ",
+    "sqlite3 :memory: ",
+    "'.shell x' ",
+    "'.system x' ",
+    "'select 1' ",
+    "zip ",
+    "-T -TT x ",
+    "output.zip a ",
 ];
 
 fn exec_line() -> impl Strategy<Value = String> {
@@ -164,7 +181,10 @@ proptest! {
 
     #[test]
     fn accepted_lines_never_run_the_marker_through_exec_capable_options(line in exec_line()) {
-        let allowed: Vec<String> = ["sort", "sed", "awk", "find", "xargs", "env", "timeout", "echo"]
+        let allowed: Vec<String> = [
+            "sort", "sed", "awk", "find", "xargs", "env", "timeout", "echo", "tar", "git", "sqlite3",
+            "zip",
+        ]
             .iter()
             .map(|s| s.to_string())
             .collect();

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the system programs the test suite runs for real: bubblewrap (the Bash sandbox),
 # OpenSSH server (SSH tools), PostgreSQL (the store's second backend; the tests start their own
-# throwaway clusters with its initdb and pg_ctl), and reference MCP servers. Idempotent; quick when all is present.
+# throwaway clusters with its initdb and pg_ctl), sqlite3 and make (Bash policy tests), and
+# reference MCP servers. Idempotent; quick when all is present.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -10,6 +11,9 @@ command -v bwrap >/dev/null || need_apt+=(bubblewrap)
 [ -x /usr/sbin/sshd ] || need_apt+=(openssh-server)
 command -v ssh-keygen >/dev/null || need_apt+=(openssh-client)
 compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || need_apt+=(postgresql)
+# Programs the Bash policy tests run inside the sandbox (harmless uses, and `*`).
+command -v sqlite3 >/dev/null || need_apt+=(sqlite3)
+command -v make >/dev/null || need_apt+=(make)
 if [ ${#need_apt[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -qq

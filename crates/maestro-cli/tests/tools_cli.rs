@@ -169,7 +169,7 @@ fn bash_goes_through_the_sandbox_and_the_allowlist() {
     assert_eq!(code, 1);
     assert_eq!(
         out["error"],
-        "command refused: `sh -c` hides the command it runs from the allowlist; write the command directly"
+        "command refused: `sh` is a shell: it runs any command, so an allowlist cannot limit what it does; it runs only when the movement's allowed_commands contains `*` (any program, any options; the command still runs inside the sandbox)"
     );
 }
 

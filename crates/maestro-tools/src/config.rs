@@ -103,9 +103,10 @@ impl Default for ToolsConfig {
 }
 
 /// The programs `Bash` may run when neither the movement nor the configuration says otherwise:
-/// reading, searching and transforming text, moving files around inside the workspace, and the
-/// usual build helpers. Shells, `env`, `sudo`, network clients and package managers are absent
-/// on purpose (see `docs/tools/Bash.md`).
+/// reading, searching and transforming text, moving files around inside the workspace, archives,
+/// `git` and `sqlite3`. Shells, interpreters (`python3`, `make`), `env`, `sudo`, network clients
+/// and package managers are absent on purpose: a program that runs any code needs `*` (see
+/// `docs/tools/Bash.md`).
 pub const DEFAULT_ALLOWED_COMMANDS: &[&str] = &[
     "ls",
     "cat",
@@ -170,10 +171,7 @@ pub const DEFAULT_ALLOWED_COMMANDS: &[&str] = &[
     "unzip",
     "zip",
     "xargs",
-    "python3",
-    "python",
     "git",
-    "make",
 ];
 
 impl ToolsConfig {

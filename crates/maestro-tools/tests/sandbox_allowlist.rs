@@ -73,7 +73,7 @@ async fn refusals_say_what_to_do() {
         ),
         (
             "bash -c ls",
-            "command refused: `bash -c` hides the command it runs from the allowlist; write the command directly",
+            "command refused: `bash` is a shell: it runs any command, so an allowlist cannot limit what it does; it runs only when the movement's allowed_commands contains `*` (any program, any options; the command still runs inside the sandbox)",
         ),
         (
             "pip install requests",

@@ -117,7 +117,7 @@ async fn the_network_is_unreachable() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     listener.set_nonblocking(true).unwrap();
     let port = listener.local_addr().unwrap().port();
-    let b = bench().allow(&["python3", "curl"]);
+    let b = bench().allow(&["*"]);
     let py = format!(
         "python3 -c \"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=3); print('CONNECTED')\""
     );
@@ -163,7 +163,7 @@ async fn the_sandbox_has_its_own_pid_namespace_and_no_capabilities() {
 
 #[tokio::test]
 async fn a_fork_bomb_is_contained() {
-    let b = bench().allow(&["bash"]);
+    let b = bench().allow(&["*"]);
     let marker = format!("forkbomb-{}.sh", std::process::id());
     // The script stays alive while the bomb multiplies, so only the limits can end it.
     b.write(&marker, "f(){ f | f & }; f; sleep 30\n");

@@ -14,6 +14,17 @@ pub struct Word {
     pub globs: bool,
     /// Some part of it was quoted.
     pub quoted: bool,
+    /// How far an unquoted brace expansion (`{a,b}`, `{1..3}`) has been seen; once complete,
+    /// the word counts as expanding, since bash turns it into other words.
+    pub(crate) brace: Brace,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum Brace {
+    #[default]
+    None,
+    Open,
+    Listed,
 }
 
 /// A redirection such as `> out.txt`, `2>&1` or `< in.txt`.
@@ -293,6 +304,22 @@ impl Parser {
                 w.globs = true;
                 w.text.push(c);
             }
+            '{' => {
+                w.brace = Brace::Open;
+                w.text.push(c);
+            }
+            ',' if w.brace == Brace::Open => {
+                w.brace = Brace::Listed;
+                w.text.push(c);
+            }
+            '.' if w.brace == Brace::Open && self.peek(0) == Some('.') => {
+                w.brace = Brace::Listed;
+                w.text.push(c);
+            }
+            '}' if w.brace == Brace::Listed => {
+                w.expands = true;
+                w.text.push(c);
+            }
             _ => w.text.push(c),
         }
         Ok(())
@@ -309,7 +336,12 @@ impl Parser {
                 w.text.push('$');
                 Ok(())
             }
-            Some('\'') | Some('"') => Ok(()), // `$'...'` / `$"..."`: treat as the quoted text
+            // `$'...'` decodes escapes (`$'\x2d'` is `-`) in shells that support it, and
+            // `$"..."` translates: either way the value is not the text seen here.
+            Some('\'') | Some('"') => {
+                w.expands = true;
+                Ok(())
+            }
             _ => {
                 w.text.push('$');
                 Ok(())
@@ -397,5 +429,12 @@ mod tests {
         assert_eq!(w[2].text, "c$d");
         assert!(w[3].expands);
         assert!(w[4].globs);
+    }
+
+    #[test]
+    fn brace_expansion_and_ansi_c_quotes_count_as_expansions() {
+        let cmds = parse(r"x {a,b} {1..3} {} a{b}c '{a,b}' $'\x2d'").unwrap();
+        let expands: Vec<bool> = cmds[0].words.iter().map(|w| w.expands).collect();
+        assert_eq!(expands, [false, true, true, false, false, false, true]);
     }
 }

@@ -6,6 +6,7 @@ mod bwrap;
 mod cgroup;
 mod child;
 mod command_line;
+mod exec_capable;
 mod landlock_fs;
 mod launch;
 mod policy;
@@ -22,7 +23,9 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use tokio::sync::OnceCell;
 
-pub use policy::{INSTALL_REFUSED, PathPolicy, check as check_command, is_package_install};
+pub use policy::{
+    ANY_PROGRAM, INSTALL_REFUSED, PathPolicy, check as check_command, is_package_install,
+};
 pub use process::{Ending, Finished};
 
 use crate::config::{BashSandboxMode, ToolsConfig};
@@ -40,14 +43,6 @@ pub struct BashInput {
     /// A few words on what the command does, for the run log.
     pub description: Option<String>,
 }
-
-/// Programs dropped from the *default* allowlist when there is no kernel sandbox: each can run other programs
-/// or write arbitrary paths from its own script language (`awk 'BEGIN{system(...)}'`, `sed
-/// 'w /x'`, `make`, `git` hooks and aliases, `tar --to-command`, `sqlite3 .shell`). A movement
-/// that lists them explicitly still gets them.
-pub const UNCONFINED_IN_FALLBACK: &[&str] = &[
-    "python3", "python", "awk", "sed", "git", "make", "tar", "zip", "unzip", "sqlite3",
-];
 
 /// Which confinement a call runs under.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -247,19 +242,11 @@ pub async fn run_bash(
     input: &BashInput,
     confinement: Confinement,
 ) -> ToolOutput {
-    let fallback_default: Vec<String>;
-    let allowed: &[String] = match (&ctx.allowed_commands, confinement) {
-        (Some(list), _) => list,
-        (None, Confinement::Bwrap | Confinement::Landlock) => &config.default_allowed_commands,
-        (None, Confinement::Unconfined) => {
-            fallback_default = config
-                .default_allowed_commands
-                .iter()
-                .filter(|c| !UNCONFINED_IN_FALLBACK.contains(&c.as_str()))
-                .cloned()
-                .collect();
-            &fallback_default
-        }
+    // Programs that can run other programs are handled by the policy's exec-capable table in
+    // every mode, so the same allowlist applies whatever the confinement.
+    let allowed: &[String] = match &ctx.allowed_commands {
+        Some(list) => list,
+        None => &config.default_allowed_commands,
     };
     // Inside a kernel sandbox the kernel keeps paths in; without one, the parsed command's
     // literal paths are checked too (a weak second line, which is why that mode is "unsafe").

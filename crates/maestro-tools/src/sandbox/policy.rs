@@ -1,14 +1,17 @@
 //! The Bash command policy: every program a command line would start must be on the movement's
-//! allowlist, wrappers (`env`, `xargs`, `timeout`, `find -exec`, ...) are looked through,
-//! shells may not be handed a command string, and runtime package installs are refused.
+//! allowlist, and programs that can run other programs are handled by the table in
+//! [`super::exec_capable`]: interpreters need `*`, wrappers are looked through, exec-capable
+//! options are refused. Runtime package installs are refused with a message of their own.
 //!
-//! The policy is checked on the parsed command line in every sandbox mode. Inside bubblewrap it
-//! is a second line of defence; in the fallback it is the main one, so there the arguments and
-//! redirection targets that name files must also stay inside the workspace.
+//! The policy is a layer checked on the parsed command line in every sandbox mode; the kernel
+//! sandbox around the command is the security boundary. Where the command runs without
+//! bubblewrap, the arguments and redirection targets that name files must also stay inside the
+//! workspace.
 
 use std::path::Path;
 
 use super::command_line::{SimpleCommand, Word, parse};
+use super::exec_capable::{self, Wrapped};
 use crate::workspace::Workspace;
 
 /// Printed when a command would install packages at run time.
@@ -16,68 +19,13 @@ pub const INSTALL_REFUSED: &str = "runtime package installs are not allowed; the
     network and the image is fixed. Use the tools and Python packages already installed, or ask \
     the operator to add the package to the runtime image";
 
-/// Shells: never given `-c`; running a script file needs the shell on the allowlist.
-const SHELLS: &[&str] = &[
-    "sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "fish", "csh", "tcsh", "busybox",
-];
-
-/// Never allowed: they run code the parser cannot see, or change who runs it.
-const NEVER: &[(&str, &str)] = &[
-    ("eval", "`eval` runs a string the allowlist cannot check"),
-    ("exec", "`exec` is not needed; run the program directly"),
-    (
-        "source",
-        "`source` runs a script the allowlist cannot check",
-    ),
-    (".", "`.` runs a script the allowlist cannot check"),
-    ("sudo", "privilege changes are not allowed"),
-    ("su", "privilege changes are not allowed"),
-    ("doas", "privilege changes are not allowed"),
-    ("watch", "`watch` runs its argument through a shell"),
-    (
-        "{",
-        "command grouping is not allowed; write the commands one after another",
-    ),
-    (
-        "}",
-        "command grouping is not allowed; write the commands one after another",
-    ),
-    ("function", "shell functions are not allowed"),
-    ("coproc", "coprocesses are not allowed"),
-    ("trap", "`trap` runs a string the allowlist cannot check"),
-    ("alias", "aliases are not allowed"),
-    (
-        "builtin",
-        "`builtin` is not needed; call the command directly",
-    ),
-];
+/// The allowlist entry that allows any program with any options.
+pub const ANY_PROGRAM: &str = "*";
 
 /// Shell keywords: each hides the commands it contains from a simple reading.
 const KEYWORDS: &[&str] = &[
     "if", "then", "else", "elif", "fi", "for", "while", "until", "do", "done", "case", "esac",
     "select", "!",
-];
-
-/// Environment variables a command-prefix assignment may not set: they change which program
-/// runs or inject code into it.
-const DANGEROUS_ENV: &[&str] = &[
-    "PATH",
-    "LD_PRELOAD",
-    "LD_LIBRARY_PATH",
-    "LD_AUDIT",
-    "BASH_ENV",
-    "ENV",
-    "IFS",
-    "SHELLOPTS",
-    "BASHOPTS",
-    "PS4",
-    "PROMPT_COMMAND",
-    "PYTHONSTARTUP",
-    "PERL5OPT",
-    "NODE_OPTIONS",
-    "GIT_EXEC_PATH",
-    "GIT_SSH",
-    "GIT_SSH_COMMAND",
 ];
 
 /// Where a program given by absolute path may live (its name is then checked like a bare name).
@@ -104,13 +52,52 @@ pub struct PathPolicy<'a> {
 
 /// Checks a command line against `allowed` program names. With `paths`, file arguments and
 /// redirection targets must also resolve inside the workspace (writes into writable dirs).
+///
+/// An allowlist holding [`ANY_PROGRAM`] (`*`) allows any command line; only runtime package
+/// installs are still refused, because they cannot work in the sandbox.
 pub fn check(line: &str, allowed: &[String], paths: Option<PathPolicy<'_>>) -> Result<(), String> {
     if line.trim().is_empty() {
         return Err("the command is empty".to_string());
     }
-    let commands = parse(line)?;
+    if allowed.iter().any(|a| a == ANY_PROGRAM) {
+        return refuse_installs(line);
+    }
+    check_line(line, allowed, paths, 0)
+}
+
+/// With `*`, the one check left: package installs that are visible on the command line.
+fn refuse_installs(line: &str) -> Result<(), String> {
+    let Ok(commands) = parse(line) else {
+        return Ok(());
+    };
     for command in &commands {
-        check_simple(command, allowed, paths)?;
+        let words: Vec<&str> = command
+            .words
+            .iter()
+            .skip_while(|w| assignment_name(w).is_some())
+            .map(|w| w.text.as_str())
+            .collect();
+        if let Some((program, args)) = words.split_first() {
+            let name = program.rsplit('/').next().unwrap_or(program);
+            if is_package_install(name, args) {
+                return Err(INSTALL_REFUSED.to_string());
+            }
+        }
+    }
+    Ok(())
+}
+
+fn check_line(
+    line: &str,
+    allowed: &[String],
+    paths: Option<PathPolicy<'_>>,
+    depth: usize,
+) -> Result<(), String> {
+    if depth > MAX_WRAPPER_DEPTH {
+        return Err("too many nested wrapper commands".to_string());
+    }
+    for command in &parse(line)? {
+        check_simple(command, allowed, paths, depth)?;
     }
     Ok(())
 }
@@ -119,13 +106,14 @@ fn check_simple(
     command: &SimpleCommand,
     allowed: &[String],
     paths: Option<PathPolicy<'_>>,
+    depth: usize,
 ) -> Result<(), String> {
     let mut words = command.words.as_slice();
     while let Some((first, rest)) = words.split_first() {
         match assignment_name(first) {
             Some(name) => {
-                if DANGEROUS_ENV.contains(&name) {
-                    return Err(format!("setting `{name}` for a command is not allowed"));
+                if let Some(refusal) = exec_capable::env_refusal(name) {
+                    return Err(refusal.to_string());
                 }
                 words = rest;
             }
@@ -148,7 +136,7 @@ fn check_simple(
     if words.is_empty() {
         return Ok(());
     }
-    check_program(words, allowed, 0)
+    check_program(words, allowed, paths, depth, false)
 }
 
 /// `NAME=value` at the start of a command.
@@ -163,8 +151,15 @@ fn assignment_name(word: &Word) -> Option<&str> {
     valid.then_some(name)
 }
 
-/// Checks `words[0]` (the program) and, for wrappers, the program they start.
-fn check_program(words: &[Word], allowed: &[String], depth: usize) -> Result<(), String> {
+/// Checks `words[0]` (the program) and, through the exec-capable table, what it would start.
+/// `input_args`: the program also gets arguments read from its input (under `xargs`).
+fn check_program(
+    words: &[Word],
+    allowed: &[String],
+    paths: Option<PathPolicy<'_>>,
+    depth: usize,
+    input_args: bool,
+) -> Result<(), String> {
     let Some((program, args)) = words.split_first() else {
         return Ok(());
     };
@@ -182,18 +177,14 @@ fn check_program(words: &[Word], allowed: &[String], depth: usize) -> Result<(),
     if is_package_install(name, &arg_texts) {
         return Err(INSTALL_REFUSED.to_string());
     }
-    if let Some((_, why)) = NEVER.iter().find(|(n, _)| *n == name) {
-        return Err(format!("`{name}` is not allowed: {why}"));
-    }
     if KEYWORDS.contains(&name) {
         return Err(format!(
-            "shell control structures (`{name}`) are not supported; run simple commands, or write a script and run it with an allowed interpreter (e.g. `python3 script.py`)"
+            "shell control structures (`{name}`) are not supported; run simple commands one after another"
         ));
     }
-    if SHELLS.contains(&name) && args.iter().any(|a| is_command_flag(&a.text)) {
-        return Err(format!(
-            "`{name} -c` hides the command it runs from the allowlist; write the command directly"
-        ));
+    let entry = exec_capable::lookup(name);
+    if let Some(refusal) = entry.and_then(|e| e.refuses_outright(name)) {
+        return Err(refusal.to_string());
     }
     if !allowed.iter().any(|a| a == name) {
         return Err(format!(
@@ -205,10 +196,25 @@ fn check_program(words: &[Word], allowed: &[String], depth: usize) -> Result<(),
             }
         ));
     }
-    match wrapped_program(name, args)? {
-        Some(inner) => check_program(inner, allowed, depth + 1),
-        None => Ok(()),
+    let Some(entry) = entry else {
+        return Ok(());
+    };
+    if input_args {
+        return Err(format!(
+            "`xargs {name}` is not allowed: xargs adds arguments read from its input, and for \
+             `{name}` those could be options that run programs. Use `find ... -exec {name} ... {{}} +` \
+             or name the files directly"
+        ));
     }
+    for wrapped in entry.check(name, args).map_err(|e| e.to_string())? {
+        match wrapped {
+            Wrapped::Argv { words, input_args } => {
+                check_program(words, allowed, paths, depth + 1, input_args)?;
+            }
+            Wrapped::Line(line) => check_line(&line, allowed, paths, depth + 1)?,
+        }
+    }
+    Ok(())
 }
 
 /// The name a program word runs: bare names as they are, absolute paths in system binary
@@ -224,110 +230,9 @@ fn program_name(text: &str) -> Result<&str, String> {
     match path.file_name().and_then(|n| n.to_str()) {
         Some(name) if in_system_dir => Ok(name),
         _ => Err(format!(
-            "`{text}` runs a program by path; run allowed programs by name, and scripts through an allowed interpreter (e.g. `python3 {text}`)"
+            "`{text}` runs a program by path; run allowed programs by name"
         )),
     }
-}
-
-/// `-c`, or a flag cluster containing `c` (`-ec`, `-lc`).
-fn is_command_flag(arg: &str) -> bool {
-    arg == "-c"
-        || (arg.starts_with('-') && !arg.starts_with("--") && arg[1..].contains('c'))
-        || arg == "--command"
-}
-
-/// For wrappers, the words that form the command they start.
-fn wrapped_program<'w>(name: &str, args: &'w [Word]) -> Result<Option<&'w [Word]>, String> {
-    // (flags that take a separate value, whether a positional argument precedes the program)
-    let (valued, positional): (&[&str], usize) = match name {
-        "env" => {
-            if args.iter().any(|a| {
-                a.text == "-S"
-                    || a.text.starts_with("--split-string")
-                    || (a.text.starts_with("-S") && !a.text.starts_with("--"))
-            }) {
-                return Err("`env -S` runs a string the allowlist cannot check".to_string());
-            }
-            (&["-u", "--unset", "-C", "--chdir"], 0)
-        }
-        "nice" => (&["-n", "--adjustment"], 0),
-        "nohup" | "time" | "setsid" | "command" => {
-            if name == "command"
-                && args
-                    .first()
-                    .is_some_and(|a| a.text == "-v" || a.text == "-V")
-            {
-                return Ok(None);
-            }
-            (&[], 0)
-        }
-        "timeout" => (&["-s", "--signal", "-k", "--kill-after"], 1),
-        "stdbuf" => (&["-i", "-o", "-e", "--input", "--output", "--error"], 0),
-        "ionice" => (&["-c", "-n", "--class", "--classdata"], 0),
-        "taskset" => (&["-c"], 1),
-        "chrt" => (&[], 1),
-        "flock" => (&["-w", "--timeout", "-E", "--conflict-exit-code"], 1),
-        "xargs" => (
-            &[
-                "-a",
-                "--arg-file",
-                "-d",
-                "--delimiter",
-                "-E",
-                "-I",
-                "-L",
-                "-n",
-                "--max-args",
-                "-P",
-                "--max-procs",
-                "-s",
-                "--max-chars",
-            ],
-            0,
-        ),
-        "busybox" => (&[], 0),
-        "find" => return Ok(find_exec(args)),
-        _ => return Ok(None),
-    };
-    let mut i = 0;
-    while i < args.len() {
-        let a = &args[i].text;
-        if a == "--" {
-            i += 1;
-            break;
-        }
-        if name == "env" && assignment_name(&args[i]).is_some() {
-            if let Some(n) = assignment_name(&args[i]).filter(|n| DANGEROUS_ENV.contains(n)) {
-                return Err(format!("setting `{n}` for a command is not allowed"));
-            }
-            i += 1;
-            continue;
-        }
-        if a.starts_with('-') && a.len() > 1 {
-            i += if valued.contains(&a.as_str()) { 2 } else { 1 };
-            continue;
-        }
-        break;
-    }
-    let rest = args.get(i + positional..).unwrap_or(&[]);
-    if rest.is_empty() {
-        // `xargs` with no program runs `echo`; the others with none run nothing.
-        return Ok(None);
-    }
-    Ok(Some(rest))
-}
-
-/// The command of `find ... -exec CMD ... ;` (or `-execdir`, `-ok`, `-okdir`).
-fn find_exec(args: &[Word]) -> Option<&[Word]> {
-    let start = args
-        .iter()
-        .position(|a| matches!(a.text.as_str(), "-exec" | "-execdir" | "-ok" | "-okdir"))?
-        + 1;
-    let len = args[start..]
-        .iter()
-        .position(|a| a.text == ";" || a.text == "+")
-        .unwrap_or(args.len() - start);
-    Some(&args[start..start + len])
 }
 
 /// `pip install`, `npm i`, `apt-get install`, `python -m pip install`, ...
@@ -521,7 +426,12 @@ mod tests {
                 "{line}"
             );
         }
-        assert_eq!(check("pip list", &a, None), Ok(()));
+        let any = allowed(&["*"]);
+        assert_eq!(check("pip list", &any, None), Ok(()));
+        assert_eq!(
+            check("pip install x", &any, None),
+            Err(INSTALL_REFUSED.to_string())
+        );
     }
 
     #[test]

@@ -106,25 +106,31 @@ pub(crate) fn check_tools(cx: &mut Cx<'_>, tools: &[Str<'_>], names: Names) {
         }
         match catalog.get(name) {
             Some(Availability::Available) => {}
-            Some(Availability::Unavailable(why)) => cx.sink.warn(
-                &tool.path,
-                tool.span,
-                format!("`{name}` is not available here, so it is not offered: {why}"),
-            ),
-            None if names == Names::Takt && CLAUDE_CODE_TOOLS.contains(&name) => cx.sink.warn(
-                &tool.path,
-                tool.span,
-                format!(
-                    "`{name}` is a Claude Code tool with no Maestro equivalent, so it is not offered; `maestro tools list` shows the tools there are"
-                ),
-            ),
+            // Pieces list the same tools in every movement: each is reported once per file.
+            Some(Availability::Unavailable(why)) => {
+                cx.sink
+                    .warn_once(&format!("tool {name}"), &tool.path, tool.span, || {
+                        format!("`{name}` is not available here, so it is not offered: {why}")
+                    });
+            }
+            None if names == Names::Takt && CLAUDE_CODE_TOOLS.contains(&name) => {
+                cx.sink
+                    .warn_once(&format!("tool {name}"), &tool.path, tool.span, || {
+                        format!(
+                            "`{name}` is a Claude Code tool with no Maestro equivalent, so it is not offered; `maestro tools list` shows the tools there are"
+                        )
+                    });
+            }
             None => {
                 let hint = match catalog.suggestion(name) {
                     Some(known) => format!("did you mean `{known}`?"),
                     None => "use a tool name from `maestro tools list` (e.g. Read, Glob, Grep, Bash) or `mcp__<server>__<tool>` for an MCP server's tool".to_owned(),
                 };
-                cx.sink
-                    .error(&tool.path, tool.span, format!("unknown tool `{name}`; {hint}"));
+                cx.sink.error(
+                    &tool.path,
+                    tool.span,
+                    format!("unknown tool `{name}`; {hint}"),
+                );
             }
         }
     }

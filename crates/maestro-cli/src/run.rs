@@ -11,7 +11,7 @@ use maestro_engine::{
     Engine, EventRecord, EventSink, JsonlSink, PieceSummary, RunEvent, RunRecord, classify,
 };
 use maestro_llm::{OpenAiCompat, Provider, ToolMode};
-use maestro_piece::{Piece, discover, load_file, render_diagnostics};
+use maestro_piece::{LoadOptions, Piece, discover, load_file, render_diagnostics};
 
 use crate::toolbox::{McpSelection, Toolbox};
 
@@ -124,7 +124,10 @@ fn configuration(args: &Args) -> anyhow::Result<Config> {
 async fn run_async(args: Args) -> anyhow::Result<u8> {
     let mut config = configuration(&args)?;
     let dirs = config.paths.pieces_dirs.clone();
-    let facets_dirs = config.paths.facets_dirs.clone();
+    let opts = LoadOptions {
+        tools: Some(crate::toolbox::tool_catalog(&config)),
+        ..crate::validate::load_options(None, &config.paths.facets_dirs)
+    };
     let piece = match args.piece.as_deref() {
         None | Some("auto") => {
             if config.llm.model.is_none() {
@@ -136,9 +139,9 @@ async fn run_async(args: Args) -> anyhow::Result<u8> {
                 .map_err(|e| anyhow!("{e}"))?
                 .to_string();
             let provider = OpenAiCompat::new(config.llm.to_openai_config())?;
-            classified_piece(&provider, &model, &args.task, &dirs, &facets_dirs).await?
+            classified_piece(&provider, &model, &args.task, &dirs, &opts).await?
         }
-        Some(given) => find_piece(given, &dirs, &facets_dirs)?,
+        Some(given) => find_piece(given, &dirs, &opts)?,
     };
     if config.llm.model.is_none() {
         config.llm.model = piece.model.clone();
@@ -201,8 +204,8 @@ async fn run_async(args: Args) -> anyhow::Result<u8> {
     Ok(report.status.exit_code() as u8)
 }
 
-fn load(path: &Path, facets_dirs: &[PathBuf]) -> anyhow::Result<Piece> {
-    match load_file(path, &crate::validate::load_options(None, facets_dirs)) {
+fn load(path: &Path, opts: &LoadOptions) -> anyhow::Result<Piece> {
+    match load_file(path, opts) {
         Ok(loaded) => Ok(loaded.piece),
         Err(failed) => {
             let source = std::fs::read_to_string(path).unwrap_or_default();
@@ -213,10 +216,10 @@ fn load(path: &Path, facets_dirs: &[PathBuf]) -> anyhow::Result<Piece> {
 }
 
 /// Every piece that loads from `dirs`; broken files are skipped with a note.
-fn available_pieces(dirs: &[PathBuf], facets_dirs: &[PathBuf]) -> Vec<(PathBuf, Piece)> {
+fn available_pieces(dirs: &[PathBuf], opts: &LoadOptions) -> Vec<(PathBuf, Piece)> {
     let mut pieces = Vec::new();
     for path in dirs.iter().filter(|d| d.exists()).flat_map(|d| discover(d)) {
-        match load_file(&path, &crate::validate::load_options(None, facets_dirs)) {
+        match load_file(&path, opts) {
             Ok(loaded) => pieces.push((path, loaded.piece)),
             Err(failed) => eprintln!("note: skipping {}: {}", path.display(), failed.errors.len()),
         }
@@ -224,12 +227,12 @@ fn available_pieces(dirs: &[PathBuf], facets_dirs: &[PathBuf]) -> Vec<(PathBuf, 
     pieces
 }
 
-fn find_piece(given: &str, dirs: &[PathBuf], facets_dirs: &[PathBuf]) -> anyhow::Result<Piece> {
+fn find_piece(given: &str, dirs: &[PathBuf], opts: &LoadOptions) -> anyhow::Result<Piece> {
     let path = Path::new(given);
     if path.is_file() {
-        return load(path, facets_dirs);
+        return load(path, opts);
     }
-    let pieces = available_pieces(dirs, facets_dirs);
+    let pieces = available_pieces(dirs, opts);
     if let Some((_, piece)) = pieces
         .iter()
         .find(|(p, piece)| piece.name == given || p.file_stem().is_some_and(|s| s == given))
@@ -256,9 +259,9 @@ async fn classified_piece(
     model: &str,
     task: &str,
     dirs: &[PathBuf],
-    facets_dirs: &[PathBuf],
+    opts: &LoadOptions,
 ) -> anyhow::Result<Piece> {
-    let pieces = available_pieces(dirs, facets_dirs);
+    let pieces = available_pieces(dirs, opts);
     let summaries: Vec<PieceSummary> = pieces.iter().map(|(_, p)| PieceSummary::from(p)).collect();
     let chosen = classify(provider, model, task, &summaries).await?;
     eprintln!("piece: {} ({})", chosen.piece, chosen.reason);

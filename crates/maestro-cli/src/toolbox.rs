@@ -10,7 +10,8 @@ use std::sync::Arc;
 
 use anyhow::anyhow;
 use maestro_config::Config;
-use maestro_piece::{Movement, Piece};
+use maestro_piece::{Movement, Piece, ToolCatalog};
+use maestro_tools::catalog::ToolSetup;
 use maestro_tools::{McpConfig, McpError, McpHub, Registry, ssh, web};
 
 /// Which configured MCP servers to start.
@@ -76,6 +77,16 @@ impl McpSelection {
     }
 }
 
+/// The tool names pieces may use under `config`, and which of them it sets up: what `maestro
+/// validate`, `maestro run` and `CreatePiece` check `allowed_tools` against.
+pub fn tool_catalog(config: &Config) -> ToolCatalog {
+    maestro_tools::catalog::tool_catalog(ToolSetup {
+        tools: &config.tools,
+        web: &config.web,
+        ssh_connections: config.ssh.connections.len(),
+    })
+}
+
 /// The registry with every configured tool, and the MCP servers behind some of them.
 pub struct Toolbox {
     pub registry: Registry,
@@ -99,7 +110,12 @@ impl Toolbox {
     ///
     /// SSH connections are usable by runs of any owner: the CLI runs as one local user.
     pub async fn build(config: &Config, mcp: &McpSelection) -> anyhow::Result<Toolbox> {
-        let mut registry = Registry::builtin(config.tools.clone());
+        // CreatePiece/UpdatePiece check tool names against what this configuration sets up.
+        let tools = maestro_tools::ToolsConfig {
+            tool_catalog: Some(tool_catalog(config)),
+            ..config.tools.clone()
+        };
+        let mut registry = Registry::builtin(tools);
         for tool in web::tools(config.web.clone()) {
             registry.register(tool);
         }

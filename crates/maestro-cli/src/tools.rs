@@ -8,7 +8,8 @@ use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, anyhow};
 use maestro_config::{Config, LoadFrom};
-use maestro_tools::{BashSandboxMode, RunScratch, ToolContext};
+use maestro_piece::{Availability, ToolCatalog};
+use maestro_tools::{BashSandboxMode, EDIT_TOOLS, Registry, RunScratch, ToolContext};
 
 use crate::toolbox::{McpSelection, Toolbox};
 
@@ -197,6 +198,9 @@ fn call(args: CallArgs) -> anyhow::Result<u8> {
             .find(|slug| args.tool.starts_with(&format!("mcp__{slug}__")));
         let output = match server.map(|s| toolbox.ensure_required(std::slice::from_ref(s))) {
             Some(Err(message)) => maestro_tools::ToolOutput::error(message),
+            _ if toolbox.registry.get(&args.tool).is_none() => maestro_tools::ToolOutput::error(
+                unknown_tool(&args.tool, &toolbox.registry, &config, args.edit),
+            ),
             _ => {
                 toolbox
                     .registry
@@ -223,4 +227,52 @@ fn call(args: CallArgs) -> anyhow::Result<u8> {
     // A closed stdout (`| head`) is not worth a panic.
     let _ = writeln!(std::io::stdout(), "{printed}");
     Ok(if output.ok { 0 } else { 1 })
+}
+
+/// The error for a tool name that is not registered: a close name if there is one, then every
+/// tool that can really be called here (registered, set up by the configuration, and allowed
+/// by `--edit`), and the MCP servers whose tools were not started for this call.
+fn unknown_tool(name: &str, registry: &Registry, config: &Config, edit: bool) -> String {
+    let set_up = crate::toolbox::tool_catalog(config);
+    let registered: Vec<String> = registry.list().into_iter().map(|spec| spec.name).collect();
+    let callable: Vec<String> = registered
+        .iter()
+        .filter(|tool| !matches!(set_up.get(tool), Some(Availability::Unavailable(_))))
+        .cloned()
+        .collect();
+    let (now, with_edit): (Vec<String>, Vec<String>) = callable
+        .into_iter()
+        .partition(|tool| edit || !EDIT_TOOLS.contains(&tool.as_str()));
+    let mut names = ToolCatalog::default();
+    for tool in now.iter().chain(&with_edit) {
+        names.add(tool.clone(), Availability::Available);
+    }
+    let mut message = format!("unknown tool `{name}`; ");
+    if let Some(close) = names.suggestion(name) {
+        message.push_str(&format!("did you mean `{close}`? "));
+    }
+    message.push_str(&format!(
+        "the tools you can call here are: {}",
+        now.join(", ")
+    ));
+    if !with_edit.is_empty() {
+        message.push_str(&format!("; with --edit also {}", with_edit.join(", ")));
+    }
+    let servers: Vec<&str> = config
+        .mcp
+        .servers
+        .keys()
+        .filter(|slug| {
+            let prefix = format!("mcp__{slug}__");
+            !registered.iter().any(|tool| tool.starts_with(&prefix))
+        })
+        .map(String::as_str)
+        .collect();
+    if !servers.is_empty() {
+        message.push_str(&format!(
+            "; and the tools of the MCP servers {} (`maestro tools list` names them)",
+            servers.join(", ")
+        ));
+    }
+    message
 }

@@ -8,7 +8,8 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use maestro_piece::{
-    Diagnostic, Dialect, Failed, LoadOptions, Loaded, discover, load_str, render_diagnostics,
+    Diagnostic, Dialect, Failed, LoadOptions, Loaded, ToolCatalog, discover, load_str,
+    render_diagnostics,
 };
 
 #[derive(Debug, clap::Args)]
@@ -26,6 +27,10 @@ pub struct Args {
     /// Hide warnings in the human output (they stay in --json).
     #[arg(long, short)]
     pub quiet: bool,
+    /// Check tool names against this configuration file instead of `~/.maestro/config.yaml`
+    /// and `.maestro/config.yaml` (which tools exist here: web search, SSH connections, …).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
     /// Piece files, or directories searched for *.yaml / *.yml.
     #[arg(required = true, value_name = "PATH")]
     pub paths: Vec<PathBuf>,
@@ -40,6 +45,14 @@ pub(crate) fn load_options(dialect: Option<Dialect>, facets_dirs: &[PathBuf]) ->
     }
 }
 
+/// The tools `allowed_tools` may name, and which this configuration sets up. A configuration
+/// that does not load is an error (exit 2), as in every other command.
+fn tool_catalog(config: Option<PathBuf>) -> anyhow::Result<ToolCatalog> {
+    let (config, _files) = maestro_config::Config::load(maestro_config::LoadFrom::current(config)?)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok(crate::toolbox::tool_catalog(&config))
+}
+
 /// One file's outcome.
 enum Checked {
     Valid(Box<Loaded>),
@@ -49,7 +62,10 @@ enum Checked {
 }
 
 pub fn run(args: Args) -> anyhow::Result<u8> {
-    let opts = load_options(args.dialect, &args.facets_dirs);
+    let opts = LoadOptions {
+        tools: Some(tool_catalog(args.config.clone())?),
+        ..load_options(args.dialect, &args.facets_dirs)
+    };
     let mut usage_error = false;
     let mut invalid = 0usize;
     let mut valid = 0usize;

@@ -282,3 +282,143 @@ movements:
     assert_eq!(warnings(&[]), 1, "the persona name resolves nowhere");
     assert_eq!(warnings(&["--facets-dir", "extra"]), 0);
 }
+
+/// A misspelled tool is an error with a suggestion; a real tool this configuration does not
+/// set up (web search without a provider, SSH without connections, a tool not built yet) is a
+/// warning and the piece stays valid.
+#[test]
+fn validate_reports_unknown_and_unconfigured_tools() {
+    let dir = tempfile::tempdir().unwrap();
+    let piece = "\
+name: research
+description: Look things up.
+max_movements: 4
+initial_movement: look
+movements:
+  - name: look
+    edit: false
+    persona: You research.
+    instruction: Find out.
+    allowed_tools: [Read, Glbo, WebSearch, SshExec, SpawnSubTask]
+    allowed_ssh_connections: ['*']
+    rules: []
+";
+    std::fs::write(dir.path().join("research.yaml"), piece).unwrap();
+    let out = run(maestro(dir.path()).args(["validate", "research.yaml"]));
+    assert_eq!(out.code, 1, "{}", out.stderr);
+    assert_eq!(
+        out.stdout,
+        "invalid  research.yaml (maestro, 1 error)\n1 file: 0 valid, 1 invalid\n"
+    );
+    insta::assert_snapshot!("validate_unknown_tool_human", out.stderr);
+
+    // Configured, the same tools are valid without a warning.
+    std::fs::write(
+        dir.path().join("research.yaml"),
+        piece.replace("Glbo", "Glob"),
+    )
+    .unwrap();
+    let out = run(maestro(dir.path()).args(["validate", "--json", "research.yaml"]));
+    let line: serde_json::Value = serde_json::from_str(out.stdout.trim()).unwrap();
+    assert_eq!((out.code, line["valid"].as_bool()), (0, Some(true)));
+    assert_eq!(line["warnings"].as_array().unwrap().len(), 3, "{line}");
+    std::fs::write(
+        dir.path().join("config.yaml"),
+        "web:\n  search:\n    searxng_url: http://127.0.0.1:9\nssh:\n  connections:\n    - id: 0b6f1c2e-4d3a-4f5e-9a8b-7c6d5e4f3a2b\n      name: box\n      host: 127.0.0.1\n      user: me\n      auth:\n        password: x\n      insecure_accept_any_host_key: true\n",
+    )
+    .unwrap();
+    let out = run(maestro(dir.path()).args([
+        "validate",
+        "--json",
+        "--config",
+        "config.yaml",
+        "research.yaml",
+    ]));
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    let line: serde_json::Value = serde_json::from_str(out.stdout.trim()).unwrap();
+    let warnings: Vec<&str> = line["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["message"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        warnings,
+        vec![
+            "`SpawnSubTask` is not available here, so it is not offered: the Maestro specification names it, but this version does not have it yet"
+        ]
+    );
+}
+
+/// A TAKT project runs unchanged: its facets in `.takt/facets/<kind>/` and the user's
+/// `~/.takt/facets/<kind>/` (or `$TAKT_CONFIG_DIR/facets/<kind>/`) are found.
+#[test]
+fn takt_facet_directories_reach_the_prompt() {
+    let home = tempfile::tempdir().unwrap();
+    let project = home.path().join("project");
+    let write = |path: PathBuf, text: &str| {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    };
+    write(
+        project.join("pieces/review.yaml"),
+        "\
+name: review
+max_movements: 2
+initial_movement: review
+movements:
+  - name: review
+    edit: false
+    persona: takt-reviewer
+    policy: team-rules
+    instruction: Review {task}.
+    rules:
+      - condition: done
+        next: COMPLETE
+",
+    );
+    write(
+        project.join(".takt/facets/personas/takt-reviewer.md"),
+        "You are the project's TAKT reviewer.",
+    );
+    write(
+        home.path().join(".takt/facets/policies/team-rules.md"),
+        "Follow the user's TAKT team rules.",
+    );
+    let prompt = |extra_env: Option<(&str, &Path)>| {
+        let mut cmd = maestro(home.path());
+        cmd.current_dir(&project).args([
+            "prompt",
+            "pieces/review.yaml",
+            "--movement",
+            "review",
+            "--task",
+            "the patch",
+        ]);
+        if let Some((key, value)) = extra_env {
+            cmd.env(key, value);
+        }
+        run(&mut cmd)
+    };
+    let out = prompt(None);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(
+        out.stdout.contains("You are the project's TAKT reviewer.")
+            && out.stdout.contains("Follow the user's TAKT team rules."),
+        "{}",
+        out.stdout
+    );
+    // `$TAKT_CONFIG_DIR` replaces `~/.takt`, as in TAKT.
+    let elsewhere = home.path().join("takt-config");
+    write(
+        elsewhere.join("facets/policies/team-rules.md"),
+        "Rules from TAKT_CONFIG_DIR.",
+    );
+    let out = prompt(Some(("TAKT_CONFIG_DIR", &elsewhere)));
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(
+        out.stdout.contains("Rules from TAKT_CONFIG_DIR."),
+        "{}",
+        out.stdout
+    );
+}

@@ -120,7 +120,7 @@ fn tool_failures_exit_one_with_the_error() {
         (code, out["error"].as_str().unwrap()),
         (
             1,
-            "unknown tool `Nope`; the tools you can call are: ReadToolDoc"
+            "unknown tool `Nope`; the tools you can call here are: Read, Glob, Grep, Bash, SQLite, CreateChecklist, CheckItem, GetChecklist, ListPieces, GetPiece, ReadToolDoc, WebFetch, DownloadFile; with --edit also Write, Edit"
         )
     );
     let (code, out) = call(ws, &["Read", "--input", "{not json"]);
@@ -131,6 +131,35 @@ fn tool_failures_exit_one_with_the_error() {
             .unwrap()
             .starts_with("the arguments for `Read` are not valid JSON"),
         "{out}"
+    );
+}
+
+/// The unknown-tool error lists what can really be called here: the tools the configuration
+/// sets up (web search, a pieces directory), the edit tools with `--edit`, and the MCP servers
+/// not started for this call; a close name comes first.
+#[test]
+fn unknown_tools_list_what_this_configuration_can_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "tools:\n  pieces_dir: \"{}\"\nweb:\n  search:\n    searxng_url: http://127.0.0.1:9\nmcp:\n  servers:\n    calc:\n      command: /nonexistent/calc\n",
+            dir.path().join("pieces").display()
+        ),
+    )
+    .unwrap();
+    let ws = dir.path().join("ws");
+    let (code, out) = call(
+        &ws,
+        &["WebSerch", "--edit", "--config", config.to_str().unwrap()],
+    );
+    assert_eq!(
+        (code, out["error"].as_str().unwrap()),
+        (
+            1,
+            "unknown tool `WebSerch`; did you mean `WebSearch`? the tools you can call here are: Read, Write, Edit, Glob, Grep, Bash, SQLite, CreateChecklist, CheckItem, GetChecklist, ListPieces, GetPiece, CreatePiece, UpdatePiece, ReadToolDoc, WebFetch, DownloadFile, WebSearch; and the tools of the MCP servers calc (`maestro tools list` names them)"
+        )
     );
 }
 

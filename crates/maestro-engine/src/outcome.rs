@@ -38,8 +38,15 @@ pub fn last_tag(movement_name: &str, answer: &str, rule_count: usize) -> Option<
 /// The first `all()` / `any()` rule (1-based) that the sub-results satisfy. `sub_results[i]` is
 /// the condition text sub-movement `i` matched (`None` when it matched nothing).
 ///
-/// One argument applies to every sub-movement; several match positionally (argument `i` to
-/// sub-movement `i`), as in `all("approved", "All checks passed")`.
+/// As in TAKT v0.30:
+/// - `all("X")`: every sub-movement matched `X`;
+/// - `all("A", "B")`: positional, sub-movement 1 matched `A` and sub-movement 2 matched `B`
+///   (a different number of sub-movements never holds);
+/// - `any("X")` / `any("A", "B")`: at least one sub-movement matched one of the listed
+///   conditions, wherever it stands.
+///
+/// A sub-movement that matched no rule fails `all()` and is skipped by `any()`; with no
+/// sub-movements neither holds.
 pub fn aggregate(rules: &[(usize, &Rule)], sub_results: &[Option<String>]) -> Option<usize> {
     rules
         .iter()
@@ -57,8 +64,7 @@ fn aggregate_matches(condition: &Condition, subs: &[Option<String>]) -> bool {
         Condition::All(args) => {
             args.len() == subs.len() && subs.iter().zip(args).all(|(s, a)| matched(s, a))
         }
-        Condition::Any(args) if args.len() == 1 => subs.iter().any(|s| matched(s, &args[0])),
-        Condition::Any(args) => subs.iter().zip(args).any(|(s, a)| matched(s, a)),
+        Condition::Any(args) => subs.iter().any(|s| args.iter().any(|a| matched(s, a))),
         Condition::Text(_) | Condition::Ai(_) | Condition::Status(_) => false,
     }
 }
@@ -290,12 +296,75 @@ mod tests {
             aggregate(&rules, &subs("needs_fix", "All checks passed")),
             Some(3)
         );
-        // positional: `failing` in the first slot does not count for the second argument
+        // `all` is positional: the right conditions in the wrong slots do not hold
         assert_eq!(
-            aggregate(&rules, &subs("failing", "All checks passed")),
+            aggregate(&rules[1..2], &subs("all checks passed", "approved")),
             None
         );
         assert_eq!(aggregate(&rules, &[Some("approved".into()), None]), None);
+    }
+
+    /// TAKT v0.30 (`AggregateEvaluator`): `any("A", "B")` holds when any sub-movement matched
+    /// any listed condition, whatever its place; a sub-movement that matched nothing is skipped
+    /// by `any` and fails `all`. Three sub-movements and two conditions, where a positional
+    /// reading gives the opposite answers.
+    #[test]
+    fn any_with_several_conditions_is_not_positional() {
+        let any = rule(
+            Condition::Any(vec!["needs_fix".into(), "failing".into()]),
+            Some("fix"),
+        );
+        let rules = [(1, &any)];
+        let three = |a: Option<&str>, b: Option<&str>, c: Option<&str>| {
+            [a, b, c].map(|s| s.map(str::to_owned)).to_vec()
+        };
+        // The third sub-movement matched `needs_fix`: it has no positional argument at all.
+        assert_eq!(
+            aggregate(
+                &rules,
+                &three(Some("approved"), Some("approved"), Some("needs_fix"))
+            ),
+            Some(1)
+        );
+        // The first matched the second condition, the second the first: crossed places hold.
+        assert_eq!(
+            aggregate(
+                &rules,
+                &three(Some("failing"), Some("needs_fix"), Some("approved"))
+            ),
+            Some(1)
+        );
+        // Sub-movements that matched nothing are skipped, not failed.
+        assert_eq!(
+            aggregate(&rules, &three(None, None, Some("FAILING"))),
+            Some(1)
+        );
+        // None of the listed conditions anywhere.
+        assert_eq!(
+            aggregate(&rules, &three(Some("approved"), None, Some("approved"))),
+            None
+        );
+        assert_eq!(aggregate(&rules, &[]), None);
+
+        let all = rule(Condition::All(vec!["approved".into()]), Some("done"));
+        let all_rules = [(1, &all)];
+        assert_eq!(
+            aggregate(&all_rules, &three(Some("approved"), None, Some("approved"))),
+            None
+        );
+        assert_eq!(aggregate(&all_rules, &[]), None);
+        // Positional `all` with a count that differs from the sub-movements never holds.
+        let all_two = rule(
+            Condition::All(vec!["approved".into(), "approved".into()]),
+            Some("done"),
+        );
+        assert_eq!(
+            aggregate(
+                &[(1, &all_two)],
+                &three(Some("approved"), Some("approved"), Some("approved"))
+            ),
+            None
+        );
     }
 
     #[test]

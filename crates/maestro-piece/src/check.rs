@@ -15,7 +15,8 @@ pub(crate) struct Sink {
     file: PathBuf,
     pub errors: Vec<Diagnostic>,
     pub warnings: Vec<Diagnostic>,
-    /// Keys that have no meaning for us, grouped by key so a file reports each once.
+    /// Warnings reported once per key (keys that have no meaning for us, tools not set up
+    /// here), so a file reports each once.
     ignored: Vec<(String, Diagnostic, usize)>,
 }
 
@@ -53,16 +54,23 @@ impl Sink {
 
     /// Records a key we accept but do not use; reported once per key name, with a count.
     pub fn ignored(&mut self, key: &str, path: &str, span: Span, why: &str) {
+        self.warn_once(key, path, span, || format!("`{key}` is ignored: {why}"));
+    }
+
+    /// A warning reported once per `key` in a file (the first place, with a count of the
+    /// others), for findings that repeat in every movement.
+    pub fn warn_once(
+        &mut self,
+        key: &str,
+        path: &str,
+        span: Span,
+        message: impl FnOnce() -> String,
+    ) {
         if let Some(entry) = self.ignored.iter_mut().find(|(k, _, _)| k == key) {
             entry.2 += 1;
             return;
         }
-        let d = self.make(
-            Severity::Warning,
-            path,
-            span,
-            format!("`{key}` is ignored: {why}"),
-        );
+        let d = self.make(Severity::Warning, path, span, message());
         self.ignored.push((key.to_owned(), d, 1));
     }
 

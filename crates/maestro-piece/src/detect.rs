@@ -3,10 +3,17 @@
 //! 1. `--dialect` (the caller's [`crate::LoadOptions::dialect`]) wins.
 //! 2. A top-level `dialect:` key comes next.
 //! 3. `roles` and `graph` at the top level mean graph.
-//! 4. Any takt-only feature means takt (see [`TAKT_TOP_KEYS`], [`TAKT_MOVEMENT_KEYS`],
-//!    [`TAKT_RULE_KEYS`], `ai()`/`all()`/`any()` conditions and `COMPLETE`/`ABORT` as a
-//!    rule's `next`).
-//! 5. Otherwise maestro.
+//! 4. A field only takt has means takt (see [`TAKT_TOP_KEYS`], [`TAKT_MOVEMENT_KEYS`],
+//!    [`TAKT_RULE_KEYS`]).
+//! 5. A field only maestro has means maestro (`triggers`, `required_mcp`, `model`,
+//!    `default_next`, …): takt-style values in such a file are then errors at their place.
+//! 6. A takt-style value means takt: `ai()`/`all()`/`any()` conditions, `COMPLETE`/`ABORT`
+//!    as a rule's `next`.
+//! 7. Otherwise maestro.
+//!
+//! Fields decide before values because a field cannot be a mistake of the other dialect (it
+//! would be an unknown key there), while `next: COMPLETE` in a maestro piece is exactly the
+//! mistake the maestro schema forbids.
 
 use crate::ir::Dialect;
 use crate::yaml::{Node, Span, Value};
@@ -74,7 +81,19 @@ pub(crate) fn detect(root: &Node) -> Detection {
             reason: "`roles` and `graph` are at the top level".to_owned(),
         };
     }
-    if let Some(reason) = takt_feature(root) {
+    if let Some(reason) = takt_feature(root, Signal::Field) {
+        return Detection {
+            dialect: Dialect::Takt,
+            reason: format!("{reason} is a takt feature"),
+        };
+    }
+    if let Some((path, _)) = maestro_feature(root) {
+        return Detection {
+            dialect: Dialect::Maestro,
+            reason: format!("`{path}` is a maestro field"),
+        };
+    }
+    if let Some(reason) = takt_feature(root, Signal::Value) {
         return Detection {
             dialect: Dialect::Takt,
             reason: format!("{reason} is a takt feature"),
@@ -86,27 +105,40 @@ pub(crate) fn detect(root: &Node) -> Detection {
     }
 }
 
-fn takt_feature(root: &Node) -> Option<String> {
-    for key in TAKT_TOP_KEYS {
-        if root.get(key).is_some() {
-            return Some(format!("`{key}`"));
+/// What kind of takt signal to look for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Signal {
+    /// A key only takt defines.
+    Field,
+    /// A value written the takt way in a field both dialects have.
+    Value,
+}
+
+fn takt_feature(root: &Node, signal: Signal) -> Option<String> {
+    if signal == Signal::Field {
+        for key in TAKT_TOP_KEYS {
+            if root.get(key).is_some() {
+                return Some(format!("`{key}`"));
+            }
         }
     }
     let Value::Seq(movements) = &root.get("movements")?.value else {
         return None;
     };
     for (i, m) in movements.iter().enumerate() {
-        if let Some(reason) = takt_movement(m, &format!("movements[{i}]")) {
+        if let Some(reason) = takt_movement(m, &format!("movements[{i}]"), signal) {
             return Some(reason);
         }
     }
     None
 }
 
-fn takt_movement(m: &Node, path: &str) -> Option<String> {
-    for key in TAKT_MOVEMENT_KEYS {
-        if m.get(key).is_some() {
-            return Some(format!("`{path}.{key}`"));
+fn takt_movement(m: &Node, path: &str, signal: Signal) -> Option<String> {
+    if signal == Signal::Field {
+        for key in TAKT_MOVEMENT_KEYS {
+            if m.get(key).is_some() {
+                return Some(format!("`{path}.{key}`"));
+            }
         }
     }
     let Value::Seq(rules) = &m.get("rules")?.value else {
@@ -114,10 +146,13 @@ fn takt_movement(m: &Node, path: &str) -> Option<String> {
     };
     for (j, rule) in rules.iter().enumerate() {
         let rule_path = format!("{path}.rules[{j}]");
-        for key in TAKT_RULE_KEYS {
-            if rule.get(key).is_some() {
-                return Some(format!("`{rule_path}.{key}`"));
+        if signal == Signal::Field {
+            for key in TAKT_RULE_KEYS {
+                if rule.get(key).is_some() {
+                    return Some(format!("`{rule_path}.{key}`"));
+                }
             }
+            continue;
         }
         if let Some(cond) = rule.get("condition").and_then(Node::as_str) {
             let cond = cond.trim_start();
@@ -194,6 +229,25 @@ mod tests {
         assert_eq!(dialect("name: x\nloop_monitors: []\n"), Dialect::Takt);
         assert_eq!(
             dialect("movements:\n  - name: a\n    rules:\n      - condition: all(\"x\")\n"),
+            Dialect::Takt
+        );
+    }
+
+    /// `default_next` exists only in maestro, `next: COMPLETE` is only a takt habit: the field
+    /// decides, and the stray value is the maestro loader's error.
+    #[test]
+    fn a_field_of_one_dialect_outweighs_a_value_of_the_other() {
+        let d = detect_dialect("name: x\nmovements:\n  - name: a\n    default_next: COMPLETE\n    rules:\n      - condition: ok\n        next: COMPLETE\n").unwrap();
+        assert_eq!(
+            d,
+            Detection {
+                dialect: Dialect::Maestro,
+                reason: "`movements[0].default_next` is a maestro field".into(),
+            }
+        );
+        // A takt field still wins over a maestro one (the loader then warns).
+        assert_eq!(
+            dialect("name: x\nmodel: m\nmovements:\n  - name: a\n    session: refresh\n"),
             Dialect::Takt
         );
     }

@@ -7,7 +7,9 @@
 //! 3. in `<piece dir>/../facets/<kind>/<name>.md` (the layout takt's builtins use);
 //! 4. in the project's `.maestro/facets/<kind>/`;
 //! 5. in the user's `~/.maestro/facets/<kind>/`;
-//! 6. in each extra `--facets-dir` (`<dir>/<kind>/<name>.md`).
+//! 6. in the project's `.takt/facets/<kind>/` (TAKT's project layer);
+//! 7. in the user's `~/.takt/facets/<kind>/` (TAKT's user layer, `$TAKT_CONFIG_DIR/facets/`);
+//! 8. in each extra `--facets-dir` (`<dir>/<kind>/<name>.md`).
 //!
 //! A name found nowhere is the text itself (the maestro schema's inline `persona:` and
 //! `instruction:` strings). When it looks like a name rather than prose, a warning says where
@@ -95,6 +97,13 @@ impl Resolver {
         }
         if let Some(user) = &opts.user_dir {
             roots.push(user.join("facets"));
+        }
+        // TAKT's own layers (`.takt/facets/<kind>/`, `~/.takt/facets/<kind>/`), after ours.
+        if let Some(project) = &opts.project_dir {
+            roots.push(project.join(".takt").join("facets"));
+        }
+        if let Some(takt_user) = &opts.takt_user_dir {
+            roots.push(takt_user.join("facets"));
         }
         roots.extend(opts.facet_dirs.iter().cloned());
         let confined_to = opts.confine_facets.then(|| {

@@ -179,7 +179,8 @@ pub enum Condition {
     Ai(String),
     /// `all("A")` / `all("A", "B")`: every sub-movement matched (positionally when several).
     All(Vec<String>),
-    /// `any("A")` / `any("A", "B")`: at least one sub-movement matched.
+    /// `any("A")` / `any("A", "B")`: at least one sub-movement matched one of the listed
+    /// conditions, in any place (not positional).
     Any(Vec<String>),
     /// Graph dialect: the `$status` value this edge is keyed on; `_` is unconditional.
     Status(String),

@@ -15,6 +15,7 @@
 //!
 //! This crate knows nothing of LLMs, tools or storage.
 
+mod catalog;
 mod check;
 mod detect;
 mod diagnostic;
@@ -28,6 +29,7 @@ mod takt;
 mod template;
 mod yaml;
 
+pub use catalog::{Availability, ToolCatalog};
 pub use detect::{Detection, detect_dialect};
 pub use diagnostic::{Diagnostic, Severity, render_diagnostics};
 pub use ir::*;

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
+use crate::catalog::ToolCatalog;
 use crate::check::{Fields, Sink, Unknown, fields, known_list, list, string};
 use crate::detect::detect;
 use crate::diagnostic::Diagnostic;
@@ -24,6 +25,12 @@ pub struct LoadOptions {
     pub project_dir: Option<PathBuf>,
     /// The user's maestro directory (normally `~/.maestro`); its `facets/` is searched.
     pub user_dir: Option<PathBuf>,
+    /// The user's TAKT directory (`$TAKT_CONFIG_DIR`, else `~/.takt`); its `facets/` is
+    /// searched after Maestro's own, as is the project's `.takt/facets/`, so a TAKT project's
+    /// pieces find their facets unchanged.
+    pub takt_user_dir: Option<PathBuf>,
+    /// The tools `allowed_tools` may name; `None` checks no names. See [`ToolCatalog`].
+    pub tools: Option<ToolCatalog>,
     /// `max_movements` for dialects that have none of their own (graph).
     pub default_max_movements: u32,
     /// Facet files must lie inside the piece's directory or a facet root. Set for pieces that
@@ -34,12 +41,18 @@ pub struct LoadOptions {
 
 impl LoadOptions {
     /// The options every command uses for pieces on disk: the project's `.maestro/facets/`
-    /// (from `project_dir`), the user's `~/.maestro/facets/` (from `$HOME`), and `facet_dirs`.
+    /// and `.takt/facets/` (from `project_dir`), the user's `~/.maestro/facets/` and
+    /// `~/.takt/facets/` (from `$HOME`, or `$TAKT_CONFIG_DIR` for TAKT's), and `facet_dirs`.
     pub fn standard(project_dir: Option<PathBuf>, facet_dirs: Vec<PathBuf>) -> Self {
+        let home = std::env::var_os("HOME").map(PathBuf::from);
         LoadOptions {
             facet_dirs,
             project_dir,
-            user_dir: std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".maestro")),
+            user_dir: home.as_ref().map(|home| home.join(".maestro")),
+            takt_user_dir: std::env::var_os("TAKT_CONFIG_DIR")
+                .filter(|dir| !dir.is_empty())
+                .map(PathBuf::from)
+                .or_else(|| home.map(|home| home.join(".takt"))),
             ..LoadOptions::default()
         }
     }
@@ -52,6 +65,8 @@ impl Default for LoadOptions {
             facet_dirs: Vec::new(),
             project_dir: None,
             user_dir: None,
+            takt_user_dir: None,
+            tools: None,
             default_max_movements: 50,
             confine_facets: false,
         }
@@ -97,6 +112,9 @@ pub(crate) struct Cx<'a> {
     pub sink: Sink,
     pub facets: Resolver,
     pub opts: &'a LoadOptions,
+    /// Why the dialect was chosen, when it was detected (not forced or declared): diagnostics
+    /// about a value of the other dialect quote it.
+    pub detected_because: Option<String>,
 }
 
 /// The required `movements` list of a maestro or takt piece; an empty one is an error.
@@ -162,6 +180,7 @@ pub fn load_str(source: &str, origin: &Path, opts: &LoadOptions) -> Result<Loade
         sink: Sink::new(origin),
         facets: Resolver::new(origin, opts),
         opts,
+        detected_because: None,
     };
     let parsed = crate::yaml::parse(source);
     for e in parsed.errors {
@@ -232,6 +251,9 @@ fn choose_dialect(cx: &mut Cx<'_>, root: &Node) -> Option<Dialect> {
         return Some(forced);
     }
     let detection = detect(root);
+    if root.get("dialect").is_none() {
+        cx.detected_because = Some(detection.reason.clone());
+    }
     if detection.dialect == Dialect::Takt
         && root.get("dialect").is_none()
         && let Some((path, span)) = crate::detect::maestro_feature(root)

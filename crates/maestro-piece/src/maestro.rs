@@ -228,6 +228,13 @@ fn read_movement(cx: &mut Cx<'_>, item: &Node, path: &str, known: &[&str]) -> Op
     let ssh = read_ssh_connections(cx, &m);
     if let Some(tools) = &tools {
         check_tools(cx, tools, ssh.is_some());
+        // Malformed names already have their error above.
+        let well_formed: Vec<Str<'_>> = tools
+            .iter()
+            .filter(|t| TOOL_NAME.is_match(t.text))
+            .cloned()
+            .collect();
+        crate::catalog::check_tools(cx, &well_formed, crate::catalog::Names::Maestro);
     }
     let sink = &mut cx.sink;
     let rules = m
@@ -337,6 +344,7 @@ fn check_tools(cx: &mut Cx<'_>, tools: &[Str<'_>], has_ssh_list: bool) {
 fn read_rule(cx: &mut Cx<'_>, item: &Node, path: &str, known: &[&str]) -> Option<Rule> {
     const WHAT: &str = "a rule";
     let r = fields(&mut cx.sink, item, path, WHAT, RULE_KEYS, Unknown::Error)?;
+    let detected_because = cx.detected_because.as_deref();
     let sink = &mut cx.sink;
     let condition = r
         .required(sink, "condition", WHAT)
@@ -344,14 +352,16 @@ fn read_rule(cx: &mut Cx<'_>, item: &Node, path: &str, known: &[&str]) -> Option
     let next = r.required(sink, "next", WHAT).and_then(|(node, path)| {
         let text = string(sink, node, &path)?;
         if TERMINAL.contains(&text) {
-            sink.error(
-                &path,
-                node.span,
-                format!(
-                    "`{text}` cannot be a rule's `next`: a movement ends the run by calling the `complete` tool; terminal sentinels are allowed only in `default_next`; known: {}, WAIT_SUBTASKS",
-                    known_list(known)
-                ),
+            let mut message = format!(
+                "`{text}` cannot be a rule's `next`: a movement ends the run by calling the `complete` tool; terminal sentinels are allowed only in `default_next`; known: {}, WAIT_SUBTASKS; fix: point the rule at a movement, or remove it and set `default_next: {text}` on the movement",
+                known_list(known)
             );
+            if let Some(because) = detected_because {
+                message.push_str(&format!(
+                    " (this file is read as maestro because {because}; if it is a takt piece, add `dialect: takt` at the top)"
+                ));
+            }
+            sink.error(&path, node.span, message);
             return None;
         }
         if text == "WAIT_SUBTASKS" {

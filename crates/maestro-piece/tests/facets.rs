@@ -1,5 +1,6 @@
 //! Facet resolution order: section map, path relative to the piece, `<piece dir>/../facets`,
-//! the project's `.maestro/facets`, the user's `~/.maestro/facets`, extra dirs, inline text.
+//! the project's `.maestro/facets`, the user's `~/.maestro/facets`, the project's
+//! `.takt/facets`, the user's `~/.takt/facets`, extra dirs, inline text.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
@@ -192,4 +193,113 @@ movements:
     let m = &loaded.piece.movements[0];
     assert_eq!(m.persona.as_ref().unwrap().text, "host secret");
     assert_eq!(m.instruction.as_ref().unwrap().text, "own persona");
+}
+
+/// A TAKT project keeps its facets in `.takt/facets/<kind>/` and `~/.takt/facets/<kind>/`
+/// (TAKT v0.30's project and user layers); its pieces load unchanged. Maestro's own
+/// directories come first, and the `--facets-dir` extras after.
+#[test]
+fn takt_project_and_user_facet_directories_are_searched_after_maestros() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let project = root.join("project");
+    // Not under `.takt/pieces/`, whose `../facets` would be found as `<piece dir>/../facets`.
+    let piece = project.join("pieces/review.yaml");
+    let source = "\
+name: review
+max_movements: 3
+initial_movement: review
+movements:
+  - name: review
+    edit: false
+    persona: takt-reviewer
+    policy: [review, shared]
+    knowledge: domain
+    instruction: review-code
+    output_contracts:
+      report:
+        - name: review.md
+          format: review-report
+    rules:
+      - condition: done
+        next: COMPLETE
+";
+    write(&piece, source);
+    write(
+        &project.join(".takt/facets/personas/takt-reviewer.md"),
+        "project takt persona",
+    );
+    write(
+        &project.join(".takt/facets/policies/review.md"),
+        "project takt policy",
+    );
+    write(
+        &project.join(".takt/facets/instructions/review-code.md"),
+        "project takt instruction",
+    );
+    write(
+        &project.join(".takt/facets/output-contracts/review-report.md"),
+        "project takt report format",
+    );
+    write(
+        &root.join("home/.takt/facets/knowledge/domain.md"),
+        "user takt knowledge",
+    );
+    // `shared` is in Maestro's project directory and in TAKT's: Maestro's wins.
+    write(
+        &project.join(".maestro/facets/policies/shared.md"),
+        "maestro project policy",
+    );
+    write(
+        &project.join(".takt/facets/policies/shared.md"),
+        "takt copy (shadowed)",
+    );
+    // A user TAKT facet shadows an extra `--facets-dir` one.
+    write(
+        &root.join("extra/knowledge/domain.md"),
+        "extra copy (shadowed)",
+    );
+    let opts = LoadOptions {
+        project_dir: Some(project.clone()),
+        user_dir: Some(root.join("home/.maestro")),
+        takt_user_dir: Some(root.join("home/.takt")),
+        facet_dirs: vec![root.join("extra")],
+        ..LoadOptions::default()
+    };
+    let loaded = valid_at(source, &piece, &opts);
+    let m = &loaded.piece.movements[0];
+    let texts = |facets: &[maestro_piece::Facet]| -> Vec<String> {
+        facets.iter().map(|f| f.text.clone()).collect()
+    };
+    assert_eq!(m.persona.as_ref().unwrap().text, "project takt persona");
+    assert_eq!(
+        m.persona.as_ref().unwrap().path,
+        Some(project.join(".takt/facets/personas/takt-reviewer.md"))
+    );
+    assert_eq!(
+        texts(&m.policies),
+        vec!["project takt policy", "maestro project policy"]
+    );
+    assert_eq!(texts(&m.knowledge), vec!["user takt knowledge"]);
+    assert_eq!(
+        m.instruction.as_ref().unwrap().text,
+        "project takt instruction"
+    );
+    assert_eq!(
+        m.output_contracts[0].format.as_ref().unwrap().text,
+        "project takt report format"
+    );
+    assert_eq!(warnings(&loaded), vec![]);
+
+    // Without the TAKT directories the same piece falls back to inline text, with warnings.
+    let without = LoadOptions {
+        project_dir: None,
+        takt_user_dir: None,
+        ..opts
+    };
+    let loaded = valid_at(source, &piece, &without);
+    assert_eq!(
+        loaded.piece.movements[0].persona.as_ref().unwrap().text,
+        "takt-reviewer"
+    );
 }

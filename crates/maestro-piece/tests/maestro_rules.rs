@@ -180,11 +180,31 @@ fn terminal_sentinels_are_not_rule_targets() {
                 "movements[0].rules[0].next",
                 14,
                 &format!(
-                    "`{sentinel}` cannot be a rule's `next`: a movement ends the run by calling the `complete` tool; terminal sentinels are allowed only in `default_next`; known: plan, execute, WAIT_SUBTASKS"
+                    "`{sentinel}` cannot be a rule's `next`: a movement ends the run by calling the `complete` tool; terminal sentinels are allowed only in `default_next`; known: plan, execute, WAIT_SUBTASKS; fix: point the rule at a movement, or remove it and set `default_next: {sentinel}` on the movement"
                 )
             )]
         );
     }
+}
+
+/// `default_next` exists only in the maestro dialect, so it decides the dialect even though a
+/// rule says `next: COMPLETE` the takt way; that value is then the error, at its line, with
+/// the fix and why the file is read as maestro.
+#[test]
+fn a_maestro_field_decides_and_a_takt_style_next_is_an_error() {
+    let src = edit(
+        PIECE,
+        "    rules: []\n",
+        "    default_next: COMPLETE\n    rules:\n      - condition: done\n        next: COMPLETE\n",
+    );
+    assert_eq!(
+        errors(&src),
+        vec![f(
+            "movements[1].rules[0].next",
+            22,
+            "`COMPLETE` cannot be a rule's `next`: a movement ends the run by calling the `complete` tool; terminal sentinels are allowed only in `default_next`; known: plan, execute, WAIT_SUBTASKS; fix: point the rule at a movement, or remove it and set `default_next: COMPLETE` on the movement (this file is read as maestro because `movements[1].default_next` is a maestro field; if it is a takt piece, add `dialect: takt` at the top)"
+        )]
+    );
 }
 
 #[test]

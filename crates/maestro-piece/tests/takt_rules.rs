@@ -217,11 +217,18 @@ fn unknown_and_meaningless_keys_are_warnings_never_errors() {
     let src = edit(
         PIECE,
         "    session: refresh\n",
-        "    session: refresh\n    required_permission_mode: edit\n    team_leader:\n      max_parts: 2\n    mood: cheerful\n",
+        "    session: refresh\n    provider: claude\n    team_leader:\n      max_parts: 2\n    mood: cheerful\n",
     );
     let loaded = valid(&src);
     let found = warnings(&loaded);
-    assert!(found.contains(&f("movements[0].required_permission_mode", 17, "`required_permission_mode` is ignored: `edit` decides whether Write and Edit are offered")), "{found:#?}");
+    assert!(
+        found.contains(&f(
+            "movements[0].provider",
+            17,
+            "`provider` is ignored: maestro runs every movement on the configured endpoint"
+        )),
+        "{found:#?}"
+    );
     assert!(found.contains(&f("movements[0].team_leader", 18, "`team_leader` is ignored: team-leader decomposition is not supported; the movement runs as one agent")), "{found:#?}");
     assert!(
         found.iter().any(|w| w.0 == "movements[0].mood"
@@ -430,5 +437,137 @@ fn report_names_must_be_plain_file_names() {
                 &message("/etc/cron.d/x")
             ),
         ]
+    );
+}
+
+/// What a movement may do: `edit`, `allowed_tools`, `allowed_commands`.
+type Permissions = (bool, Vec<String>, Option<Vec<String>>);
+
+/// One takt movement with the given extra lines, loaded; its permissions and the warnings.
+fn permissions(extra: &str) -> (Permissions, Vec<support::Finding>) {
+    let src = format!(
+        "name: p\nmax_movements: 3\ninitial_movement: work\nmovements:\n  - name: work\n    persona: You work.\n{extra}    rules:\n      - condition: done\n        next: COMPLETE\n"
+    );
+    let loaded = valid(&src);
+    let m = &loaded.piece.movements[0];
+    (
+        (m.edit, m.allowed_tools.clone(), m.allowed_commands.clone()),
+        warnings(&loaded),
+    )
+}
+
+fn names(list: &[&str]) -> Vec<String> {
+    list.iter().map(|s| s.to_string()).collect()
+}
+
+/// `permission_mode` maps onto the sandbox: `readonly` drops Write and Edit (and leaves Bash
+/// a read-only workspace, as `edit: false` does), `edit` is `edit: true`, `full` also lifts the
+/// Bash allowlist (`["*"]`).
+#[test]
+fn permission_modes_map_onto_edit_tools_and_the_allowlist() {
+    let listed = "    allowed_tools: [Read, Write, Edit, Bash]\n";
+    assert_eq!(
+        permissions(&format!("    permission_mode: readonly\n{listed}")),
+        ((false, names(&["Read", "Bash"]), None), vec![])
+    );
+    assert_eq!(
+        permissions(&format!("    permission_mode: edit\n{listed}")),
+        (
+            (true, names(&["Read", "Write", "Edit", "Bash"]), None),
+            vec![]
+        )
+    );
+    assert_eq!(
+        permissions(&format!("    permission_mode: full\n{listed}")),
+        (
+            (
+                true,
+                names(&["Read", "Write", "Edit", "Bash"]),
+                Some(names(&["*"]))
+            ),
+            vec![]
+        )
+    );
+    // The mode wins over a disagreeing `edit`, and says so.
+    let (got, found) = permissions(&format!(
+        "    edit: true\n    permission_mode: readonly\n{listed}"
+    ));
+    assert_eq!(got, (false, names(&["Read", "Bash"]), None));
+    assert_eq!(
+        found,
+        vec![support::f(
+            "movements[0].permission_mode",
+            8,
+            "`permission_mode: readonly` and `edit: true` disagree; the permission mode decides (Write and Edit are not offered); make them agree"
+        )]
+    );
+    assert_eq!(
+        errors(
+            "name: p\nmax_movements: 3\ninitial_movement: work\nmovements:\n  - name: work\n    edit: true\n    permission_mode: root\n    rules:\n      - condition: done\n        next: COMPLETE\n"
+        ),
+        vec![f(
+            "movements[0].permission_mode",
+            7,
+            "unknown permission mode `root`; known: readonly, edit, full"
+        )]
+    );
+}
+
+/// TAKT v0.30's `required_permission_mode` is a floor: it raises what `edit` gives, never
+/// lowers it.
+#[test]
+fn required_permission_mode_raises_the_mode() {
+    let listed = "    allowed_tools: [Read, Bash]\n";
+    assert_eq!(
+        permissions(&format!(
+            "    edit: true\n    required_permission_mode: full\n{listed}"
+        ))
+        .0,
+        (true, names(&["Read", "Bash"]), Some(names(&["*"])))
+    );
+    assert_eq!(
+        permissions(&format!(
+            "    edit: true\n    required_permission_mode: readonly\n{listed}"
+        ))
+        .0,
+        (true, names(&["Read", "Bash"]), None)
+    );
+    assert_eq!(
+        permissions(&format!(
+            "    edit: false\n    required_permission_mode: edit\n{listed}"
+        ))
+        .0,
+        (true, names(&["Read", "Bash"]), None)
+    );
+}
+
+/// TAKT's schema: `allowed_tools` is for reference and `edit` decides. A movement that names
+/// no tools (nor does `piece_config`) gets the default set for its `edit`.
+#[test]
+fn a_movement_without_allowed_tools_gets_the_default_set_for_its_edit() {
+    assert_eq!(
+        permissions("    edit: false\n").0,
+        (false, names(&["Read", "Glob", "Grep", "Bash"]), None)
+    );
+    assert_eq!(
+        permissions("    edit: true\n").0,
+        (
+            true,
+            names(&["Read", "Glob", "Grep", "Bash", "Write", "Edit"]),
+            None
+        )
+    );
+    assert_eq!(
+        permissions("    permission_mode: full\n").0,
+        (
+            true,
+            names(&["Read", "Glob", "Grep", "Bash", "Write", "Edit"]),
+            Some(names(&["*"]))
+        )
+    );
+    // Named tools are kept as they are.
+    assert_eq!(
+        permissions("    edit: true\n    allowed_tools: [Read]\n").0,
+        (true, names(&["Read"]), None)
     );
 }

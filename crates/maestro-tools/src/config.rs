@@ -72,6 +72,11 @@ pub struct ToolsConfig {
     /// Directory of `<Tool>.md` files read before the embedded tool docs (for operators who
     /// document their own tools).
     pub docs_dir: Option<PathBuf>,
+    /// The tool names `CreatePiece`/`UpdatePiece` check a piece's `allowed_tools` against. It
+    /// depends on more than this section (web search, SSH connections), so whoever builds the
+    /// registry sets it ([`crate::catalog::tool_catalog`]); `None` checks the names only.
+    #[serde(skip)]
+    pub tool_catalog: Option<maestro_piece::ToolCatalog>,
 }
 
 impl Default for ToolsConfig {
@@ -98,6 +103,7 @@ impl Default for ToolsConfig {
             extra_pieces_dirs: Vec::new(),
             skills_dirs: Vec::new(),
             docs_dir: None,
+            tool_catalog: None,
         }
     }
 }

@@ -5,6 +5,7 @@
 //! This crate knows nothing of runs.
 
 mod builtins;
+pub mod catalog;
 pub mod checklist;
 mod config;
 mod core;

@@ -235,6 +235,12 @@ fn save(config: &ToolsConfig, input: &PieceSourceInput, creating: bool) -> ToolO
     let origin = PathBuf::from(format!("{name}.yaml"));
     let opts = LoadOptions {
         confine_facets: true,
+        tools: Some(
+            config
+                .tool_catalog
+                .clone()
+                .unwrap_or_else(crate::catalog::names_only),
+        ),
         ..LoadOptions::default()
     };
     let loaded = match load_str(&input.content, &target, &opts) {

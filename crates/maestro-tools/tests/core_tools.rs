@@ -433,6 +433,48 @@ async fn pieces_are_validated_before_they_are_saved() {
     assert!(!out.ok && out.output.contains("use CreatePiece"), "{out:?}");
 }
 
+/// A model-written piece is checked against the tools there are: a misspelled one is refused
+/// with a suggestion, one this configuration does not set up is saved with a warning.
+#[tokio::test]
+async fn created_pieces_name_real_tools() {
+    let pieces = tempfile::tempdir().unwrap();
+    let tools = ToolsConfig {
+        pieces_dir: Some(pieces.path().to_path_buf()),
+        ..ToolsConfig::default()
+    };
+    let b = Bench::with_config(ToolsConfig {
+        tool_catalog: Some(maestro_tools::catalog::tool_catalog(
+            maestro_tools::catalog::ToolSetup {
+                tools: &tools,
+                web: &maestro_tools::WebConfig::default(),
+                ssh_connections: 0,
+            },
+        )),
+        ..tools.clone()
+    });
+    let typo = VALID_PIECE.replace("allowed_tools: [Read]", "allowed_tools: [Raed]");
+    let out = b
+        .call("CreatePiece", json!({"name": "demo", "content": typo}))
+        .await;
+    assert!(!out.ok, "{out:?}");
+    assert!(
+        out.output.contains(
+            "demo.yaml:10:21: movements[0].allowed_tools[0]: unknown tool `Raed`; did you mean `Read`?"
+        ),
+        "{out:?}"
+    );
+    assert!(!pieces.path().join("demo.yaml").exists());
+    let unset = VALID_PIECE.replace("allowed_tools: [Read]", "allowed_tools: [Read, WebSearch]");
+    let out = b
+        .call("CreatePiece", json!({"name": "demo", "content": unset}))
+        .await;
+    assert!(out.ok, "{out:?}");
+    assert!(
+        out.output.contains("warnings:\ndemo.yaml:10:27: movements[0].allowed_tools[1]: `WebSearch` is not available here, so it is not offered: no search provider is configured"),
+        "{out:?}"
+    );
+}
+
 #[tokio::test]
 async fn tool_docs_and_skills_are_served() {
     let skills = tempfile::tempdir().unwrap();

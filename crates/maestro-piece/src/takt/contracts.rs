@@ -1,6 +1,7 @@
 //! Takt `output_contracts` (both forms) and `provider_options` (of which only `allowed_tools`
 //! means anything to us).
 
+use crate::catalog::{Names, check_tools};
 use crate::check::{Unknown, fields, list, nonempty_string, string, string_list};
 use crate::facets::FacetKind;
 use crate::ir::OutputContract;
@@ -38,7 +39,9 @@ pub(crate) fn provider_tools(cx: &mut Cx<'_>, node: &Node, path: &str) -> Vec<St
         for (key, value) in entries {
             let key_path = join_key(&provider_path, &key.text);
             if key.text == "allowed_tools" {
-                for tool in string_list(&mut cx.sink, value, &key_path).unwrap_or_default() {
+                let listed = string_list(&mut cx.sink, value, &key_path).unwrap_or_default();
+                check_tools(cx, &listed, Names::Takt);
+                for tool in listed {
                     if !tools.iter().any(|t| t == tool.text) {
                         tools.push(tool.text.to_owned());
                     }

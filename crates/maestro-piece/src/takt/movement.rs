@@ -4,6 +4,7 @@
 use super::Targets;
 use super::contracts::{output_contracts, provider_tools};
 use super::parse_condition;
+use crate::catalog::{Names, check_tools};
 use crate::check::{
     Fields, Unknown, boolean, fields, known_list, list, nonempty_string, one_or_many, string,
     string_list,
@@ -51,6 +52,96 @@ const RULE_KEYS: &[&str] = &[
     "interactive_only",
     "appendix",
 ];
+
+/// The tools a takt movement without any `allowed_tools` gets: reading, searching and `Bash`
+/// (whose workspace is read-only unless the movement may edit).
+pub(crate) const DEFAULT_TOOLS: &[&str] = &["Read", "Glob", "Grep", "Bash"];
+
+/// The tools that change files, added to [`DEFAULT_TOOLS`] when the movement may edit and
+/// removed from every list when it may not.
+const EDIT_TOOLS: &[&str] = &["Write", "Edit"];
+
+/// TAKT's permission modes, weakest first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum PermissionMode {
+    /// No Write or Edit; `Bash` sees the workspace read-only.
+    Readonly,
+    /// As `edit: true`.
+    Edit,
+    /// As `edit: true`, and `Bash` may run any program (`allowed_commands: ["*"]`), still in
+    /// the sandbox.
+    Full,
+}
+
+impl PermissionMode {
+    fn parse(text: &str) -> Option<PermissionMode> {
+        match text {
+            "readonly" => Some(PermissionMode::Readonly),
+            "edit" => Some(PermissionMode::Edit),
+            "full" => Some(PermissionMode::Full),
+            _ => None,
+        }
+    }
+
+    fn as_str(self) -> &'static str {
+        match self {
+            PermissionMode::Readonly => "readonly",
+            PermissionMode::Edit => "edit",
+            PermissionMode::Full => "full",
+        }
+    }
+}
+
+/// The movement's permission mode from `permission_mode` (which wins over a disagreeing
+/// `edit`, with a warning) and `required_permission_mode` (TAKT v0.30's floor: the mode is
+/// raised to it). `None` when neither is set: `edit` alone decides.
+fn permission_mode(cx: &mut Cx<'_>, m: &Fields<'_>, edit: Option<bool>) -> Option<PermissionMode> {
+    let mut read = |key: &str| -> Option<PermissionMode> {
+        let (node, p) = m.get(key)?;
+        let text = string(&mut cx.sink, node, &p)?;
+        let mode = PermissionMode::parse(text);
+        if mode.is_none() {
+            cx.sink.error(
+                &p,
+                node.span,
+                format!("unknown permission mode `{text}`; known: readonly, edit, full"),
+            );
+        }
+        mode
+    };
+    let declared = read("permission_mode");
+    let floor = read("required_permission_mode");
+    if let (Some(mode), Some(edit)) = (declared, edit)
+        && (mode != PermissionMode::Readonly) != edit
+    {
+        let (_, p) = m.get("permission_mode")?;
+        cx.sink.warn(
+            &p,
+            m.key_span("permission_mode").unwrap_or(m.node.span),
+            format!(
+                "`permission_mode: {}` and `edit: {edit}` disagree; the permission mode decides ({}); make them agree",
+                mode.as_str(),
+                if mode == PermissionMode::Readonly {
+                    "Write and Edit are not offered"
+                } else {
+                    "Write and Edit are offered"
+                }
+            ),
+        );
+    }
+    match (declared, floor) {
+        (None, None) => None,
+        (Some(mode), None) => Some(mode),
+        (declared, Some(floor)) => {
+            let own = declared.unwrap_or(if edit == Some(true) {
+                PermissionMode::Edit
+            } else {
+                PermissionMode::Readonly
+            });
+            Some(own.max(floor))
+        }
+    }
+}
 
 /// Which kind of movement is being read; it decides what its rules may say.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -162,24 +253,27 @@ fn read_movement(
     movement.name = name.to_owned();
     movement.parallel = subs;
 
-    match m.get("edit") {
-        Some((node, p)) => movement.edit = boolean(&mut cx.sink, node, &p).unwrap_or(false),
-        None if role != Role::Parent => cx.sink.warn(
+    let edit = m
+        .get("edit")
+        .map(|(node, p)| boolean(&mut cx.sink, node, &p).unwrap_or(false));
+    let mode = permission_mode(cx, &m, edit);
+    if edit.is_none() && mode.is_none() && role != Role::Parent {
+        cx.sink.warn(
             &format!("{path}.edit"),
             m.key_span("name").unwrap_or(item.span),
             format!("movement `{name}` has no `edit`; read as `edit: false` (Write and Edit are not offered)"),
-        ),
-        None => {}
+        );
+    }
+    let mode = mode.unwrap_or(if edit == Some(true) {
+        PermissionMode::Edit
+    } else {
+        PermissionMode::Readonly
+    });
+    movement.edit = mode != PermissionMode::Readonly;
+    if mode == PermissionMode::Full {
+        movement.allowed_commands = Some(vec!["*".to_owned()]);
     }
     for (key, why) in [
-        (
-            "permission_mode",
-            "`edit` decides whether Write and Edit are offered",
-        ),
-        (
-            "required_permission_mode",
-            "`edit` decides whether Write and Edit are offered",
-        ),
         (
             "provider",
             "maestro runs every movement on the configured endpoint",
@@ -213,12 +307,9 @@ fn read_movement(
     }
     let mut tools: Vec<String> = Vec::new();
     if let Some((node, p)) = m.get("allowed_tools") {
-        tools.extend(
-            string_list(&mut cx.sink, node, &p)
-                .unwrap_or_default()
-                .into_iter()
-                .map(|s| s.text.to_owned()),
-        );
+        let listed = string_list(&mut cx.sink, node, &p).unwrap_or_default();
+        check_tools(cx, &listed, Names::Takt);
+        tools.extend(listed.into_iter().map(|s| s.text.to_owned()));
     }
     if let Some((node, p)) = m.get("provider_options") {
         for tool in provider_tools(cx, node, &p) {
@@ -229,6 +320,17 @@ fn read_movement(
     }
     if tools.is_empty() {
         tools = piece_tools.to_vec();
+    }
+    // TAKT's schema: `allowed_tools` is for reference, `edit` decides. A movement that names
+    // no tools gets the default set for what it may do.
+    if tools.is_empty() && role != Role::Parent {
+        tools = DEFAULT_TOOLS.iter().map(|t| (*t).to_owned()).collect();
+        if movement.edit {
+            tools.extend(EDIT_TOOLS.iter().map(|t| (*t).to_owned()));
+        }
+    }
+    if !movement.edit {
+        tools.retain(|t| !EDIT_TOOLS.contains(&t.as_str()));
     }
     movement.allowed_tools = tools;
     if let Some((node, p)) = m.get("output_contracts") {

@@ -20,4 +20,27 @@ if [ -z "${MAESTRO_TEST_LLM_URL:-}" ] && [ -f "$LOCAL_LLM" ] \
   fi
 fi
 
-cargo nextest run --workspace --no-fail-fast "$@"
+# Tests that need a real model are `#[ignore]`d: the first run reports them as skipped, and the
+# second runs only them, when there is a model to run them against.
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+status=0
+cargo nextest run --workspace --no-fail-fast "$@" 2>&1 | tee "$log" || status=1
+if [ -n "${MAESTRO_TEST_LLM_URL:-}" ]; then
+  cargo nextest run --workspace --no-fail-fast --no-tests=pass --run-ignored only \
+    -E 'binary(real_model)' "$@" 2>&1 | tee -a "$log" || status=1
+fi
+
+# Each nextest run ends with `Summary [...] N tests run: N passed, N failed, N skipped`. The
+# first run's skipped tests are the ignored ones; those the second run ran are not skipped.
+field() { grep -oE "[0-9]+ ($2)" <<<"$1" | grep -oE '^[0-9]+' | awk '{ n += $1 } END { print n + 0 }'; }
+first=$(grep -E '^ *Summary ' "$log" | sed -n 1p || true)
+second=$(grep -E '^ *Summary ' "$log" | sed -n 2p || true)
+passed=$(( $(field "$first" passed) + $(field "$second" passed) ))
+failed=$(( $(field "$first" 'failed|timed out') + $(field "$second" 'failed|timed out') ))
+skipped=$(( $(field "$first" skipped) - $(field "$second" 'tests? run') ))
+if [ -z "${MAESTRO_TEST_LLM_URL:-}" ]; then
+  echo "the real-model tests are skipped: set MAESTRO_TEST_LLM_URL to run them"
+fi
+echo "$passed passed, $failed failed, $skipped skipped"
+exit "$status"

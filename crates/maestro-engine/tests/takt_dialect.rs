@@ -27,6 +27,29 @@ fn via_of(ran: &Ran) -> Vec<(String, OutcomeSource, String)> {
         .collect()
 }
 
+fn contract(name: &str) -> OutputContract {
+    OutputContract {
+        name: name.into(),
+        label: None,
+        format: None,
+    }
+}
+
+/// `plan` (reporting `plan.md`) then `write` (reporting `write_reports`).
+fn plan_then_write(write_reports: &[&str]) -> maestro_piece::Piece {
+    let mut plan = mv(
+        "plan",
+        vec![rule("planned", "write"), rule("unclear", "ABORT")],
+    );
+    plan.output_contracts = vec![contract("plan.md")];
+    let mut write = mv(
+        "write",
+        vec![rule("written", "COMPLETE"), rule("blocked", "ABORT")],
+    );
+    write.output_contracts = write_reports.iter().map(|r| contract(r)).collect();
+    piece(Dialect::Takt, vec![plan, write])
+}
+
 fn plan_then_done() -> maestro_piece::Piece {
     piece(
         Dialect::Takt,
@@ -365,25 +388,7 @@ async fn a_loop_monitor_runs_its_judge_at_the_threshold() {
 
 #[tokio::test]
 async fn reports_are_written_by_tool_and_asked_for_once_when_missing() {
-    let mut plan = mv(
-        "plan",
-        vec![rule("planned", "write"), rule("unclear", "ABORT")],
-    );
-    plan.output_contracts = vec![OutputContract {
-        name: "plan.md".into(),
-        label: None,
-        format: None,
-    }];
-    let mut write = mv(
-        "write",
-        vec![rule("written", "COMPLETE"), rule("blocked", "ABORT")],
-    );
-    write.output_contracts = vec![OutputContract {
-        name: "summary.md".into(),
-        label: None,
-        format: None,
-    }];
-    let p = piece(Dialect::Takt, vec![plan, write]);
+    let p = plan_then_write(&["summary.md"]);
     let ran = run(
         p,
         vec![
@@ -424,22 +429,7 @@ async fn reports_are_written_by_tool_and_asked_for_once_when_missing() {
 
 #[tokio::test]
 async fn reports_and_the_tag_in_one_turn_end_the_movement_in_one_call() {
-    let contract = |name: &str| OutputContract {
-        name: name.into(),
-        label: None,
-        format: None,
-    };
-    let mut plan = mv(
-        "plan",
-        vec![rule("planned", "write"), rule("unclear", "ABORT")],
-    );
-    plan.output_contracts = vec![contract("plan.md")];
-    let mut write = mv(
-        "write",
-        vec![rule("written", "COMPLETE"), rule("blocked", "ABORT")],
-    );
-    write.output_contracts = vec![contract("scope.md"), contract("summary.md")];
-    let p = piece(Dialect::Takt, vec![plan, write]);
+    let p = plan_then_write(&["scope.md", "summary.md"]);
     let ran = run(
         p,
         vec![
@@ -481,18 +471,7 @@ async fn reports_and_the_tag_in_one_turn_end_the_movement_in_one_call() {
 #[tokio::test]
 async fn a_tag_with_reports_still_missing_gets_the_report_reminder() {
     let mut plan = mv("plan", vec![rule("planned", "COMPLETE")]);
-    plan.output_contracts = vec![
-        OutputContract {
-            name: "plan.md".into(),
-            label: None,
-            format: None,
-        },
-        OutputContract {
-            name: "risks.md".into(),
-            label: None,
-            format: None,
-        },
-    ];
+    plan.output_contracts = vec![contract("plan.md"), contract("risks.md")];
     let ran = run(
         piece(Dialect::Takt, vec![plan]),
         vec![

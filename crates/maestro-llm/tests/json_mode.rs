@@ -111,18 +111,20 @@ async fn without_tools_json_mode_sends_a_plain_request() {
     assert_eq!(server.requests()[0].get("response_format"), None);
 }
 
+/// A client in `auto` mode that remembers settled modes under `cache`.
+fn auto_client(server: &ScriptedLlm, cache: &std::path::Path) -> maestro_llm::OpenAiCompat {
+    client(
+        config(server.base_url())
+            .with_tool_mode(ToolMode::Auto)
+            .with_tool_mode_cache(cache.join("tool-modes.json")),
+    )
+}
+
 #[tokio::test]
 async fn auto_offers_the_real_tools_first_and_a_tool_call_settles_native() {
     let server = ScriptedLlm::start([Turn::tool_call("Read", json!({"path": "x"}))]).await;
     let cache = tempfile::tempdir().unwrap();
-    let file = cache.path().join("tool-modes.json");
-    let auto = || {
-        client(
-            config(server.base_url())
-                .with_tool_mode(ToolMode::Auto)
-                .with_tool_mode_cache(&file),
-        )
-    };
+    let auto = || auto_client(&server, cache.path());
     let llm = auto();
     assert_eq!(llm.tool_mode_for("scripted-model"), ToolMode::Auto);
     let mut request = ask("hi");
@@ -155,14 +157,7 @@ async fn auto_falls_back_to_json_once_when_the_endpoint_refuses_tools_and_rememb
         .start()
         .await;
     let cache = tempfile::tempdir().unwrap();
-    let file = cache.path().join("tool-modes.json");
-    let auto = || {
-        client(
-            config(server.base_url())
-                .with_tool_mode(ToolMode::Auto)
-                .with_tool_mode_cache(&file),
-        )
-    };
+    let auto = || auto_client(&server, cache.path());
     let mut request = ask("hi");
     request.tools = vec![read_tool()];
 

@@ -51,6 +51,14 @@ fn chat(text: &str) -> ChatRequest {
     }
 }
 
+fn weather_tool() -> ToolSpec {
+    ToolSpec {
+        name: "get_weather".into(),
+        description: "Gets the current weather of a city.".into(),
+        input_schema: json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}),
+    }
+}
+
 #[tokio::test]
 #[ignore = "needs a real model server: set MAESTRO_TEST_LLM_URL (scripts/test.sh then runs it)"]
 async fn streams_a_real_answer_with_usage() {
@@ -91,11 +99,7 @@ async fn json_tool_mode_yields_a_parseable_tool_call() {
     let llm = OpenAiCompat::new(OpenAiConfig::new(url).with_tool_mode(ToolMode::Json)).unwrap();
     let mut request = chat("What is the weather in Paris? Use the get_weather tool.");
     request.max_tokens = Some(120);
-    request.tools = vec![ToolSpec {
-        name: "get_weather".into(),
-        description: "Gets the current weather of a city.".into(),
-        input_schema: json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}),
-    }];
+    request.tools = vec![weather_tool()];
     let answer = llm.chat(request, &|_| {}).await.unwrap();
     println!("answer: {answer:?}");
     assert_eq!(
@@ -117,11 +121,7 @@ async fn auto_mode_settles_from_the_first_real_request() {
     let llm = OpenAiCompat::new(OpenAiConfig::new(url).with_tool_mode(ToolMode::Auto)).unwrap();
     let mut request = chat("What is the weather in Paris? Use the get_weather tool.");
     request.max_tokens = Some(120);
-    request.tools = vec![ToolSpec {
-        name: "get_weather".into(),
-        description: "Gets the current weather of a city.".into(),
-        input_schema: json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}),
-    }];
+    request.tools = vec![weather_tool()];
     let events = Events::default();
     let answer = llm.chat(request, &events.sink()).await.unwrap();
     let changes = events.tool_mode_changes();

@@ -36,7 +36,8 @@ pub struct Args {
     /// `MAESTRO_LLM_BASE_URL`, `llm.base_url`).
     #[arg(long)]
     llm_base_url: Option<String>,
-    /// The model name to request (also `MAESTRO_MODEL`, `llm.model`; else the piece's `model`).
+    /// The model name to request. Without it: the piece's `model`, then `MAESTRO_MODEL`, then
+    /// `llm.model`, then the endpoint's only model.
     #[arg(long)]
     model: Option<String>,
     /// How tools are offered: native tool calls, JSON answers, or probe once (`llm.tool_mode`).
@@ -138,19 +139,22 @@ async fn run_async(args: Args) -> anyhow::Result<u8> {
                 .require_model()
                 .map_err(|e| anyhow!("{e}"))?
                 .to_string();
-            let provider = OpenAiCompat::new(config.llm.to_openai_config())?;
+            let provider = client(&config)?;
             classified_piece(&provider, &model, &args.task, &dirs, &opts).await?
         }
         Some(given) => find_piece(given, &dirs, &opts)?,
     };
-    if config.llm.model.is_none() {
+    // The more specific setting wins: the flag, then the piece, then the environment and the
+    // configuration files (already merged in that order).
+    if args.model.is_none() && piece.model.is_some() {
         config.llm.model = piece.model.clone();
     }
-    if config.llm.model.is_none() {
-        config.llm.model = Some(served_model(&config).await?);
+    match &config.llm.model {
+        Some(model) => ensure_served(&config, model).await?,
+        None => config.llm.model = Some(served_model(&config).await?),
     }
     let engine_config = config.engine_config().map_err(|e| anyhow!("{e}"))?;
-    let provider: Arc<dyn Provider> = Arc::new(OpenAiCompat::new(config.llm.to_openai_config())?);
+    let provider: Arc<dyn Provider> = Arc::new(client(&config)?);
 
     let toolbox = Toolbox::build(&config, &McpSelection::for_piece(&piece)).await?;
     if let Err(message) = toolbox.ensure_required(&piece.required_mcp) {
@@ -360,6 +364,20 @@ impl EventSink for Progress {
             } => self.line(format!(
                 "  loop warning: {movement} entered {consecutive} times in a row"
             )),
+            RunEvent::CycleWarning { cycle, rounds, .. } => self.line(format!(
+                "  loop warning: round {rounds} of {}",
+                cycle.join(" → ")
+            )),
+            RunEvent::LoopDetected { cycle, rounds, .. } => self.line(format!(
+                "  loop detected: {} entered {rounds} times",
+                cycle.join(" → ")
+            )),
+            RunEvent::ToolModeChanged {
+                model,
+                mode,
+                reason,
+                ..
+            } => self.line(format!("  {model}: tool mode {mode:?} ({reason})")),
             RunEvent::LoopMonitorTriggered {
                 judge, cycle_count, ..
             } => self.line(format!(
@@ -391,11 +409,44 @@ impl EventSink for Progress {
     }
 }
 
+/// Where `tool_mode: auto` remembers, per endpoint and model, the mode it settled on:
+/// `~/.maestro/cache/tool-modes.json`.
+fn tool_mode_cache() -> Option<PathBuf> {
+    let home = std::env::var_os("HOME").filter(|h| !h.is_empty())?;
+    Some(PathBuf::from(home).join(".maestro/cache/tool-modes.json"))
+}
+
+/// The model endpoint's client, as configured.
+fn client(config: &Config) -> anyhow::Result<OpenAiCompat> {
+    let mut openai = config.llm.to_openai_config();
+    openai.tool_mode_cache = tool_mode_cache();
+    Ok(OpenAiCompat::new(openai)?)
+}
+
+/// A model the endpoint does not list (`GET /v1/models`) stops the run before it starts, with
+/// what the endpoint serves. An endpoint that cannot list its models is not held to this.
+async fn ensure_served(config: &Config, model: &str) -> anyhow::Result<()> {
+    let base = &config.llm.base_url;
+    let Ok(served) = client(config)?.list_models().await else {
+        return Ok(());
+    };
+    // Ollama lists `qwen3:latest` and answers to `qwen3`.
+    let listed = |id: &String| id == model || id.strip_suffix(":latest") == Some(model);
+    if served.is_empty() || served.iter().any(listed) {
+        return Ok(());
+    }
+    bail!(
+        "the model `{model}` is not served by {base}; it serves: {}. Choose one with --model, the \
+         piece's `model`, MAESTRO_MODEL or llm.model",
+        served.join(", ")
+    )
+}
+
 /// With no model configured anywhere, the endpoint's only model is used; several (or none) is an
 /// error that lists what the endpoint serves.
 async fn served_model(config: &Config) -> anyhow::Result<String> {
     let base = &config.llm.base_url;
-    let provider = OpenAiCompat::new(config.llm.to_openai_config())?;
+    let provider = client(config)?;
     let models = provider.list_models().await.map_err(|e| {
         anyhow!("no model: set llm.model, MAESTRO_MODEL or --model (listing the models at {base} failed: {e})")
     })?;

@@ -16,6 +16,8 @@ pub struct EngineSettings {
     pub context_thresholds: ContextThresholds,
     /// `max_consecutive_revisits` for movements that do not set it.
     pub default_max_consecutive_revisits: u32,
+    /// Rounds of a repeating cycle of movements a maestro run may enter (`loop_detected` past it).
+    pub max_cycle_rounds: u32,
     /// Carried text longer than this many characters is cut.
     pub max_carried_chars: usize,
     /// Count `interactive_only` rules.
@@ -37,6 +39,7 @@ impl Default for EngineSettings {
             max_iterations_per_movement: engine.max_iterations_per_movement,
             context_thresholds: engine.context_thresholds,
             default_max_consecutive_revisits: engine.default_max_consecutive_revisits,
+            max_cycle_rounds: engine.max_cycle_rounds,
             max_carried_chars: engine.max_carried_chars,
             interactive: engine.interactive,
             temperature: engine.temperature.map(f64::from),
@@ -60,6 +63,7 @@ impl EngineSettings {
         config.context_thresholds = self.context_thresholds;
         config.context_length = context_length;
         config.default_max_consecutive_revisits = self.default_max_consecutive_revisits;
+        config.max_cycle_rounds = self.max_cycle_rounds;
         config.max_carried_chars = self.max_carried_chars;
         config.interactive = self.interactive;
         config.temperature = self.temperature.map(|t| t as f32);
@@ -87,6 +91,7 @@ mod tests {
             max_iterations_per_movement: 7,
             context_thresholds: thresholds,
             default_max_consecutive_revisits: 9,
+            max_cycle_rounds: 8,
             max_carried_chars: 1234,
             interactive: true,
             temperature: Some(0.25),
@@ -102,6 +107,7 @@ mod tests {
                 context_thresholds: thresholds,
                 context_length: Some(8192),
                 default_max_consecutive_revisits: 9,
+                max_cycle_rounds: 8,
                 max_carried_chars: 1234,
                 interactive: true,
                 temperature: Some(0.25),

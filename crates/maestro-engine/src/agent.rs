@@ -8,8 +8,10 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use maestro_llm::{ChatRequest, ChatResponse, LlmError, Message, ResponseSchema, StreamEvent};
-use maestro_piece::Movement;
+use maestro_llm::{
+    ChatRequest, ChatResponse, LlmError, Message, ResponseSchema, StreamEvent, ToolMode,
+};
+use maestro_piece::{Dialect, Movement};
 use maestro_protocol::{RunStatus, ToolCall, ToolSpec};
 use maestro_tools::regular_file::{self, Access, Create};
 use maestro_tools::{ToolContext, ToolOutput};
@@ -18,6 +20,7 @@ use crate::context::ContextMeter;
 use crate::control::{self, ControlCall};
 use crate::error::EngineError;
 use crate::event::{CallPurpose, ContextLevel, ReminderKind, RunEvent};
+use crate::outcome::last_tag;
 use crate::prompt;
 use crate::run::RunCtx;
 
@@ -130,6 +133,50 @@ impl<'a> Agent<'a> {
         Ok(())
     }
 
+    /// The model answered in plain text where a control tool was required. When the provider was
+    /// still finding out how this model takes tools (`tool_mode: auto`), it now offers them in
+    /// JSON mode: the plain answer is dropped and the same request goes again (returns true).
+    pub fn resend_with_json_tools(&mut self) -> Result<bool, EngineError> {
+        if self.tools.is_empty()
+            || !self
+                .run
+                .provider
+                .switch_to_json_tools(&self.run.config.model)
+        {
+            return Ok(false);
+        }
+        if let Some(Message::Assistant { tool_calls, .. }) = self.messages.last()
+            && tool_calls.is_empty()
+        {
+            self.messages.pop();
+        }
+        self.run.emit(RunEvent::ToolModeChanged {
+            movement: self.name().to_string(),
+            model: self.run.config.model.clone(),
+            mode: ToolMode::Json,
+            reason: "the model answered in plain text where a control tool was required".into(),
+        })?;
+        Ok(true)
+    }
+
+    /// Takt: a turn that wrote its reports and already names its outcome (a rule's tag) ends the
+    /// movement, without asking the model again after the tool results. That holds when the
+    /// turn's only tool calls are `write_report`, or when every required report is written.
+    fn reported_with_outcome(&self, response: &ChatResponse) -> bool {
+        self.run.piece.dialect == Dialect::Takt
+            && last_tag(
+                &self.movement.name,
+                &response.content,
+                self.movement.rules.len(),
+            )
+            .is_some()
+            && (response
+                .tool_calls
+                .iter()
+                .all(|c| c.name == control::WRITE_REPORT)
+                || self.missing_reports().is_empty())
+    }
+
     /// Asks once for missing reports after an answer; returns whether it asked.
     pub fn ask_for_missing_reports(&mut self) -> Result<bool, EngineError> {
         let missing = self.missing_reports();
@@ -189,6 +236,9 @@ impl<'a> Agent<'a> {
             }
             if let Some(end) = end {
                 return Ok(end);
+            }
+            if self.reported_with_outcome(&response) {
+                return Ok(TurnEnd::Answer(response.content));
             }
             match level {
                 Some(ContextLevel::Force) => return Ok(TurnEnd::ContextExhausted),
@@ -396,18 +446,17 @@ impl<'a> Agent<'a> {
     }
 }
 
-/// Forwards a provider's retries into the run's events.
+/// Forwards a provider's retries and tool-mode changes into the run's events.
 pub(crate) fn retry_observer<'r>(
     run: &'r RunCtx,
     movement: &'r str,
 ) -> impl Fn(StreamEvent) + Send + Sync + 'r {
-    move |event| {
-        if let StreamEvent::Retry {
+    move |event| match event {
+        StreamEvent::Retry {
             attempt,
             delay,
             reason,
-        } = event
-        {
+        } => {
             let _ = run.emit(RunEvent::LlmRetry {
                 movement: movement.to_string(),
                 attempt,
@@ -415,6 +464,15 @@ pub(crate) fn retry_observer<'r>(
                 reason: run.redact(&reason),
             });
         }
+        StreamEvent::ToolModeChanged { mode, reason } => {
+            let _ = run.emit(RunEvent::ToolModeChanged {
+                movement: movement.to_string(),
+                model: run.config.model.clone(),
+                mode,
+                reason: run.redact(&reason),
+            });
+        }
+        StreamEvent::TextDelta(_) => {}
     }
 }
 

@@ -15,6 +15,10 @@ pub struct EngineConfig {
     pub context_length: Option<u64>,
     /// `max_consecutive_revisits` for movements that do not set it.
     pub default_max_consecutive_revisits: u32,
+    /// Maestro dialect: how many rounds of a repeating cycle of movements (A→B→A→B…) a run may
+    /// enter before it ends as `loop_detected`. A movement of the cycle whose
+    /// `max_consecutive_revisits` is higher raises it for that cycle.
+    pub max_cycle_rounds: u32,
     /// Carried text (previous answers, reports) longer than this is cut, pointing to the full
     /// copy in the run directory.
     pub max_carried_chars: usize,
@@ -37,6 +41,7 @@ impl EngineConfig {
             context_thresholds: ContextThresholds::default(),
             context_length: None,
             default_max_consecutive_revisits: 3,
+            max_cycle_rounds: 4,
             max_carried_chars: 20_000,
             interactive: false,
             temperature: None,

@@ -9,6 +9,7 @@ use std::io::{BufWriter, Write};
 use std::path::Path;
 use std::sync::Mutex;
 
+use maestro_llm::ToolMode;
 use maestro_piece::Dialect;
 use maestro_protocol::{RunStatus, Usage};
 use maestro_tools::RunScratch;
@@ -57,6 +58,15 @@ pub enum RunEvent {
         movement: String,
         attempt: u32,
         delay_ms: u64,
+        reason: String,
+    },
+    /// The model's tool mode changed for the rest of the run (`tool_mode: auto`): the endpoint
+    /// refused native tools, or the model answered in plain text where a control tool was
+    /// required. The request is sent again in the new mode.
+    ToolModeChanged {
+        movement: String,
+        model: String,
+        mode: ToolMode,
         reason: String,
     },
     LlmResponse {
@@ -114,6 +124,23 @@ pub enum RunEvent {
         consecutive: u32,
         threshold: u32,
     },
+    /// The due movement continues a cycle of movements the run keeps going round (maestro
+    /// dialect); the warning is carried into its prompt.
+    CycleWarning {
+        movement: String,
+        /// One round of the cycle, in order.
+        cycle: Vec<String>,
+        /// Rounds entered, this one included.
+        rounds: u32,
+        threshold: u32,
+    },
+    /// The run ends as `loop_detected`: `cycle` (one movement for consecutive revisits) would
+    /// have been entered more often than `threshold` allows.
+    LoopDetected {
+        cycle: Vec<String>,
+        rounds: u32,
+        threshold: u32,
+    },
     LoopMonitorTriggered {
         monitor: usize,
         cycle_count: u32,
@@ -167,6 +194,7 @@ impl RunEvent {
             RunEvent::MovementStarted { .. } => "movement_started",
             RunEvent::LlmRequest { .. } => "llm_request",
             RunEvent::LlmRetry { .. } => "llm_retry",
+            RunEvent::ToolModeChanged { .. } => "tool_mode_changed",
             RunEvent::LlmResponse { .. } => "llm_response",
             RunEvent::ToolCall { .. } => "tool_call",
             RunEvent::ToolResult { .. } => "tool_result",
@@ -175,6 +203,8 @@ impl RunEvent {
             RunEvent::ContextWarning { .. } => "context_warning",
             RunEvent::Reminder { .. } => "reminder",
             RunEvent::LoopWarning { .. } => "loop_warning",
+            RunEvent::CycleWarning { .. } => "cycle_warning",
+            RunEvent::LoopDetected { .. } => "loop_detected",
             RunEvent::LoopMonitorTriggered { .. } => "loop_monitor_triggered",
             RunEvent::Warning { .. } => "warning",
             RunEvent::ScratchUpdated { .. } => "scratch_updated",

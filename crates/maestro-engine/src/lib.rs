@@ -13,6 +13,7 @@ mod classifier;
 mod config;
 mod context;
 mod control;
+mod cycle;
 mod error;
 mod event;
 mod journal;

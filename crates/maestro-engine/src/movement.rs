@@ -148,12 +148,17 @@ async fn maestro(
     movement: &Movement,
 ) -> Result<Ended, EngineError> {
     let mut reminders = 0;
+    let mut resent = false;
     loop {
         let end = agent.drive().await?;
         let response = last_text(&agent.messages);
         return Ok(match end {
             TurnEnd::Answer(_) if agent.context_exhausted() => {
                 Ended::fallback(movement, response, "context_exhausted")
+            }
+            TurnEnd::Answer(_) if !resent && agent.resend_with_json_tools()? => {
+                resent = true;
+                continue;
             }
             TurnEnd::Answer(_) if reminders < run.config.control_reminders => {
                 reminders += 1;
@@ -236,7 +241,16 @@ async fn takt(
     agent: &mut Agent<'_>,
     movement: &Movement,
 ) -> Result<Ended, EngineError> {
-    let end = agent.drive().await?;
+    let mut end = agent.drive().await?;
+    // A required report not written by a model that answered in plain text may be a model
+    // that cannot call tools natively: under `tool_mode: auto` the turn goes again in JSON mode.
+    if matches!(end, TurnEnd::Answer(_))
+        && !agent.missing_reports().is_empty()
+        && agent.reports_written.is_empty()
+        && agent.resend_with_json_tools()?
+    {
+        end = agent.drive().await?;
+    }
     let answer = match answer_or_fallback(end, agent, movement) {
         Ok(answer) => answer,
         Err(ended) => return Ok(*ended),

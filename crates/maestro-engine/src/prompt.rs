@@ -56,6 +56,14 @@ pub(crate) fn loop_warning(name: &str, consecutive: u32, threshold: u32) -> Stri
     )
 }
 
+/// The warning carried into a movement that continues a cycle the run keeps going round.
+pub(crate) fn cycle_warning(cycle: &str, rounds: u32, threshold: u32) -> String {
+    format!(
+        "The run keeps going round the movements {cycle}: this is round {rounds} (the limit is {threshold}). \
+         If the last rounds did not move the work on, change your approach, or end the run if it cannot succeed."
+    )
+}
+
 pub(crate) const CONTROL_REMINDER: &str = "Your turn ended without a control tool. This movement ends only when you \
 call `transition` (to go on to the next movement) or `complete` (to end the run). Call one of them now.";
 

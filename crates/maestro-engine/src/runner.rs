@@ -8,10 +8,11 @@
 use std::sync::Arc;
 
 use maestro_llm::Message;
-use maestro_piece::{Movement, SessionMode, Target};
+use maestro_piece::{Dialect, Movement, SessionMode, Target};
 use maestro_protocol::RunStatus;
 use tokio::task::JoinSet;
 
+use crate::cycle::repeating_cycle;
 use crate::error::EngineError;
 use crate::event::RunEvent;
 use crate::judge::decide_rule;
@@ -81,13 +82,18 @@ pub(crate) async fn drive(run: &Arc<RunCtx>) -> Result<Finish, EngineError> {
                         movement: Some(next.clone()),
                         message: format!("`{next}` was due for the {consecutive}th time in a row (limit {threshold})"),
                     })?;
+                    run.emit(RunEvent::LoopDetected {
+                        cycle: vec![next.clone()],
+                        rounds: consecutive,
+                        threshold,
+                    })?;
                     return Ok(Finish {
                         status: RunStatus::Aborted,
                         result: last_answer,
                         reason: Some("loop_detected".into()),
                     });
                 }
-                let warning =
+                let mut warning =
                     (consecutive >= 2).then(|| prompt::loop_warning(&next, consecutive, threshold));
                 if warning.is_some() {
                     run.emit(RunEvent::LoopWarning {
@@ -95,6 +101,17 @@ pub(crate) async fn drive(run: &Arc<RunCtx>) -> Result<Finish, EngineError> {
                         consecutive,
                         threshold,
                     })?;
+                }
+                match check_cycle(run, &state, &next)? {
+                    CycleCheck::Clear => {}
+                    CycleCheck::Warn(text) => warning = Some(text),
+                    CycleCheck::Abort => {
+                        return Ok(Finish {
+                            status: RunStatus::Aborted,
+                            result: last_answer,
+                            reason: Some("loop_detected".into()),
+                        });
+                    }
                 }
                 (due, 0, warning)
             }
@@ -108,6 +125,65 @@ pub(crate) async fn drive(run: &Arc<RunCtx>) -> Result<Finish, EngineError> {
             return Ok(finish);
         }
     }
+}
+
+/// What the maestro dialect's cycle detection says about running `next`.
+enum CycleCheck {
+    Clear,
+    /// Run it, with this warning in its prompt.
+    Warn(String),
+    /// End the run as `loop_detected` (recorded).
+    Abort,
+}
+
+/// Maestro pieces have no loop monitors of their own: a cycle of movements the run keeps going
+/// round is warned about in the last two rounds before the limit, and ends the run past it.
+/// The limit is `max_cycle_rounds`, or the highest `max_consecutive_revisits` a movement of the
+/// cycle sets, so a piece that allows a movement many visits allows its review loop as many.
+/// Cycles a loop monitor watches are left to it.
+fn check_cycle(run: &RunCtx, state: &RunState, next: &str) -> Result<CycleCheck, EngineError> {
+    if run.piece.dialect != Dialect::Maestro {
+        return Ok(CycleCheck::Clear);
+    }
+    let Some(cycle) = repeating_cycle(&state.history, next, run.piece.movements.len()) else {
+        return Ok(CycleCheck::Clear);
+    };
+    let watched = run.piece.loop_monitors.iter().any(|m| {
+        m.cycle.len() == cycle.movements.len()
+            && cycle.movements.iter().all(|c| m.cycle.contains(c))
+    });
+    if watched {
+        return Ok(CycleCheck::Clear);
+    }
+    let threshold = run
+        .piece
+        .movements
+        .iter()
+        .filter(|m| cycle.movements.contains(&m.name))
+        .filter_map(|m| m.max_consecutive_revisits)
+        .fold(run.config.max_cycle_rounds, u32::max);
+    if cycle.rounds > threshold {
+        run.emit(RunEvent::LoopDetected {
+            cycle: cycle.movements.clone(),
+            rounds: cycle.rounds,
+            threshold,
+        })?;
+        return Ok(CycleCheck::Abort);
+    }
+    if cycle.rounds + 1 < threshold {
+        return Ok(CycleCheck::Clear);
+    }
+    run.emit(RunEvent::CycleWarning {
+        movement: next.to_string(),
+        cycle: cycle.movements.clone(),
+        rounds: cycle.rounds,
+        threshold,
+    })?;
+    Ok(CycleCheck::Warn(prompt::cycle_warning(
+        &cycle.label(),
+        cycle.rounds,
+        threshold,
+    )))
 }
 
 /// The loop monitor due before `next` runs: `next` belongs to its cycle and the cycle has

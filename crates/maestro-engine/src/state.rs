@@ -196,6 +196,9 @@ impl RunState {
             | RunEvent::ContextWarning { .. }
             | RunEvent::Reminder { .. }
             | RunEvent::LoopWarning { .. }
+            | RunEvent::ToolModeChanged { .. }
+            | RunEvent::CycleWarning { .. }
+            | RunEvent::LoopDetected { .. }
             | RunEvent::Warning { .. } => {}
         }
     }

@@ -437,3 +437,128 @@ async fn ending_without_a_required_report_is_refused_once() {
     let report = ran.report.run_dir.join("reports/facts.md");
     assert_eq!(std::fs::read_to_string(report).unwrap(), "- cardamom");
 }
+
+fn go(next: &str) -> Turn {
+    Turn::tool_call("transition", json!({"next": next}))
+}
+
+#[tokio::test]
+async fn a_cycle_of_two_movements_is_warned_then_aborted_with_the_cycle_recorded() {
+    let mut p = piece(
+        Dialect::Maestro,
+        vec![
+            mv("draft", vec![rule("drafted", "check")]),
+            mv("check", vec![rule("needs another draft", "draft")]),
+        ],
+    );
+    p.max_movements = 30;
+    let turns = ["check", "draft"].repeat(6).into_iter().map(go).collect();
+    let ran = run(p, turns).await;
+    ran.assert_record_is_sound();
+    assert_eq!(
+        ran.status(),
+        ("aborted".into(), Some("loop_detected".into()))
+    );
+    // Round 5 of draft → check is not started: 8 movements, 8 calls.
+    assert_eq!(ran.requests().len(), 8);
+    let detected: Vec<&RunEvent> = ran
+        .events
+        .iter()
+        .map(|r| &r.event)
+        .filter(|e| e.kind() == "loop_detected")
+        .collect();
+    assert_eq!(
+        detected,
+        vec![&RunEvent::LoopDetected {
+            cycle: vec!["draft".into(), "check".into()],
+            rounds: 5,
+            threshold: 4,
+        }]
+    );
+    // The warning names the cycle in the prompts of rounds 3 and 4, not before.
+    let warning = "The run keeps going round the movements draft → check → draft: this is round 3 \
+                   (the limit is 4).";
+    assert!(!ran.request_text(3).contains("keeps going round"));
+    assert!(
+        ran.request_text(4).contains(warning),
+        "{}",
+        ran.request_text(4)
+    );
+    assert!(
+        ran.request_text(7)
+            .contains("this is round 4 (the limit is 4)")
+    );
+    assert_eq!(ran.count("cycle_warning"), 4);
+}
+
+#[tokio::test]
+async fn a_review_loop_of_a_few_rounds_completes() {
+    let p = piece(
+        Dialect::Maestro,
+        vec![
+            mv("implement", vec![rule("implemented", "review")]),
+            mv(
+                "review",
+                vec![rule("changes needed", "fix"), rule("approved", "COMPLETE")],
+            ),
+            mv("fix", vec![rule("fixed", "review")]),
+        ],
+    );
+    let mut turns: Vec<Turn> = ["review", "fix", "review", "fix", "review"]
+        .into_iter()
+        .map(go)
+        .collect();
+    turns.push(Turn::tool_call(
+        "complete",
+        json!({"status": "success", "result": "Approved after two fixes."}),
+    ));
+    let ran = run(p, turns).await;
+    ran.assert_record_is_sound();
+    assert_eq!(ran.status(), ("completed".into(), None));
+    assert_eq!(ran.report.result, "Approved after two fixes.");
+    assert_eq!(ran.count("loop_detected"), 0);
+}
+
+#[tokio::test]
+async fn a_plain_answer_under_auto_tool_mode_goes_again_in_json_mode_once() {
+    let server = maestro_testkit::ScriptedLlm::start([
+        Turn::text("I would now write the cookbook."),
+        Turn::json(
+            json!({"tool": "complete", "arguments": {"status": "success", "result": "Written."}}),
+        ),
+    ])
+    .await;
+    let ran = run_against(
+        server,
+        two_steps(),
+        engine_config(),
+        None,
+        maestro_llm::ToolMode::Auto,
+    )
+    .await;
+    ran.assert_record_is_sound();
+    assert_eq!(ran.status(), ("completed".into(), None));
+    let requests = ran.requests();
+    assert_eq!(requests.len(), 2);
+    assert!(requests[0].get("tools").is_some());
+    assert!(requests[1].get("tools").is_none() && requests[1].get("response_format").is_some());
+    // The same request went again: the plain answer is not part of it, and no reminder either.
+    assert!(!ran.request_text(1).contains("I would now write"));
+    assert_eq!(ran.count("reminder"), 0);
+    let changed: Vec<&RunEvent> = ran
+        .events
+        .iter()
+        .map(|r| &r.event)
+        .filter(|e| e.kind() == "tool_mode_changed")
+        .collect();
+    assert_eq!(
+        changed,
+        vec![&RunEvent::ToolModeChanged {
+            movement: "research".into(),
+            model: "scripted-model".into(),
+            mode: maestro_llm::ToolMode::Json,
+            reason: "the model answered in plain text where a control tool was required".into(),
+        }]
+    );
+    assert_eq!(ran.count("llm_request"), 2);
+}

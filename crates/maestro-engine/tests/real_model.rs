@@ -1,6 +1,7 @@
 //! The model-boundary tier: a real piece against a real OpenAI-compatible server (llama.cpp with
-//! a small model, see docs/engine.md) in JSON tool mode. Runs only when `MAESTRO_TEST_LLM_URL`
-//! is set, e.g. `MAESTRO_TEST_LLM_URL=$(bash ../shared/tools/local-llm.sh start 8088)`.
+//! a small model, see docs/engine.md) in JSON tool mode. Ignored by default, so a plain run
+//! reports it as skipped; `scripts/test.sh` runs it (`--run-ignored only`) when
+//! `MAESTRO_TEST_LLM_URL` is set, e.g. `MAESTRO_TEST_LLM_URL=$(bash ../shared/tools/local-llm.sh start 8088)`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
@@ -14,11 +15,10 @@ use maestro_piece::{LoadOptions, load_file};
 use maestro_tools::{Registry, ToolsConfig};
 
 #[tokio::test]
+#[ignore = "needs a real model server: set MAESTRO_TEST_LLM_URL (scripts/test.sh then runs it)"]
 async fn a_real_model_drives_a_piece_to_a_terminal_status() {
-    let Ok(url) = std::env::var("MAESTRO_TEST_LLM_URL") else {
-        println!("skipped: set MAESTRO_TEST_LLM_URL");
-        return;
-    };
+    let url = std::env::var("MAESTRO_TEST_LLM_URL")
+        .expect("MAESTRO_TEST_LLM_URL names the real model server's …/v1 root");
     let piece = load_file(
         &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/greet.yaml"),
         &LoadOptions::default(),

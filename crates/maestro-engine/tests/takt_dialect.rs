@@ -27,6 +27,29 @@ fn via_of(ran: &Ran) -> Vec<(String, OutcomeSource, String)> {
         .collect()
 }
 
+fn contract(name: &str) -> OutputContract {
+    OutputContract {
+        name: name.into(),
+        label: None,
+        format: None,
+    }
+}
+
+/// `plan` (reporting `plan.md`) then `write` (reporting `write_reports`).
+fn plan_then_write(write_reports: &[&str]) -> maestro_piece::Piece {
+    let mut plan = mv(
+        "plan",
+        vec![rule("planned", "write"), rule("unclear", "ABORT")],
+    );
+    plan.output_contracts = vec![contract("plan.md")];
+    let mut write = mv(
+        "write",
+        vec![rule("written", "COMPLETE"), rule("blocked", "ABORT")],
+    );
+    write.output_contracts = write_reports.iter().map(|r| contract(r)).collect();
+    piece(Dialect::Takt, vec![plan, write])
+}
+
 fn plan_then_done() -> maestro_piece::Piece {
     piece(
         Dialect::Takt,
@@ -365,25 +388,7 @@ async fn a_loop_monitor_runs_its_judge_at_the_threshold() {
 
 #[tokio::test]
 async fn reports_are_written_by_tool_and_asked_for_once_when_missing() {
-    let mut plan = mv(
-        "plan",
-        vec![rule("planned", "write"), rule("unclear", "ABORT")],
-    );
-    plan.output_contracts = vec![OutputContract {
-        name: "plan.md".into(),
-        label: None,
-        format: None,
-    }];
-    let mut write = mv(
-        "write",
-        vec![rule("written", "COMPLETE"), rule("blocked", "ABORT")],
-    );
-    write.output_contracts = vec![OutputContract {
-        name: "summary.md".into(),
-        label: None,
-        format: None,
-    }];
-    let p = piece(Dialect::Takt, vec![plan, write]);
+    let p = plan_then_write(&["summary.md"]);
     let ran = run(
         p,
         vec![
@@ -420,4 +425,66 @@ async fn reports_are_written_by_tool_and_asked_for_once_when_missing() {
     );
     assert!(last_user_text(&ran.requests()[3]).contains("summary.md"));
     assert_eq!(ran.report.state.reports.len(), 2);
+}
+
+#[tokio::test]
+async fn reports_and_the_tag_in_one_turn_end_the_movement_in_one_call() {
+    let p = plan_then_write(&["scope.md", "summary.md"]);
+    let ran = run(
+        p,
+        vec![
+            Turn::tool_call(
+                "write_report",
+                json!({"name": "plan.md", "content": "# Plan\nBake."}),
+            )
+            .with_text("Planned. [PLAN:1]"),
+            // A Read alongside the reports: every report is written and the tag is there.
+            Turn::tool_calls([
+                ("Read", json!({"file_path": "input/notes.txt"})),
+                (
+                    "write_report",
+                    json!({"name": "scope.md", "content": "the cookbook"}),
+                ),
+                (
+                    "write_report",
+                    json!({"name": "summary.md", "content": "Done."}),
+                ),
+            ])
+            .with_text("Written. [WRITE:1]"),
+        ],
+    )
+    .await;
+    ran.assert_record_is_sound();
+    assert_eq!(ran.status(), ("completed".into(), None));
+    assert_eq!(ran.requests().len(), 2, "one call per movement");
+    assert_eq!(
+        via_of(&ran),
+        vec![
+            ("plan".into(), OutcomeSource::Tag, "write".into()),
+            ("write".into(), OutcomeSource::Tag, "COMPLETE".into())
+        ]
+    );
+    assert_eq!(ran.report.state.reports.len(), 3);
+    assert_eq!(ran.report.result, "Written. [WRITE:1]");
+}
+
+#[tokio::test]
+async fn a_tag_with_reports_still_missing_gets_the_report_reminder() {
+    let mut plan = mv("plan", vec![rule("planned", "COMPLETE")]);
+    plan.output_contracts = vec![contract("plan.md"), contract("risks.md")];
+    let ran = run(
+        piece(Dialect::Takt, vec![plan]),
+        vec![
+            Turn::tool_call("write_report", json!({"name": "plan.md", "content": "p"}))
+                .with_text("Planned. [PLAN:1]"),
+            Turn::tool_call("write_report", json!({"name": "risks.md", "content": "r"})),
+            Turn::text("Both written."),
+        ],
+    )
+    .await;
+    ran.assert_record_is_sound();
+    assert_eq!(ran.status(), ("completed".into(), None));
+    assert_eq!(ran.requests().len(), 3);
+    assert_eq!(ran.count("reminder"), 1);
+    assert!(last_user_text(&ran.requests()[1]).contains("risks.md"));
 }

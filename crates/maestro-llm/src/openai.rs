@@ -5,9 +5,9 @@
 mod config;
 mod context;
 mod json_mode;
-mod probe;
 mod retry;
 mod sse;
+mod tool_modes;
 mod wire;
 
 use std::collections::HashMap;
@@ -26,10 +26,11 @@ use self::context::Endpoints;
 use self::retry::{
     Failure, Feature, classify_status, describe, parse_retry_after, provider_message,
 };
+use self::tool_modes::ToolModeFile;
 use self::wire::{RawAnswer, Shape, Transport};
 use crate::{BoxFuture, ChatRequest, ChatResponse, LlmError, Provider, StreamEvent, ToolMode};
 
-/// Side requests (context detection, tool-mode probing) never wait longer than this.
+/// Side requests (model listing, context detection) never wait longer than this.
 const SIDE_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A client for one OpenAI-compatible endpoint.
@@ -59,6 +60,7 @@ pub struct OpenAiCompat {
     endpoints: Endpoints,
     client: reqwest::Client,
     learned: Mutex<Learned>,
+    tool_mode_file: ToolModeFile,
 }
 
 /// What the client found out about its endpoint while running.
@@ -122,6 +124,7 @@ impl OpenAiCompat {
             .map_err(|e| ConfigError::Client(describe(&e)))?;
         Ok(OpenAiCompat {
             endpoints: Endpoints::new(&config.base_url),
+            tool_mode_file: ToolModeFile::new(config.tool_mode_cache.clone()),
             config,
             client,
             learned: Mutex::default(),
@@ -162,10 +165,10 @@ impl OpenAiCompat {
         &self.config
     }
 
-    /// The tool mode used for `model`: the configured one, or for [`ToolMode::Auto`] the result
-    /// of probing the endpoint (once per model; an unanswered probe counts as `Native` and is
-    /// asked again next time).
-    pub async fn tool_mode_for(&self, model: &str) -> ToolMode {
+    /// The tool mode used for `model`: the configured one, or for [`ToolMode::Auto`] the one
+    /// it settled on (in this client, or earlier in the [`OpenAiConfig::tool_mode_cache`]
+    /// file). [`ToolMode::Auto`] means nothing is settled yet: requests offer tools natively.
+    pub fn tool_mode_for(&self, model: &str) -> ToolMode {
         match self.config.tool_mode {
             ToolMode::Native => return ToolMode::Native,
             ToolMode::Json => return ToolMode::Json,
@@ -174,13 +177,24 @@ impl OpenAiCompat {
         if let Some(mode) = self.learned().tool_modes.get(model) {
             return *mode;
         }
-        match probe::probe(&self.client, &self.endpoints, model, self.side_timeout()).await {
+        match self.tool_mode_file.get(&self.endpoints.base, model) {
             Some(mode) => {
-                tracing::info!(model, ?mode, "tool mode detected");
                 self.learned().tool_modes.insert(model.to_string(), mode);
                 mode
             }
-            None => ToolMode::Native,
+            None => ToolMode::Auto,
+        }
+    }
+
+    /// Settles `model`'s tool mode (under [`ToolMode::Auto`]) here and in the cache file.
+    fn settle_tool_mode(&self, model: &str, mode: ToolMode) {
+        if self.config.tool_mode != ToolMode::Auto {
+            return;
+        }
+        let previous = self.learned().tool_modes.insert(model.to_string(), mode);
+        if previous != Some(mode) {
+            tracing::info!(model, ?mode, "tool mode settled");
+            self.tool_mode_file.set(&self.endpoints.base, model, mode);
         }
     }
 
@@ -202,17 +216,33 @@ impl OpenAiCompat {
         }
     }
 
-    async fn shape(&self, request: &ChatRequest) -> Shape {
+    fn shape(&self, request: &ChatRequest) -> Shape {
         if request.response_schema.is_some() {
             return Shape::Schema;
         }
         if request.tools.is_empty() {
             return Shape::Plain;
         }
-        match self.tool_mode_for(&request.model).await {
+        match self.tool_mode_for(&request.model) {
             ToolMode::Json => Shape::JsonTools,
             ToolMode::Native | ToolMode::Auto => Shape::NativeTools,
         }
+    }
+
+    /// Under [`ToolMode::Auto`], an endpoint that refuses the `tools` parameter (HTTP 400 whose
+    /// message names tools: llama.cpp without `--jinja`, vLLM without a tool parser, Ollama for
+    /// a model without tool support) settles JSON mode.
+    fn refuses_native_tools(&self, shape: Shape, error: &LlmError) -> bool {
+        let LlmError::Http {
+            status: 400,
+            message,
+        } = error
+        else {
+            return false;
+        };
+        self.config.tool_mode == ToolMode::Auto
+            && shape == Shape::NativeTools
+            && message.to_ascii_lowercase().contains("tool")
     }
 
     async fn run(
@@ -220,7 +250,7 @@ impl OpenAiCompat {
         request: ChatRequest,
         on_event: &(dyn Fn(StreamEvent) + Send + Sync),
     ) -> Result<ChatResponse, LlmError> {
-        let shape = self.shape(&request).await;
+        let mut shape = self.shape(&request);
         let policy = self.config.retry;
         let mut attempt = 1u32;
         let mut fallbacks = 0;
@@ -228,9 +258,25 @@ impl OpenAiCompat {
             let transport = self.transport();
             let body = wire::body(&request, shape, transport);
             let failure = match self.attempt(&body, transport, shape, on_event).await {
-                Ok(raw) => return Ok(self.finish(raw, &body, shape, &request)),
+                Ok(raw) => {
+                    if shape == Shape::NativeTools && !raw.tool_calls.is_empty() {
+                        self.settle_tool_mode(&request.model, ToolMode::Native);
+                    }
+                    return Ok(self.finish(raw, &body, shape, &request));
+                }
                 Err(failure) => failure,
             };
+            if let Failure::Final(error) = &failure
+                && self.refuses_native_tools(shape, error)
+            {
+                self.settle_tool_mode(&request.model, ToolMode::Json);
+                shape = Shape::JsonTools;
+                on_event(StreamEvent::ToolModeChanged {
+                    mode: ToolMode::Json,
+                    reason: self.redact(error.clone()).to_string(),
+                });
+                continue;
+            }
             match failure {
                 Failure::Unsupported(feature, error) => {
                     fallbacks += 1;
@@ -418,5 +464,13 @@ impl Provider for OpenAiCompat {
 
     fn context_length<'a>(&'a self, model: &'a str) -> BoxFuture<'a, Option<u64>> {
         Box::pin(self.detect_context_length(model))
+    }
+
+    fn switch_to_json_tools(&self, model: &str) -> bool {
+        if self.tool_mode_for(model) != ToolMode::Auto {
+            return false;
+        }
+        self.settle_tool_mode(model, ToolMode::Json);
+        true
     }
 }

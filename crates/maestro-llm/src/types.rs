@@ -42,7 +42,11 @@ pub enum ToolMode {
     /// names a tool and its arguments (or gives a final answer), constrained by
     /// `response_format: json_schema`, and the client turns it into the same [`ToolCall`].
     Json,
-    /// Probe the endpoint once and pick `Native` or `Json`.
+    /// Start with `Native` and let the model's answers decide, once per endpoint and model: a
+    /// tool call back settles `Native`; an endpoint refusing the `tools` parameter (HTTP 400
+    /// naming tools), or a plain-text answer where a tool call was required (see
+    /// [`Provider::switch_to_json_tools`]), settles `Json` and the request is sent again once.
+    /// No separate probe request is sent.
     Auto,
 }
 
@@ -86,6 +90,9 @@ pub enum StreamEvent {
         delay: Duration,
         reason: String,
     },
+    /// The endpoint refused native tools, so the request is sent again in [`ToolMode::Json`],
+    /// which the provider keeps for this model from now on.
+    ToolModeChanged { mode: ToolMode, reason: String },
 }
 
 /// Errors a provider reports after its own retries are spent. Messages keep the provider's own
@@ -121,4 +128,14 @@ pub trait Provider: Send + Sync {
 
     /// The model's context window in tokens, when the endpoint or config says.
     fn context_length<'a>(&'a self, model: &'a str) -> BoxFuture<'a, Option<u64>>;
+
+    /// The model answered in plain text where the caller required a tool call. A provider that
+    /// is still finding out how `model` takes tools ([`ToolMode::Auto`], nothing settled yet)
+    /// settles on [`ToolMode::Json`] and returns true: the caller then sends the same request
+    /// again. Otherwise (a fixed mode, or tool calls already seen) it returns false and the
+    /// answer stands.
+    fn switch_to_json_tools(&self, model: &str) -> bool {
+        let _ = model;
+        false
+    }
 }

@@ -1,5 +1,6 @@
 //! JSON tool mode: the request carries the schema and the tool list, the answer becomes a
-//! ToolCall, tool results go back as user messages, garbage is kept as text, and `auto` probes.
+//! ToolCall, tool results go back as user messages, garbage is kept as text, and `auto` settles
+//! on a mode from real requests.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -110,59 +111,98 @@ async fn without_tools_json_mode_sends_a_plain_request() {
     assert_eq!(server.requests()[0].get("response_format"), None);
 }
 
-#[tokio::test]
-async fn auto_reads_llama_cpp_props_once_per_model() {
-    let server = ScriptedLlm::builder()
-        .props(json!({"chat_template_caps": {"supports_tool_calls": false}}))
-        .turns([
-            Turn::json(json!({"tool": "answer", "content": "a"})),
-            Turn::json(json!({"tool": "answer", "content": "b"})),
-        ])
-        .start()
-        .await;
-    let llm = client(config(server.base_url()).with_tool_mode(ToolMode::Auto));
-    let mut request = ask("hi");
-    request.tools = vec![read_tool()];
-    assert_eq!(
-        llm.chat(request.clone(), &|_| {}).await.unwrap().content,
-        "a"
-    );
-    assert_eq!(llm.chat(request, &|_| {}).await.unwrap().content, "b");
-    let paths: Vec<String> = server.recorded().into_iter().map(|r| r.path).collect();
-    assert_eq!(
-        paths,
-        vec!["/props", "/v1/chat/completions", "/v1/chat/completions"]
-    );
-    assert!(
-        server
-            .requests()
-            .iter()
-            .all(|r| r.get("response_format").is_some())
-    );
+/// A client in `auto` mode that remembers settled modes under `cache`.
+fn auto_client(server: &ScriptedLlm, cache: &std::path::Path) -> maestro_llm::OpenAiCompat {
+    client(
+        config(server.base_url())
+            .with_tool_mode(ToolMode::Auto)
+            .with_tool_mode_cache(cache.join("tool-modes.json")),
+    )
 }
 
 #[tokio::test]
-async fn auto_probes_with_a_dummy_tool_where_props_are_absent() {
-    let server = ScriptedLlm::start([
-        Turn::tool_call("probe", json!({})),
-        Turn::tool_call("Read", json!({"path": "x"})),
-    ])
-    .await;
-    let llm = client(config(server.base_url()).with_tool_mode(ToolMode::Auto));
-    assert_eq!(llm.tool_mode_for("scripted-model").await, ToolMode::Native);
+async fn auto_offers_the_real_tools_first_and_a_tool_call_settles_native() {
+    let server = ScriptedLlm::start([Turn::tool_call("Read", json!({"path": "x"}))]).await;
+    let cache = tempfile::tempdir().unwrap();
+    let auto = || auto_client(&server, cache.path());
+    let llm = auto();
+    assert_eq!(llm.tool_mode_for("scripted-model"), ToolMode::Auto);
     let mut request = ask("hi");
     request.tools = vec![read_tool()];
     let answer = llm.chat(request, &|_| {}).await.unwrap();
     assert_eq!(answer.tool_calls[0].name, "Read");
-    let requests = server.requests();
-    assert_eq!(requests[0]["tools"][0]["function"]["name"], json!("probe"));
-    assert_eq!(requests[1]["tools"][0]["function"]["name"], json!("Read"));
-    assert_eq!(requests.len(), 2, "the probe result is cached");
+    let paths: Vec<String> = server.recorded().into_iter().map(|r| r.path).collect();
+    assert_eq!(
+        paths,
+        vec!["/v1/chat/completions"],
+        "one request, and no probe"
+    );
+    assert_eq!(
+        server.requests()[0]["tools"][0]["function"]["name"],
+        json!("Read")
+    );
+    assert_eq!(llm.tool_mode_for("scripted-model"), ToolMode::Native);
+    assert_eq!(auto().tool_mode_for("scripted-model"), ToolMode::Native);
+    assert_eq!(auto().tool_mode_for("another-model"), ToolMode::Auto);
 }
 
 #[tokio::test]
-async fn auto_picks_json_when_the_probe_is_answered_with_text() {
-    let server = ScriptedLlm::start([Turn::text("I cannot call tools.")]).await;
+async fn auto_falls_back_to_json_once_when_the_endpoint_refuses_tools_and_remembers_it() {
+    let server = ScriptedLlm::builder()
+        .reject_tools()
+        .turns([
+            Turn::json(json!({"tool": "Read", "arguments": {"path": "a"}})),
+            Turn::json(json!({"tool": "Read", "arguments": {"path": "b"}})),
+        ])
+        .start()
+        .await;
+    let cache = tempfile::tempdir().unwrap();
+    let auto = || auto_client(&server, cache.path());
+    let mut request = ask("hi");
+    request.tools = vec![read_tool()];
+
+    let events = Events::default();
+    let first = auto().chat(request.clone(), &events.sink()).await.unwrap();
+    assert_eq!(first.tool_calls[0].arguments, r#"{"path":"a"}"#);
+    let changes = events.tool_mode_changes();
+    assert_eq!(changes.len(), 1, "{changes:?}");
+    assert_eq!(changes[0].0, ToolMode::Json);
+    assert!(
+        changes[0].1.contains("HTTP 400") && changes[0].1.contains("tools"),
+        "{changes:?}"
+    );
+    let sent = server.requests();
+    assert_eq!(sent.len(), 2);
+    assert!(sent[0].get("tools").is_some() && sent[0].get("response_format").is_none());
+    assert!(sent[1].get("tools").is_none() && sent[1].get("response_format").is_some());
+
+    // A new client (the next run) reads the settled mode and sends JSON at once.
+    let events = Events::default();
+    let second = auto().chat(request.clone(), &events.sink()).await.unwrap();
+    assert_eq!(second.tool_calls[0].arguments, r#"{"path":"b"}"#);
+    assert_eq!(events.tool_mode_changes(), vec![]);
+    let sent = server.requests();
+    assert_eq!(sent.len(), 3);
+    assert!(sent[2].get("tools").is_none() && sent[2].get("response_format").is_some());
+
+    // A fixed native mode does not fall back: the refusal is the answer.
+    let native = client(config(server.base_url()).with_tool_mode(ToolMode::Native));
+    let error = native.chat(request, &|_| {}).await.unwrap_err();
+    assert!(error.to_string().contains("HTTP 400"), "{error}");
+}
+
+#[tokio::test]
+async fn a_plain_answer_settles_nothing_and_the_caller_may_switch_to_json_once() {
+    let server = ScriptedLlm::start([Turn::text("I would read the file.")]).await;
     let llm = client(config(server.base_url()).with_tool_mode(ToolMode::Auto));
-    assert_eq!(llm.tool_mode_for("scripted-model").await, ToolMode::Json);
+    let mut request = ask("hi");
+    request.tools = vec![read_tool()];
+    let answer = llm.chat(request, &|_| {}).await.unwrap();
+    assert_eq!(answer.content, "I would read the file.");
+    assert_eq!(llm.tool_mode_for("scripted-model"), ToolMode::Auto);
+    assert!(llm.switch_to_json_tools("scripted-model"));
+    assert_eq!(llm.tool_mode_for("scripted-model"), ToolMode::Json);
+    assert!(!llm.switch_to_json_tools("scripted-model"));
+    let native = client(config(server.base_url()).with_tool_mode(ToolMode::Native));
+    assert!(!native.switch_to_json_tools("scripted-model"));
 }

@@ -83,6 +83,8 @@ pub struct ScriptedLlmBuilder {
     ollama_show: Option<Value>,
     reject_stream_options: bool,
     reject_streaming: bool,
+    reject_tools: bool,
+    also_served: Vec<String>,
 }
 
 struct Shared {
@@ -149,6 +151,19 @@ impl ScriptedLlmBuilder {
         self
     }
 
+    /// Answers HTTP 400 naming tools to any request that carries `tools`, as llama.cpp started
+    /// without `--jinja` does.
+    pub fn reject_tools(mut self) -> Self {
+        self.reject_tools = true;
+        self
+    }
+
+    /// Lists a further model id in `/v1/models` (after [`model_id`](Self::model_id)).
+    pub fn also_serves(mut self, id: impl Into<String>) -> Self {
+        self.also_served.push(id.into());
+        self
+    }
+
     /// Binds 127.0.0.1 on a free port and starts serving.
     ///
     /// # Panics
@@ -199,6 +214,8 @@ impl ScriptedLlm {
             ollama_show: None,
             reject_stream_options: false,
             reject_streaming: false,
+            reject_tools: false,
+            also_served: Vec::new(),
         }
     }
 
@@ -331,6 +348,9 @@ async fn chat(
             "Unrecognized request argument supplied: stream_options",
         );
     }
+    if options.reject_tools && request.get("tools").is_some() {
+        return error(StatusCode::BAD_REQUEST, "tools param requires --jinja flag");
+    }
     if options.reject_streaming && stream {
         return error(
             StatusCode::BAD_REQUEST,
@@ -363,7 +383,11 @@ async fn models(State(shared): State<Arc<Shared>>, uri: Uri, headers: HeaderMap)
     if let Some(map) = entry.as_object_mut() {
         map.extend(shared.options.model_fields.clone());
     }
-    axum::Json(json!({"object": "list", "data": [entry]})).into_response()
+    let mut data = vec![entry];
+    data.extend(shared.options.also_served.iter().map(
+        |id| json!({"id": id, "object": "model", "created": 0, "owned_by": "maestro-testkit"}),
+    ));
+    axum::Json(json!({"object": "list", "data": data})).into_response()
 }
 
 async fn props(State(shared): State<Arc<Shared>>, uri: Uri, headers: HeaderMap) -> Response {

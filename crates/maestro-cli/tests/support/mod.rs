@@ -24,13 +24,19 @@ pub const CSV: &str = "id,name\n1,downloaded-row\n";
 
 /// Runs the binary in `dir` (also its HOME, so no user or project configuration leaks in).
 pub async fn maestro(dir: &Path, args: Vec<String>) -> Output {
+    maestro_with_env(dir, args, &[]).await
+}
+
+/// [`maestro`] with these environment variables set.
+pub async fn maestro_with_env(dir: &Path, args: Vec<String>, env: &[(&str, &str)]) -> Output {
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_maestro"));
     cmd.current_dir(dir)
         .args(args)
         .env("HOME", dir)
         .env_remove("MAESTRO_LLM_BASE_URL")
         .env_remove("MAESTRO_MODEL")
-        .env_remove("MAESTRO_API_KEY");
+        .env_remove("MAESTRO_API_KEY")
+        .envs(env.iter().copied());
     tokio::task::spawn_blocking(move || cmd.output().unwrap())
         .await
         .unwrap()

@@ -8,7 +8,7 @@ use std::time::Duration;
 use maestro_engine::{
     Engine, EngineConfig, EventRecord, RunRecord, RunReport, RunState, read_events,
 };
-use maestro_llm::{OpenAiCompat, OpenAiConfig, Provider, RetryPolicy};
+use maestro_llm::{OpenAiCompat, OpenAiConfig, Provider, RetryPolicy, ToolMode};
 use maestro_piece::{Condition, Dialect, Facet, Movement, Piece, Rule, SessionMode, Target};
 use maestro_protocol::Secret;
 use maestro_testkit::{ScriptedLlm, Turn};
@@ -207,7 +207,20 @@ pub async fn run_with(
     api_key: Option<&str>,
 ) -> Ran {
     let server = ScriptedLlm::start(turns).await;
-    let mut llm_config = OpenAiConfig::new(server.base_url()).with_retry(fast_retries());
+    run_against(server, piece, config, api_key, ToolMode::Native).await
+}
+
+/// Runs `piece` against `server` with the client in `tool_mode`.
+pub async fn run_against(
+    server: ScriptedLlm,
+    piece: Piece,
+    config: EngineConfig,
+    api_key: Option<&str>,
+    tool_mode: ToolMode,
+) -> Ran {
+    let mut llm_config = OpenAiConfig::new(server.base_url())
+        .with_retry(fast_retries())
+        .with_tool_mode(tool_mode);
     if let Some(key) = api_key {
         llm_config = llm_config.with_api_key(Secret::new(key));
     }

@@ -1,6 +1,7 @@
 //! Configuration of the OpenAI-compatible client: endpoint, credentials, tool mode, timeouts
 //! and the retry policy.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use maestro_protocol::Secret;
@@ -30,8 +31,13 @@ pub struct OpenAiConfig {
     pub base_url: String,
     /// Sent as `Authorization: Bearer …`; never printed, logged or put into an error.
     pub api_key: Option<Secret>,
-    /// How tools are offered to the model. [`ToolMode::Auto`] probes once per model.
+    /// How tools are offered to the model. [`ToolMode::Auto`] starts with native tools and
+    /// settles on a mode from the model's first answers (see [`ToolMode::Auto`]).
     pub tool_mode: ToolMode,
+    /// Where [`ToolMode::Auto`] remembers the mode it settled on, per endpoint and model (a JSON
+    /// file), so that later clients use it from their first request. `None` remembers it for
+    /// this client only.
+    pub tool_mode_cache: Option<PathBuf>,
     /// The longest silence tolerated while waiting for response headers or the next stream
     /// chunk (for a non-streaming call: for the whole answer). Then the attempt is retried.
     pub idle_timeout: Duration,
@@ -57,6 +63,7 @@ impl OpenAiConfig {
             base_url: base_url.into(),
             api_key: None,
             tool_mode: ToolMode::Native,
+            tool_mode_cache: None,
             idle_timeout: Duration::from_secs(120),
             connect_timeout: Duration::from_secs(10),
             retry: RetryPolicy::default(),
@@ -73,6 +80,11 @@ impl OpenAiConfig {
 
     pub fn with_tool_mode(mut self, mode: ToolMode) -> Self {
         self.tool_mode = mode;
+        self
+    }
+
+    pub fn with_tool_mode_cache(mut self, path: impl Into<PathBuf>) -> Self {
+        self.tool_mode_cache = Some(path.into());
         self
     }
 

@@ -5,7 +5,9 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use maestro_llm::{ChatRequest, Message, OpenAiCompat, OpenAiConfig, RetryPolicy, StreamEvent};
+use maestro_llm::{
+    ChatRequest, Message, OpenAiCompat, OpenAiConfig, RetryPolicy, StreamEvent, ToolMode,
+};
 use maestro_protocol::ToolSpec;
 use serde_json::json;
 
@@ -70,7 +72,18 @@ impl Events {
             .into_iter()
             .filter_map(|e| match e {
                 StreamEvent::TextDelta(t) => Some(t),
-                StreamEvent::Retry { .. } => None,
+                StreamEvent::Retry { .. } | StreamEvent::ToolModeChanged { .. } => None,
+            })
+            .collect()
+    }
+
+    /// `(mode, reason)` of each tool-mode change.
+    pub fn tool_mode_changes(&self) -> Vec<(ToolMode, String)> {
+        self.all()
+            .into_iter()
+            .filter_map(|e| match e {
+                StreamEvent::ToolModeChanged { mode, reason } => Some((mode, reason)),
+                StreamEvent::TextDelta(_) | StreamEvent::Retry { .. } => None,
             })
             .collect()
     }
@@ -85,7 +98,7 @@ impl Events {
                     delay,
                     reason,
                 } => Some((attempt, delay, reason)),
-                StreamEvent::TextDelta(_) => None,
+                StreamEvent::TextDelta(_) | StreamEvent::ToolModeChanged { .. } => None,
             })
             .collect()
     }

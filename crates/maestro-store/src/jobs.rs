@@ -1,5 +1,6 @@
 //! The job queue on SQL: submit, claim, fenced writes, rescue, cancel.
 
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use sqlx::any::AnyRow;
@@ -18,6 +19,10 @@ use crate::store::Store;
 pub(crate) const JOB_COLUMNS: &str = "id, piece, task, status, parent_id, priority, task_class, \
     workspace, submitted_by, attempts, max_attempts, fence, lease_owner, lease_expires_at, run_at, \
     result, reason, created_at, updated_at, schedule_id, scheduled_for";
+
+/// How often a store fails the jobs whose workers vanished on their last attempt. Such a job
+/// is never claimed again in between (the claim skips it), so the sweep only sets its status.
+const SWEEP_EVERY_MS: i64 = 1_000;
 
 /// The condition every fenced write carries: the lease's token is the job's newest and the
 /// job is still running.
@@ -208,23 +213,28 @@ impl JobQueue for Store {
             }
         };
         let mut tx = self.begin_write().await?;
-        sqlx::query::<Any>(
-            "UPDATE jobs SET status = 'failed', reason = $1, lease_owner = NULL, \
-             lease_expires_at = NULL, finished_at = $2, updated_at = $2 \
-             WHERE status = 'running' AND lease_expires_at < $2 AND attempts >= max_attempts",
-        )
-        .bind(LOST_WORKER)
-        .bind(now)
-        .execute(&mut *tx)
-        .await
-        .map_err(StoreError::query("fail jobs whose workers vanished"))?;
+        let last_sweep = self.last_sweep.load(Ordering::Relaxed);
+        if now.saturating_sub(last_sweep) >= SWEEP_EVERY_MS || now < last_sweep {
+            sqlx::query::<Any>(
+                "UPDATE jobs SET status = 'failed', reason = $1, lease_owner = NULL, \
+                 lease_expires_at = NULL, finished_at = $2, updated_at = $2 \
+                 WHERE status = 'running' AND lease_expires_at < $2 AND attempts >= max_attempts",
+            )
+            .bind(LOST_WORKER)
+            .bind(now)
+            .execute(&mut *tx)
+            .await
+            .map_err(StoreError::query("fail jobs whose workers vanished"))?;
+            self.last_sweep.store(now, Ordering::Relaxed);
+        }
         let sql = format!(
             "UPDATE jobs SET status = 'running', attempts = attempts + 1, fence = fence + 1, \
              lease_owner = $1, lease_expires_at = $2, updated_at = $3, \
              started_at = COALESCE(started_at, $3) \
              WHERE id = (SELECT id FROM jobs \
                WHERE ((status = 'queued' AND run_at <= $3) \
-                  OR (status = 'running' AND lease_expires_at < $3)){class_filter} \
+                  OR (status = 'running' AND lease_expires_at < $3 \
+                      AND attempts < max_attempts)){class_filter} \
                ORDER BY priority DESC, run_at, id LIMIT 1{lock}) \
              RETURNING {JOB_COLUMNS}",
             lock = self.backend.skip_locked()

@@ -3,6 +3,7 @@
 
 use std::borrow::Cow;
 use std::sync::Arc;
+use std::sync::atomic::AtomicI64;
 use std::time::Duration;
 
 use sqlx::any::{AnyPoolOptions, install_default_drivers};
@@ -134,6 +135,9 @@ pub struct Store {
     pub(crate) backend: Backend,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) backoff: Backoff,
+    /// When this store last failed the jobs whose workers vanished past `max_attempts` (Unix
+    /// ms); the sweep runs at most once a second rather than on every claim.
+    pub(crate) last_sweep: Arc<AtomicI64>,
     url: StoreUrl,
 }
 
@@ -197,6 +201,7 @@ impl Store {
             backend,
             clock: Arc::new(SystemClock),
             backoff: Backoff::default(),
+            last_sweep: Arc::new(AtomicI64::new(i64::MIN)),
             url: url.clone(),
         })
     }

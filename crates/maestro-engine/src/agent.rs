@@ -8,9 +8,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use maestro_llm::{
-    ChatRequest, ChatResponse, LlmError, Message, ResponseSchema, StreamEvent, ToolMode,
-};
+use maestro_llm::{ChatRequest, ChatResponse, LlmError, Message, ResponseSchema, ToolMode};
 use maestro_piece::{Dialect, Movement};
 use maestro_protocol::{RunStatus, ToolCall, ToolSpec};
 use maestro_tools::regular_file::{self, Access, Create};
@@ -18,11 +16,11 @@ use maestro_tools::{ToolContext, ToolOutput};
 
 use crate::context::ContextMeter;
 use crate::control::{self, ControlCall};
+use crate::ctx::RunCtx;
 use crate::error::EngineError;
 use crate::event::{CallPurpose, ContextLevel, ReminderKind, RunEvent};
 use crate::outcome::last_tag;
 use crate::prompt;
-use crate::run::RunCtx;
 
 /// How a turn of the model ended.
 #[derive(Debug, Clone, PartialEq)]
@@ -443,36 +441,6 @@ impl<'a> Agent<'a> {
         })?;
         self.reports_written.insert(name.to_string());
         Ok(ToolOutput::ok(format!("report `{name}` written")))
-    }
-}
-
-/// Forwards a provider's retries and tool-mode changes into the run's events.
-pub(crate) fn retry_observer<'r>(
-    run: &'r RunCtx,
-    movement: &'r str,
-) -> impl Fn(StreamEvent) + Send + Sync + 'r {
-    move |event| match event {
-        StreamEvent::Retry {
-            attempt,
-            delay,
-            reason,
-        } => {
-            let _ = run.emit(RunEvent::LlmRetry {
-                movement: movement.to_string(),
-                attempt,
-                delay_ms: delay.as_millis() as u64,
-                reason: run.redact(&reason),
-            });
-        }
-        StreamEvent::ToolModeChanged { mode, reason } => {
-            let _ = run.emit(RunEvent::ToolModeChanged {
-                movement: movement.to_string(),
-                model: run.config.model.clone(),
-                mode,
-                reason: run.redact(&reason),
-            });
-        }
-        StreamEvent::TextDelta(_) => {}
     }
 }
 

@@ -6,10 +6,10 @@ use maestro_llm::{ChatRequest, Message, ResponseSchema};
 use maestro_piece::{Condition, Movement, Rule};
 use serde_json::{Value, json};
 
+use crate::ctx::RunCtx;
 use crate::error::EngineError;
 use crate::event::{CallPurpose, JudgeKind, OutcomeSource, RunEvent};
 use crate::outcome::{aggregate, condition_text, eligible_rules, last_tag};
-use crate::run::RunCtx;
 
 const JUDGE_SYSTEM: &str = "You read an agent's answer and decide which of the listed conditions it meets. \
 Reply only with the JSON object asked for.";

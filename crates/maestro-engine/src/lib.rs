@@ -13,6 +13,7 @@ mod classifier;
 mod config;
 mod context;
 mod control;
+mod ctx;
 mod cycle;
 mod error;
 mod event;

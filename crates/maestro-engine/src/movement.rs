@@ -7,12 +7,12 @@ use maestro_piece::{Dialect, Movement, Target};
 use maestro_protocol::RunStatus;
 
 use crate::agent::{Agent, TurnEnd};
+use crate::ctx::RunCtx;
 use crate::error::EngineError;
 use crate::event::{OutcomeSource, ReminderKind, RunEvent};
 use crate::judge::decide_rule;
 use crate::outcome::{extract_frontmatter, route, validate_frontmatter};
 use crate::prompt;
-use crate::run::RunCtx;
 
 /// What a visit decided.
 #[derive(Debug, Clone, PartialEq)]

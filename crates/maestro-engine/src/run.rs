@@ -2,20 +2,19 @@
 //! a [`RunRecord`] and returns a [`RunReport`]. Also the per-run context every part of the run
 //! shares ([`RunCtx`]): the journal, the model call with its events, the tool scratch.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use maestro_llm::{ChatRequest, ChatResponse, Message, Provider};
+use maestro_llm::Provider;
 use maestro_piece::Piece;
 use maestro_protocol::{RunStatus, Secret};
-use maestro_tools::{Registry, RunScratch};
+use maestro_tools::Registry;
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::retry_observer;
 use crate::config::EngineConfig;
+use crate::ctx::RunCtx;
 use crate::error::EngineError;
-use crate::event::{CallPurpose, EventSink, JsonlSink, RunEvent};
+use crate::event::{EventSink, JsonlSink, RunEvent};
 use crate::journal::Journal;
 use crate::record::RunRecord;
 use crate::runner;
@@ -190,78 +189,5 @@ impl Engine {
             run_dir: record.dir,
             state,
         })
-    }
-}
-
-/// What every part of one run shares.
-pub(crate) struct RunCtx {
-    pub piece: Arc<Piece>,
-    pub config: EngineConfig,
-    pub provider: Arc<dyn Provider>,
-    pub tools: Registry,
-    pub journal: Journal,
-    pub record: RunRecord,
-    pub cancel: CancellationToken,
-    pub scratch: Arc<Mutex<RunScratch>>,
-    pub context_window: Option<u64>,
-    /// Conversations kept for `session: continue` movements, by movement name.
-    pub sessions: Mutex<HashMap<String, Vec<Message>>>,
-    pub secrets: Vec<Secret>,
-}
-
-impl RunCtx {
-    pub fn emit(&self, event: RunEvent) -> Result<(), EngineError> {
-        self.journal.emit(event)
-    }
-
-    pub fn redact(&self, text: &str) -> String {
-        self.secrets
-            .iter()
-            .fold(text.to_string(), |t, s| s.redact(&t))
-    }
-
-    pub fn scratch_snapshot(&self) -> RunScratch {
-        self.scratch.lock().map(|s| s.clone()).unwrap_or_default()
-    }
-
-    /// One model call with its `llm_request` / `llm_retry` / `llm_response` events.
-    pub async fn chat(
-        &self,
-        movement: &str,
-        purpose: CallPurpose,
-        request: ChatRequest,
-    ) -> Result<ChatResponse, EngineError> {
-        if self.cancel.is_cancelled() {
-            return Err(EngineError::Llm(maestro_llm::LlmError::Cancelled));
-        }
-        self.emit(RunEvent::LlmRequest {
-            movement: movement.to_string(),
-            purpose,
-            messages: request.messages.len(),
-            tools: request.tools.len(),
-        })?;
-        let observer = retry_observer(self, movement);
-        let response = tokio::select! {
-            response = self.provider.chat(request, &observer) => response,
-            _ = self.cancel.cancelled() => Err(maestro_llm::LlmError::Cancelled),
-        };
-        let response = response.map_err(|e| match e {
-            maestro_llm::LlmError::Http { status, message } => {
-                EngineError::Llm(maestro_llm::LlmError::Http {
-                    status,
-                    message: self.redact(&message),
-                })
-            }
-            other => EngineError::Llm(other),
-        })?;
-        self.emit(RunEvent::LlmResponse {
-            movement: movement.to_string(),
-            purpose,
-            usage: response.usage,
-            finish_reason: response.finish_reason.clone(),
-            tool_calls: response.tool_calls.len(),
-            text_chars: response.content.chars().count(),
-        })?;
-        Ok(response)
     }
 }

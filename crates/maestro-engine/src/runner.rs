@@ -12,13 +12,13 @@ use maestro_piece::{Dialect, Movement, SessionMode, Target};
 use maestro_protocol::RunStatus;
 use tokio::task::JoinSet;
 
+use crate::ctx::RunCtx;
 use crate::cycle::repeating_cycle;
 use crate::error::EngineError;
 use crate::event::RunEvent;
 use crate::judge::decide_rule;
 use crate::movement::{self, Ended, Step};
 use crate::prompt::{self, Visit};
-use crate::run::RunCtx;
 use crate::state::RunState;
 
 /// How the run ends.

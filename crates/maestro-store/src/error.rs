@@ -1,6 +1,6 @@
 //! The store's one error type.
 
-use crate::model::{JobId, JobStatus};
+use crate::model::{JobId, JobStatus, UnknownName};
 
 /// What went wrong in the store. The fencing errors ([`StoreError::LeaseLost`],
 /// [`StoreError::JobCancelled`]) are the ones a worker must act on: stop the run and write nothing
@@ -84,3 +84,11 @@ impl StoreError {
 
 /// Results of store operations.
 pub type StoreResult<T> = Result<T, StoreError>;
+
+impl From<UnknownName> for StoreError {
+    fn from(e: UnknownName) -> StoreError {
+        StoreError::Corrupt {
+            what: e.to_string(),
+        }
+    }
+}

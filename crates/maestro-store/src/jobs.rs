@@ -141,7 +141,8 @@ impl Store {
                 };
             }
         };
-        let status = col::<String>(&row, "status").and_then(|s| s.parse::<JobStatus>());
+        let status = col::<String>(&row, "status")
+            .and_then(|s| s.parse::<JobStatus>().map_err(StoreError::from));
         let current = col::<i64>(&row, "fence");
         match (status, current) {
             (Ok(JobStatus::Cancelled), _) => StoreError::JobCancelled(lease.job_id),

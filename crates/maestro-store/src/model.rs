@@ -7,7 +7,22 @@ use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use crate::error::StoreError;
+/// A stored name this build does not know: a corrupt row, or one a newer build wrote.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown {kind} `{value}`")]
+pub struct UnknownName {
+    pub kind: &'static str,
+    pub value: String,
+}
+
+impl UnknownName {
+    fn new(kind: &'static str, value: &str) -> UnknownName {
+        UnknownName {
+            kind,
+            value: value.to_string(),
+        }
+    }
+}
 
 /// A job's id: a UUIDv7, so ids sort by creation time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -117,14 +132,12 @@ impl fmt::Display for JobStatus {
 }
 
 impl FromStr for JobStatus {
-    type Err = StoreError;
+    type Err = UnknownName;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         JobStatus::ALL
             .into_iter()
             .find(|status| status.as_str() == s)
-            .ok_or_else(|| StoreError::Corrupt {
-                what: format!("unknown job status `{s}`"),
-            })
+            .ok_or_else(|| UnknownName::new("job status", s))
     }
 }
 
@@ -305,14 +318,12 @@ impl CommentKind {
         }
     }
 
-    pub(crate) fn parse(s: &str) -> Result<CommentKind, StoreError> {
+    pub(crate) fn parse(s: &str) -> Result<CommentKind, UnknownName> {
         match s {
             "question" => Ok(CommentKind::Question),
             "answer" => Ok(CommentKind::Answer),
             "note" => Ok(CommentKind::Note),
-            other => Err(StoreError::Corrupt {
-                what: format!("unknown comment kind `{other}`"),
-            }),
+            other => Err(UnknownName::new("comment kind", other)),
         }
     }
 }
@@ -393,12 +404,10 @@ impl AuditAction {
         }
     }
 
-    pub(crate) fn parse(s: &str) -> Result<AuditAction, StoreError> {
+    pub(crate) fn parse(s: &str) -> Result<AuditAction, UnknownName> {
         AuditAction::ALL
             .into_iter()
             .find(|a| a.as_str() == s)
-            .ok_or_else(|| StoreError::Corrupt {
-                what: format!("unknown audit action `{s}`"),
-            })
+            .ok_or_else(|| UnknownName::new("audit action", s))
     }
 }

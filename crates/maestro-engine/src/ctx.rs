@@ -1,0 +1,121 @@
+//! What every part of one run shares ([`RunCtx`]): the piece, the journal, the model call with
+//! its events, the tool scratch and the kept conversations. A leaf of the crate: the run, the
+//! runner, movements, agents and judges all import it, and it imports none of them.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use maestro_llm::{ChatRequest, ChatResponse, Message, Provider, StreamEvent};
+use maestro_piece::Piece;
+use maestro_protocol::Secret;
+use maestro_tools::{Registry, RunScratch};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::EngineConfig;
+use crate::error::EngineError;
+use crate::event::{CallPurpose, RunEvent};
+use crate::journal::Journal;
+use crate::record::RunRecord;
+
+/// What every part of one run shares.
+pub(crate) struct RunCtx {
+    pub piece: Arc<Piece>,
+    pub config: EngineConfig,
+    pub provider: Arc<dyn Provider>,
+    pub tools: Registry,
+    pub journal: Journal,
+    pub record: RunRecord,
+    pub cancel: CancellationToken,
+    pub scratch: Arc<Mutex<RunScratch>>,
+    pub context_window: Option<u64>,
+    /// Conversations kept for `session: continue` movements, by movement name.
+    pub sessions: Mutex<HashMap<String, Vec<Message>>>,
+    pub secrets: Vec<Secret>,
+}
+
+impl RunCtx {
+    pub fn emit(&self, event: RunEvent) -> Result<(), EngineError> {
+        self.journal.emit(event)
+    }
+
+    pub fn redact(&self, text: &str) -> String {
+        self.secrets
+            .iter()
+            .fold(text.to_string(), |t, s| s.redact(&t))
+    }
+
+    pub fn scratch_snapshot(&self) -> RunScratch {
+        self.scratch.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+
+    /// One model call with its `llm_request` / `llm_retry` / `llm_response` events.
+    pub async fn chat(
+        &self,
+        movement: &str,
+        purpose: CallPurpose,
+        request: ChatRequest,
+    ) -> Result<ChatResponse, EngineError> {
+        if self.cancel.is_cancelled() {
+            return Err(EngineError::Llm(maestro_llm::LlmError::Cancelled));
+        }
+        self.emit(RunEvent::LlmRequest {
+            movement: movement.to_string(),
+            purpose,
+            messages: request.messages.len(),
+            tools: request.tools.len(),
+        })?;
+        let observer = retry_observer(self, movement);
+        let response = tokio::select! {
+            response = self.provider.chat(request, &observer) => response,
+            _ = self.cancel.cancelled() => Err(maestro_llm::LlmError::Cancelled),
+        };
+        let response = response.map_err(|e| match e {
+            maestro_llm::LlmError::Http { status, message } => {
+                EngineError::Llm(maestro_llm::LlmError::Http {
+                    status,
+                    message: self.redact(&message),
+                })
+            }
+            other => EngineError::Llm(other),
+        })?;
+        self.emit(RunEvent::LlmResponse {
+            movement: movement.to_string(),
+            purpose,
+            usage: response.usage,
+            finish_reason: response.finish_reason.clone(),
+            tool_calls: response.tool_calls.len(),
+            text_chars: response.content.chars().count(),
+        })?;
+        Ok(response)
+    }
+}
+
+/// Forwards a provider's retries and tool-mode changes into the run's events.
+pub(crate) fn retry_observer<'r>(
+    run: &'r RunCtx,
+    movement: &'r str,
+) -> impl Fn(StreamEvent) + Send + Sync + 'r {
+    move |event| match event {
+        StreamEvent::Retry {
+            attempt,
+            delay,
+            reason,
+        } => {
+            let _ = run.emit(RunEvent::LlmRetry {
+                movement: movement.to_string(),
+                attempt,
+                delay_ms: delay.as_millis() as u64,
+                reason: run.redact(&reason),
+            });
+        }
+        StreamEvent::ToolModeChanged { mode, reason } => {
+            let _ = run.emit(RunEvent::ToolModeChanged {
+                movement: movement.to_string(),
+                model: run.config.model.clone(),
+                mode,
+                reason: run.redact(&reason),
+            });
+        }
+        StreamEvent::TextDelta(_) => {}
+    }
+}

@@ -77,6 +77,22 @@ enum ToolModeArg {
     Auto,
 }
 
+/// Resolves to true on SIGINT (Ctrl-C) or SIGTERM (what `kill`, systemd and container runtimes
+/// send), so that either ends the run as `cancelled` with its `run_finished` recorded. The
+/// handlers are installed before it returns, so a signal arriving right after is not lost.
+fn stop_signal() -> anyhow::Result<impl std::future::Future<Output = bool> + Send> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut terminate =
+        signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let mut interrupt = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    Ok(async move {
+        tokio::select! {
+            got = terminate.recv() => got.is_some(),
+            got = interrupt.recv() => got.is_some(),
+        }
+    })
+}
+
 pub fn run(args: Args) -> anyhow::Result<u8> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -165,8 +181,9 @@ async fn run_async(args: Args) -> anyhow::Result<u8> {
         engine = engine.with_secret(key);
     }
     let cancel = engine.cancel_token();
+    let stop = stop_signal()?;
     tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
+        if stop.await {
             cancel.cancel();
         }
     });

@@ -171,12 +171,18 @@ impl<'a> Agent<'a> {
                 });
                 return Ok(TurnEnd::Answer(response.content));
             }
+            // Only the first calls of an answer run; the rest are left out of the conversation
+            // (their arguments would ride every later request) and the model is told.
+            let cap = self.run.config.max_tool_calls_per_answer.max(1) as usize;
+            let asked = response.tool_calls.len();
+            let mut calls = response.tool_calls;
+            calls.truncate(cap);
             self.messages.push(Message::Assistant {
                 content: response.content.clone(),
-                tool_calls: response.tool_calls.clone(),
+                tool_calls: calls.clone(),
             });
             let mut end = None;
-            for call in &response.tool_calls {
+            for call in &calls {
                 if end.is_some() {
                     self.messages.push(Message::Tool {
                         tool_call_id: call.id.clone(),
@@ -188,6 +194,13 @@ impl<'a> Agent<'a> {
             }
             if let Some(end) = end {
                 return Ok(end);
+            }
+            if asked > cap {
+                self.ask_again(
+                    ReminderKind::ToolCallLimit,
+                    1,
+                    prompt::tool_call_limit(asked, cap),
+                )?;
             }
             match level {
                 Some(ContextLevel::Force) => return Ok(TurnEnd::ContextExhausted),
@@ -310,6 +323,7 @@ impl<'a> Agent<'a> {
                 Some(Err(message)) => ToolOutput::error(message),
                 None => self.run_registry_tool(call).await?,
             };
+        let output = maestro_tools::input::bounded_error(output);
         self.run.emit(RunEvent::ToolResult {
             movement,
             tool: call.name.clone(),

@@ -5,7 +5,7 @@ use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use anyhow::{anyhow, bail};
+use anyhow::{Context as _, anyhow, bail};
 use maestro_config::{Config, LoadFrom};
 use maestro_engine::{
     Engine, EventRecord, EventSink, JsonlSink, PieceSummary, RunEvent, RunRecord, classify,
@@ -76,6 +76,22 @@ enum ToolModeArg {
     Native,
     Json,
     Auto,
+}
+
+/// Resolves to true on SIGINT (Ctrl-C) or SIGTERM (what `kill`, systemd and container runtimes
+/// send), so that either ends the run as `cancelled` with its `run_finished` recorded. The
+/// handlers are installed before it returns, so a signal arriving right after is not lost.
+fn stop_signal() -> anyhow::Result<impl std::future::Future<Output = bool> + Send> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut terminate =
+        signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let mut interrupt = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    Ok(async move {
+        tokio::select! {
+            got = terminate.recv() => got.is_some(),
+            got = interrupt.recv() => got.is_some(),
+        }
+    })
 }
 
 pub fn run(args: Args) -> anyhow::Result<u8> {
@@ -170,8 +186,9 @@ async fn run_async(args: Args) -> anyhow::Result<u8> {
         engine = engine.with_secret(key);
     }
     let cancel = engine.cancel_token();
+    let stop = stop_signal()?;
     tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
+        if stop.await {
             cancel.cancel();
         }
     });

@@ -8,7 +8,7 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use maestro_piece::{
-    Diagnostic, Dialect, Failed, LoadOptions, Loaded, ToolCatalog, discover, load_str,
+    Diagnostic, Dialect, Failed, LoadOptions, Loaded, ToolCatalog, discover, load_bytes,
     render_diagnostics,
 };
 
@@ -115,13 +115,14 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
 }
 
 fn check(file: &Path, opts: &LoadOptions) -> (String, Checked) {
-    match std::fs::read_to_string(file) {
-        Ok(source) => {
-            let checked = match load_str(&source, file, opts) {
+    match std::fs::read(file) {
+        Ok(bytes) => {
+            let checked = match load_bytes(&bytes, file, opts) {
                 Ok(loaded) => Checked::Valid(Box::new(loaded)),
                 Err(failed) => Checked::Invalid(failed),
             };
-            (source, checked)
+            // Text up to the first bad byte is the same in the lossy copy, so spans hold.
+            (String::from_utf8_lossy(&bytes).into_owned(), checked)
         }
         Err(e) => (String::new(), Checked::Unreadable(e.to_string())),
     }

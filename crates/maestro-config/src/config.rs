@@ -167,6 +167,28 @@ impl Config {
                 "give a number of seconds, e.g. 120",
             );
         }
+        if llm.call_timeout_secs < llm.idle_timeout_secs {
+            fail(
+                &["llm", "call_timeout_secs"],
+                format!(
+                    "{} s is shorter than idle_timeout_secs ({} s)",
+                    llm.call_timeout_secs, llm.idle_timeout_secs
+                ),
+                "give the whole call at least as long as one silence, e.g. 1800",
+            );
+        }
+        for (field, value, example) in [
+            ("max_answer_bytes", llm.max_answer_bytes as u64, "33554432"),
+            ("max_answer_tokens", llm.max_answer_tokens, "65536"),
+        ] {
+            if value == 0 {
+                fail(
+                    &["llm", field],
+                    "must be at least 1".into(),
+                    &format!("give a positive limit, e.g. {example}"),
+                );
+            }
+        }
         let retry = &llm.retry;
         if retry.max_attempts == 0 {
             fail(

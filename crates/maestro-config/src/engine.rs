@@ -30,6 +30,8 @@ pub struct EngineSettings {
     pub control_reminders: u32,
     /// Extra requests after invalid frontmatter (graph dialect).
     pub frontmatter_retries: u32,
+    /// Tool calls run from one answer; the rest are refused with a message to the model.
+    pub max_tool_calls_per_answer: u32,
 }
 
 impl Default for EngineSettings {
@@ -46,6 +48,7 @@ impl Default for EngineSettings {
             max_tokens: engine.max_tokens,
             control_reminders: engine.control_reminders,
             frontmatter_retries: engine.frontmatter_retries,
+            max_tool_calls_per_answer: engine.max_tool_calls_per_answer,
         }
     }
 }
@@ -70,6 +73,7 @@ impl EngineSettings {
         config.max_tokens = self.max_tokens;
         config.control_reminders = self.control_reminders;
         config.frontmatter_retries = self.frontmatter_retries;
+        config.max_tool_calls_per_answer = self.max_tool_calls_per_answer;
         config
     }
 }
@@ -98,6 +102,7 @@ mod tests {
             max_tokens: Some(512),
             control_reminders: 5,
             frontmatter_retries: 6,
+            max_tool_calls_per_answer: 8,
         };
         assert_eq!(
             settings.to_engine_config("qwen3", Some(8192)),
@@ -114,6 +119,7 @@ mod tests {
                 max_tokens: Some(512),
                 control_reminders: 5,
                 frontmatter_retries: 6,
+                max_tool_calls_per_answer: 8,
             }
         );
     }

@@ -37,6 +37,12 @@ pub struct LlmConfig {
     pub context_length: Option<u64>,
     /// The longest silence tolerated while waiting for the model, in seconds.
     pub idle_timeout_secs: u64,
+    /// The longest one model call may take in total, retries included, in seconds.
+    pub call_timeout_secs: u64,
+    /// The most bytes one answer may take on the wire; a longer one ends the call.
+    pub max_answer_bytes: usize,
+    /// The most tokens one streamed answer may carry; a longer one ends the call.
+    pub max_answer_tokens: u64,
     pub retry: RetrySettings,
     /// Settings that apply only when `model` is the named one.
     pub models: BTreeMap<String, ModelOverrides>,
@@ -55,6 +61,9 @@ impl Default for LlmConfig {
             tool_mode: ToolMode::Auto,
             context_length: None,
             idle_timeout_secs: client.idle_timeout.as_secs(),
+            call_timeout_secs: client.call_timeout.as_secs(),
+            max_answer_bytes: client.max_answer_bytes,
+            max_answer_tokens: client.max_answer_tokens,
             retry: RetrySettings::from(client.retry),
             models: BTreeMap::new(),
         }
@@ -140,12 +149,15 @@ impl LlmConfig {
     }
 
     /// The client configuration: endpoint, key, tool mode and context length (per-model
-    /// overrides applied), idle timeout and retry policy; everything else keeps
+    /// overrides applied), timeouts, answer caps and retry policy; everything else keeps
     /// [`OpenAiConfig::new`]'s defaults.
     pub fn to_openai_config(&self) -> OpenAiConfig {
         let mut config = OpenAiConfig::new(self.base_url.clone())
             .with_tool_mode(self.effective_tool_mode())
             .with_idle_timeout(Duration::from_secs(self.idle_timeout_secs))
+            .with_call_timeout(Duration::from_secs(self.call_timeout_secs))
+            .with_max_answer_bytes(self.max_answer_bytes)
+            .with_max_answer_tokens(self.max_answer_tokens)
             .with_retry(self.retry.into());
         if let Some(key) = &self.api_key {
             config = config.with_api_key(key.clone());

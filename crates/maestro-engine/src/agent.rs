@@ -217,12 +217,18 @@ impl<'a> Agent<'a> {
                 });
                 return Ok(TurnEnd::Answer(response.content));
             }
+            // Only the first calls of an answer run; the rest are left out of the conversation
+            // (their arguments would ride every later request) and the model is told.
+            let cap = self.run.config.max_tool_calls_per_answer.max(1) as usize;
+            let asked = response.tool_calls.len();
+            let mut calls = response.tool_calls.clone();
+            calls.truncate(cap);
             self.messages.push(Message::Assistant {
                 content: response.content.clone(),
-                tool_calls: response.tool_calls.clone(),
+                tool_calls: calls.clone(),
             });
             let mut end = None;
-            for call in &response.tool_calls {
+            for call in &calls {
                 if end.is_some() {
                     self.messages.push(Message::Tool {
                         tool_call_id: call.id.clone(),
@@ -237,6 +243,13 @@ impl<'a> Agent<'a> {
             }
             if self.reported_with_outcome(&response) {
                 return Ok(TurnEnd::Answer(response.content));
+            }
+            if asked > cap {
+                self.ask_again(
+                    ReminderKind::ToolCallLimit,
+                    1,
+                    prompt::tool_call_limit(asked, cap),
+                )?;
             }
             match level {
                 Some(ContextLevel::Force) => return Ok(TurnEnd::ContextExhausted),
@@ -359,6 +372,7 @@ impl<'a> Agent<'a> {
                 Some(Err(message)) => ToolOutput::error(message),
                 None => self.run_registry_tool(call).await?,
             };
+        let output = maestro_tools::input::bounded_error(output);
         self.run.emit(RunEvent::ToolResult {
             movement,
             tool: call.name.clone(),

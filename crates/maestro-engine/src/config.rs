@@ -31,6 +31,8 @@ pub struct EngineConfig {
     pub control_reminders: u32,
     /// Graph: extra requests after invalid frontmatter.
     pub frontmatter_retries: u32,
+    /// Tool calls run from one answer; the model is told the rest were not run.
+    pub max_tool_calls_per_answer: u32,
 }
 
 impl EngineConfig {
@@ -48,6 +50,7 @@ impl EngineConfig {
             max_tokens: None,
             control_reminders: 2,
             frontmatter_retries: 2,
+            max_tool_calls_per_answer: 32,
         }
     }
 }

@@ -177,6 +177,11 @@ pub enum RunEvent {
         /// Graph dialect: the rendered edge prompt handed to the next role.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         edge_prompt: Option<String>,
+        /// Why the engine ended the visit when the model did not: `max_iterations` (the
+        /// movement used up `engine.max_iterations_per_movement`) or `context_exhausted`. Set
+        /// also when `default_next` carried the run on (`via: default_next`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
     },
     RunFinished {
         status: RunStatus,
@@ -259,6 +264,9 @@ pub enum ReminderKind {
     Frontmatter,
     /// The context is nearly full: wrap up.
     ContextPressure,
+    /// An answer asked for more tool calls than `engine.max_tool_calls_per_answer`; the rest
+    /// were not run.
+    ToolCallLimit,
 }
 
 /// How a movement's outcome was decided.

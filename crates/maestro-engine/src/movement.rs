@@ -26,6 +26,9 @@ pub(crate) struct Ended {
     pub summary: Option<String>,
     pub lessons: Vec<String>,
     pub edge_prompt: Option<String>,
+    /// Why the engine, not the model, ended the visit (`max_iterations`, `context_exhausted`),
+    /// also when `default_next` then carried the run on.
+    pub reason: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -50,26 +53,33 @@ impl Ended {
             summary: None,
             lessons: vec![],
             edge_prompt: None,
+            reason: None,
         }
     }
 
     /// `default_next` when the movement has one, otherwise the run aborts with `reason`.
     fn fallback(movement: &Movement, response: String, reason: &str) -> Self {
         match &movement.default_next {
-            Some(target) => Ended::new(
-                response,
-                OutcomeSource::DefaultNext,
-                Step::Go(target.clone()),
-            ),
-            None => Ended::new(
-                response,
-                OutcomeSource::Engine,
-                Step::Finish {
-                    status: RunStatus::Aborted,
-                    result: None,
-                    reason: Some(reason.to_string()),
-                },
-            ),
+            Some(target) => Ended {
+                reason: Some(reason.to_string()),
+                ..Ended::new(
+                    response,
+                    OutcomeSource::DefaultNext,
+                    Step::Go(target.clone()),
+                )
+            },
+            None => Ended {
+                reason: Some(reason.to_string()),
+                ..Ended::new(
+                    response,
+                    OutcomeSource::Engine,
+                    Step::Finish {
+                        status: RunStatus::Aborted,
+                        result: None,
+                        reason: Some(reason.to_string()),
+                    },
+                )
+            },
         }
     }
 

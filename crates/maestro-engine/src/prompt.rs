@@ -83,3 +83,13 @@ pub(crate) fn frontmatter_reminder(problem: &str) -> String {
          that matches the required fields."
     )
 }
+
+/// The note after an answer that asked for more tool calls than are run per answer.
+pub(crate) fn tool_call_limit(asked: usize, cap: usize) -> String {
+    format!(
+        "Your last answer asked for {asked} tool calls. Only the first {cap} were run (their results \
+         are above); the other {} were not run. Ask for what you still need in your next answer, at \
+         most {cap} tool calls per answer.",
+        asked - cap
+    )
+}

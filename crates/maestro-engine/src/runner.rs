@@ -374,6 +374,7 @@ fn record_finished(
         summary: ended.summary.clone(),
         lessons: ended.lessons.clone(),
         edge_prompt: ended.edge_prompt.clone(),
+        reason: ended.reason.clone(),
     })
 }
 

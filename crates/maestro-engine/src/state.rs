@@ -244,6 +244,7 @@ mod tests {
             summary: None,
             lessons: vec![format!("lesson from {m}")],
             edge_prompt: None,
+            reason: None,
             transcript: None,
         }
     }

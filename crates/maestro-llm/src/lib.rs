@@ -7,5 +7,8 @@
 mod openai;
 mod types;
 
-pub use openai::{ConfigError, OpenAiCompat, OpenAiConfig, RetryPolicy};
+pub use openai::{
+    ConfigError, DEFAULT_CALL_TIMEOUT, DEFAULT_MAX_ANSWER_BYTES, DEFAULT_MAX_ANSWER_TOKENS,
+    OpenAiCompat, OpenAiConfig, RetryPolicy,
+};
 pub use types::*;

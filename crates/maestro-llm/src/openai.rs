@@ -20,7 +20,10 @@ use reqwest::header::{
 };
 use serde_json::Value;
 
-pub use config::{ConfigError, OpenAiConfig, RetryPolicy};
+pub use config::{
+    ConfigError, DEFAULT_CALL_TIMEOUT, DEFAULT_MAX_ANSWER_BYTES, DEFAULT_MAX_ANSWER_TOKENS,
+    OpenAiConfig, RetryPolicy,
+};
 
 use self::context::Endpoints;
 use self::retry::{
@@ -204,6 +207,28 @@ impl OpenAiCompat {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    fn limits(&self) -> sse::Limits {
+        sse::Limits {
+            bytes: self.config.max_answer_bytes,
+            tokens: self.config.max_answer_tokens,
+        }
+    }
+
+    /// Runs `call` within [`OpenAiConfig::call_timeout`].
+    async fn within_deadline(
+        &self,
+        call: impl std::future::Future<Output = Result<ChatResponse, LlmError>>,
+    ) -> Result<ChatResponse, LlmError> {
+        let limit = self.config.call_timeout;
+        tokio::time::timeout(limit, call).await.unwrap_or_else(|_| {
+            Err(LlmError::Timeout(format!(
+                "the answer was not complete after {} s (llm.call_timeout_secs); the model may \
+                 be stuck streaming without end",
+                limit.as_secs()
+            )))
+        })
+    }
+
     fn side_timeout(&self) -> Duration {
         self.config.idle_timeout.min(SIDE_REQUEST_TIMEOUT)
     }
@@ -352,10 +377,9 @@ impl OpenAiCompat {
                 .get(RETRY_AFTER)
                 .and_then(|v| v.to_str().ok())
                 .and_then(parse_retry_after);
-            let text = match tokio::time::timeout(idle, response.text()).await {
-                Ok(Ok(text)) => text,
-                _ => String::new(),
-            };
+            let text = sse::read_body(response, idle, self.limits())
+                .await
+                .unwrap_or_default();
             let sent_options = transport.stream && transport.stream_options;
             return Err(classify_status(
                 status.as_u16(),
@@ -377,19 +401,12 @@ impl OpenAiCompat {
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with("text/event-stream"));
         if transport.stream && is_sse {
-            return sse::read(response, idle, &on_text).await;
+            return sse::read(response, idle, self.limits(), &on_text).await;
         }
-        let text = match tokio::time::timeout(idle, response.text()).await {
-            Err(_) => {
-                return Err(retry(LlmError::Timeout(format!(
-                    "the answer did not arrive within {} ms (idle_timeout)",
-                    idle.as_millis()
-                ))));
-            }
-            Ok(Err(e)) => return Err(retry(LlmError::Stream(describe(&e)))),
-            Ok(Ok(text)) => text,
-        };
-        let raw = wire::parse_completion(&text).map_err(Failure::Final)?;
+        let text = sse::read_body(response, idle, self.limits()).await?;
+        // A 200 whose body is not an answer (an HTML error page from a proxy, a cut-off JSON)
+        // is a broken answer like a broken stream: retried within the same budget.
+        let raw = wire::parse_completion(&text).map_err(retry)?;
         if !raw.content.is_empty() {
             on_text(&raw.content);
         }
@@ -433,6 +450,7 @@ impl OpenAiCompat {
             LlmError::Protocol(message) => LlmError::Protocol(r(message)),
             LlmError::Timeout(message) => LlmError::Timeout(r(message)),
             LlmError::Cancelled => LlmError::Cancelled,
+            LlmError::AnswerTooLarge { limit } => LlmError::AnswerTooLarge { limit },
         }
     }
 
@@ -459,7 +477,7 @@ impl Provider for OpenAiCompat {
         request: ChatRequest,
         on_event: &'a (dyn Fn(StreamEvent) + Send + Sync),
     ) -> BoxFuture<'a, Result<ChatResponse, LlmError>> {
-        Box::pin(self.run(request, on_event))
+        Box::pin(self.within_deadline(self.run(request, on_event)))
     }
 
     fn context_length<'a>(&'a self, model: &'a str) -> BoxFuture<'a, Option<u64>> {

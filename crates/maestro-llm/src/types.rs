@@ -111,6 +111,13 @@ pub enum LlmError {
     Timeout(String),
     #[error("the model call was cancelled")]
     Cancelled,
+    /// The answer grew past a configured bound (`limit` says which, e.g. "32 MiB on the wire
+    /// (llm.max_answer_bytes)"); the call was ended rather than read on.
+    #[error(
+        "the model's answer exceeded {limit} and was cut off; the model may be stuck repeating \
+         itself (raise the limit if answers this long are expected)"
+    )]
+    AnswerTooLarge { limit: String },
 }
 
 /// A chat model endpoint.

@@ -87,3 +87,39 @@ fn takt_default_raw_events(bencher: divan::Bencher) {
         divan::black_box(n)
     });
 }
+
+/// A valid piece carrying a 40,000-key mapping (`x-table:`): the YAML tree, the duplicate-key
+/// check and the validator must stay linear in the mapping's size.
+#[divan::bench]
+fn forty_thousand_keys(bencher: divan::Bencher) {
+    let source = huge_piece("x-table:\n", "  ", 40_000);
+    let opts = LoadOptions::default();
+    let origin = PathBuf::from("piece.yaml");
+    bencher.bench(|| divan::black_box(load_str(&source, &origin, &opts).unwrap()));
+}
+
+/// 60,000 unknown top-level keys: loading and rendering the (capped) report.
+#[divan::bench]
+fn sixty_thousand_unknown_keys(bencher: divan::Bencher) {
+    let source = huge_piece("", "", 60_000);
+    let opts = LoadOptions::default();
+    let origin = PathBuf::from("piece.yaml");
+    bencher.bench(|| {
+        let failed = load_str(&source, &origin, &opts).unwrap_err();
+        divan::black_box(maestro_piece::render_diagnostics(&source, &failed.errors))
+    });
+}
+
+fn huge_piece(head: &str, indent: &str, keys: usize) -> String {
+    let mut source = String::from(
+        "name: big\ndescription: one movement\nmax_movements: 3\ninitial_movement: work\n\
+         movements:\n  - name: work\n    edit: false\n    persona: You work.\n    \
+         instruction: \"{task}\"\n    allowed_tools: [Read]\n    rules:\n      - condition: done\n        \
+         next: work\n    default_next: ABORT\n",
+    );
+    source.push_str(head);
+    for i in 0..keys {
+        source.push_str(&format!("{indent}k{i}: v\n"));
+    }
+    source
+}

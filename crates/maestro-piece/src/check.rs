@@ -4,10 +4,11 @@
 //! says what was found and what is expected, then returns `None` so the loader carries on and
 //! reports every problem in one pass.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use crate::diagnostic::{Diagnostic, Severity};
-use crate::yaml::{Key, Node, ScalarKind, Span, Value, join_index, join_key};
+use crate::yaml::{Key, Node, ScalarKind, Span, Value, join_index, join_key, thousands};
 
 /// Collects errors and warnings for one file.
 #[derive(Debug)]
@@ -18,7 +19,19 @@ pub(crate) struct Sink {
     /// Warnings reported once per key (keys that have no meaning for us, tools not set up
     /// here), so a file reports each once.
     ignored: Vec<(String, Diagnostic, usize)>,
+    /// Where each key sits in `ignored`.
+    ignored_at: HashMap<String, usize>,
+    /// Errors and warnings beyond [`MAX_PER_FILE`], counted, with the first one left out.
+    dropped_errors: (usize, Option<Diagnostic>),
+    dropped_warnings: (usize, Option<Diagnostic>),
 }
+
+/// Errors (and, apart, warnings) reported one by one for a file; the rest are counted in one
+/// closing diagnostic, so a file of 60,000 bad keys gets a readable report in linear time.
+pub(crate) const MAX_PER_FILE: usize = 200;
+
+/// Unknown keys of one mapping reported one by one; the rest are summed up in one diagnostic.
+pub(crate) const MAX_UNKNOWN_PER_MAPPING: usize = 10;
 
 impl Sink {
     pub fn new(file: &Path) -> Self {
@@ -27,6 +40,9 @@ impl Sink {
             errors: Vec::new(),
             warnings: Vec::new(),
             ignored: Vec::new(),
+            ignored_at: HashMap::new(),
+            dropped_errors: (0, None),
+            dropped_warnings: (0, None),
         }
     }
 
@@ -44,12 +60,12 @@ impl Sink {
 
     pub fn error(&mut self, path: &str, span: Span, message: impl Into<String>) {
         let d = self.make(Severity::Error, path, span, message.into());
-        self.errors.push(d);
+        keep(&mut self.errors, &mut self.dropped_errors, d);
     }
 
     pub fn warn(&mut self, path: &str, span: Span, message: impl Into<String>) {
         let d = self.make(Severity::Warning, path, span, message.into());
-        self.warnings.push(d);
+        keep(&mut self.warnings, &mut self.dropped_warnings, d);
     }
 
     /// Records a key we accept but do not use; reported once per key name, with a count.
@@ -66,11 +82,16 @@ impl Sink {
         span: Span,
         message: impl FnOnce() -> String,
     ) {
-        if let Some(entry) = self.ignored.iter_mut().find(|(k, _, _)| k == key) {
+        if let Some(entry) = self
+            .ignored_at
+            .get(key)
+            .and_then(|&at| self.ignored.get_mut(at))
+        {
             entry.2 += 1;
             return;
         }
         let d = self.make(Severity::Warning, path, span, message());
+        self.ignored_at.insert(key.to_owned(), self.ignored.len());
         self.ignored.push((key.to_owned(), d, 1));
     }
 
@@ -80,20 +101,43 @@ impl Sink {
 
     /// Errors and warnings, each sorted by position.
     pub fn finish(mut self) -> (Vec<Diagnostic>, Vec<Diagnostic>) {
-        for (_, mut d, count) in self.ignored.drain(..) {
+        for (_, mut d, count) in std::mem::take(&mut self.ignored) {
             if count > 1 {
                 d.message.push_str(&format!(
                     " ({count} places in this file; the first is shown)"
                 ));
             }
-            self.warnings.push(d);
+            keep(&mut self.warnings, &mut self.dropped_warnings, d);
         }
         let by_position =
             |a: &Diagnostic, b: &Diagnostic| (a.line, a.column).cmp(&(b.line, b.column));
         self.errors.sort_by(by_position);
         self.warnings.sort_by(by_position);
+        for (list, dropped, what) in [
+            (&mut self.errors, self.dropped_errors, "errors"),
+            (&mut self.warnings, self.dropped_warnings, "warnings"),
+        ] {
+            if let (count, Some(mut first)) = dropped {
+                first.message = format!(
+                    "and {} more {what} in this file, not shown; the first of them: {}",
+                    thousands(count),
+                    first.message
+                );
+                list.push(first);
+            }
+        }
         (self.errors, self.warnings)
     }
+}
+
+/// Adds `d` to `list`, or counts it once the list is full.
+fn keep(list: &mut Vec<Diagnostic>, dropped: &mut (usize, Option<Diagnostic>), d: Diagnostic) {
+    if list.len() < MAX_PER_FILE {
+        list.push(d);
+        return;
+    }
+    dropped.0 += 1;
+    dropped.1.get_or_insert(d);
 }
 
 /// What to do with a key a mapping does not define.
@@ -128,12 +172,12 @@ pub(crate) fn fields<'n>(
         );
         return None;
     };
-    for (key, _) in entries {
+    let mut unknown_keys = entries.iter().map(|(key, _)| key).filter(|key| {
         // `x-…` keys are the author's own (as in Compose files): a home for YAML anchors
         // (`x-defaults: &reader`) that movements merge in with `<<: *reader`.
-        if known.contains(&key.text.as_str()) || key.text.starts_with("x-") {
-            continue;
-        }
+        !(known.contains(&key.text.as_str()) || key.text.starts_with("x-"))
+    });
+    for key in unknown_keys.by_ref().take(MAX_UNKNOWN_PER_MAPPING) {
         let key_path = join_key(path, &key.text);
         let message = format!(
             "unknown field `{}` in {what}; known: {}",
@@ -143,6 +187,22 @@ pub(crate) fn fields<'n>(
         match unknown {
             Unknown::Error => sink.error(&key_path, key.span, message),
             Unknown::Warn => sink.warn(&key_path, key.span, format!("{message}; it is ignored")),
+        }
+    }
+    if let Some(next) = unknown_keys.next() {
+        let more = 1 + unknown_keys.count();
+        let message = format!(
+            "and {} more unknown field{} in {what}, from `{}` on",
+            thousands(more),
+            if more == 1 { "" } else { "s" },
+            next.text
+        );
+        let key_path = join_key(path, &next.text);
+        match unknown {
+            Unknown::Error => sink.error(&key_path, next.span, message),
+            Unknown::Warn => {
+                sink.warn(&key_path, next.span, format!("{message}; they are ignored"))
+            }
         }
     }
     Some(Fields {

@@ -49,6 +49,8 @@ pub fn render_diagnostics(source: &str, diagnostics: &[Diagnostic]) -> String {
         chars: term::Chars::ascii(),
         ..term::Config::default()
     };
+    // One line index per file, not one per diagnostic: building it reads the whole source.
+    let mut file: Option<(&std::path::Path, SimpleFile<String, &str>)> = None;
     for d in diagnostics {
         let name = d.file.display().to_string();
         let report = match d.severity {
@@ -64,10 +66,17 @@ pub fn render_diagnostics(source: &str, diagnostics: &[Diagnostic]) -> String {
             ));
             continue;
         }
-        let file = SimpleFile::new(name, source);
+        let file = match &mut file {
+            Some((path, file)) if *path == d.file.as_path() => file,
+            slot => {
+                &slot
+                    .insert((d.file.as_path(), SimpleFile::new(name, source)))
+                    .1
+            }
+        };
         let range = snippet_range(source, d.span);
         let label = Label::primary((), range).with_message(&d.path);
-        match term::emit_into_string(&config, &file, &report.with_labels(vec![label])) {
+        match term::emit_into_string(&config, file, &report.with_labels(vec![label])) {
             Ok(text) => out.push_str(&text),
             Err(_) => out.push_str(&format!(
                 "{}: {}\n  --> {}:{}:{}\n\n",

@@ -154,8 +154,8 @@ pub(crate) fn initial_movement<S: AsRef<str>>(
 
 /// Reads and loads a piece file.
 pub fn load_file(path: &Path, opts: &LoadOptions) -> Result<Loaded, Failed> {
-    match std::fs::read_to_string(path) {
-        Ok(source) => load_str(&source, path, opts),
+    match std::fs::read(path) {
+        Ok(bytes) => load_bytes(&bytes, path, opts),
         Err(e) => {
             let mut sink = Sink::new(path);
             sink.error(
@@ -171,6 +171,53 @@ pub fn load_file(path: &Path, opts: &LoadOptions) -> Result<Loaded, Failed> {
             })
         }
     }
+}
+
+/// Loads a piece from the bytes of a file. Bytes that are not UTF-8 make the file invalid, with
+/// an error at the line and column of the first bad byte.
+pub fn load_bytes(bytes: &[u8], origin: &Path, opts: &LoadOptions) -> Result<Loaded, Failed> {
+    match std::str::from_utf8(bytes) {
+        Ok(source) => load_str(source, origin, opts),
+        Err(e) => {
+            let mut sink = Sink::new(origin);
+            let (span, message) = not_utf8(bytes, &e);
+            sink.error("", span, message);
+            let (errors, warnings) = sink.finish();
+            Err(Failed {
+                dialect: None,
+                errors,
+                warnings,
+            })
+        }
+    }
+}
+
+/// Where the first byte that is not UTF-8 sits, and the error saying so.
+fn not_utf8(bytes: &[u8], e: &std::str::Utf8Error) -> (Span, String) {
+    let at = e.valid_up_to();
+    // Everything before `at` is valid UTF-8.
+    let before = std::str::from_utf8(&bytes[..at]).unwrap_or_default();
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    let line = before.matches('\n').count() + 1;
+    let column = before[line_start..].chars().count() + 1;
+    let bad = e.error_len().unwrap_or(bytes.len() - at).max(1);
+    let shown: Vec<String> = bytes[at..]
+        .iter()
+        .take(bad)
+        .map(|b| format!("0x{b:02X}"))
+        .collect();
+    let span = Span {
+        start: at,
+        end: at + bad,
+        line,
+        column,
+    };
+    let message = format!(
+        "the file is not valid UTF-8: byte {} at line {line}, column {column} cannot be read; \
+         save the file as UTF-8",
+        shown.join(" ")
+    );
+    (span, message)
 }
 
 /// Loads a piece from text. `origin` names the file in diagnostics and anchors relative facet

@@ -5,7 +5,7 @@
 //! ambiguous: duplicate keys, nesting deeper than [`MAX_DEPTH`], alias expansion beyond
 //! [`MAX_NODES`] nodes, non-scalar keys and several documents in one file.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use saphyr_parser::{Event, Marker, Parser, ScalarStyle, ScanError};
 
@@ -13,6 +13,21 @@ use saphyr_parser::{Event, Marker, Parser, ScalarStyle, ScanError};
 pub const MAX_DEPTH: usize = 128;
 /// Most nodes a document may produce, counting every alias expansion.
 pub const MAX_NODES: usize = 100_000;
+/// YAML problems reported one by one; the rest are counted in one closing line.
+pub const MAX_ERRORS: usize = 100;
+
+/// `59990` as `59,990`, for counts in messages.
+pub fn thousands(n: usize) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
 
 /// Where a node or key sits in the source.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -207,6 +222,16 @@ pub fn parse(source: &str) -> Parsed {
         }
     };
     let mut errors = builder.errors;
+    if errors.len() > MAX_ERRORS {
+        let more = errors.len() - MAX_ERRORS;
+        let span = errors[MAX_ERRORS].span;
+        errors.truncate(MAX_ERRORS);
+        errors.push(YamlError {
+            message: format!("and {} more YAML problems like these", thousands(more)),
+            span,
+            path: String::new(),
+        });
+    }
     // Paths are only worked out for the keys that need one, so a clean parse allocates none.
     if let Some(root) = &root {
         for e in &mut errors {
@@ -281,17 +306,34 @@ impl<'a> Builder<'a> {
 
     fn scan_error(&self, e: &ScanError) -> YamlError {
         let at = *e.marker();
+        let span = self.positions.point(at);
         let info = e.info();
+        let found = self
+            .positions
+            .source
+            .get(span.start..)
+            .and_then(|rest| rest.chars().next());
         let message = if info == "recursion limit exceeded" {
             format!("nesting deeper than {MAX_DEPTH} levels")
-        } else if info.contains("tab") {
+        } else if found == Some('\0') {
+            "the file contains a NUL byte (U+0000) here; a piece is text: remove it".to_owned()
+        } else if info.contains("unprintable") {
+            let code = found.map_or(String::new(), |c| format!(" (U+{:04X})", u32::from(c)));
+            format!(
+                "YAML syntax error: {info}{code}; YAML allows no control characters but tab and \
+                 line breaks: remove it"
+            )
+        } else if info
+            .split(|c: char| !c.is_alphanumeric())
+            .any(|w| w == "tab" || w == "tabs")
+        {
             format!("YAML syntax error: {info}; indent with spaces, not tabs")
         } else {
             format!("YAML syntax error: {info}")
         };
         YamlError {
             message,
-            span: self.positions.point(at),
+            span,
             path: String::new(),
         }
     }
@@ -404,8 +446,12 @@ impl<'a> Builder<'a> {
                 let before = self.produced;
                 self.count(1, here)?;
                 let mut entries: Vec<(Key, Node)> = Vec::new();
+                // The line of each key set so far: duplicates are found in constant time, so a
+                // mapping of many thousand keys loads in linear time.
+                let mut seen: HashMap<String, usize> = HashMap::new();
                 // Entries brought in by merge keys (`<<: *base`); explicit keys win.
                 let mut merged: Vec<(Key, Node)> = Vec::new();
+                let mut merged_seen: HashSet<String> = HashSet::new();
                 let mut end = here.end;
                 loop {
                     let (event, span) = self.next()?;
@@ -417,41 +463,48 @@ impl<'a> Builder<'a> {
                         &event,
                         Event::Scalar(text, ScalarStyle::Plain, ..) if text == "<<"
                     );
-                    let key_text = match event {
-                        Event::Scalar(text, ..) => Some(text.into_owned()),
+                    let (key_text, key_problem) = match event {
+                        Event::Scalar(text, ..) => (Some(text.into_owned()), ""),
+                        Event::Alias(_) => (
+                            None,
+                            "an alias (`*name`) cannot be a mapping key; write the key out \
+                             (aliases may stand for values, and `<<: *name` merges a mapping)",
+                        ),
                         other => {
                             // Build (and discard) the complex key to keep the stream in step.
                             self.node(other, span, depth + 1)?;
-                            None
+                            (
+                                None,
+                                "a mapping key must be a plain string, not a list or mapping",
+                            )
                         }
                     };
                     let (value_event, value_span) = self.next()?;
                     let value = self.node(value_event, value_span, depth + 1)?;
                     end = end.max(value.span.end);
                     if is_merge_key {
-                        self.merge_into(&mut merged, value, key_span);
+                        self.merge_into(&mut merged, &mut merged_seen, value, key_span);
                         continue;
                     }
                     let Some(text) = key_text else {
                         self.errors.push(YamlError {
-                            message: "a mapping key must be a plain string, not a list or mapping"
-                                .to_owned(),
+                            message: key_problem.to_owned(),
                             span: key_span,
                             path: String::new(),
                         });
                         continue;
                     };
-                    if let Some((first, _)) = entries.iter().find(|(k, _)| k.text == text) {
+                    if let Some(first_line) = seen.get(&text) {
                         self.errors.push(YamlError {
                             message: format!(
-                                "duplicate key `{text}`; it is already set on line {}",
-                                first.line_of()
+                                "duplicate key `{text}`; it is already set on line {first_line}"
                             ),
                             span: key_span,
                             path: format!("{DUPLICATE}{text}"),
                         });
                         continue;
                     }
+                    seen.insert(text.clone(), key_span.line);
                     entries.push((
                         Key {
                             text,
@@ -461,7 +514,7 @@ impl<'a> Builder<'a> {
                     ));
                 }
                 for (key, value) in merged {
-                    if !entries.iter().any(|(k, _)| k.text == key.text) {
+                    if !seen.contains_key(&key.text) {
                         entries.push((key, value));
                     }
                 }
@@ -488,7 +541,13 @@ impl<'a> Builder<'a> {
 
     /// A merge key's value (`<<: *base` or `<<: [*a, *b]`): its mappings' entries, the first
     /// mapping winning over later ones, are added where the mapping has no such key itself.
-    fn merge_into(&mut self, merged: &mut Vec<(Key, Node)>, value: Node, key_span: Span) {
+    fn merge_into(
+        &mut self,
+        merged: &mut Vec<(Key, Node)>,
+        merged_seen: &mut HashSet<String>,
+        value: Node,
+        key_span: Span,
+    ) {
         let sources = match value.value {
             Value::Map(entries) => vec![entries],
             Value::Seq(items) => {
@@ -518,7 +577,7 @@ impl<'a> Builder<'a> {
             }
         };
         for (key, node) in sources.into_iter().flatten() {
-            if !merged.iter().any(|(k, _)| k.text == key.text) {
+            if merged_seen.insert(key.text.clone()) {
                 merged.push((key, node));
             }
         }
@@ -528,12 +587,6 @@ impl<'a> Builder<'a> {
         if anchor != 0 {
             self.anchors.insert(anchor, (node.clone(), size.max(1)));
         }
-    }
-}
-
-impl Key {
-    fn line_of(&self) -> usize {
-        self.span.line
     }
 }
 

@@ -18,10 +18,18 @@ enum Frame {
     Data(String),
     Sleep(Duration),
     Abort,
+    /// `Data` again and again, `every` apart, until the client stops reading.
+    Forever {
+        data: String,
+        every: Duration,
+    },
 }
 
+/// Counts the bytes of every response body sent, for [`ScriptedLlm::bytes_sent`](crate::ScriptedLlm::bytes_sent).
+pub(crate) type SentBytes = std::sync::Arc<std::sync::atomic::AtomicUsize>;
+
 /// The answer to one chat request. `seq` numbers the answers, for ids.
-pub(crate) fn respond(turn: Turn, request: &Value, seq: usize) -> Response {
+pub(crate) fn respond(turn: Turn, request: &Value, seq: usize, sent: &SentBytes) -> Response {
     let stream = request
         .get("stream")
         .and_then(Value::as_bool)
@@ -67,7 +75,7 @@ pub(crate) fn respond(turn: Turn, request: &Value, seq: usize) -> Response {
                 frames.push(Frame::Data(meta.chunk(json!([]), Some(usage))));
             }
             frames.push(Frame::Data("[DONE]".into()));
-            sse(frames)
+            body_response("text/event-stream", frames, true, sent)
         }
         Action::Reply {
             content,
@@ -93,28 +101,70 @@ pub(crate) fn respond(turn: Turn, request: &Value, seq: usize) -> Response {
             if !clean_close {
                 frames.push(Frame::Abort);
             }
-            sse(frames)
+            body_response("text/event-stream", frames, true, sent)
         }
         Action::BrokenStream { .. } => {
             let frames = vec![
                 Frame::Data("{\"id\":\"chatcmpl-broken\",\"choices\":[{\"mess".into()),
                 Frame::Abort,
             ];
-            body_response("application/json", frames, false)
+            body_response("application/json", frames, false, sent)
         }
         Action::Stall(duration) if stream => {
             let first = meta.chunk(json!([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": null}]), None);
-            sse(vec![
-                Frame::Data(first),
-                Frame::Sleep(duration),
-                Frame::Abort,
-            ])
+            body_response(
+                "text/event-stream",
+                vec![Frame::Data(first), Frame::Sleep(duration), Frame::Abort],
+                true,
+                sent,
+            )
         }
         Action::Stall(duration) => body_response(
             "application/json",
             vec![Frame::Sleep(duration), Frame::Abort],
             false,
+            sent,
         ),
+        Action::Endless { every } if stream => {
+            let first = meta.delta(json!({"role": "assistant", "content": ""}), None);
+            let data = meta.chunk(
+                json!([{"index": 0, "delta": {"content": "la "}, "finish_reason": null}]),
+                None,
+            );
+            body_response(
+                "text/event-stream",
+                vec![first, Frame::Forever { data, every }],
+                true,
+                sent,
+            )
+        }
+        Action::Endless { every } => {
+            let head = format!(
+                "{{\"id\":\"{}\",\"object\":\"chat.completion\",\"choices\":[{{\"index\":0,\"message\":{{\"role\":\"assistant\",\"content\":\"",
+                meta.id
+            );
+            body_response(
+                "application/json",
+                vec![
+                    Frame::Data(head),
+                    Frame::Forever {
+                        data: "la ".repeat(64),
+                        every,
+                    },
+                ],
+                false,
+                sent,
+            )
+        }
+        Action::Raw { content_type, body } => {
+            let len = body.len();
+            sent.fetch_add(len, std::sync::atomic::Ordering::Relaxed);
+            let mut response = (StatusCode::OK, body).into_response();
+            if let Ok(value) = HeaderValue::from_str(&content_type) {
+                response.headers_mut().insert(header::CONTENT_TYPE, value);
+            }
+            response
+        }
     }
 }
 
@@ -217,33 +267,50 @@ fn split(text: &str, parts: usize) -> Vec<String> {
     chars.chunks(size).map(|c| c.iter().collect()).collect()
 }
 
-fn sse(frames: Vec<Frame>) -> Response {
-    body_response("text/event-stream", frames, true)
-}
-
-fn body_response(content_type: &'static str, frames: Vec<Frame>, sse: bool) -> Response {
+fn body_response(
+    content_type: &'static str,
+    frames: Vec<Frame>,
+    sse: bool,
+    sent: &SentBytes,
+) -> Response {
     let queue: VecDeque<Frame> = frames.into();
-    let stream = futures::stream::unfold(queue, move |mut queue| async move {
-        loop {
-            match queue.pop_front()? {
-                Frame::Sleep(duration) => tokio::time::sleep(duration).await,
-                Frame::Data(data) => {
-                    let bytes = if sse {
-                        Bytes::from(format!("data: {data}\n\n"))
-                    } else {
-                        Bytes::from(data)
-                    };
+    let sent = sent.clone();
+    let frame_bytes = move |data: &str| {
+        let bytes = if sse {
+            Bytes::from(format!("data: {data}\n\n"))
+        } else {
+            Bytes::from(data.to_string())
+        };
+        sent.fetch_add(bytes.len(), std::sync::atomic::Ordering::Relaxed);
+        bytes
+    };
+    let stream = futures::stream::unfold(queue, move |mut queue| {
+        let frame_bytes = frame_bytes.clone();
+        async move {
+            loop {
+                if let Some(Frame::Forever { data, every }) = queue.front() {
+                    if !every.is_zero() {
+                        tokio::time::sleep(*every).await;
+                    }
+                    let bytes = frame_bytes(data);
                     return Some((Ok(bytes), queue));
                 }
-                Frame::Abort => {
-                    // Let what came before reach the client (a real server flushes as it goes),
-                    // then drop the connection.
-                    tokio::time::sleep(Duration::from_millis(30)).await;
-                    queue.clear();
-                    return Some((
-                        Err(std::io::Error::other("scripted connection drop")),
-                        queue,
-                    ));
+                match queue.pop_front()? {
+                    Frame::Sleep(duration) => tokio::time::sleep(duration).await,
+                    Frame::Forever { .. } => {}
+                    Frame::Data(data) => {
+                        return Some((Ok(frame_bytes(&data)), queue));
+                    }
+                    Frame::Abort => {
+                        // Let what came before reach the client (a real server flushes as it goes),
+                        // then drop the connection.
+                        tokio::time::sleep(Duration::from_millis(30)).await;
+                        queue.clear();
+                        return Some((
+                            Err(std::io::Error::other("scripted connection drop")),
+                            queue,
+                        ));
+                    }
                 }
             }
         }

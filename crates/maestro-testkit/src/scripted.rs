@@ -92,6 +92,7 @@ struct Shared {
     script: Mutex<VecDeque<Turn>>,
     recorded: Mutex<Vec<RecordedRequest>>,
     answered: Mutex<usize>,
+    sent: render::SentBytes,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -181,6 +182,7 @@ impl ScriptedLlmBuilder {
             options: self,
             recorded: Mutex::default(),
             answered: Mutex::default(),
+            sent: render::SentBytes::default(),
         });
         let app = Router::new()
             .route("/v1/chat/completions", post(chat))
@@ -251,6 +253,12 @@ impl ScriptedLlm {
     /// Every request received on any route, with headers.
     pub fn recorded(&self) -> Vec<RecordedRequest> {
         lock(&self.shared.recorded).clone()
+    }
+
+    /// The bytes of chat-completion answer bodies sent so far (the scripted ones; HTTP errors
+    /// excluded). An endless answer that the client stopped reading stays near the client's cap.
+    pub fn bytes_sent(&self) -> usize {
+        self.shared.sent.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// How many turns are left in the script.
@@ -374,7 +382,7 @@ async fn chat(
         *answered += 1;
         *answered
     };
-    render::respond(turn, &request, seq)
+    render::respond(turn, &request, seq, &shared.sent)
 }
 
 async fn models(State(shared): State<Arc<Shared>>, uri: Uri, headers: HeaderMap) -> Response {

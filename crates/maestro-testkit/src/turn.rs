@@ -44,6 +44,13 @@ pub(crate) enum Action {
         clean_close: bool,
     },
     Stall(Duration),
+    Endless {
+        every: Duration,
+    },
+    Raw {
+        content_type: String,
+        body: String,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -161,6 +168,31 @@ impl Turn {
     /// waits `duration` for headers, then the connection drops. For idle-timeout tests.
     pub fn stall(duration: Duration) -> Turn {
         Turn::new(Action::Stall(duration))
+    }
+
+    /// A 200 answer that never ends: a streaming request gets text chunks (`"la "`) for as long
+    /// as the client reads, a non-streaming request a JSON body that never closes. For tests of
+    /// the answer-size caps; see [`ScriptedLlm::bytes_sent`](crate::ScriptedLlm::bytes_sent).
+    pub fn endless() -> Turn {
+        Turn::new(Action::Endless {
+            every: Duration::ZERO,
+        })
+    }
+
+    /// Like [`endless`](Turn::endless), but one chunk every `every`: each chunk arrives well
+    /// within any idle timeout, yet the answer never completes. For the total-deadline tests.
+    pub fn endless_every(every: Duration) -> Turn {
+        Turn::new(Action::Endless { every })
+    }
+
+    /// A 200 answer with `body` sent verbatim as `content_type`, whatever the request asked
+    /// for: an HTML page (`"text/html"`), a JSON body that is not a completion, or an SSE stream
+    /// with a chunk that is not JSON (`"text/event-stream"`, `"data: {oops\n\n"`).
+    pub fn raw(content_type: impl Into<String>, body: impl Into<String>) -> Turn {
+        Turn::new(Action::Raw {
+            content_type: content_type.into(),
+            body: body.into(),
+        })
     }
 
     /// Reports this usage: in the non-streamed answer, or as the final usage chunk when the

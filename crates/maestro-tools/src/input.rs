@@ -42,9 +42,11 @@ pub fn parse_input<T: DeserializeOwned>(spec: &ToolSpec, input: Value) -> Result
         )));
     }
     serde_json::from_value(input).map_err(|e| {
+        // serde quotes the offending value, which may be a megabyte the model sent.
         ToolOutput::error(format!(
-            "invalid input for `{}`: {e}. Expected fields: {}",
+            "invalid input for `{}`: {}. Expected fields: {}",
             spec.name,
+            cut_middle(&e.to_string(), MAX_QUOTED_CHARS),
             expected_fields(&spec.input_schema)
         ))
     })
@@ -125,6 +127,43 @@ pub fn capped(text: String, cap: usize) -> ToolOutput {
     }
 }
 
+/// How much of a model's own input an error message quotes back.
+pub const MAX_QUOTED_CHARS: usize = 300;
+
+/// The longest error text handed back to the model; longer ones (which can only be quoting
+/// the model's input) are cut in the middle, keeping the start and the fix at the end.
+pub const MAX_ERROR_CHARS: usize = 1_000;
+
+/// `text` if it has at most `max_chars` characters, else its start and end around a marker
+/// saying how much was left out. An error that quotes a megabyte argument would otherwise be
+/// re-sent to the model with every later request.
+pub fn cut_middle(text: &str, max_chars: usize) -> String {
+    let total = text.chars().count();
+    if total <= max_chars {
+        return text.to_string();
+    }
+    let head = max_chars * 3 / 5;
+    let tail = max_chars - head;
+    let start: String = text.chars().take(head).collect();
+    let end: String = text.chars().skip(total - tail).collect();
+    format!(
+        "{start}…[{} characters not shown]…{end}",
+        total - head - tail
+    )
+}
+
+/// An error output cut to [`MAX_ERROR_CHARS`] with [`cut_middle`]; successful output is left
+/// alone (it has its own cap and marker).
+pub fn bounded_error(output: ToolOutput) -> ToolOutput {
+    if output.ok {
+        return output;
+    }
+    ToolOutput {
+        output: cut_middle(&output.output, MAX_ERROR_CHARS),
+        ..output
+    }
+}
+
 /// The marker appended to cut output.
 pub fn truncation_marker(shown: usize, total: usize) -> String {
     format!("\n[output truncated: showing the first {shown} of {total} bytes]")
@@ -166,6 +205,29 @@ mod tests {
         );
         let ok = parse_input::<Sample>(&spec, serde_json::json!({"file_path": "a"})).unwrap();
         assert_eq!(ok.file_path, "a");
+    }
+
+    #[test]
+    fn an_oversized_argument_is_quoted_cut() {
+        let spec = spec_for::<Sample>("Sample", "test");
+        let huge = "é".repeat(1_000_000);
+        let err =
+            parse_input::<Sample>(&spec, serde_json::json!({"file_path": "a", "limit": huge}))
+                .err()
+                .unwrap();
+        assert!(err.output.len() < 1_000, "{} bytes", err.output.len());
+        assert!(
+            err.output.ends_with(
+                "Expected fields: `file_path` (string, required), `limit` (integer, optional)"
+            ),
+            "{}",
+            err.output
+        );
+        let err = bounded_error(ToolOutput::error(format!("bad `{huge}`; use a short name")));
+        assert!(err.output.chars().count() < MAX_ERROR_CHARS + 50);
+        assert!(err.output.contains("characters not shown"));
+        assert!(err.output.ends_with("; use a short name"));
+        assert_eq!(cut_middle("short", 10), "short");
     }
 
     #[test]

@@ -8,6 +8,15 @@ use maestro_protocol::Secret;
 
 use crate::ToolMode;
 
+/// [`OpenAiConfig::call_timeout`] by default: 30 minutes, room for a slow local model's longest
+/// answer.
+pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+/// [`OpenAiConfig::max_answer_bytes`] by default: 32 MiB on the wire, about 200,000 streamed
+/// tokens of SSE framing, or a plain answer far longer than any context window.
+pub const DEFAULT_MAX_ANSWER_BYTES: usize = 32 * 1024 * 1024;
+/// [`OpenAiConfig::max_answer_tokens`] by default.
+pub const DEFAULT_MAX_ANSWER_TOKENS: u64 = 65_536;
+
 /// How an [`OpenAiCompat`](super::OpenAiCompat) endpoint is reached and how hard it is retried.
 ///
 /// Build it with [`OpenAiConfig::new`] and adjust the public fields (or the `with_*` methods):
@@ -43,6 +52,17 @@ pub struct OpenAiConfig {
     pub idle_timeout: Duration,
     /// The longest wait for the TCP (and TLS) connection.
     pub connect_timeout: Duration,
+    /// The longest one model call may take in total, retries and their waits included. The
+    /// idle timeout alone never ends an answer that trickles in forever; this does.
+    pub call_timeout: Duration,
+    /// The most bytes one answer may take on the wire (the response body, SSE framing
+    /// included). A longer answer ends the call with [`LlmError::AnswerTooLarge`](crate::LlmError::AnswerTooLarge),
+    /// so an answer that never ends cannot grow memory without bound.
+    pub max_answer_bytes: usize,
+    /// The most tokens one streamed answer may carry, counted as the text and tool-call
+    /// argument pieces streamed (servers stream one token per piece). A longer answer ends the
+    /// call with [`LlmError::AnswerTooLarge`](crate::LlmError::AnswerTooLarge).
+    pub max_answer_tokens: u64,
     /// Backoff between attempts on retryable failures.
     pub retry: RetryPolicy,
     /// The model's context window in tokens. When set it wins over anything the endpoint says.
@@ -57,7 +77,8 @@ pub struct OpenAiConfig {
 
 impl OpenAiConfig {
     /// A configuration with the defaults of `docs/engine-semantics.md`: native tools, streaming,
-    /// a 120 s idle timeout, a 10 s connect timeout and [`RetryPolicy::default`].
+    /// a 120 s idle timeout, a 10 s connect timeout, a 30 min call timeout, answers of at most
+    /// 32 MiB and 65,536 tokens, and [`RetryPolicy::default`].
     pub fn new(base_url: impl Into<String>) -> Self {
         OpenAiConfig {
             base_url: base_url.into(),
@@ -66,6 +87,9 @@ impl OpenAiConfig {
             tool_mode_cache: None,
             idle_timeout: Duration::from_secs(120),
             connect_timeout: Duration::from_secs(10),
+            call_timeout: DEFAULT_CALL_TIMEOUT,
+            max_answer_bytes: DEFAULT_MAX_ANSWER_BYTES,
+            max_answer_tokens: DEFAULT_MAX_ANSWER_TOKENS,
             retry: RetryPolicy::default(),
             context_length: None,
             stream: true,
@@ -90,6 +114,21 @@ impl OpenAiConfig {
 
     pub fn with_idle_timeout(mut self, timeout: Duration) -> Self {
         self.idle_timeout = timeout;
+        self
+    }
+
+    pub fn with_call_timeout(mut self, timeout: Duration) -> Self {
+        self.call_timeout = timeout;
+        self
+    }
+
+    pub fn with_max_answer_bytes(mut self, bytes: usize) -> Self {
+        self.max_answer_bytes = bytes;
+        self
+    }
+
+    pub fn with_max_answer_tokens(mut self, tokens: u64) -> Self {
+        self.max_answer_tokens = tokens;
         self
     }
 

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use eventsource_stream::Eventsource;
+use eventsource_stream::{EventStreamError, Eventsource};
 use futures::StreamExt;
 use maestro_protocol::ToolCall;
 use serde_json::Value;
@@ -22,6 +22,31 @@ pub(crate) struct Accumulator {
     usage: Option<maestro_protocol::Usage>,
     finish_reason: Option<String>,
     done: bool,
+    /// Text and argument pieces received: the streamed token count.
+    pieces: u64,
+}
+
+/// How large one answer may grow before the call is ended.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limits {
+    /// Bytes on the wire (the response body).
+    pub bytes: usize,
+    /// Streamed text and argument pieces.
+    pub tokens: u64,
+}
+
+impl Limits {
+    pub(crate) fn too_many_bytes(&self) -> LlmError {
+        LlmError::AnswerTooLarge {
+            limit: format!("{} bytes (llm.max_answer_bytes)", self.bytes),
+        }
+    }
+
+    fn too_many_tokens(&self) -> LlmError {
+        LlmError::AnswerTooLarge {
+            limit: format!("{} tokens (llm.max_answer_tokens)", self.tokens),
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -76,6 +101,7 @@ impl Accumulator {
         }
         match delta.get("content").and_then(Value::as_str) {
             Some(text) if !text.is_empty() => {
+                self.pieces += 1;
                 self.content.push_str(text);
                 Ok(Some(text.to_string()))
             }
@@ -110,8 +136,14 @@ impl Accumulator {
             }
         }
         match function.and_then(|f| f.get("arguments")) {
-            Some(Value::String(part)) => entry.arguments.push_str(part),
-            Some(other) if !other.is_null() => entry.arguments.push_str(&other.to_string()),
+            Some(Value::String(part)) => {
+                entry.arguments.push_str(part);
+                self.pieces += 1;
+            }
+            Some(other) if !other.is_null() => {
+                entry.arguments.push_str(&other.to_string());
+                self.pieces += 1;
+            }
             _ => {}
         }
     }
@@ -139,18 +171,77 @@ impl Accumulator {
     }
 }
 
+/// The response body, ended with [`BodyError::TooLarge`] once it passes `limit` bytes (before
+/// the SSE parser buffers it: an event that never ends must not grow memory either).
+fn bounded_body(
+    response: reqwest::Response,
+    limit: usize,
+) -> impl futures::Stream<Item = Result<bytes::Bytes, BodyError>> {
+    let mut seen = 0usize;
+    response.bytes_stream().map(move |chunk| {
+        let chunk = chunk.map_err(|e| BodyError::Transport(describe(&e)))?;
+        seen = seen.saturating_add(chunk.len());
+        if seen > limit {
+            return Err(BodyError::TooLarge);
+        }
+        Ok(chunk)
+    })
+}
+
+/// Reads a plain (not SSE) response body as text: at most `limits.bytes`, with no gap longer
+/// than `idle` between its pieces.
+pub(crate) async fn read_body(
+    response: reqwest::Response,
+    idle: Duration,
+    limits: Limits,
+) -> Result<String, Failure> {
+    let retry = |error| Failure::Retryable {
+        error,
+        retry_after: None,
+    };
+    let mut body = std::pin::pin!(bounded_body(response, limits.bytes));
+    let mut bytes = Vec::new();
+    loop {
+        match tokio::time::timeout(idle, body.next()).await {
+            Err(_) => {
+                return Err(retry(LlmError::Timeout(format!(
+                    "the answer did not arrive within {} ms (idle_timeout)",
+                    idle.as_millis()
+                ))));
+            }
+            Ok(None) => break,
+            Ok(Some(Err(BodyError::TooLarge))) => {
+                return Err(Failure::Final(limits.too_many_bytes()));
+            }
+            Ok(Some(Err(BodyError::Transport(e)))) => return Err(retry(LlmError::Stream(e))),
+            Ok(Some(Ok(chunk))) => bytes.extend_from_slice(&chunk),
+        }
+    }
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+#[derive(Debug, thiserror::Error)]
+enum BodyError {
+    #[error("{0}")]
+    Transport(String),
+    #[error("the answer is too large")]
+    TooLarge,
+}
+
 /// Reads an SSE response to its end. Every gap longer than `idle` between chunks, a transport
-/// error, or an end before `[DONE]`/`finish_reason` is a retryable failure.
+/// error, a chunk that cannot be read, or an end before `[DONE]`/`finish_reason` is a retryable
+/// failure; an answer past `limits` is a final one.
 pub(crate) async fn read(
     response: reqwest::Response,
     idle: Duration,
+    limits: Limits,
     on_text: &(dyn Fn(&str) + Send + Sync),
 ) -> Result<RawAnswer, Failure> {
     let retry = |error| Failure::Retryable {
         error,
         retry_after: None,
     };
-    let mut events = response.bytes_stream().eventsource();
+    let mut events = bounded_body(response, limits.bytes).eventsource();
     let mut acc = Accumulator::default();
     loop {
         let next = match tokio::time::timeout(idle, events.next()).await {
@@ -164,6 +255,9 @@ pub(crate) async fn read(
         };
         let event = match next {
             None => break,
+            Some(Err(EventStreamError::Transport(BodyError::TooLarge))) => {
+                return Err(Failure::Final(limits.too_many_bytes()));
+            }
             Some(Err(e)) => return Err(retry(LlmError::Stream(describe(&e)))),
             Some(Ok(event)) => event,
         };
@@ -173,8 +267,11 @@ pub(crate) async fn read(
         match acc.apply(&event.data) {
             Ok(Some(text)) => on_text(&text),
             Ok(None) => {}
-            Err(e @ LlmError::Protocol(_)) => return Err(Failure::Final(e)),
+            // An unreadable chunk is a broken stream, retried like one.
             Err(e) => return Err(retry(e)),
+        }
+        if acc.pieces > limits.tokens {
+            return Err(Failure::Final(limits.too_many_tokens()));
         }
         if acc.done {
             break;

@@ -392,18 +392,17 @@ impl<'a> Agent<'a> {
     }
 }
 
-/// Forwards a provider's retries into the run's events.
+/// Forwards a provider's retries into the run's events, and its streamed text to live displays.
 pub(crate) fn retry_observer<'r>(
     run: &'r RunCtx,
     movement: &'r str,
 ) -> impl Fn(StreamEvent) + Send + Sync + 'r {
-    move |event| {
-        if let StreamEvent::Retry {
+    move |event| match event {
+        StreamEvent::Retry {
             attempt,
             delay,
             reason,
-        } = event
-        {
+        } => {
             let _ = run.emit(RunEvent::LlmRetry {
                 movement: movement.to_string(),
                 attempt,
@@ -411,6 +410,7 @@ pub(crate) fn retry_observer<'r>(
                 reason: run.redact(&reason),
             });
         }
+        StreamEvent::TextDelta(text) => run.journal.text_delta(movement, &run.redact(&text)),
     }
 }
 

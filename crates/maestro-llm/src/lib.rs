@@ -8,4 +8,7 @@ mod openai;
 mod types;
 
 pub use openai::{ConfigError, OpenAiCompat, OpenAiConfig, RetryPolicy};
-pub use types::*;
+pub use types::{
+    BoxFuture, ChatRequest, ChatResponse, LlmError, Message, Provider, ResponseSchema, StreamEvent,
+    ToolMode,
+};

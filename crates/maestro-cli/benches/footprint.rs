@@ -5,7 +5,8 @@
 //! 127.0.0.1: the first movement reads a file, the second writes one, the third completes, so
 //! the run sets up its tools, streams six answers and writes its record. Each run is reaped with
 //! `wait4`, whose resource usage gives that process's peak resident set (`ru_maxrss`). It prints
-//! every run's figure and the median.
+//! every run's figure and the median. `FOOTPRINT_BIN=path` measures another build of `maestro`;
+//! `FOOTPRINT_SERVE=1` only serves the script (see [`serve`]).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::process::{Command, Stdio};
@@ -22,20 +23,28 @@ max_movements: 5
 initial_movement: read
 movements:
   - name: read
+    edit: false
+    persona: You read carefully.
     instruction: Read notes.md, then call `transition` with next=write.
     allowed_tools: [Read, Glob]
     rules:
       - condition: the notes are read
         next: write
+    default_next: write
   - name: write
     edit: true
+    persona: You write briefly.
     instruction: Write output/summary.md, then call `transition` with next=finish.
     allowed_tools: [Read, Write]
     rules:
       - condition: the summary is written
         next: finish
+    default_next: finish
   - name: finish
+    edit: false
+    persona: You close the task.
     instruction: Call `complete` with status=success.
+    allowed_tools: []
     rules: []
     default_next: ABORT
 "#;
@@ -58,6 +67,12 @@ fn turns() -> Vec<Turn> {
 
 fn main() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
+    if std::env::var_os("FOOTPRINT_SERVE").is_some() {
+        return serve(&runtime);
+    }
+    // Another build of `maestro` (to compare), else this profile's.
+    let binary = std::env::var("FOOTPRINT_BIN")
+        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_maestro").to_string());
     let mut peaks_kb = Vec::new();
     for _ in 0..RUNS {
         let server = runtime.block_on(ScriptedLlm::start(turns()));
@@ -67,7 +82,7 @@ fn main() {
         let started = Instant::now();
         // Reaped by `reap` with `wait4`, which std's `wait` cannot replace (no resource usage).
         #[allow(clippy::zombie_processes)]
-        let child = Command::new(env!("CARGO_BIN_EXE_maestro"))
+        let child = Command::new(&binary)
             .current_dir(dir.path())
             .args(["run", "piece.yaml", "--task", "Summarise the notes"])
             .args(["--workspace", "."])
@@ -94,6 +109,18 @@ fn main() {
         peaks_kb[0] as f64 / 1024.0,
         peaks_kb[RUNS - 1] as f64 / 1024.0,
     );
+}
+
+/// `FOOTPRINT_SERVE=1`: serves the same script for 200 runs in a row and prints the base URL
+/// and the piece's path, so an outside tool can time `maestro run` itself:
+/// `maestro run PIECE --task t --workspace DIR --llm-base-url URL --model scripted --tool-mode native`.
+fn serve(runtime: &tokio::runtime::Runtime) {
+    let server = runtime.block_on(ScriptedLlm::start((0..200).flat_map(|_| turns())));
+    let dir = tempfile::tempdir().unwrap().keep();
+    std::fs::write(dir.join("piece.yaml"), PIECE).unwrap();
+    std::fs::write(dir.join("notes.md"), "# Notes\n".repeat(200)).unwrap();
+    println!("{} {}", server.base_url(), dir.display());
+    runtime.block_on(std::future::pending::<()>());
 }
 
 /// Waits for `pid` and returns its exit code and its own peak resident set in KiB.

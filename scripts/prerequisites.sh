@@ -21,6 +21,8 @@ if [ ${#need_apt[@]} -gt 0 ]; then
 fi
 mkdir -p /run/sshd 2>/dev/null || true
 command -v cargo-nextest >/dev/null || cargo install --locked cargo-nextest
+# Unused-dependency check run by .ci/run.
+command -v cargo-machete >/dev/null || cargo install --locked cargo-machete@0.9.2
 
 # Reference MCP servers the MCP tests talk to (written elsewhere, pinned here).
 python3 -c 'import mcp' 2>/dev/null \

@@ -12,9 +12,9 @@ cd "$(dirname "$0")/.."
 
 bash scripts/prerequisites.sh
 
-# The real-model tier runs when a local llama.cpp server is built (shared/tools/local-llm.sh
+# The real-model tier runs when a local llama.cpp server is built (scripts/local-llm.sh
 # build); start it and point the tests at it. Without it those tests are reported as skipped.
-LOCAL_LLM=../shared/tools/local-llm.sh
+LOCAL_LLM=scripts/local-llm.sh
 if [ -z "${MAESTRO_TEST_LLM_URL:-}" ] && [ -f "$LOCAL_LLM" ] \
   && [ -x "${MAESTRO_LLM_CACHE:-$HOME/.cache/maestro-local-llm}/llama.cpp/build/bin/llama-server" ]; then
   if url=$(bash "$LOCAL_LLM" start 8088 2>/dev/null); then

@@ -1,6 +1,8 @@
 //! The `maestro` binary: validate and inspect pieces, run tasks, try tools.
 
+mod logs;
 mod pieces;
+mod progress;
 mod prompt;
 mod run;
 mod toolbox;
@@ -43,6 +45,7 @@ fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
+    logs::install();
     let result = match cli.command {
         Command::Validate(args) => validate::run(args),
         Command::Prompt(args) => prompt::run(args),

@@ -1,18 +1,17 @@
 //! `maestro run`: load (or classify) a piece, run a task through it against an
 //! OpenAI-compatible endpoint, show progress, print the result and exit with the run's status.
 
-use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use anyhow::{Context as _, anyhow, bail};
 use maestro_config::{Config, LoadFrom};
-use maestro_engine::{
-    Engine, EventRecord, EventSink, JsonlSink, PieceSummary, RunEvent, RunRecord, classify,
-};
-use maestro_llm::{OpenAiCompat, Provider, ToolMode};
+use maestro_engine::{Engine, EventSink, JsonlSink, PieceSummary, RunRecord, classify};
+use maestro_llm::{LlmError, OpenAiCompat, Provider, ToolMode};
 use maestro_piece::{LoadOptions, Piece, discover, load_file, render_diagnostics};
+use maestro_protocol::RunStatus;
 
+use crate::progress::Progress;
 use crate::toolbox::{McpSelection, Toolbox};
 
 #[derive(Debug, clap::Args)]
@@ -95,9 +94,18 @@ fn stop_signal() -> anyhow::Result<impl std::future::Future<Output = bool> + Sen
 }
 
 pub fn run(args: Args) -> anyhow::Result<u8> {
-    // The run record is flushed when `run_async` returns; a tool thread still stuck in a system
-    // call must not hold the process after that.
-    crate::tools::block_on(run_async(args))?
+    // One thread: a run waits on the model almost all the time, parallel movements interleave
+    // on it, and tools' blocking work goes to tokio's blocking pool. Each worker thread would
+    // add its own stack and malloc arena to the footprint (docs/benchmarks.md). The run record
+    // is flushed when `run_async` returns; a tool thread still stuck in a system call must not
+    // hold the process after that.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    let out = runtime.block_on(run_async(args));
+    runtime.shutdown_timeout(std::time::Duration::from_millis(100));
+    out
 }
 
 /// The configuration files and environment, with this command's flags on top.
@@ -201,18 +209,28 @@ async fn run_async(args: Args) -> anyhow::Result<u8> {
         }
     };
     let run_dir = record.dir.clone();
-    let observer: Arc<dyn EventSink> = match args.events {
-        Some(EventsFormat::Jsonl) => Arc::new(JsonlSink::new(std::io::stdout())),
-        None => Arc::new(Progress::new(piece.max_movements)),
+    let progress = match args.events {
+        Some(EventsFormat::Jsonl) => None,
+        None => Some(Arc::new(Progress::new(piece.max_movements))),
+    };
+    let observer: Arc<dyn EventSink> = match &progress {
+        Some(progress) => Arc::clone(progress) as Arc<dyn EventSink>,
+        None => Arc::new(JsonlSink::new(std::io::stdout())),
     };
     let outcome = engine
         .run(Arc::new(piece), &args.task, record, vec![observer])
         .await;
+    if let Some(progress) = &progress {
+        progress.finish();
+    }
     // The MCP servers live as long as the run: the engine's registry goes first so that the
     // hub holds the last handle on each connection and can wait for the servers to exit.
     drop(engine);
     toolbox.shutdown().await;
     let report = outcome?;
+    if report.status == RunStatus::Failed {
+        explain_unreachable(&config).await;
+    }
 
     let mut summary = format!("run {} {}", report.run_id, report.status);
     if let Some(reason) = &report.reason {
@@ -298,134 +316,6 @@ async fn classified_piece(
         })
 }
 
-/// Live progress on stderr: one line per movement, tool call, retry and warning, with running
-/// token totals.
-struct Progress {
-    max_movements: u32,
-    tokens: Mutex<u64>,
-    color: bool,
-}
-
-impl Progress {
-    fn new(max_movements: u32) -> Self {
-        Progress {
-            max_movements,
-            tokens: Mutex::new(0),
-            color: std::io::stderr().is_terminal(),
-        }
-    }
-
-    fn line(&self, text: String) {
-        let tokens = self.tokens.lock().map(|t| *t).unwrap_or(0);
-        let mut err = std::io::stderr().lock();
-        if self.color {
-            let _ = writeln!(err, "\x1b[2m[{tokens:>7} tok]\x1b[0m {text}");
-        } else {
-            let _ = writeln!(err, "[{tokens:>7} tok] {text}");
-        }
-    }
-}
-
-impl EventSink for Progress {
-    fn record(&self, record: &EventRecord) -> std::io::Result<()> {
-        match &record.event {
-            RunEvent::RunStarted {
-                run_id,
-                piece,
-                dialect,
-                ..
-            } => self.line(format!("run {run_id}: piece {piece} ({dialect})")),
-            RunEvent::MovementStarted {
-                movement,
-                iteration,
-                parent,
-                ..
-            } => match parent {
-                Some(parent) => self.line(format!("  ▸ {parent}/{movement}")),
-                None => self.line(format!("▶ {movement} ({iteration}/{})", self.max_movements)),
-            },
-            RunEvent::LlmResponse { usage, .. } => {
-                if let Ok(mut t) = self.tokens.lock() {
-                    *t += usage.total_tokens;
-                }
-            }
-            RunEvent::LlmRetry {
-                attempt,
-                delay_ms,
-                reason,
-                ..
-            } => self.line(format!("  retry {attempt} in {delay_ms} ms: {reason}")),
-            RunEvent::ToolCall { movement, tool, .. } => self.line(format!("  {movement}: {tool}")),
-            RunEvent::ToolResult {
-                tool, ok: false, ..
-            } => self.line(format!("  {tool} failed")),
-            RunEvent::JudgeRequest { movement, kind, .. } => {
-                self.line(format!("  {movement}: {kind:?} call"))
-            }
-            RunEvent::ReportWritten { name, .. } => self.line(format!("  report {name}")),
-            RunEvent::Reminder { movement, kind, .. } => {
-                self.line(format!("  {movement}: reminder ({kind:?})"))
-            }
-            RunEvent::ContextWarning {
-                level,
-                used_tokens,
-                context_length,
-                ..
-            } => self.line(format!(
-                "  context {level:?}: {used_tokens}/{context_length} tokens"
-            )),
-            RunEvent::LoopWarning {
-                movement,
-                consecutive,
-                ..
-            } => self.line(format!(
-                "  loop warning: {movement} entered {consecutive} times in a row"
-            )),
-            RunEvent::CycleWarning { cycle, rounds, .. } => self.line(format!(
-                "  loop warning: round {rounds} of {}",
-                cycle.join(" → ")
-            )),
-            RunEvent::LoopDetected { cycle, rounds, .. } => self.line(format!(
-                "  loop detected: {} entered {rounds} times",
-                cycle.join(" → ")
-            )),
-            RunEvent::ToolModeChanged {
-                model,
-                mode,
-                reason,
-                ..
-            } => self.line(format!("  {model}: tool mode {mode:?} ({reason})")),
-            RunEvent::LoopMonitorTriggered {
-                judge, cycle_count, ..
-            } => self.line(format!(
-                "  loop monitor: {cycle_count} cycles, judge {judge}"
-            )),
-            RunEvent::Warning { message, .. } => self.line(format!("  warning: {message}")),
-            RunEvent::MovementFinished {
-                movement,
-                next,
-                via,
-                parent,
-                ..
-            } => {
-                let indent = if parent.is_some() { "    " } else { "" };
-                self.line(format!("{indent}✓ {movement} → {next} ({via:?})"))
-            }
-            RunEvent::RunFinished { status, reason, .. } => self.line(format!(
-                "■ {status}{}",
-                reason
-                    .as_ref()
-                    .map(|r| format!(" ({r})"))
-                    .unwrap_or_default()
-            )),
-            RunEvent::LlmRequest { .. }
-            | RunEvent::ToolResult { .. }
-            | RunEvent::ScratchUpdated { .. } => {}
-        }
-        Ok(())
-    }
-}
-
 /// Where `tool_mode: auto` remembers, per endpoint and model, the mode it settled on:
 /// `~/.maestro/cache/tool-modes.json`.
 fn tool_mode_cache() -> Option<PathBuf> {
@@ -464,8 +354,9 @@ async fn ensure_served(config: &Config, model: &str) -> anyhow::Result<()> {
 async fn served_model(config: &Config) -> anyhow::Result<String> {
     let base = &config.llm.base_url;
     let provider = client(config)?;
-    let models = provider.list_models().await.map_err(|e| {
-        anyhow!("no model: set llm.model, MAESTRO_MODEL or --model (listing the models at {base} failed: {e})")
+    let models = provider.list_models().await.map_err(|e| match e {
+        LlmError::Connect { .. } => anyhow!(no_endpoint(base)),
+        e => anyhow!("no model: set llm.model, MAESTRO_MODEL or --model (listing the models at {base} failed: {e})"),
     })?;
     match models.as_slice() {
         [only] => {
@@ -479,5 +370,24 @@ async fn served_model(config: &Config) -> anyhow::Result<String> {
             "no model: set llm.model, MAESTRO_MODEL or --model; {base} serves: {}",
             several.join(", ")
         )),
+    }
+}
+
+/// The one line a user needs when nothing answers at `base`.
+fn no_endpoint(base: &str) -> String {
+    format!(
+        "no model endpoint answers at {base}; start the small local model with \
+         `export MAESTRO_LLM_BASE_URL=$(bash scripts/local-llm.sh start)` from the Maestro source \
+         tree, or give your endpoint with --llm-base-url or MAESTRO_LLM_BASE_URL"
+    )
+}
+
+/// After a failed run: when the endpoint does not answer at all, says how to get one.
+async fn explain_unreachable(config: &Config) {
+    let Ok(provider) = client(config) else {
+        return;
+    };
+    if let Err(LlmError::Connect { .. }) = provider.list_models().await {
+        eprintln!("error: {}", no_endpoint(&config.llm.base_url));
     }
 }

@@ -289,31 +289,6 @@ async fn the_classifier_picks_a_piece_or_says_none_fits() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_run_without_a_model_is_a_usage_error() {
-    // Nothing listens on port 1, so the endpoint cannot name its model either.
-    let dir = tempfile::tempdir().unwrap();
-    let piece = fixture("workflow-graph/debate.yaml");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_maestro"))
-        .current_dir(dir.path())
-        .args([
-            "run",
-            piece.to_str().unwrap(),
-            "--task",
-            "t",
-            "--llm-base-url",
-            "http://127.0.0.1:1/v1",
-        ])
-        .env("HOME", dir.path())
-        .env_remove("MAESTRO_MODEL")
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("no model: set llm.model"), "{stderr}");
-    assert!(stderr.contains("127.0.0.1:1"), "{stderr}");
-}
-
-#[tokio::test(flavor = "multi_thread")]
 async fn without_a_configured_model_the_endpoints_only_model_is_used() {
     let server = ScriptedLlm::builder()
         .model_id("only-model")
@@ -379,4 +354,112 @@ async fn the_classifier_also_uses_the_endpoints_only_model() {
         .map(|r| r["model"].clone())
         .collect();
     assert_eq!(models, vec![json!("solo"), json!("solo")]);
+}
+
+/// Runs the graph debate fixture with `--events jsonl` after one failed model call, with `env`
+/// set; returns stdout and stderr.
+async fn debate_after_a_retry(env: &[(&str, &str)]) -> (String, String) {
+    let server = ScriptedLlm::start([
+        Turn::http_error(503, r#"{"error":{"message":"overloaded"}}"#).retry_after(0),
+        Turn::text("---\n$status: continue\nargument: Commuting.\n---\nMy case."),
+        Turn::text("---\n$status: conceded\nargument: Convincing.\n---\n"),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let piece = fixture("workflow-graph/debate.yaml");
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_maestro"));
+    cmd.current_dir(dir.path())
+        .args([
+            "run",
+            piece.to_str().unwrap(),
+            "--task",
+            "t",
+            "--events",
+            "jsonl",
+        ])
+        .args(["--llm-base-url", &server.base_url(), "--model", "m"])
+        .env("HOME", dir.path())
+        .env_remove("MAESTRO_LOG")
+        .env_remove("RUST_LOG")
+        .envs(env.iter().copied());
+    let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
+        .await
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+    );
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    (stdout, stderr)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn warnings_go_to_stderr_and_stdout_stays_pure_jsonl() {
+    let (stdout, stderr) = debate_after_a_retry(&[]).await;
+    assert!(
+        stderr.contains("WARN") && stderr.contains("model call failed; retrying"),
+        "{stderr}"
+    );
+    let types: Vec<String> = stdout
+        .lines()
+        .map(|line| {
+            let event: Value = serde_json::from_str(line)
+                .unwrap_or_else(|e| panic!("not a JSON line ({e}): {line}"));
+            event["type"].as_str().unwrap().to_string()
+        })
+        .collect();
+    assert!(types.contains(&"llm_retry".to_string()), "{types:?}");
+    assert_eq!(types.last().map(String::as_str), Some("run_finished"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn maestro_log_chooses_what_is_logged_over_rust_log() {
+    let (_, quiet) = debate_after_a_retry(&[("RUST_LOG", "error")]).await;
+    assert!(!quiet.contains("retrying"), "{quiet}");
+    let (_, shown) = debate_after_a_retry(&[("MAESTRO_LOG", "warn"), ("RUST_LOG", "error")]).await;
+    assert!(shown.contains("model call failed; retrying"), "{shown}");
+    let (_, quiet) = debate_after_a_retry(&[("MAESTRO_LOG", "error"), ("RUST_LOG", "warn")]).await;
+    assert!(!quiet.contains("retrying"), "{quiet}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_no_endpoint_answering_the_run_says_how_to_start_the_local_model() {
+    // Nothing listens on port 1. With a model given the run starts and fails; without one, the
+    // model cannot be asked for. Both say the same thing.
+    let piece = fixture("workflow-graph/debate.yaml");
+    for model in [Some("m"), None] {
+        let dir = tempfile::tempdir().unwrap();
+        // No retries: the failure is the point, not the client's patience.
+        std::fs::create_dir(dir.path().join(".maestro")).unwrap();
+        std::fs::write(
+            dir.path().join(".maestro/config.yaml"),
+            "llm:\n  retry:\n    max_attempts: 1\n",
+        )
+        .unwrap();
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_maestro"));
+        cmd.current_dir(dir.path())
+            .args(["run", piece.to_str().unwrap(), "--task", "t"])
+            .args(["--llm-base-url", "http://127.0.0.1:1/v1"])
+            .env("HOME", dir.path())
+            .env_remove("MAESTRO_MODEL")
+            .env_remove("MAESTRO_LLM_BASE_URL");
+        if let Some(model) = model {
+            cmd.args(["--model", model]);
+        }
+        let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
+            .await
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let hint: Vec<&str> = stderr
+            .lines()
+            .filter(|l| l.contains("bash scripts/local-llm.sh start"))
+            .collect();
+        assert_eq!(hint.len(), 1, "{model:?}: {stderr}");
+        assert!(
+            hint[0].starts_with("error: no model endpoint answers at http://127.0.0.1:1/v1"),
+            "{}",
+            hint[0]
+        );
+        assert_ne!(out.status.code(), Some(0), "{stderr}");
+    }
 }

@@ -116,6 +116,6 @@ pub(crate) fn retry_observer<'r>(
                 reason: run.redact(&reason),
             });
         }
-        StreamEvent::TextDelta(_) => {}
+        StreamEvent::TextDelta(text) => run.journal.text_delta(movement, &run.redact(&text)),
     }
 }

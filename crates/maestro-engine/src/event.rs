@@ -304,6 +304,12 @@ pub struct EventRecord {
 /// line on disk before it returns.
 pub trait EventSink: Send + Sync {
     fn record(&self, record: &EventRecord) -> std::io::Result<()>;
+
+    /// A piece of a model's answer arrived while `movement`'s call streams. Live displays show
+    /// it; it is not an event and is not recorded (the whole answer is, in the transcript).
+    fn text_delta(&self, movement: &str, text: &str) {
+        let _ = (movement, text);
+    }
 }
 
 /// JSON lines into any writer, flushed after each line: `events.jsonl`, or stdout for

@@ -58,6 +58,13 @@ impl Journal {
         Ok(())
     }
 
+    /// Hands streamed answer text to the observers; nothing is recorded.
+    pub fn text_delta(&self, movement: &str, text: &str) {
+        for observer in &self.observers {
+            observer.text_delta(movement, text);
+        }
+    }
+
     /// A copy of the current state.
     pub fn state(&self) -> RunState {
         self.inner

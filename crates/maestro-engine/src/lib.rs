@@ -32,7 +32,10 @@ pub use config::EngineConfig;
 pub use context::{ContextMeter, ContextThresholds};
 pub use control::{COMPLETE, TRANSITION, WRITE_REPORT};
 pub use error::EngineError;
-pub use event::*;
+pub use event::{
+    CallPurpose, ContextLevel, EventRecord, EventSink, JsonlSink, JudgeKind, MemorySink,
+    OutcomeSource, ReminderKind, RunEvent, read_events,
+};
 pub use journal::Journal;
 pub use outcome::{
     FrontmatterError, aggregate, eligible_rules, extract_frontmatter, last_tag, route,

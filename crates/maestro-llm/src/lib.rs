@@ -11,4 +11,7 @@ pub use openai::{
     ConfigError, DEFAULT_CALL_TIMEOUT, DEFAULT_MAX_ANSWER_BYTES, DEFAULT_MAX_ANSWER_TOKENS,
     OpenAiCompat, OpenAiConfig, RetryPolicy,
 };
-pub use types::*;
+pub use types::{
+    BoxFuture, ChatRequest, ChatResponse, LlmError, Message, Provider, ResponseSchema, StreamEvent,
+    ToolMode,
+};

@@ -120,9 +120,15 @@ impl OpenAiCompat {
             value.set_sensitive(true);
             headers.insert(key, value);
         }
-        let client = reqwest::Client::builder()
+        let mut builder = reqwest::Client::builder()
             .default_headers(headers)
-            .connect_timeout(config.connect_timeout)
+            .connect_timeout(config.connect_timeout);
+        if parsed.scheme() == "http" {
+            // A plain-HTTP endpoint needs no TLS roots: loading and parsing the system's
+            // certificates is most of a client's memory and start-up cost.
+            builder = builder.tls_certs_only([]);
+        }
+        let client = builder
             .build()
             .map_err(|e| ConfigError::Client(describe(&e)))?;
         Ok(OpenAiCompat {

@@ -32,6 +32,9 @@ mod yaml;
 pub use catalog::{Availability, ToolCatalog};
 pub use detect::{Detection, detect_dialect};
 pub use diagnostic::{Diagnostic, Severity, render_diagnostics};
-pub use ir::*;
+pub use ir::{
+    Condition, Dialect, Facet, LoopMonitor, Movement, OutputContract, Piece, Rule, SessionMode,
+    Target,
+};
 pub use load::{Failed, LoadOptions, Loaded, discover, load_bytes, load_file, load_str};
 pub use template::render_edge_prompt;

@@ -1,7 +1,7 @@
 //! The guarded HTTP client every web tool uses, and the bounded body reader.
 
 use std::error::Error as _;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use reqwest::redirect::{Attempt, Policy};
@@ -14,11 +14,15 @@ use super::guard::{Blocked, GuardedResolver, HostLookup, HostPolicy};
 pub const MAX_REDIRECTS: usize = 5;
 
 /// An HTTP client whose every connection and redirect passes the SSRF guard.
+///
+/// The HTTP client itself (its TLS setup reads and parses the system's root certificates) is
+/// built on the first request, so a run that never fetches does not pay for it.
 #[derive(Clone)]
 pub struct WebClient {
     /// `Err` when the HTTP client could not be built (the TLS backend failed to initialise);
     /// every request then reports it. There is deliberately no unguarded fallback client.
-    http: Result<reqwest::Client, String>,
+    http: Arc<OnceLock<Result<reqwest::Client, String>>>,
+    resolver: Arc<GuardedResolver>,
     policy: Arc<HostPolicy>,
     pub(crate) max_bytes: u64,
     timeout: Duration,
@@ -58,25 +62,33 @@ impl WebClient {
             policy: Arc::clone(&policy),
             lookup,
         };
-        let redirect_policy = Arc::clone(&policy);
-        let http = reqwest::Client::builder()
-            // A proxy would resolve names itself and bypass the guard.
-            .no_proxy()
-            .dns_resolver(Arc::new(resolver))
-            .redirect(Policy::custom(move |attempt| {
-                check_redirect(&redirect_policy, attempt)
-            }))
-            .timeout(config.timeout())
-            .connect_timeout(config.timeout().min(Duration::from_secs(10)))
-            .user_agent(concat!("maestro/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(|e| format!("the HTTP client could not be set up: {e}"));
         WebClient {
-            http,
+            http: Arc::default(),
+            resolver: Arc::new(resolver),
             policy,
             max_bytes: config.max_bytes,
             timeout: config.timeout(),
         }
+    }
+
+    /// The guarded HTTP client, built on first use.
+    fn http(&self) -> Result<&reqwest::Client, String> {
+        let built = self.http.get_or_init(|| {
+            let redirect_policy = Arc::clone(&self.policy);
+            reqwest::Client::builder()
+                // A proxy would resolve names itself and bypass the guard.
+                .no_proxy()
+                .dns_resolver(Arc::clone(&self.resolver))
+                .redirect(Policy::custom(move |attempt| {
+                    check_redirect(&redirect_policy, attempt)
+                }))
+                .timeout(self.timeout)
+                .connect_timeout(self.timeout.min(Duration::from_secs(10)))
+                .user_agent(concat!("maestro/", env!("CARGO_PKG_VERSION")))
+                .build()
+                .map_err(|e| format!("the HTTP client could not be set up: {e}"))
+        });
+        built.as_ref().map_err(Clone::clone)
     }
 
     /// GETs `url` (http or https only), following guarded redirects, and fails on a non-2xx
@@ -93,7 +105,7 @@ impl WebClient {
             return Err(format!("URL {url} has no host"));
         }
         self.policy.check_url(&parsed).map_err(|b| b.to_string())?;
-        let http = self.http.as_ref().map_err(Clone::clone)?;
+        let http = self.http()?;
         let response = tokio::select! {
             r = http.get(parsed).send() => r.map_err(|e| self.describe(&e))?,
             () = cancel.cancelled() => return Err("cancelled".to_string()),

@@ -1,0 +1,86 @@
+//! Diagnostics from every crate (`tracing` events) go to stderr, filtered by `MAESTRO_LOG`, else
+//! `RUST_LOG`, else `warn`. Stdout stays the command's own output (`--events jsonl` included).
+//! While live progress is on screen, a log line is printed above it rather than through it.
+
+use std::io::Write;
+use std::sync::{Mutex, PoisonError};
+
+use tracing_subscriber::EnvFilter;
+use tracing_subscriber::fmt::MakeWriter;
+
+/// The filter used when neither variable is set.
+const DEFAULT_FILTER: &str = "warn";
+
+/// The live progress display, while one is drawn: log lines are printed through it.
+static DISPLAY: Mutex<Option<indicatif::MultiProgress>> = Mutex::new(None);
+
+/// Installs the subscriber; a filter that does not parse is reported once and `warn` is used.
+pub fn install() {
+    let (source, spec) = match (std::env::var("MAESTRO_LOG"), std::env::var("RUST_LOG")) {
+        (Ok(spec), _) if !spec.trim().is_empty() => ("MAESTRO_LOG", spec),
+        (_, Ok(spec)) if !spec.trim().is_empty() => ("RUST_LOG", spec),
+        _ => ("", DEFAULT_FILTER.to_string()),
+    };
+    let filter = EnvFilter::try_new(&spec).unwrap_or_else(|e| {
+        eprintln!("warning: {source}={spec:?} is not a log filter ({e}); using `{DEFAULT_FILTER}`");
+        EnvFilter::new(DEFAULT_FILTER)
+    });
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(Stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_target(false)
+        .try_init();
+}
+
+/// Routes log lines above `display` until [`release_display`].
+pub fn attach_display(display: indicatif::MultiProgress) {
+    *DISPLAY.lock().unwrap_or_else(PoisonError::into_inner) = Some(display);
+}
+
+pub fn release_display() {
+    *DISPLAY.lock().unwrap_or_else(PoisonError::into_inner) = None;
+}
+
+/// Stderr, or the progress display's own line printer while one is drawn.
+struct Stderr;
+
+impl<'a> MakeWriter<'a> for Stderr {
+    type Writer = LogLine;
+
+    fn make_writer(&'a self) -> LogLine {
+        LogLine(Vec::new())
+    }
+}
+
+/// One formatted log event, written out whole when dropped.
+struct LogLine(Vec<u8>);
+
+impl Write for LogLine {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Drop for LogLine {
+    fn drop(&mut self) {
+        if self.0.is_empty() {
+            return;
+        }
+        let display = DISPLAY.lock().unwrap_or_else(PoisonError::into_inner);
+        match display.as_ref() {
+            Some(display) => {
+                let text = String::from_utf8_lossy(&self.0);
+                let _ = display.println(text.trim_end_matches('\n'));
+            }
+            None => {
+                let _ = std::io::stderr().lock().write_all(&self.0);
+            }
+        }
+    }
+}

@@ -9,7 +9,9 @@ use tracing_subscriber::EnvFilter;
 use tracing_subscriber::fmt::MakeWriter;
 
 /// The filter used when neither variable is set.
-const DEFAULT_FILTER: &str = "warn";
+/// Warnings, plus which sandbox `Bash` chose (logged once per process), which an operator must
+/// always be able to see.
+const DEFAULT_FILTER: &str = "warn,maestro::sandbox=info";
 
 /// The live progress display, while one is drawn: log lines are printed through it.
 static DISPLAY: Mutex<Option<indicatif::MultiProgress>> = Mutex::new(None);

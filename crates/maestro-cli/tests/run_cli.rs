@@ -377,7 +377,12 @@ async fn debate_after_a_retry(env: &[(&str, &str)]) -> (String, String) {
             "--events",
             "jsonl",
         ])
-        .args(["--llm-base-url", &server.base_url(), "--model", "scripted-model"])
+        .args([
+            "--llm-base-url",
+            &server.base_url(),
+            "--model",
+            "scripted-model",
+        ])
         .env("HOME", dir.path())
         .env_remove("MAESTRO_LOG")
         .env_remove("RUST_LOG")

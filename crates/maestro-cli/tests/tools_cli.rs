@@ -234,3 +234,30 @@ fn usage_errors_exit_two() {
     let out = maestro().args(["tools", "call", "Read"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
 }
+
+/// The operator sees which sandbox `Bash` runs in, at the default log level: bubblewrap as
+/// information, the landlock fallback as a warning.
+#[test]
+fn the_chosen_sandbox_is_logged_once() {
+    for (mode, expected) in [
+        ("always", "Bash sandbox: bubblewrap + seccomp"),
+        ("off", "Bash sandbox: landlock + seccomp"),
+        ("unsafe-no-sandbox", "Bash sandbox: NO SANDBOX"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let out = maestro()
+            .args(["tools", "call", "Bash", "--bash-sandbox", mode])
+            .args(["--allowed-commands", "echo", "--input"])
+            .arg(r#"{"command":"echo hi"}"#)
+            .arg("--workspace")
+            .arg(dir.path())
+            .env_remove("MAESTRO_LOG")
+            .env_remove("RUST_LOG")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(stderr.matches(expected).count(), 1, "{mode}: {stderr}");
+        let stdout = String::from_utf8(out.stdout).unwrap();
+        assert!(stdout.contains("hi"), "{mode}: {stdout}");
+    }
+}

@@ -2,6 +2,7 @@
 //! vLLM, llama.cpp server, OpenAI). This module owns the attempt loop; its submodules own the
 //! wire format, SSE accumulation, retry rules, JSON tool mode and context detection.
 
+mod answer;
 mod config;
 mod context;
 mod json_mode;
@@ -25,12 +26,13 @@ pub use config::{
     OpenAiConfig, RetryPolicy,
 };
 
+use self::answer::RawAnswer;
 use self::context::Endpoints;
 use self::retry::{
     Failure, Feature, classify_status, describe, parse_retry_after, provider_message,
 };
 use self::tool_modes::ToolModeFile;
-use self::wire::{RawAnswer, Shape, Transport};
+use self::wire::{Shape, Transport};
 use crate::{BoxFuture, ChatRequest, ChatResponse, LlmError, Provider, StreamEvent, ToolMode};
 
 /// Side requests (model listing, context detection) never wait longer than this.

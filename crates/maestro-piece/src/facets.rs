@@ -18,9 +18,9 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
-use crate::LoadOptions;
 use crate::check::{Fields, Sink};
 use crate::ir::Facet;
+use crate::options::LoadOptions;
 use crate::yaml::{Span, join_key};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]

@@ -11,8 +11,8 @@ use std::collections::BTreeSet;
 use serde_json::Value as Json;
 
 use crate::check::{Unknown, fields, known_list, string, string_list};
+use crate::cx::Cx;
 use crate::ir::{Condition, Dialect, Facet, Movement, Piece, Rule, SessionMode, Target};
-use crate::load::Cx;
 use crate::template::mustache_names;
 use crate::yaml::{Key, Node, join_key};
 

@@ -15,8 +15,10 @@
 //!
 //! This crate knows nothing of LLMs, tools or storage.
 
+mod allowed_tools;
 mod catalog;
 mod check;
+mod cx;
 mod detect;
 mod diagnostic;
 mod facets;
@@ -24,7 +26,9 @@ mod graph;
 mod ir;
 mod load;
 mod maestro;
+mod options;
 pub mod prompt;
+mod prompt_context;
 mod takt;
 mod template;
 mod yaml;
@@ -36,5 +40,6 @@ pub use ir::{
     Condition, Dialect, Facet, LoopMonitor, Movement, OutputContract, Piece, Rule, SessionMode,
     Target,
 };
-pub use load::{Failed, LoadOptions, Loaded, discover, load_bytes, load_file, load_str};
+pub use load::{Failed, Loaded, discover, load_bytes, load_file, load_str};
+pub use options::LoadOptions;
 pub use template::render_edge_prompt;

@@ -6,72 +6,14 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
-use crate::catalog::ToolCatalog;
-use crate::check::{Fields, Sink, Unknown, fields, known_list, list, string};
+use crate::check::{Sink, Unknown, fields};
+use crate::cx::Cx;
 use crate::detect::detect;
 use crate::diagnostic::Diagnostic;
 use crate::facets::Resolver;
 use crate::ir::{Dialect, Piece};
+use crate::options::LoadOptions;
 use crate::yaml::{Node, Span};
-
-/// How to load a piece.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LoadOptions {
-    /// Forces a dialect (`--dialect`); `None` detects it.
-    pub dialect: Option<Dialect>,
-    /// Extra facet roots (`--facets-dir`), searched last, each as `<dir>/<kind>/<name>.md`.
-    pub facet_dirs: Vec<PathBuf>,
-    /// The project root; its `.maestro/facets/` is searched.
-    pub project_dir: Option<PathBuf>,
-    /// The user's maestro directory (normally `~/.maestro`); its `facets/` is searched.
-    pub user_dir: Option<PathBuf>,
-    /// The user's TAKT directory (`$TAKT_CONFIG_DIR`, else `~/.takt`); its `facets/` is
-    /// searched after Maestro's own, as is the project's `.takt/facets/`, so a TAKT project's
-    /// pieces find their facets unchanged.
-    pub takt_user_dir: Option<PathBuf>,
-    /// The tools `allowed_tools` may name; `None` checks no names. See [`ToolCatalog`].
-    pub tools: Option<ToolCatalog>,
-    /// `max_movements` for dialects that have none of their own (graph).
-    pub default_max_movements: u32,
-    /// Facet files must lie inside the piece's directory or a facet root. Set for pieces that
-    /// come from a model or an API (CreatePiece, UpdatePiece), whose `../../etc/…` must not
-    /// pull host files into a prompt.
-    pub confine_facets: bool,
-}
-
-impl LoadOptions {
-    /// The options every command uses for pieces on disk: the project's `.maestro/facets/`
-    /// and `.takt/facets/` (from `project_dir`), the user's `~/.maestro/facets/` and
-    /// `~/.takt/facets/` (from `$HOME`, or `$TAKT_CONFIG_DIR` for TAKT's), and `facet_dirs`.
-    pub fn standard(project_dir: Option<PathBuf>, facet_dirs: Vec<PathBuf>) -> Self {
-        let home = std::env::var_os("HOME").map(PathBuf::from);
-        LoadOptions {
-            facet_dirs,
-            project_dir,
-            user_dir: home.as_ref().map(|home| home.join(".maestro")),
-            takt_user_dir: std::env::var_os("TAKT_CONFIG_DIR")
-                .filter(|dir| !dir.is_empty())
-                .map(PathBuf::from)
-                .or_else(|| home.map(|home| home.join(".takt"))),
-            ..LoadOptions::default()
-        }
-    }
-}
-
-impl Default for LoadOptions {
-    fn default() -> Self {
-        LoadOptions {
-            dialect: None,
-            facet_dirs: Vec::new(),
-            project_dir: None,
-            user_dir: None,
-            takt_user_dir: None,
-            tools: None,
-            default_max_movements: 50,
-            confine_facets: false,
-        }
-    }
-}
 
 /// A valid piece and the warnings found on the way.
 #[derive(Debug, Clone, PartialEq)]
@@ -106,51 +48,6 @@ impl std::fmt::Display for Failed {
 }
 
 impl std::error::Error for Failed {}
-
-/// Shared state of one load.
-pub(crate) struct Cx<'a> {
-    pub sink: Sink,
-    pub facets: Resolver,
-    pub opts: &'a LoadOptions,
-    /// Why the dialect was chosen, when it was detected (not forced or declared): diagnostics
-    /// about a value of the other dialect quote it.
-    pub detected_because: Option<String>,
-}
-
-/// The required `movements` list of a maestro or takt piece; an empty one is an error.
-pub(crate) fn movement_items<'n>(sink: &mut Sink, top: &Fields<'n>, what: &str) -> &'n [Node] {
-    top.required(sink, "movements", what)
-        .and_then(|(node, path)| {
-            let items = list(sink, node, &path, "a list of movements")?;
-            if items.is_empty() {
-                sink.error(&path, node.span, "a piece needs at least one movement");
-            }
-            Some(items)
-        })
-        .unwrap_or_default()
-}
-
-/// The required `initial_movement`, which must name one of the `known` top-level movements
-/// (not checked when none are known: their own errors are already reported).
-pub(crate) fn initial_movement<S: AsRef<str>>(
-    sink: &mut Sink,
-    top: &Fields<'_>,
-    what: &str,
-    known: &[S],
-) -> Option<String> {
-    top.required(sink, "initial_movement", what)
-        .and_then(|(node, path)| {
-            let initial = string(sink, node, &path)?;
-            if !known.is_empty() && !known.iter().any(|m| m.as_ref() == initial) {
-                sink.error(
-                    &path,
-                    node.span,
-                    format!("unknown movement `{initial}`; known: {}", known_list(known)),
-                );
-            }
-            Some(initial.to_owned())
-        })
-}
 
 /// Reads and loads a piece file.
 pub fn load_file(path: &Path, opts: &LoadOptions) -> Result<Loaded, Failed> {

@@ -9,9 +9,9 @@ use crate::check::{
     Fields, Str, Unknown, boolean, fields, known_list, list, nonempty_string, positive, string,
     string_list,
 };
+use crate::cx::{Cx, initial_movement, movement_items};
 use crate::facets::FacetKind;
 use crate::ir::{Condition, Dialect, Movement, Piece, Rule, SessionMode, Target};
-use crate::load::{Cx, initial_movement, movement_items};
 use crate::yaml::{Node, join_index};
 
 pub(crate) const TOP_KEYS: &[&str] = &[
@@ -234,7 +234,7 @@ fn read_movement(cx: &mut Cx<'_>, item: &Node, path: &str, known: &[&str]) -> Op
             .filter(|t| TOOL_NAME.is_match(t.text))
             .cloned()
             .collect();
-        crate::catalog::check_tools(cx, &well_formed, crate::catalog::Names::Maestro);
+        crate::allowed_tools::check_tools(cx, &well_formed, crate::allowed_tools::Names::Maestro);
     }
     let sink = &mut cx.sink;
     let rules = m

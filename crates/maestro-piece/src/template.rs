@@ -3,7 +3,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::prompt::{PromptContext, cut};
+use crate::prompt_context::{PromptContext, cut};
 
 /// Fills takt template variables: `{task}`, `{previous_response}`, `{iteration}`,
 /// `{max_movements}`, `{movement_iteration}`, `{report_dir}`, `{report:<file>}`,

@@ -9,7 +9,7 @@ mod inline;
 use maestro_protocol::{ToolCall, ToolSpec};
 use serde_json::{Map, Value, json};
 
-use super::wire::{RawAnswer, new_call_id};
+use super::answer::{RawAnswer, new_call_id};
 use crate::Message;
 
 /// The `tool` value that marks a plain answer; `final_answer` when a real tool is called `answer`.

@@ -10,8 +10,9 @@ use futures::StreamExt;
 use maestro_protocol::ToolCall;
 use serde_json::Value;
 
+use super::answer::{RawAnswer, new_call_id};
 use super::retry::{Failure, describe};
-use super::wire::{RawAnswer, new_call_id, parse_usage};
+use super::wire::parse_usage;
 use crate::LlmError;
 
 /// Folds stream chunks into an answer.

@@ -6,6 +6,7 @@ use serde_json::{Value, json};
 
 use crate::{ChatRequest, LlmError, Message};
 
+use super::answer::{RawAnswer, new_call_id};
 use super::json_mode;
 
 /// How the tools (if any) of one request travel.
@@ -19,15 +20,6 @@ pub(crate) enum Shape {
     JsonTools,
     /// `response_format: json_schema` from [`ChatRequest::response_schema`]; tools not offered.
     Schema,
-}
-
-/// What one attempt read from the endpoint, before JSON tool mode interprets it.
-#[derive(Debug, Default, Clone, PartialEq)]
-pub(crate) struct RawAnswer {
-    pub content: String,
-    pub tool_calls: Vec<ToolCall>,
-    pub usage: Option<Usage>,
-    pub finish_reason: Option<String>,
 }
 
 /// Switches that change per attempt: the endpoint may have refused streaming or `stream_options`.
@@ -203,11 +195,6 @@ pub(crate) fn parse_usage(value: &Value) -> Option<Usage> {
         total_tokens: total,
         estimated: false,
     })
-}
-
-/// A tool-call id for answers that carry none (JSON tool mode, some local servers).
-pub(crate) fn new_call_id() -> String {
-    format!("call_{:016x}", rand::random::<u64>())
 }
 
 /// About four characters per token: good enough for context budgeting when the endpoint is mute.

@@ -1,11 +1,11 @@
 //! Takt `output_contracts` (both forms) and `provider_options` (of which only `allowed_tools`
 //! means anything to us).
 
-use crate::catalog::{Names, check_tools};
+use crate::allowed_tools::{Names, check_tools};
 use crate::check::{Unknown, fields, list, nonempty_string, string, string_list};
+use crate::cx::Cx;
 use crate::facets::FacetKind;
 use crate::ir::OutputContract;
-use crate::load::Cx;
 use crate::yaml::{Node, join_index, join_key};
 
 /// The union of `provider_options.<provider>.allowed_tools` over all providers, in first-seen

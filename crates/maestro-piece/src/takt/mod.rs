@@ -10,11 +10,10 @@ mod contracts;
 mod movement;
 
 use crate::check::{Fields, Unknown, fields, known_list, list, positive, string_list};
+use crate::cx::{Cx, initial_movement, movement_items};
 use crate::ir::{Dialect, LoopMonitor, Piece};
-use crate::load::{Cx, initial_movement, movement_items};
 use crate::yaml::{Node, join_index};
-
-pub(crate) use condition::parse_condition;
+use movement::Targets;
 
 const TOP_KEYS: &[&str] = &[
     "name",
@@ -31,17 +30,6 @@ const TOP_KEYS: &[&str] = &[
     "piece_config",
     "dialect",
 ];
-
-/// Where a rule may lead: the top-level movements, `COMPLETE` and `ABORT`.
-pub(crate) struct Targets {
-    pub movements: Vec<String>,
-}
-
-impl Targets {
-    pub fn describe(&self) -> String {
-        format!("{}, COMPLETE, ABORT", known_list(&self.movements))
-    }
-}
 
 pub(crate) fn load(cx: &mut Cx<'_>, root: &Node) -> Option<Piece> {
     const WHAT: &str = "a takt piece";

@@ -1,18 +1,28 @@
 //! Takt movements: normal, parallel (with sub-movements) and loop-monitor judges, and their
 //! rules.
 
-use super::Targets;
+use super::condition::parse_condition;
 use super::contracts::{output_contracts, provider_tools};
-use super::parse_condition;
-use crate::catalog::{Names, check_tools};
+use crate::allowed_tools::{Names, check_tools};
 use crate::check::{
     Fields, Unknown, boolean, fields, known_list, list, nonempty_string, one_or_many, string,
     string_list,
 };
+use crate::cx::Cx;
 use crate::facets::FacetKind;
 use crate::ir::{Condition, Facet, Movement, Rule, SessionMode, Target};
-use crate::load::Cx;
 use crate::yaml::{Node, Value, join_index};
+
+/// Where a rule may lead: the top-level movements, `COMPLETE` and `ABORT`.
+pub(crate) struct Targets {
+    pub movements: Vec<String>,
+}
+
+impl Targets {
+    pub fn describe(&self) -> String {
+        format!("{}, COMPLETE, ABORT", known_list(&self.movements))
+    }
+}
 
 const MOVEMENT_KEYS: &[&str] = &[
     "name",

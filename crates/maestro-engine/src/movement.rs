@@ -189,16 +189,12 @@ async fn maestro(
                 let index = movement
                     .rules
                     .iter()
-                    .position(|r| r.next.as_ref().is_some_and(|t| t.label() == next));
+                    .position(|r| r.next.as_ref() == Some(&next));
                 let mut ended = match index {
                     Some(i) => {
                         Ended::by_rule(movement, response, OutcomeSource::TransitionTool, i + 1)
                     }
-                    None => Ended::new(
-                        response,
-                        OutcomeSource::TransitionTool,
-                        Step::Go(Target::Movement(next)),
-                    ),
+                    None => Ended::new(response, OutcomeSource::TransitionTool, Step::Go(next)),
                 };
                 ended.summary = summary;
                 ended.lessons = lessons;

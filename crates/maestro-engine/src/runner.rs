@@ -232,9 +232,9 @@ fn next_label(step: &Step) -> String {
         Step::Go(target) => target.label().to_string(),
         Step::Matched(condition) => condition.clone(),
         Step::Finish { status, .. } => match status {
-            RunStatus::Completed => "COMPLETE".into(),
-            RunStatus::NeedsUserInput => "ASK".into(),
-            RunStatus::Aborted | RunStatus::Exceeded => "ABORT".into(),
+            RunStatus::Completed => Target::Complete.label().into(),
+            RunStatus::NeedsUserInput => Target::Ask.label().into(),
+            RunStatus::Aborted | RunStatus::Exceeded => Target::Abort.label().into(),
             RunStatus::Failed => "FAIL".into(),
         },
     }

@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use maestro_llm::{ChatRequest, ChatResponse, LlmError, Message, ResponseSchema, ToolMode};
-use maestro_piece::{Dialect, Movement};
+use maestro_piece::{Dialect, Movement, Target};
 use maestro_protocol::{RunStatus, ToolCall, ToolSpec};
 use maestro_tools::regular_file::{self, Access, Create};
 use maestro_tools::{ToolContext, ToolOutput};
@@ -28,7 +28,7 @@ pub(crate) enum TurnEnd {
     /// The model answered without tool calls.
     Answer(String),
     Transition {
-        next: String,
+        next: Target,
         summary: Option<String>,
         lessons: Vec<String>,
     },

@@ -2,6 +2,8 @@
 
 use maestro_llm::LlmError;
 
+use crate::end_reason::EndReason;
+
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum EngineError {
     /// The model endpoint failed after the provider's own retries.
@@ -19,12 +21,12 @@ pub enum EngineError {
 
 impl EngineError {
     /// The short reason recorded in `run_finished.reason`.
-    pub fn reason(&self) -> String {
+    pub fn reason(&self) -> EndReason {
         match self {
-            EngineError::Llm(e) => format!("llm_error: {e}"),
-            EngineError::Record(e) => format!("record_error: {e}"),
-            EngineError::Piece(e) => format!("piece_error: {e}"),
-            EngineError::Internal(e) => format!("internal_error: {e}"),
+            EngineError::Llm(e) => EndReason::LlmError(e.to_string()),
+            EngineError::Record(e) => EndReason::RecordError(e.clone()),
+            EngineError::Piece(e) => EndReason::PieceError(e.clone()),
+            EngineError::Internal(e) => EndReason::InternalError(e.clone()),
         }
     }
 }

@@ -15,6 +15,8 @@ use maestro_protocol::{RunStatus, Usage};
 use maestro_tools::RunScratch;
 use serde::{Deserialize, Serialize};
 
+use crate::end_reason::EndReason;
+
 /// One change in a run. Serialised with `type` as the snake_case variant name.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -181,13 +183,13 @@ pub enum RunEvent {
         /// movement used up `engine.max_iterations_per_movement`) or `context_exhausted`. Set
         /// also when `default_next` carried the run on (`via: default_next`).
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        reason: Option<String>,
+        reason: Option<EndReason>,
     },
     RunFinished {
         status: RunStatus,
         result: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        reason: Option<String>,
+        reason: Option<EndReason>,
     },
 }
 

@@ -15,6 +15,7 @@ mod context;
 mod control;
 mod ctx;
 mod cycle;
+mod end_reason;
 mod error;
 mod event;
 mod journal;
@@ -31,6 +32,7 @@ pub use classifier::{Classified, ClassifyError, PieceSummary, classify};
 pub use config::EngineConfig;
 pub use context::{ContextMeter, ContextThresholds};
 pub use control::{COMPLETE, TRANSITION, WRITE_REPORT};
+pub use end_reason::{EndReason, UnknownEndReason};
 pub use error::EngineError;
 pub use event::{
     CallPurpose, ContextLevel, EventRecord, EventSink, JsonlSink, JudgeKind, MemorySink,

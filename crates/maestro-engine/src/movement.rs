@@ -8,6 +8,7 @@ use maestro_protocol::RunStatus;
 
 use crate::agent::{Agent, TurnEnd};
 use crate::ctx::RunCtx;
+use crate::end_reason::EndReason;
 use crate::error::EngineError;
 use crate::event::{OutcomeSource, ReminderKind, RunEvent};
 use crate::judge::decide_rule;
@@ -28,7 +29,7 @@ pub(crate) struct Ended {
     pub edge_prompt: Option<String>,
     /// Why the engine, not the model, ended the visit (`max_iterations`, `context_exhausted`),
     /// also when `default_next` then carried the run on.
-    pub reason: Option<String>,
+    pub reason: Option<EndReason>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -39,7 +40,7 @@ pub(crate) enum Step {
     Finish {
         status: RunStatus,
         result: Option<String>,
-        reason: Option<String>,
+        reason: Option<EndReason>,
     },
 }
 
@@ -58,10 +59,10 @@ impl Ended {
     }
 
     /// `default_next` when the movement has one, otherwise the run aborts with `reason`.
-    fn fallback(movement: &Movement, response: String, reason: &str) -> Self {
+    fn fallback(movement: &Movement, response: String, reason: EndReason) -> Self {
         match &movement.default_next {
             Some(target) => Ended {
-                reason: Some(reason.to_string()),
+                reason: Some(reason),
                 ..Ended::new(
                     response,
                     OutcomeSource::DefaultNext,
@@ -69,14 +70,14 @@ impl Ended {
                 )
             },
             None => Ended {
-                reason: Some(reason.to_string()),
+                reason: Some(reason.clone()),
                 ..Ended::new(
                     response,
                     OutcomeSource::Engine,
                     Step::Finish {
                         status: RunStatus::Aborted,
                         result: None,
-                        reason: Some(reason.to_string()),
+                        reason: Some(reason),
                     },
                 )
             },
@@ -91,7 +92,7 @@ impl Ended {
             Step::Finish {
                 status: RunStatus::Aborted,
                 result: None,
-                reason: Some("no_rule_matched".into()),
+                reason: Some(EndReason::NoRuleMatched),
             },
         )
     }
@@ -108,7 +109,7 @@ impl Ended {
             Step::Finish {
                 status: RunStatus::NeedsUserInput,
                 result: None,
-                reason: Some("requires_user_input".into()),
+                reason: Some(EndReason::RequiresUserInput),
             }
         } else {
             match &rule.next {
@@ -164,7 +165,7 @@ async fn maestro(
         let response = last_text(&agent.messages);
         return Ok(match end {
             TurnEnd::Answer(_) if agent.context_exhausted() => {
-                Ended::fallback(movement, response, "context_exhausted")
+                Ended::fallback(movement, response, EndReason::ContextExhausted)
             }
             TurnEnd::Answer(_) if !resent && agent.resend_with_json_tools()? => {
                 resent = true;
@@ -179,7 +180,7 @@ async fn maestro(
                 )?;
                 continue;
             }
-            TurnEnd::Answer(_) => Ended::fallback(movement, response, "no_control_outcome"),
+            TurnEnd::Answer(_) => Ended::fallback(movement, response, EndReason::NoControlOutcome),
             TurnEnd::Transition {
                 next,
                 summary,
@@ -188,16 +189,12 @@ async fn maestro(
                 let index = movement
                     .rules
                     .iter()
-                    .position(|r| r.next.as_ref().is_some_and(|t| t.label() == next));
+                    .position(|r| r.next.as_ref() == Some(&next));
                 let mut ended = match index {
                     Some(i) => {
                         Ended::by_rule(movement, response, OutcomeSource::TransitionTool, i + 1)
                     }
-                    None => Ended::new(
-                        response,
-                        OutcomeSource::TransitionTool,
-                        Step::Go(Target::Movement(next)),
-                    ),
+                    None => Ended::new(response, OutcomeSource::TransitionTool, Step::Go(next)),
                 };
                 ended.summary = summary;
                 ended.lessons = lessons;
@@ -206,7 +203,7 @@ async fn maestro(
             TurnEnd::Complete { status, result } => {
                 let reason = match status {
                     RunStatus::Completed => None,
-                    _ => Some("complete_tool".to_string()),
+                    _ => Some(EndReason::CompleteTool),
                 };
                 Ended::new(
                     response,
@@ -218,8 +215,12 @@ async fn maestro(
                     },
                 )
             }
-            TurnEnd::ContextExhausted => Ended::fallback(movement, response, "context_exhausted"),
-            TurnEnd::IterationsExhausted => Ended::fallback(movement, response, "max_iterations"),
+            TurnEnd::ContextExhausted => {
+                Ended::fallback(movement, response, EndReason::ContextExhausted)
+            }
+            TurnEnd::IterationsExhausted => {
+                Ended::fallback(movement, response, EndReason::MaxIterations)
+            }
         });
     }
 }
@@ -235,12 +236,12 @@ fn answer_or_fallback(
         TurnEnd::ContextExhausted => Err(Box::new(Ended::fallback(
             movement,
             last_text(&agent.messages),
-            "context_exhausted",
+            EndReason::ContextExhausted,
         ))),
         TurnEnd::IterationsExhausted => Err(Box::new(Ended::fallback(
             movement,
             last_text(&agent.messages),
-            "max_iterations",
+            EndReason::MaxIterations,
         ))),
         TurnEnd::Transition { .. } | TurnEnd::Complete { .. } => Ok(last_text(&agent.messages)),
     }
@@ -334,7 +335,7 @@ async fn graph(
                     Step::Finish {
                         status: RunStatus::Failed,
                         result: None,
-                        reason: Some(format!("invalid_frontmatter: {}", problem.0)),
+                        reason: Some(EndReason::InvalidFrontmatter(problem.0)),
                     },
                 ));
             }

@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::EngineConfig;
 use crate::ctx::RunCtx;
+use crate::end_reason::EndReason;
 use crate::error::EngineError;
 use crate::event::{EventSink, JsonlSink, RunEvent};
 use crate::journal::Journal;
@@ -50,7 +51,7 @@ pub struct RunReport {
     pub status: RunStatus,
     /// The user-visible result: `complete.result`, or the last movement's answer.
     pub result: String,
-    pub reason: Option<String>,
+    pub reason: Option<EndReason>,
     pub run_dir: PathBuf,
     /// The final state (equal to replaying `events.jsonl`).
     pub state: RunState,
@@ -158,11 +159,11 @@ impl Engine {
             Err(e) => runner::Finish {
                 status: RunStatus::Failed,
                 result: String::new(),
-                reason: Some(run.redact(&if run.cancel.is_cancelled() {
-                    "cancelled".to_string()
+                reason: Some(if run.cancel.is_cancelled() {
+                    EndReason::Cancelled
                 } else {
-                    e.reason()
-                })),
+                    e.reason().redacted(|text| run.redact(text))
+                }),
             },
         };
         run.emit(RunEvent::RunFinished {

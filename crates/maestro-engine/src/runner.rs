@@ -14,6 +14,7 @@ use tokio::task::JoinSet;
 
 use crate::ctx::RunCtx;
 use crate::cycle::repeating_cycle;
+use crate::end_reason::EndReason;
 use crate::error::EngineError;
 use crate::event::RunEvent;
 use crate::judge::decide_rule;
@@ -26,7 +27,7 @@ use crate::state::RunState;
 pub(crate) struct Finish {
     pub status: RunStatus,
     pub result: String,
-    pub reason: Option<String>,
+    pub reason: Option<EndReason>,
 }
 
 /// Runs movements until the run reaches a terminal status.
@@ -48,7 +49,7 @@ pub(crate) async fn drive(run: &Arc<RunCtx>) -> Result<Finish, EngineError> {
             return Ok(Finish {
                 status: RunStatus::Exceeded,
                 result: last_answer,
-                reason: Some("max_movements".into()),
+                reason: Some(EndReason::MaxMovements),
             });
         }
         let Some(due) = run.piece.movements.iter().find(|m| m.name == next) else {
@@ -90,7 +91,7 @@ pub(crate) async fn drive(run: &Arc<RunCtx>) -> Result<Finish, EngineError> {
                     return Ok(Finish {
                         status: RunStatus::Aborted,
                         result: last_answer,
-                        reason: Some("loop_detected".into()),
+                        reason: Some(EndReason::LoopDetected),
                     });
                 }
                 let mut warning =
@@ -109,7 +110,7 @@ pub(crate) async fn drive(run: &Arc<RunCtx>) -> Result<Finish, EngineError> {
                         return Ok(Finish {
                             status: RunStatus::Aborted,
                             result: last_answer,
-                            reason: Some("loop_detected".into()),
+                            reason: Some(EndReason::LoopDetected),
                         });
                     }
                 }
@@ -199,19 +200,19 @@ fn due_monitor(run: &RunCtx, state: &RunState, next: &str) -> Option<usize> {
 
 /// The run's end, when the movement's step ends it.
 fn finish_of(ended: &Ended) -> Option<Finish> {
-    let finish = |status, reason: Option<&str>| Finish {
+    let finish = |status, reason: Option<EndReason>| Finish {
         status,
         result: ended.response.clone(),
-        reason: reason.map(str::to_string),
+        reason,
     };
     match &ended.step {
         Step::Go(Target::Movement(_)) | Step::Matched(_) => None,
         Step::Go(Target::Complete) => Some(finish(RunStatus::Completed, None)),
-        Step::Go(Target::Abort) => Some(finish(RunStatus::Aborted, Some("abort_rule"))),
-        Step::Go(Target::Ask) => Some(finish(RunStatus::NeedsUserInput, Some("ask"))),
+        Step::Go(Target::Abort) => Some(finish(RunStatus::Aborted, Some(EndReason::AbortRule))),
+        Step::Go(Target::Ask) => Some(finish(RunStatus::NeedsUserInput, Some(EndReason::Ask))),
         Step::Go(Target::WaitSubtasks) => Some(finish(
             RunStatus::Aborted,
-            Some("wait_subtasks_unsupported"),
+            Some(EndReason::WaitSubtasksUnsupported),
         )),
         Step::Finish {
             status,
@@ -231,9 +232,9 @@ fn next_label(step: &Step) -> String {
         Step::Go(target) => target.label().to_string(),
         Step::Matched(condition) => condition.clone(),
         Step::Finish { status, .. } => match status {
-            RunStatus::Completed => "COMPLETE".into(),
-            RunStatus::NeedsUserInput => "ASK".into(),
-            RunStatus::Aborted | RunStatus::Exceeded => "ABORT".into(),
+            RunStatus::Completed => Target::Complete.label().into(),
+            RunStatus::NeedsUserInput => Target::Ask.label().into(),
+            RunStatus::Aborted | RunStatus::Exceeded => Target::Abort.label().into(),
             RunStatus::Failed => "FAIL".into(),
         },
     }

@@ -10,6 +10,7 @@ use maestro_protocol::{RunStatus, Usage};
 use maestro_tools::RunScratch;
 use serde::{Deserialize, Serialize};
 
+use crate::end_reason::EndReason;
 use crate::event::{EventRecord, RunEvent};
 
 /// Where a run stands.
@@ -23,7 +24,7 @@ pub enum RunPhase {
     Finished {
         status: RunStatus,
         result: String,
-        reason: Option<String>,
+        reason: Option<EndReason>,
     },
 }
 

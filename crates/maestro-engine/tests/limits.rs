@@ -106,7 +106,11 @@ async fn a_movement_cut_off_by_the_iteration_cap_says_so_in_the_record() {
                 via,
                 reason,
                 ..
-            } => Some((movement.clone(), *via, reason.clone())),
+            } => Some((
+                movement.clone(),
+                *via,
+                reason.as_ref().map(ToString::to_string),
+            )),
             _ => None,
         })
         .collect();

@@ -62,7 +62,8 @@ async fn a_real_model_drives_a_piece_to_a_terminal_status() {
     assert!(
         !report
             .reason
-            .as_deref()
+            .as_ref()
+            .map(ToString::to_string)
             .unwrap_or_default()
             .starts_with("llm_error"),
         "{:?}",

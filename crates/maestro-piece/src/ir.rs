@@ -202,6 +202,18 @@ pub enum Target {
 }
 
 impl Target {
+    /// The sentinel `text` spells (`COMPLETE`, `ABORT`, `ASK`, `WAIT_SUBTASKS`), if it is one.
+    /// Loaders read a `next` through this once; past loading a target is never a string again.
+    pub fn sentinel(text: &str) -> Option<Target> {
+        match text {
+            "COMPLETE" => Some(Target::Complete),
+            "ABORT" => Some(Target::Abort),
+            "ASK" => Some(Target::Ask),
+            "WAIT_SUBTASKS" => Some(Target::WaitSubtasks),
+            _ => None,
+        }
+    }
+
     /// The spelling used in piece files and in the `transition` tool's enum.
     pub fn label(&self) -> &str {
         match self {
@@ -232,4 +244,23 @@ pub struct LoopMonitor {
     pub threshold: u32,
     /// The judge, as a movement whose rules pick the next movement.
     pub judge: Movement,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_sentinel_reads_back_from_its_label_and_a_movement_name_does_not() {
+        for target in [
+            Target::Complete,
+            Target::Abort,
+            Target::Ask,
+            Target::WaitSubtasks,
+        ] {
+            assert_eq!(Target::sentinel(target.label()), Some(target));
+        }
+        assert_eq!(Target::sentinel("complete"), None);
+        assert_eq!(Target::sentinel("review"), None);
+    }
 }

@@ -44,9 +44,6 @@ const RULE_KEYS: &[&str] = &["condition", "next"];
 /// Tools that reach a remote host and so need `allowed_ssh_connections`.
 pub(crate) const SSH_TOOLS: &[&str] = &["SshExec", "SshUpload", "SshDownload"];
 
-/// Sentinels a rule's `next` may not use (they end the run through the `complete` tool).
-const TERMINAL: &[&str] = &["COMPLETE", "ABORT", "ASK"];
-
 #[allow(clippy::unwrap_used)] // constant patterns
 static PIECE_NAME: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"^[a-z0-9-]+$").unwrap());
 #[allow(clippy::unwrap_used)]
@@ -164,7 +161,7 @@ fn movement_names(cx: &mut Cx<'_>, items: &[Node]) -> Vec<Option<String>> {
             names.push(None);
             continue;
         };
-        if TERMINAL.contains(&name) || name == "WAIT_SUBTASKS" {
+        if Target::sentinel(name).is_some() {
             cx.sink.error(
                 &path,
                 node.span,
@@ -252,7 +249,7 @@ fn read_movement(cx: &mut Cx<'_>, item: &Node, path: &str, known: &[&str]) -> Op
     let sink = &mut cx.sink;
     let default_next = m.get("default_next").and_then(|(node, path)| {
         let text = string(sink, node, &path)?;
-        match sentinel(text) {
+        match Target::sentinel(text) {
             Some(t) => Some(t),
             None if known.contains(&text) => Some(Target::Movement(text.to_owned())),
             None => {
@@ -351,7 +348,10 @@ fn read_rule(cx: &mut Cx<'_>, item: &Node, path: &str, known: &[&str]) -> Option
         .and_then(|(node, path)| nonempty_string(sink, node, &path));
     let next = r.required(sink, "next", WHAT).and_then(|(node, path)| {
         let text = string(sink, node, &path)?;
-        if TERMINAL.contains(&text) {
+        if matches!(
+            Target::sentinel(text),
+            Some(Target::Complete | Target::Abort | Target::Ask)
+        ) {
             let mut message = format!(
                 "`{text}` cannot be a rule's `next`: a movement ends the run by calling the `complete` tool; terminal sentinels are allowed only in `default_next`; known: {}, WAIT_SUBTASKS; fix: point the rule at a movement, or remove it and set `default_next: {text}` on the movement",
                 known_list(known)
@@ -364,7 +364,7 @@ fn read_rule(cx: &mut Cx<'_>, item: &Node, path: &str, known: &[&str]) -> Option
             sink.error(&path, node.span, message);
             return None;
         }
-        if text == "WAIT_SUBTASKS" {
+        if let Some(Target::WaitSubtasks) = Target::sentinel(text) {
             return Some(Target::WaitSubtasks);
         }
         if !known.contains(&text) {
@@ -385,14 +385,4 @@ fn read_rule(cx: &mut Cx<'_>, item: &Node, path: &str, known: &[&str]) -> Option
         appendix: None,
         prompt: None,
     })
-}
-
-fn sentinel(text: &str) -> Option<Target> {
-    match text {
-        "COMPLETE" => Some(Target::Complete),
-        "ABORT" => Some(Target::Abort),
-        "ASK" => Some(Target::Ask),
-        "WAIT_SUBTASKS" => Some(Target::WaitSubtasks),
-        _ => None,
-    }
 }

@@ -123,7 +123,10 @@ impl Ran {
 
     /// `(status, reason)` of the run.
     pub fn status(&self) -> (String, Option<String>) {
-        (self.report.status.to_string(), self.report.reason.clone())
+        (
+            self.report.status.to_string(),
+            self.report.reason.as_ref().map(ToString::to_string),
+        )
     }
 
     /// Checks what every run must satisfy (see [`assert_record_sound`]).

@@ -576,9 +576,8 @@ fn read_rule(
             .required(sink, "next", WHAT)
             .and_then(|(node, p)| {
                 let text = string(sink, node, &p)?;
-                match text {
-                    "COMPLETE" => Some(Target::Complete),
-                    "ABORT" => Some(Target::Abort),
+                match Target::sentinel(text) {
+                    Some(sentinel @ (Target::Complete | Target::Abort)) => Some(sentinel),
                     _ if targets.movements.iter().any(|m| m == text) => {
                         Some(Target::Movement(text.to_owned()))
                     }

@@ -31,7 +31,7 @@ pub use classifier::{Classified, ClassifyError, PieceSummary, classify};
 pub use config::EngineConfig;
 pub use context::{ContextMeter, ContextThresholds};
 pub use control::{COMPLETE, TRANSITION, WRITE_REPORT};
-pub use error::EngineError;
+pub use error::{EngineError, InternalError, RecordError, UnrunnablePiece};
 pub use event::{
     CallPurpose, ContextLevel, EventRecord, EventSink, JsonlSink, JudgeKind, MemorySink,
     OutcomeSource, ReminderKind, RunEvent, read_events,

@@ -37,4 +37,4 @@ pub use ir::{
     Target,
 };
 pub use load::{Failed, LoadOptions, Loaded, discover, load_bytes, load_file, load_str};
-pub use template::render_edge_prompt;
+pub use template::{MissingField, render_edge_prompt};

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use maestro_engine::EngineConfig;
-use maestro_tools::ssh::{SshConnection, SshRegistry};
+use maestro_tools::ssh::{SshConnection, SshRegistry, SshRegistryError};
 use maestro_tools::{BashSandboxMode, McpConfig, ToolsConfig, WebConfig, mcp};
 use serde::{Deserialize, Serialize};
 
@@ -87,7 +87,7 @@ pub struct SshConfig {
 impl SshConfig {
     /// The registry the SSH tools read. Duplicate ids are refused when loading, so this only
     /// fails for a configuration changed in code afterwards.
-    pub fn registry(&self) -> Result<SshRegistry, String> {
+    pub fn registry(&self) -> Result<SshRegistry, SshRegistryError> {
         SshRegistry::new(self.connections.clone())
     }
 }

@@ -26,7 +26,7 @@ mod workspace;
 pub use config::{BashSandboxMode, DEFAULT_ALLOWED_COMMANDS, ToolsConfig};
 pub use mcp::{McpConfig, McpError, McpHub, McpServer};
 pub use registry::{EDIT_TOOLS, META_TOOLS, Registry, is_offered};
-pub use ssh::{SshAuth, SshConnection, SshRegistry};
+pub use ssh::{SshAuth, SshConnection, SshRegistry, SshRegistryError};
 pub use tool::{
     BoxFuture, CancellationToken, ChecklistItem, RunScratch, Tool, ToolContext, ToolOutput,
 };

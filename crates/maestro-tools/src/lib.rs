@@ -32,5 +32,5 @@ pub use tool::{
 };
 pub use web::{SearchProvider, WebConfig};
 pub use workspace::{
-    ResolvedPath, SANDBOX_WORKSPACE, WORKSPACE_DIRS, Workspace, prepare_workspace,
+    ResolvedPath, SANDBOX_WORKSPACE, WORKSPACE_DIRS, Workspace, WorkspaceError, prepare_workspace,
 };

@@ -226,8 +226,12 @@ impl Config {
             );
         }
         for slug in self.mcp.servers.keys() {
-            if let Err(message) = mcp::check_slug(slug) {
-                fail(&["mcp", "servers", slug], message, "rename the server");
+            if let Err(invalid) = mcp::check_slug(slug) {
+                fail(
+                    &["mcp", "servers", slug],
+                    invalid.to_string(),
+                    "rename the server",
+                );
             }
         }
         for (index, connection) in self.ssh.connections.iter().enumerate() {

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use maestro_engine::EngineConfig;
-use maestro_tools::ssh::{SshConnection, SshRegistry};
+use maestro_tools::ssh::{SshConnection, SshRegistry, SshRegistryError};
 use maestro_tools::{BashSandboxMode, McpConfig, ToolsConfig, WebConfig, mcp};
 use serde::{Deserialize, Serialize};
 
@@ -87,7 +87,7 @@ pub struct SshConfig {
 impl SshConfig {
     /// The registry the SSH tools read. Duplicate ids are refused when loading, so this only
     /// fails for a configuration changed in code afterwards.
-    pub fn registry(&self) -> Result<SshRegistry, String> {
+    pub fn registry(&self) -> Result<SshRegistry, SshRegistryError> {
         SshRegistry::new(self.connections.clone())
     }
 }
@@ -226,8 +226,12 @@ impl Config {
             );
         }
         for slug in self.mcp.servers.keys() {
-            if let Err(message) = mcp::check_slug(slug) {
-                fail(&["mcp", "servers", slug], message, "rename the server");
+            if let Err(invalid) = mcp::check_slug(slug) {
+                fail(
+                    &["mcp", "servers", slug],
+                    invalid.to_string(),
+                    "rename the server",
+                );
             }
         }
         for (index, connection) in self.ssh.connections.iter().enumerate() {

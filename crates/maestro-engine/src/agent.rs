@@ -200,7 +200,7 @@ impl<'a> Agent<'a> {
                 Ok(response) => response,
                 // The endpoint counted more tokens than our estimate: the conversation no
                 // longer fits, which is the context manager's outcome, not a failed run.
-                Err(EngineError::Llm(e)) if is_context_overflow(&e) => {
+                Err(EngineError::Llm(e @ LlmError::ContextOverflow { .. })) => {
                     self.run.emit(RunEvent::Warning {
                         movement: Some(self.name().to_string()),
                         message: format!("the endpoint refused the request as too long: {e}"),
@@ -455,50 +455,5 @@ impl<'a> Agent<'a> {
         })?;
         self.reports_written.insert(name.to_string());
         Ok(ToolOutput::ok(format!("report `{name}` written")))
-    }
-}
-
-/// Whether an endpoint error says the request exceeded the model's context window. The wording
-/// differs per server: llama.cpp ("exceeds the available context size"), vLLM and OpenAI
-/// ("maximum context length", `context_length_exceeded`), Ollama ("context length").
-fn is_context_overflow(error: &LlmError) -> bool {
-    let LlmError::Http {
-        status: 400 | 413,
-        message,
-    } = error
-    else {
-        return false;
-    };
-    let message = message.to_ascii_lowercase();
-    [
-        "context size",
-        "context length",
-        "context_length",
-        "context window",
-        "too many tokens",
-    ]
-    .iter()
-    .any(|needle| message.contains(needle))
-}
-
-#[cfg(test)]
-mod context_overflow_tests {
-    use super::*;
-
-    #[test]
-    fn endpoint_context_overflow_messages_are_recognised() {
-        let http = |status, message: &str| LlmError::Http {
-            status,
-            message: message.into(),
-        };
-        for text in [
-            "request (4173 tokens) exceeds the available context size (4096 tokens)",
-            "This model's maximum context length is 8192 tokens. However, you requested 9000",
-            "{\"error\":{\"code\":\"context_length_exceeded\"}}",
-        ] {
-            assert!(is_context_overflow(&http(400, text)), "{text}");
-        }
-        assert!(!is_context_overflow(&http(400, "unknown model `x`")));
-        assert!(!is_context_overflow(&http(500, "context size exceeded")));
     }
 }

@@ -76,6 +76,12 @@ impl RunCtx {
                     message: self.redact(&message),
                 })
             }
+            maestro_llm::LlmError::ContextOverflow { status, message } => {
+                EngineError::Llm(maestro_llm::LlmError::ContextOverflow {
+                    status,
+                    message: self.redact(&message),
+                })
+            }
             other => EngineError::Llm(other),
         })?;
         self.emit(RunEvent::LlmResponse {

@@ -1,22 +1,78 @@
 //! Errors that stop a run as `failed` (everything else is an outcome, not an error).
 
+use std::path::PathBuf;
+
 use maestro_llm::LlmError;
 
 use crate::end_reason::EndReason;
 
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+/// Why a run stopped as `failed`. Each variant keeps the error that caused it as its source.
+#[derive(Debug, thiserror::Error)]
 pub enum EngineError {
     /// The model endpoint failed after the provider's own retries.
     #[error(transparent)]
     Llm(#[from] LlmError),
     /// The run directory or `events.jsonl` cannot be written.
     #[error("run record: {0}")]
-    Record(String),
+    Record(#[from] RecordError),
     /// The piece cannot be run as loaded (a rule points nowhere, a parallel movement is empty).
     #[error("piece: {0}")]
-    Piece(String),
+    Piece(#[from] UnrunnablePiece),
+    /// A broken invariant of the engine itself.
     #[error("internal: {0}")]
-    Internal(String),
+    Internal(#[from] InternalError),
+}
+
+/// The run record cannot be written.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    /// A directory of the run (`what` names it, e.g. "the run directory") cannot be created.
+    #[error("cannot create {what} {}: {source}", path.display())]
+    Create {
+        what: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// `events.jsonl` cannot be opened for appending.
+    #[error("cannot open {}: {source}", path.display())]
+    Open {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// An event cannot be appended to the durable record.
+    #[error("cannot append event: {0}")]
+    Append(#[source] std::io::Error),
+}
+
+/// The piece as loaded cannot be run.
+#[derive(Debug, thiserror::Error)]
+pub enum UnrunnablePiece {
+    /// A rule's target is not a movement of the piece.
+    #[error("a rule leads to `{movement}`, which is not a movement of piece `{piece}`")]
+    UnknownMovement { movement: String, piece: String },
+}
+
+/// A broken invariant of the engine.
+#[derive(Debug, thiserror::Error)]
+pub enum InternalError {
+    #[error("journal lock poisoned")]
+    JournalLockPoisoned,
+    #[error("no movement is due")]
+    NoMovementDue,
+    #[error("the run ended without a terminal status")]
+    NoTerminalStatus,
+    /// The task running a sub-movement panicked or was aborted.
+    #[error("a sub-movement of `{parent}` crashed: {source}")]
+    SubMovementCrashed {
+        parent: String,
+        #[source]
+        source: tokio::task::JoinError,
+    },
+    /// A transcript message cannot be serialised.
+    #[error("transcript: {0}")]
+    Transcript(#[source] serde_json::Error),
 }
 
 impl EngineError {
@@ -24,9 +80,34 @@ impl EngineError {
     pub fn reason(&self) -> EndReason {
         match self {
             EngineError::Llm(e) => EndReason::LlmError(e.to_string()),
-            EngineError::Record(e) => EndReason::RecordError(e.clone()),
-            EngineError::Piece(e) => EndReason::PieceError(e.clone()),
-            EngineError::Internal(e) => EndReason::InternalError(e.clone()),
+            EngineError::Record(e) => EndReason::RecordError(e.to_string()),
+            EngineError::Piece(e) => EndReason::PieceError(e.to_string()),
+            EngineError::Internal(e) => EndReason::InternalError(e.to_string()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::error::Error as _;
+
+    use super::*;
+
+    #[test]
+    fn a_record_error_keeps_its_io_cause_and_its_words() {
+        let error = EngineError::from(RecordError::Open {
+            path: PathBuf::from("/runs/r1/events.jsonl"),
+            source: std::io::Error::from(std::io::ErrorKind::PermissionDenied),
+        });
+        assert_eq!(
+            error.to_string(),
+            "run record: cannot open /runs/r1/events.jsonl: permission denied"
+        );
+        assert_eq!(
+            error.reason().to_string(),
+            "record_error: cannot open /runs/r1/events.jsonl: permission denied"
+        );
+        let cause = error.source().and_then(|e| e.source());
+        assert!(cause.is_some_and(|e| e.is::<std::io::Error>()), "{cause:?}");
     }
 }

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use time::format_description::well_known::Rfc3339;
 
-use crate::error::EngineError;
+use crate::error::{EngineError, InternalError, RecordError};
 use crate::event::{EventRecord, EventSink, RunEvent};
 use crate::state::RunState;
 
@@ -41,15 +41,13 @@ impl Journal {
         let mut inner = self
             .inner
             .lock()
-            .map_err(|_| EngineError::Internal("journal lock poisoned".into()))?;
+            .map_err(|_| EngineError::from(InternalError::JournalLockPoisoned))?;
         let record = EventRecord {
             seq: inner.seq + 1,
             ts: now_rfc3339(),
             event,
         };
-        self.durable
-            .record(&record)
-            .map_err(|e| EngineError::Record(format!("cannot append event: {e}")))?;
+        self.durable.record(&record).map_err(RecordError::Append)?;
         for observer in &self.observers {
             let _ = observer.record(&record);
         }

@@ -33,7 +33,7 @@ pub use config::EngineConfig;
 pub use context::{ContextMeter, ContextThresholds};
 pub use control::{COMPLETE, TRANSITION, WRITE_REPORT};
 pub use end_reason::{EndReason, UnknownEndReason};
-pub use error::EngineError;
+pub use error::{EngineError, InternalError, RecordError, UnrunnablePiece};
 pub use event::{
     CallPurpose, ContextLevel, EventRecord, EventSink, JsonlSink, JudgeKind, MemorySink,
     OutcomeSource, ReminderKind, RunEvent, read_events,

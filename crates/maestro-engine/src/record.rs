@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use time::macros::format_description;
 
-use crate::error::EngineError;
+use crate::error::{EngineError, RecordError};
 
 /// Where one run keeps its files.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,8 +23,12 @@ impl RunRecord {
     /// (created if missing, its contents left alone); otherwise in the run directory, laid out as
     /// a job workspace.
     pub fn create(runs_dir: &Path, workspace: Option<&Path>) -> Result<RunRecord, EngineError> {
-        let io = |what: &str, path: &Path, e: std::io::Error| {
-            EngineError::Record(format!("cannot create {what} {}: {e}", path.display()))
+        let io = |what: &'static str, path: &Path, e: std::io::Error| {
+            EngineError::Record(RecordError::Create {
+                what,
+                path: path.to_path_buf(),
+                source: e,
+            })
         };
         std::fs::create_dir_all(runs_dir).map_err(|e| io("the runs directory", runs_dir, e))?;
         let (run_id, dir) = loop {

@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::EngineConfig;
 use crate::ctx::RunCtx;
 use crate::end_reason::EndReason;
-use crate::error::EngineError;
+use crate::error::{EngineError, InternalError, RecordError};
 use crate::event::{EventSink, JsonlSink, RunEvent};
 use crate::journal::Journal;
 use crate::record::RunRecord;
@@ -97,12 +97,11 @@ impl Engine {
         record: RunRecord,
         observers: Vec<Arc<dyn EventSink>>,
     ) -> Result<RunReport, EngineError> {
-        let durable = JsonlSink::append_to(&record.events_path()).map_err(|e| {
-            EngineError::Record(format!(
-                "cannot open {}: {e}",
-                record.events_path().display()
-            ))
-        })?;
+        let durable =
+            JsonlSink::append_to(&record.events_path()).map_err(|e| RecordError::Open {
+                path: record.events_path(),
+                source: e,
+            })?;
         let context_window = match self.config.context_length {
             Some(length) => Some(length),
             None => self.provider.context_length(&self.config.model).await,
@@ -155,7 +154,7 @@ impl Engine {
         }
         let finish = match runner::drive(&run).await {
             Ok(finish) => finish,
-            Err(EngineError::Record(e)) => return Err(EngineError::Record(e)),
+            Err(e @ EngineError::Record(_)) => return Err(e),
             Err(e) => runner::Finish {
                 status: RunStatus::Failed,
                 result: String::new(),
@@ -178,9 +177,7 @@ impl Engine {
             reason,
         } = state.phase.clone()
         else {
-            return Err(EngineError::Internal(
-                "the run ended without a terminal status".into(),
-            ));
+            return Err(InternalError::NoTerminalStatus.into());
         };
         Ok(RunReport {
             run_id: record.run_id,

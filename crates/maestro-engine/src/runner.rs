@@ -15,7 +15,7 @@ use tokio::task::JoinSet;
 use crate::ctx::RunCtx;
 use crate::cycle::repeating_cycle;
 use crate::end_reason::EndReason;
-use crate::error::EngineError;
+use crate::error::{EngineError, InternalError, UnrunnablePiece};
 use crate::event::RunEvent;
 use crate::judge::decide_rule;
 use crate::movement::{self, Ended, Step};
@@ -35,7 +35,7 @@ pub(crate) async fn drive(run: &Arc<RunCtx>) -> Result<Finish, EngineError> {
     loop {
         let state = run.journal.state();
         let Some(next) = state.next.clone() else {
-            return Err(EngineError::Internal("no movement is due".into()));
+            return Err(InternalError::NoMovementDue.into());
         };
         let last_answer = state.previous_response.clone().unwrap_or_default();
         if state.iteration >= run.piece.max_movements {
@@ -53,10 +53,11 @@ pub(crate) async fn drive(run: &Arc<RunCtx>) -> Result<Finish, EngineError> {
             });
         }
         let Some(due) = run.piece.movements.iter().find(|m| m.name == next) else {
-            return Err(EngineError::Piece(format!(
-                "a rule leads to `{next}`, which is not a movement of piece `{}`",
-                run.piece.name
-            )));
+            return Err(UnrunnablePiece::UnknownMovement {
+                movement: next,
+                piece: run.piece.name.clone(),
+            }
+            .into());
         };
         let (movement, cycle_count, loop_warning) = match due_monitor(run, &state, &next) {
             Some(index) => {
@@ -319,10 +320,10 @@ async fn run_parallel(run: &Arc<RunCtx>, parent: &Movement) -> Result<Ended, Eng
                 failure.get_or_insert(e);
             }
             Err(e) => {
-                failure.get_or_insert(EngineError::Internal(format!(
-                    "a sub-movement of `{}` crashed: {e}",
-                    parent.name
-                )));
+                failure.get_or_insert(EngineError::from(InternalError::SubMovementCrashed {
+                    parent: parent.name.clone(),
+                    source: e,
+                }));
             }
         }
     }
@@ -426,8 +427,7 @@ fn write_transcript(
     let path = run.record.logs_dir().join(name);
     let mut text = String::new();
     for message in messages {
-        let line = serde_json::to_string(message)
-            .map_err(|e| EngineError::Internal(format!("transcript: {e}")))?;
+        let line = serde_json::to_string(message).map_err(InternalError::Transcript)?;
         text.push_str(&run.redact(&line));
         text.push('\n');
     }

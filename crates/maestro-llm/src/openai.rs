@@ -454,6 +454,10 @@ impl OpenAiCompat {
                 status,
                 message: r(message),
             },
+            LlmError::ContextOverflow { status, message } => LlmError::ContextOverflow {
+                status,
+                message: r(message),
+            },
             LlmError::Stream(message) => LlmError::Stream(r(message)),
             LlmError::Protocol(message) => LlmError::Protocol(r(message)),
             LlmError::Timeout(message) => LlmError::Timeout(r(message)),

@@ -103,6 +103,11 @@ pub enum LlmError {
     Connect { url: String, message: String },
     #[error("the model endpoint answered HTTP {status}: {message}")]
     Http { status: u16, message: String },
+    /// The endpoint refused the request because it does not fit the model's context window
+    /// (HTTP 400 or 413 in the server's own words). The engine ends the movement as
+    /// context-exhausted rather than failing the run.
+    #[error("the model endpoint answered HTTP {status}: {message}")]
+    ContextOverflow { status: u16, message: String },
     #[error("the model's stream broke: {0}")]
     Stream(String),
     #[error("the model sent an answer that cannot be read: {0}")]

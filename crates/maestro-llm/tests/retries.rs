@@ -230,3 +230,46 @@ async fn connect_errors_are_retried_then_reported() {
     }
     assert_eq!(events.retries().len(), 2);
 }
+
+#[tokio::test]
+async fn a_context_overflow_in_each_servers_words_is_typed() {
+    let cases = [
+        (
+            400,
+            r#"{"error":{"code":400,"message":"request (4173 tokens) exceeds the available context size (4096 tokens), try increasing it","type":"exceed_context_size_error"}}"#,
+            "request (4173 tokens) exceeds the available context size (4096 tokens), try increasing it",
+        ),
+        (
+            400,
+            r#"{"error":{"message":"This model's maximum context length is 8192 tokens. However, you requested 9000 tokens.","code":"context_length_exceeded"}}"#,
+            "This model's maximum context length is 8192 tokens. However, you requested 9000 tokens.",
+        ),
+        (
+            400,
+            r#"{"error":{"code":"context_length_exceeded"}}"#,
+            r#"{"error":{"code":"context_length_exceeded"}}"#,
+        ),
+        (
+            413,
+            r#"{"error":"the input length exceeds the context length"}"#,
+            "the input length exceeds the context length",
+        ),
+    ];
+    for (status, body, message) in cases {
+        let server =
+            ScriptedLlm::start([Turn::http_error(status, body), Turn::text("never reached")]).await;
+        let llm = client(config(server.base_url()));
+        let events = Events::default();
+        let error = llm.chat(ask("hi"), &events.sink()).await.unwrap_err();
+        assert_eq!(
+            error,
+            LlmError::ContextOverflow {
+                status,
+                message: message.into()
+            },
+            "{body}"
+        );
+        assert!(events.retries().is_empty());
+        assert_eq!(server.remaining(), 1);
+    }
+}

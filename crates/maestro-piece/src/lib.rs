@@ -42,4 +42,4 @@ pub use ir::{
 };
 pub use load::{Failed, Loaded, discover, load_bytes, load_file, load_str};
 pub use options::LoadOptions;
-pub use template::render_edge_prompt;
+pub use template::{MissingField, render_edge_prompt};

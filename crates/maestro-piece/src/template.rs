@@ -98,9 +98,27 @@ pub fn mustache_names(template: &str) -> Vec<String> {
     names
 }
 
+/// An edge prompt names a field the frontmatter does not have.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the edge prompt uses `{placeholder}` but the frontmatter has no field `{field}`; it has: {}",
+    crate::check::known_list(known)
+)]
+pub struct MissingField {
+    /// The placeholder as written, braces included (`{{{b}}}`).
+    pub placeholder: String,
+    /// The field it names.
+    pub field: String,
+    /// The fields the frontmatter has.
+    pub known: Vec<String>,
+}
+
 /// Fills `{{{x}}}` and `{{x}}` from frontmatter fields. Strings go in as they are; other
 /// values as compact JSON. A field the frontmatter lacks is an error naming it.
-pub fn render_edge_prompt(template: &str, fields: &Map<String, Value>) -> Result<String, String> {
+pub fn render_edge_prompt(
+    template: &str,
+    fields: &Map<String, Value>,
+) -> Result<String, MissingField> {
     let mut out = String::with_capacity(template.len());
     let mut rest = template;
     while let Some(start) = rest.find("{{") {
@@ -122,11 +140,11 @@ pub fn render_edge_prompt(template: &str, fields: &Map<String, Value>) -> Result
             Some(Value::Null) => {}
             Some(other) => out.push_str(&other.to_string()),
             None => {
-                let known: Vec<&str> = fields.keys().map(String::as_str).collect();
-                return Err(format!(
-                    "the edge prompt uses `{open}{name}{close}` but the frontmatter has no field `{name}`; it has: {}",
-                    crate::check::known_list(&known)
-                ));
+                return Err(MissingField {
+                    placeholder: format!("{open}{name}{close}"),
+                    field: name.to_owned(),
+                    known: fields.keys().cloned().collect(),
+                });
             }
         }
         rest = &body[end + close.len()..];
@@ -169,7 +187,7 @@ mod tests {
     fn missing_fields_are_named() {
         let f = fields(serde_json::json!({"a": "x"}));
         assert_eq!(
-            render_edge_prompt("{{{b}}}", &f),
+            render_edge_prompt("{{{b}}}", &f).map_err(|e| e.to_string()),
             Err(
                 "the edge prompt uses `{{{b}}}` but the frontmatter has no field `b`; it has: a"
                     .to_owned()

@@ -26,11 +26,11 @@ mod workspace;
 pub use config::{BashSandboxMode, DEFAULT_ALLOWED_COMMANDS, ToolsConfig};
 pub use mcp::{McpConfig, McpError, McpHub, McpServer};
 pub use registry::{EDIT_TOOLS, META_TOOLS, Registry, is_offered};
-pub use ssh::{SshAuth, SshConnection, SshRegistry};
+pub use ssh::{SshAuth, SshConnection, SshRegistry, SshRegistryError};
 pub use tool::{
     BoxFuture, CancellationToken, ChecklistItem, RunScratch, Tool, ToolContext, ToolOutput,
 };
 pub use web::{SearchProvider, WebConfig};
 pub use workspace::{
-    ResolvedPath, SANDBOX_WORKSPACE, WORKSPACE_DIRS, Workspace, prepare_workspace,
+    ResolvedPath, SANDBOX_WORKSPACE, WORKSPACE_DIRS, Workspace, WorkspaceError, prepare_workspace,
 };

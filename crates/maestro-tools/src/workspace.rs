@@ -41,6 +41,55 @@ impl ResolvedPath {
     }
 }
 
+/// Why a workspace cannot be opened or a path in it cannot be used. The messages are written
+/// for the model: each says what to send instead.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkspaceError {
+    #[error("workspace `{}` is not usable: {source}", root.display())]
+    Unusable {
+        root: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("workspace `{}` is not a directory", root.display())]
+    NotADirectory { root: PathBuf },
+    #[error(
+        "the path is empty; give a path relative to the workspace root, e.g. `output/notes.md`"
+    )]
+    EmptyPath,
+    #[error("the path contains a NUL byte")]
+    NulByte,
+    #[error(
+        "`{requested}` is outside the workspace; tools only reach files inside it. Use a path \
+         relative to the workspace root, e.g. `input/data.csv` or `output/report.md`"
+    )]
+    Outside { requested: String },
+    #[error(
+        "`{requested}` is (or passes through) a symlink whose target does not exist; refusing \
+         to follow it"
+    )]
+    DanglingSymlink { requested: String },
+    #[error("`{requested}` leads outside the workspace (through a symlink); refusing to follow it")]
+    SymlinkOutside { requested: String },
+    #[error("cannot write to the workspace root itself; name a file")]
+    WorkspaceRoot,
+    #[error(
+        "`{requested}` is not in a writable directory; this movement may write only under {}",
+        writable_dirs.iter().map(|d| format!("`{d}/`")).collect::<Vec<_>>().join(", ")
+    )]
+    NotWritable {
+        requested: String,
+        writable_dirs: Vec<String>,
+    },
+}
+
+/// Tools hand these messages to the model as text.
+impl From<WorkspaceError> for String {
+    fn from(error: WorkspaceError) -> String {
+        error.to_string()
+    }
+}
+
 /// A canonicalised workspace root.
 #[derive(Debug, Clone)]
 pub struct Workspace {
@@ -49,11 +98,13 @@ pub struct Workspace {
 
 impl Workspace {
     /// Opens an existing workspace directory.
-    pub fn open(root: &Path) -> Result<Workspace, String> {
-        let root = std::fs::canonicalize(root)
-            .map_err(|e| format!("workspace `{}` is not usable: {e}", root.display()))?;
+    pub fn open(root: &Path) -> Result<Workspace, WorkspaceError> {
+        let root = std::fs::canonicalize(root).map_err(|source| WorkspaceError::Unusable {
+            root: root.to_path_buf(),
+            source,
+        })?;
         if !root.is_dir() {
-            return Err(format!("workspace `{}` is not a directory", root.display()));
+            return Err(WorkspaceError::NotADirectory { root });
         }
         Ok(Workspace { root })
     }
@@ -67,12 +118,12 @@ impl Workspace {
     /// sandbox's name for it). The existing part of the path is resolved through symlinks and
     /// must stay inside; a dangling symlink is refused because writing through it would create
     /// a file wherever it points.
-    pub fn resolve(&self, requested: &str) -> Result<ResolvedPath, String> {
+    pub fn resolve(&self, requested: &str) -> Result<ResolvedPath, WorkspaceError> {
         if requested.trim().is_empty() {
-            return Err("the path is empty; give a path relative to the workspace root, e.g. `output/notes.md`".to_string());
+            return Err(WorkspaceError::EmptyPath);
         }
         if requested.contains('\0') {
-            return Err("the path contains a NUL byte".to_string());
+            return Err(WorkspaceError::NulByte);
         }
         let req = Path::new(requested);
         let joined = if req.is_absolute() {
@@ -83,11 +134,8 @@ impl Workspace {
         } else {
             self.root.join(req)
         };
-        let outside = || {
-            format!(
-                "`{requested}` is outside the workspace; tools only reach files inside it. Use a \
-                 path relative to the workspace root, e.g. `input/data.csv` or `output/report.md`"
-            )
+        let outside = || WorkspaceError::Outside {
+            requested: requested.to_string(),
         };
         let normal = normalize(&joined).ok_or_else(outside)?;
         if !normal.starts_with(&self.root) {
@@ -101,10 +149,9 @@ impl Workspace {
                 Ok(c) => break c,
                 Err(_) => {
                     if std::fs::symlink_metadata(&existing).is_ok() {
-                        return Err(format!(
-                            "`{requested}` is (or passes through) a symlink whose target does not \
-                             exist; refusing to follow it"
-                        ));
+                        return Err(WorkspaceError::DanglingSymlink {
+                            requested: requested.to_string(),
+                        });
                     }
                     match (
                         existing.file_name().map(|n| n.to_os_string()),
@@ -120,9 +167,9 @@ impl Workspace {
             }
         };
         if !canonical.starts_with(&self.root) {
-            return Err(format!(
-                "`{requested}` leads outside the workspace (through a symlink); refusing to follow it"
-            ));
+            return Err(WorkspaceError::SymlinkOutside {
+                requested: requested.to_string(),
+            });
         }
         let mut abs = canonical;
         for name in rest.into_iter().rev() {
@@ -141,22 +188,18 @@ impl Workspace {
         &self,
         requested: &str,
         writable_dirs: &[String],
-    ) -> Result<ResolvedPath, String> {
+    ) -> Result<ResolvedPath, WorkspaceError> {
         let path = self.resolve(requested)?;
         if path.rel.as_os_str().is_empty() {
-            return Err("cannot write to the workspace root itself; name a file".to_string());
+            return Err(WorkspaceError::WorkspaceRoot);
         }
         if is_writable(&path.rel, writable_dirs) {
             Ok(path)
         } else {
-            Err(format!(
-                "`{requested}` is not in a writable directory; this movement may write only under {}",
-                writable_dirs
-                    .iter()
-                    .map(|d| format!("`{d}/`"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ))
+            Err(WorkspaceError::NotWritable {
+                requested: requested.to_string(),
+                writable_dirs: writable_dirs.to_vec(),
+            })
         }
     }
 }

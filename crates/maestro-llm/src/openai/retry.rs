@@ -75,6 +75,9 @@ pub(crate) fn classify_status(
     sent_stream: bool,
 ) -> Failure {
     let lower = message.to_ascii_lowercase();
+    if is_context_overflow(status, &lower) {
+        return Failure::Final(LlmError::ContextOverflow { status, message });
+    }
     if status == 400 && sent_stream_options && lower.contains("stream_options") {
         return Failure::Unsupported(Feature::StreamOptions, LlmError::Http { status, message });
     }
@@ -87,6 +90,22 @@ pub(crate) fn classify_status(
     } else {
         Failure::Final(error)
     }
+}
+
+/// Whether an HTTP error answer says the request exceeded the model's context window. The
+/// wording differs per server: llama.cpp ("exceeds the available context size"), vLLM and
+/// OpenAI ("maximum context length", `context_length_exceeded`), Ollama ("context length").
+fn is_context_overflow(status: u16, lower_message: &str) -> bool {
+    matches!(status, 400 | 413)
+        && [
+            "context size",
+            "context length",
+            "context_length",
+            "context window",
+            "too many tokens",
+        ]
+        .iter()
+        .any(|needle| lower_message.contains(needle))
 }
 
 /// The provider's own words from an error body: `error.message`, `error` (a string), `message`
@@ -217,7 +236,24 @@ mod tests {
         ));
         assert!(matches!(
             classify_status(400, "bad messages".into(), None, true, true),
-            Failure::Final(_)
+            Failure::Final(LlmError::Http { .. })
         ));
+    }
+
+    #[test]
+    fn only_a_refused_request_names_a_context_overflow() {
+        let overflow = |status, message: &str| {
+            matches!(
+                classify_status(status, message.into(), None, true, true),
+                Failure::Final(LlmError::ContextOverflow { .. })
+            )
+        };
+        assert!(overflow(
+            400,
+            "This model's maximum context length is 8192 tokens"
+        ));
+        assert!(overflow(413, "request exceeds the available context size"));
+        assert!(!overflow(400, "unknown model `x`"));
+        assert!(!overflow(500, "context size exceeded"));
     }
 }

@@ -103,16 +103,25 @@ impl<'de> Deserialize<'de> for McpServer {
     }
 }
 
+/// An MCP server name that cannot be part of a tool name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "MCP server name {slug:?} is invalid: use 1-64 characters from a-z, 0-9, `_` and `-`, without `__`"
+)]
+pub struct InvalidSlug {
+    pub slug: String,
+}
+
 /// Checks a server slug: `[a-z0-9_-]{1,64}` (as `required_mcp` allows), without `__`, which
 /// separates the parts of a tool name.
-pub fn check_slug(slug: &str) -> Result<(), String> {
+pub fn check_slug(slug: &str) -> Result<(), InvalidSlug> {
     let valid_chars = slug
         .chars()
         .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-');
     if slug.is_empty() || slug.len() > 64 || !valid_chars || slug.contains("__") {
-        return Err(format!(
-            "MCP server name {slug:?} is invalid: use 1-64 characters from a-z, 0-9, `_` and `-`, without `__`"
-        ));
+        return Err(InvalidSlug {
+            slug: slug.to_string(),
+        });
     }
     Ok(())
 }

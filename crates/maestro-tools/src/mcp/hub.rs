@@ -79,7 +79,7 @@ impl McpHub {
         let timeout = Duration::from_secs(config.startup_timeout_secs.max(1));
         let starts = config.servers.iter().map(|(slug, server)| async move {
             let state = match check_slug(slug) {
-                Err(e) => ServerState::Down(e),
+                Err(e) => ServerState::Down(e.to_string()),
                 Ok(()) => match connect(slug, server, timeout).await {
                     Ok(conn) => ServerState::Up(Arc::new(conn)),
                     Err(reason) => {

@@ -7,5 +7,5 @@ mod connection;
 mod hub;
 mod tool;
 
-pub use config::{McpConfig, McpServer, check_slug};
+pub use config::{InvalidSlug, McpConfig, McpServer, check_slug};
 pub use hub::{McpError, McpHub};

@@ -11,7 +11,7 @@ use russh::keys::{HashAlg, PrivateKeyWithHashAlg, PublicKey, PublicKeyOrCertific
 use russh_sftp::client::SftpSession;
 use tokio_util::sync::CancellationToken;
 
-use super::registry::{SshAuth, SshConnection};
+use super::registry::{SecretSource, SshAuth, SshConnection};
 
 /// What the server's host key must be.
 enum ExpectedHostKey {
@@ -160,7 +160,11 @@ async fn authenticate(
 ) -> Result<bool, String> {
     let result = match &conn.auth {
         SshAuth::Key { path, passphrase } => {
-            let passphrase = passphrase.as_ref().map(|p| p.resolve()).transpose()?;
+            let passphrase = passphrase
+                .as_ref()
+                .map(SecretSource::resolve)
+                .transpose()
+                .map_err(|e| e.to_string())?;
             if let Some(p) = &passphrase {
                 secrets.push(p.clone());
             }
@@ -177,7 +181,7 @@ async fn authenticate(
                 .await
         }
         SshAuth::Password(source) => {
-            let password = source.resolve()?;
+            let password = source.resolve().map_err(|e| e.to_string())?;
             secrets.push(password.clone());
             handle
                 .authenticate_password(&conn.user, password.expose())

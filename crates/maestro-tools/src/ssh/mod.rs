@@ -14,7 +14,9 @@ mod tools;
 use std::sync::Arc;
 
 pub use access::{AccessError, authorize};
-pub use registry::{SecretSource, SshAuth, SshConnection, SshRegistry};
+pub use registry::{
+    MissingSecret, SecretSource, SshAuth, SshConnection, SshRegistry, SshRegistryError,
+};
 
 use crate::Tool;
 use tools::{SshAction, SshTool};

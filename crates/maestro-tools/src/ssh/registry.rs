@@ -62,14 +62,57 @@ pub enum SecretSource {
 
 impl SecretSource {
     /// The secret, reading the environment variable if that is where it lives.
-    pub fn resolve(&self) -> Result<Secret, String> {
+    pub fn resolve(&self) -> Result<Secret, MissingSecret> {
         match self {
             SecretSource::Inline(secret) => Ok(secret.clone()),
-            SecretSource::Env(var) => std::env::var(var).map(Secret::new).map_err(|_| {
-                format!("the environment variable {var} holding the secret is not set")
-            }),
+            SecretSource::Env(var) => {
+                std::env::var(var)
+                    .map(Secret::new)
+                    .map_err(|source| MissingSecret {
+                        var: var.clone(),
+                        source,
+                    })
+            }
         }
     }
+}
+
+/// The environment variable that should hold a secret is not set (or not Unicode).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the environment variable {var} holding the secret is not set")]
+pub struct MissingSecret {
+    pub var: String,
+    #[source]
+    pub source: std::env::VarError,
+}
+
+/// Why the declared SSH connections cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum SshRegistryError {
+    /// Two connections share an id.
+    #[error("SSH connection id {0} is declared twice")]
+    DuplicateId(Uuid),
+    /// The connections file cannot be read.
+    #[error("cannot read SSH connections from {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The connections file is not the expected JSON.
+    #[error("{}:{}:{}: {source}", path.display(), source.line(), source.column())]
+    Parse {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The connections file declares something the registry refuses.
+    #[error("{}: {source}", path.display())]
+    InFile {
+        path: PathBuf,
+        #[source]
+        source: Box<SshRegistryError>,
+    },
 }
 
 /// The configuration form of [`SshAuth`]: exactly one of `key`, `password`, `password_env`.
@@ -116,24 +159,32 @@ struct RegistryFile {
 
 impl SshRegistry {
     /// Builds the registry, refusing duplicate ids.
-    pub fn new(connections: Vec<SshConnection>) -> Result<Self, String> {
+    pub fn new(connections: Vec<SshConnection>) -> Result<Self, SshRegistryError> {
         let mut map = BTreeMap::new();
         for c in connections {
             let id = c.id;
             if map.insert(id, c).is_some() {
-                return Err(format!("SSH connection id {id} is declared twice"));
+                return Err(SshRegistryError::DuplicateId(id));
             }
         }
         Ok(SshRegistry { connections: map })
     }
 
     /// Reads `{"connections": [...]}` from a JSON file.
-    pub fn load(path: &Path) -> Result<Self, String> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("cannot read SSH connections from {}: {e}", path.display()))?;
-        let file: RegistryFile = serde_json::from_str(&text)
-            .map_err(|e| format!("{}:{}:{}: {e}", path.display(), e.line(), e.column()))?;
-        Self::new(file.connections).map_err(|e| format!("{}: {e}", path.display()))
+    pub fn load(path: &Path) -> Result<Self, SshRegistryError> {
+        let text = std::fs::read_to_string(path).map_err(|source| SshRegistryError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let file: RegistryFile =
+            serde_json::from_str(&text).map_err(|source| SshRegistryError::Parse {
+                path: path.to_path_buf(),
+                source,
+            })?;
+        Self::new(file.connections).map_err(|e| SshRegistryError::InFile {
+            path: path.to_path_buf(),
+            source: Box::new(e),
+        })
     }
 
     pub fn get(&self, id: &Uuid) -> Option<&SshConnection> {
@@ -177,5 +228,27 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("exactly one of"), "{err}");
+    }
+
+    #[test]
+    fn a_duplicate_id_in_a_file_names_the_file_and_keeps_the_cause() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ssh.json");
+        let one = r#"{"id": "6f9619ff-8b86-d011-b42d-00c04fc964ff", "name": "a", "host": "h",
+                      "user": "u", "auth": {"password": "x"}}"#;
+        std::fs::write(&path, format!(r#"{{"connections": [{one}, {one}]}}"#)).unwrap();
+        let error = SshRegistry::load(&path).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            format!(
+                "{}: SSH connection id 6f9619ff-8b86-d011-b42d-00c04fc964ff is declared twice",
+                path.display()
+            )
+        );
+        let cause = std::error::Error::source(&error).map(ToString::to_string);
+        assert_eq!(
+            cause.as_deref(),
+            Some("SSH connection id 6f9619ff-8b86-d011-b42d-00c04fc964ff is declared twice")
+        );
     }
 }

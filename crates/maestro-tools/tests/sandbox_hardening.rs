@@ -33,6 +33,7 @@ both_modes!(
     new_namespaces_and_mounts_are_refused,
     the_network_is_unreachable,
     tmp_is_capped_or_unreachable,
+    stdout_and_stderr_read_back_in_the_order_written,
 );
 
 fn is_root() -> bool {
@@ -279,4 +280,16 @@ async fn set_id_bits_left_in_the_workspace_are_cleared_and_reported() {
     assert!(out.output.contains("output/planted"), "{out:?}");
     let mode = std::fs::metadata(b.path("output/planted")).unwrap().mode();
     assert_eq!(mode & 0o7777, 0o755);
+}
+
+/// The model reads the output as a terminal would show it: an error lands after the lines
+/// printed before it, however the two streams are scheduled.
+async fn stdout_and_stderr_read_back_in_the_order_written(mode: BashSandboxMode) {
+    let b = Bench::new(mode).allow(&["*"]);
+    let out = b
+        .bash("for i in 1 2 3 4 5 6 7 8; do echo out$i; echo err$i >&2; done")
+        .await;
+    assert!(out.ok, "{out:?}");
+    let expected: String = (1..=8).map(|i| format!("out{i}\nerr{i}\n")).collect();
+    assert!(out.output.starts_with(&expected), "{out:?}");
 }

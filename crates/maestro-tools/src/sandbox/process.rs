@@ -1,5 +1,5 @@
 //! Running one sandboxed command: its own process group, its cgroups where the host allows
-//! them, the child setup (limits, privileges, kernel confinement), a scrubbed environment, stdout and stderr captured together under a byte cap, and a time
+//! them, the child setup (limits, privileges, kernel confinement), a scrubbed environment, stdout and stderr captured through one pipe (in the order written) under a byte cap, and a time
 //! limit (or cancellation) that kills the whole group.
 
 use std::ffi::OsString;
@@ -54,7 +54,7 @@ pub enum Ending {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Finished {
     pub ending: Ending,
-    /// stdout and stderr interleaved in arrival order, cut at the cap.
+    /// stdout and stderr in the order the command wrote them, cut at the cap.
     pub output: String,
     /// Total bytes the command wrote (including what was cut).
     pub total_bytes: usize,
@@ -71,23 +71,28 @@ pub async fn run(job: Job<'_>) -> std::io::Result<Finished> {
         .env_clear()
         .envs(job.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
+    // One pipe for both streams, as a terminal gives them: what the command wrote to stdout and
+    // stderr reads back in the order it wrote it.
+    let (reader, writer) = std::io::pipe()?;
+    command.stdout(writer.try_clone()?).stderr(writer);
     job.setup.install(&mut command);
-    let mut child = command.spawn()?;
+    let spawned = command.spawn();
+    // The command keeps our copies of the write end; they must close for the pipe to end.
+    drop(command);
+    let mut child = spawned?;
     let group = GroupGuard { pgid: child.id() };
-    let mut stdout = child.stdout.take();
-    let mut stderr = child.stderr.take();
+    let mut output = Some(tokio::net::unix::pipe::Receiver::from_owned_fd(
+        std::os::fd::OwnedFd::from(reader),
+    )?);
     let mut out = Capture::new(job.output_cap);
-    let mut buf_out = vec![0u8; 16 * 1024];
-    let mut buf_err = vec![0u8; 16 * 1024];
+    let mut buf = vec![0u8; 16 * 1024];
     let deadline = tokio::time::Instant::now() + job.timeout;
     let mut status = None;
     let mut grace_deadline = None;
     let ending = loop {
-        if stdout.is_none() && stderr.is_none() && status.is_some() {
+        if output.is_none() && status.is_some() {
             break None;
         }
         if out.total > job.output_cap.saturating_mul(RUNAWAY_FACTOR) {
@@ -100,13 +105,9 @@ pub async fn run(job: Job<'_>) -> std::io::Result<Finished> {
             }
         };
         tokio::select! {
-            n = read_some(&mut stdout, &mut buf_out) => match n {
-                Some(n) => out.push(&buf_out[..n]),
-                None => stdout = None,
-            },
-            n = read_some(&mut stderr, &mut buf_err) => match n {
-                Some(n) => out.push(&buf_err[..n]),
-                None => stderr = None,
+            n = read_some(&mut output, &mut buf) => match n {
+                Some(n) => out.push(&buf[..n]),
+                None => output = None,
             },
             s = child.wait(), if status.is_none() => {
                 status = Some(s?);

@@ -90,7 +90,7 @@ impl RunSpec {
 #[derive(Debug, Clone, PartialEq)]
 pub enum RunEnd {
     /// The run reached a terminal status (recorded in `run_finished`).
-    Finished(RunReport),
+    Finished(Box<RunReport>),
     /// The endpoint could not be reached; nothing ends the record, so the run can resume.
     Retry { reason: String },
     /// Stopped on [`RunSpec::suspend`]; nothing ends the record.
@@ -158,7 +158,7 @@ impl Engine {
         spec.logs = vec![Arc::new(log)];
         spec.observers = observers;
         match self.run_spec(spec).await? {
-            RunEnd::Finished(report) => Ok(report),
+            RunEnd::Finished(report) => Ok(*report),
             RunEnd::Retry { .. } | RunEnd::Suspended => Err(InternalError::NoTerminalStatus.into()),
         }
     }
@@ -185,6 +185,7 @@ impl Engine {
         spec.retry_infrastructure = false;
         let report = match self.drive_spec(spec, Some(recorded), 0).await? {
             (RunEnd::Finished(report), run) => {
+                let report = *report;
                 if let Some(left) = run.journal.recorded().and_then(|r| r.first_unmatched()) {
                     return Err(Divergence {
                         seq: Some(left.seq),
@@ -297,14 +298,14 @@ impl Engine {
             return Err(InternalError::NoTerminalStatus.into());
         };
         Ok((
-            RunEnd::Finished(RunReport {
+            RunEnd::Finished(Box::new(RunReport {
                 run_id: record.run_id,
                 status,
                 result,
                 reason,
                 run_dir: record.dir,
                 state,
-            }),
+            })),
             run,
         ))
     }

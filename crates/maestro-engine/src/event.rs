@@ -211,6 +211,12 @@ pub enum RunEvent {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reason: Option<EndReason>,
     },
+    /// The run goes on from its record after it stopped (a worker died, or `maestro run
+    /// --resume` after a stop): the events before this one are reused, not repeated.
+    RunResumed {
+        /// The last recorded `seq` the run resumed from.
+        after_seq: u64,
+    },
 }
 
 impl RunEvent {
@@ -240,7 +246,8 @@ impl RunEvent {
             RunEvent::RunStarted { .. }
             | RunEvent::LoopDetected { .. }
             | RunEvent::LoopMonitorTriggered { .. }
-            | RunEvent::RunFinished { .. } => None,
+            | RunEvent::RunFinished { .. }
+            | RunEvent::RunResumed { .. } => None,
         }
     }
 
@@ -266,6 +273,7 @@ impl RunEvent {
             RunEvent::ScratchUpdated { .. } => "scratch_updated",
             RunEvent::MovementFinished { .. } => "movement_finished",
             RunEvent::RunFinished { .. } => "run_finished",
+            RunEvent::RunResumed { .. } => "run_resumed",
         }
     }
 }

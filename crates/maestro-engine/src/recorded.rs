@@ -140,7 +140,22 @@ pub(crate) fn describe(event: &RunEvent) -> String {
 }
 
 impl Recorded {
-    pub fn new(mode: ReplayMode, history: Vec<EventRecord>) -> Recorded {
+    /// In `Resume` mode a run that was stopped by its user (its record ends `cancelled`) goes
+    /// on past that end: the recorded end is not expected again.
+    pub fn new(mode: ReplayMode, mut history: Vec<EventRecord>) -> Recorded {
+        if mode == ReplayMode::Resume
+            && history.last().is_some_and(|r| {
+                matches!(
+                    &r.event,
+                    RunEvent::RunFinished {
+                        reason: Some(crate::end_reason::EndReason::Cancelled),
+                        ..
+                    }
+                )
+            })
+        {
+            history.pop();
+        }
         let mut streams = Streams::default();
         for record in history {
             let key = record.event.movement().unwrap_or("").to_string();
@@ -179,6 +194,9 @@ impl Recorded {
         let Ok(mut streams) = self.inner.lock() else {
             return Matched::New;
         };
+        if matches!(event, RunEvent::RunResumed { .. }) {
+            return Matched::New;
+        }
         let key = event.movement().unwrap_or("");
         if !passive(event) {
             streams.skip_passive(key);

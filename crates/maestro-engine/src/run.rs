@@ -231,6 +231,10 @@ impl Engine {
             suspend,
         } = spec;
         let task = task.as_str();
+        let resumed_after = recorded
+            .as_ref()
+            .filter(|r| r.mode() == ReplayMode::Resume)
+            .map(|_| last_seq);
         let recorded_window = recorded.as_ref().and_then(|r| r.context_window());
         let context_window = match (self.config.context_length, recorded_window) {
             (Some(length), _) => Some(length),
@@ -250,6 +254,9 @@ impl Engine {
             sessions: Mutex::default(),
             secrets: self.secrets.clone(),
         });
+        if let Some(after_seq) = resumed_after {
+            run.emit(RunEvent::RunResumed { after_seq }).await?;
+        }
         let suspend = suspend.unwrap_or_default();
         let outcome = tokio::select! {
             outcome = self.start_and_drive(&run, &piece, task, &record, context_window, piece_file) => outcome,

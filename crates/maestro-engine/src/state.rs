@@ -190,6 +190,7 @@ impl RunState {
                 };
                 self.next = None;
             }
+            RunEvent::RunResumed { .. } => self.phase = RunPhase::Running,
             RunEvent::LlmRequest { .. }
             | RunEvent::LlmRetry { .. }
             | RunEvent::ToolCall { .. }

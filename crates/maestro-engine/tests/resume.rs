@@ -419,3 +419,44 @@ async fn a_parallel_movement_cut_midway_resumes_only_what_is_missing() {
         assert_eq!(got, want, "cut at {cut}");
     }
 }
+
+#[tokio::test]
+async fn a_run_stopped_by_its_user_goes_on_past_its_recorded_end() {
+    let piece = writing_piece();
+    let turns = writing_turns();
+    let (full, _dir) = full_run(&piece, turns.clone()).await;
+    let cut = full
+        .iter()
+        .position(|r| r.event.kind() == "movement_finished")
+        .unwrap()
+        + 1;
+    let mut history = full[..cut].to_vec();
+    history.push(EventRecord {
+        seq: cut as u64 + 1,
+        ts: "2026-11-23T00:00:00Z".into(),
+        event: RunEvent::RunFinished {
+            status: maestro_protocol::RunStatus::Failed,
+            result: String::new(),
+            reason: Some(maestro_engine::EndReason::Cancelled),
+        },
+    });
+    let resumed = resume(&piece, &history, turns[3..].to_vec()).await;
+    let RunEnd::Finished(report) = &resumed.end else {
+        panic!("{:?}", resumed.end);
+    };
+    assert_eq!(report.status.to_string(), "completed");
+    assert_eq!(resumed.requests, 1);
+    let kinds: Vec<&str> = resumed.events[cut..]
+        .iter()
+        .map(|r| r.event.kind())
+        .collect();
+    assert_eq!(
+        &kinds[..3],
+        &["run_finished", "run_resumed", "movement_started"]
+    );
+    assert_eq!(
+        maestro_engine::RunState::replay(&resumed.events),
+        report.state,
+        "the record read in order ends where the run did"
+    );
+}

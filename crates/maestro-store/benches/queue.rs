@@ -121,3 +121,74 @@ fn append_events(bencher: Bencher, n: i64) {
             .unwrap()
     });
 }
+
+/// Queue throughput: 1,000 queued no-op jobs drained by 4 workers at once, each with 8 slots
+/// (it claims up to 8 jobs in one transaction, finishes each, claims again), on SQLite and, where `initdb` is installed, on a throwaway
+/// PostgreSQL cluster. The counter gives jobs per second.
+#[divan::bench(args = ["sqlite", "postgres"], sample_count = 5, sample_size = 1)]
+fn drain_with_4_workers(bencher: Bencher, backend: &str) {
+    const JOBS: usize = 1_000;
+    const SLOTS: usize = 8;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = match backend {
+        "postgres" => match maestro_testkit::PgCluster::bin_dir() {
+            Some(_) => Some(maestro_testkit::PgCluster::start()),
+            None => {
+                eprintln!("skipped: no initdb on this machine");
+                return;
+            }
+        },
+        _ => None,
+    };
+    let url: StoreUrl = match &cluster {
+        Some(pg) => pg.url().parse().unwrap(),
+        None => StoreUrl::Sqlite {
+            path: dir.path().join(".maestro/maestro.db"),
+        },
+    };
+    let store = rt.block_on(Store::open(&url)).unwrap();
+    bencher
+        .counter(divan::counter::ItemsCount::new(JOBS))
+        .with_inputs(|| {
+            rt.block_on(async {
+                for i in 0..JOBS {
+                    store
+                        .submit(NewJob::new("noop", format!("job {i}"), "bench"))
+                        .await
+                        .unwrap();
+                }
+            })
+        })
+        .bench_local_values(|()| {
+            rt.block_on(async {
+                let workers: Vec<_> = (0..4)
+                    .map(|w| {
+                        let store = store.clone();
+                        tokio::spawn(async move {
+                            let name = format!("bench-{w}");
+                            loop {
+                                let batch = store
+                                    .claim_batch(&name, &Classes::Any, LEASE, SLOTS)
+                                    .await
+                                    .unwrap();
+                                if batch.is_empty() {
+                                    break;
+                                }
+                                for claimed in batch {
+                                    store.finish(&claimed.lease, done()).await.unwrap();
+                                }
+                            }
+                        })
+                    })
+                    .collect();
+                for worker in workers {
+                    worker.await.unwrap();
+                }
+            })
+        });
+}

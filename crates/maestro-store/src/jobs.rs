@@ -204,67 +204,11 @@ impl JobQueue for Store {
         classes: &Classes,
         lease_for: Duration,
     ) -> StoreResult<Option<Claimed>> {
-        let now = self.now_ms();
-        let expires = now.saturating_add(duration_ms(lease_for));
-        let class_filter = match classes {
-            Classes::Any => String::new(),
-            Classes::Only(names) => {
-                let marks: Vec<String> = (0..names.len()).map(|i| format!("${}", i + 4)).collect();
-                format!(" AND task_class IN ({})", marks.join(", "))
-            }
-        };
-        let mut tx = self.begin_write().await?;
-        let last_sweep = self.last_sweep.load(Ordering::Relaxed);
-        if now.saturating_sub(last_sweep) >= SWEEP_EVERY_MS || now < last_sweep {
-            sqlx::query::<Any>(
-                "UPDATE jobs SET status = 'failed', reason = $1, lease_owner = NULL, \
-                 lease_expires_at = NULL, finished_at = $2, updated_at = $2 \
-                 WHERE status = 'running' AND lease_expires_at < $2 AND attempts >= max_attempts",
-            )
-            .bind(LOST_WORKER)
-            .bind(now)
-            .execute(&mut *tx)
-            .await
-            .map_err(StoreError::query("fail jobs whose workers vanished"))?;
-            self.last_sweep.store(now, Ordering::Relaxed);
-        }
-        let sql = format!(
-            "UPDATE jobs SET status = 'running', attempts = attempts + 1, fence = fence + 1, \
-             lease_owner = $1, lease_expires_at = $2, updated_at = $3, \
-             started_at = COALESCE(started_at, $3) \
-             WHERE id = (SELECT id FROM jobs \
-               WHERE ((status = 'queued' AND run_at <= $3) \
-                  OR (status = 'running' AND lease_expires_at < $3 \
-                      AND attempts < max_attempts)){class_filter} \
-               ORDER BY priority DESC, run_at, id LIMIT 1{lock}) \
-             RETURNING {JOB_COLUMNS}",
-            lock = self.backend.skip_locked()
-        );
-        let mut query = sqlx::query::<Any>(sqlx::AssertSqlSafe(sql))
-            .bind(worker.to_string())
-            .bind(expires)
-            .bind(now);
-        if let Classes::Only(names) = classes {
-            for name in names {
-                query = query.bind(name.clone());
-            }
-        }
-        let row = query
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(StoreError::query("claim a job"))?;
-        tx.commit()
-            .await
-            .map_err(StoreError::query("commit a claim"))?;
-        let Some(row) = row else { return Ok(None) };
-        let job = job_from_row(&row)?;
-        let lease = Lease {
-            job_id: job.id,
-            worker: worker.to_string(),
-            fence: job.fence,
-            expires_at: from_ms(expires),
-        };
-        Ok(Some(Claimed { job, lease }))
+        Ok(self
+            .claim_batch(worker, classes, lease_for, 1)
+            .await?
+            .into_iter()
+            .next())
     }
 
     async fn heartbeat(&self, lease: &Lease, lease_for: Duration) -> StoreResult<Lease> {
@@ -561,5 +505,88 @@ impl Store {
             expires_at: from_ms(expires),
         };
         Ok(Some(Claimed { job, lease }))
+    }
+}
+
+impl Store {
+    /// Claims up to `max` jobs in one transaction, in claim order (priority, then age), each
+    /// with its own lease: a worker with several free slots fills them at once.
+    pub async fn claim_batch(
+        &self,
+        worker: &str,
+        classes: &Classes,
+        lease_for: Duration,
+        max: usize,
+    ) -> StoreResult<Vec<Claimed>> {
+        let now = self.now_ms();
+        let expires = now.saturating_add(duration_ms(lease_for));
+        let class_filter = match classes {
+            Classes::Any => String::new(),
+            Classes::Only(names) => {
+                let marks: Vec<String> = (0..names.len()).map(|i| format!("${}", i + 4)).collect();
+                format!(" AND task_class IN ({})", marks.join(", "))
+            }
+        };
+        let mut tx = self.begin_write().await?;
+        let last_sweep = self.last_sweep.load(Ordering::Relaxed);
+        if now.saturating_sub(last_sweep) >= SWEEP_EVERY_MS || now < last_sweep {
+            sqlx::query::<Any>(
+                "UPDATE jobs SET status = 'failed', reason = $1, lease_owner = NULL, \
+                 lease_expires_at = NULL, finished_at = $2, updated_at = $2 \
+                 WHERE status = 'running' AND lease_expires_at < $2 AND attempts >= max_attempts",
+            )
+            .bind(LOST_WORKER)
+            .bind(now)
+            .execute(&mut *tx)
+            .await
+            .map_err(StoreError::query("fail jobs whose workers vanished"))?;
+            self.last_sweep.store(now, Ordering::Relaxed);
+        }
+        let sql = format!(
+            "UPDATE jobs SET status = 'running', attempts = attempts + 1, fence = fence + 1, \
+             lease_owner = $1, lease_expires_at = $2, updated_at = $3, \
+             started_at = COALESCE(started_at, $3) \
+             WHERE id IN (SELECT id FROM jobs \
+               WHERE ((status = 'queued' AND run_at <= $3) \
+                  OR (status = 'running' AND lease_expires_at < $3 \
+                      AND attempts < max_attempts)){class_filter} \
+               ORDER BY priority DESC, run_at, id LIMIT {max}{lock}) \
+             RETURNING {JOB_COLUMNS}",
+            lock = self.backend.skip_locked(),
+            max = max.clamp(1, 1_000)
+        );
+        let mut query = sqlx::query::<Any>(sqlx::AssertSqlSafe(sql))
+            .bind(worker.to_string())
+            .bind(expires)
+            .bind(now);
+        if let Classes::Only(names) = classes {
+            for name in names {
+                query = query.bind(name.clone());
+            }
+        }
+        let rows = query
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(StoreError::query("claim jobs"))?;
+        tx.commit()
+            .await
+            .map_err(StoreError::query("commit a claim"))?;
+        let mut claimed = rows
+            .iter()
+            .map(|row| {
+                let job = job_from_row(row)?;
+                let lease = Lease {
+                    job_id: job.id,
+                    worker: worker.to_string(),
+                    fence: job.fence,
+                    expires_at: from_ms(expires),
+                };
+                Ok(Claimed { job, lease })
+            })
+            .collect::<StoreResult<Vec<_>>>()?;
+        claimed.sort_by(|a, b| {
+            (b.job.priority, a.job.run_at, a.job.id).cmp(&(a.job.priority, b.job.run_at, b.job.id))
+        });
+        Ok(claimed)
     }
 }

@@ -5,17 +5,15 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use maestro_protocol::ToolSpec;
 use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::Value;
 
 use crate::config::ToolsConfig;
-use crate::core::{blocking, parse_and_open};
-use crate::input::{capped, parse_input, spec_for};
+use crate::core::{blocking, open_workspace};
+use crate::input::capped;
 use crate::regular_file::{self, Access, Create, OpenError};
 use crate::workspace::Workspace;
-use crate::{BoxFuture, Tool, ToolContext, ToolOutput};
+use crate::{ToolContext, ToolOutput, TypedTool};
 
 /// Most files copied with a directory skill, and their total size.
 const MAX_SKILL_FILES: usize = 200;
@@ -115,43 +113,39 @@ pub fn summary(markdown: &str) -> String {
         .to_string()
 }
 
-/// `ListSkills` or `ReadSkill`.
-pub struct SkillsTool {
-    pub read: bool,
+/// `ListSkills`.
+pub struct ListSkills {
     pub config: Arc<ToolsConfig>,
 }
 
-impl Tool for SkillsTool {
-    fn spec(&self) -> ToolSpec {
-        if self.read {
-            spec_for::<ReadSkillInput>(
-                "ReadSkill",
-                "Read a skill's instructions and copy it (with its files) into the workspace's skills/ directory.",
-            )
-        } else {
-            spec_for::<ListSkillsInput>(
-                "ListSkills",
-                "List the available skills with a one-line summary each.",
-            )
-        }
-    }
+/// `ReadSkill`.
+pub struct ReadSkill {
+    pub config: Arc<ToolsConfig>,
+}
 
-    fn call<'a>(&'a self, ctx: &'a ToolContext, input: Value) -> BoxFuture<'a, ToolOutput> {
-        Box::pin(async move {
-            let spec = self.spec();
-            let config = Arc::clone(&self.config);
-            if !self.read {
-                if let Err(e) = parse_input::<ListSkillsInput>(&spec, input) {
-                    return e;
-                }
-                return blocking(move || list(&config)).await;
-            }
-            let (input, ws): (ReadSkillInput, _) = match parse_and_open(&spec, ctx, input) {
-                Ok(opened) => opened,
-                Err(e) => return e,
-            };
-            blocking(move || read(&config, &ws, &input.name)).await
-        })
+impl TypedTool for ListSkills {
+    type Input = ListSkillsInput;
+    const NAME: &'static str = "ListSkills";
+    const DESCRIPTION: &'static str = "List the available skills with a one-line summary each.";
+
+    async fn run(&self, _ctx: &ToolContext, _input: ListSkillsInput) -> ToolOutput {
+        let config = Arc::clone(&self.config);
+        blocking(move || list(&config)).await
+    }
+}
+
+impl TypedTool for ReadSkill {
+    type Input = ReadSkillInput;
+    const NAME: &'static str = "ReadSkill";
+    const DESCRIPTION: &'static str = "Read a skill's instructions and copy it (with its files) into the workspace's skills/ directory.";
+
+    async fn run(&self, ctx: &ToolContext, input: ReadSkillInput) -> ToolOutput {
+        let ws = match open_workspace(ctx) {
+            Ok(ws) => ws,
+            Err(e) => return e,
+        };
+        let config = Arc::clone(&self.config);
+        blocking(move || read(&config, &ws, &input.name)).await
     }
 }
 

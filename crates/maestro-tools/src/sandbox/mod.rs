@@ -18,7 +18,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use maestro_protocol::ToolSpec;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use tokio::sync::OnceCell;
@@ -30,9 +29,9 @@ pub use process::{Ending, Finished};
 
 use crate::config::{BashSandboxMode, ToolsConfig};
 use crate::core::open_workspace;
-use crate::input::{parse_input, spec_for, truncation_marker};
+use crate::input::truncation_marker;
 use crate::workspace::Workspace;
-use crate::{BoxFuture, Tool, ToolContext, ToolOutput};
+use crate::{ToolContext, ToolOutput, TypedTool};
 
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct BashInput {
@@ -98,38 +97,25 @@ pub struct BashTool {
     pub config: Arc<ToolsConfig>,
 }
 
-impl Tool for BashTool {
-    fn spec(&self) -> ToolSpec {
-        spec_for::<BashInput>(
-            "Bash",
-            "Run a shell command in the sandboxed workspace (no network; only the movement's allowed programs).",
-        )
-    }
+impl TypedTool for BashTool {
+    type Input = BashInput;
+    const NAME: &'static str = "Bash";
+    const DESCRIPTION: &'static str = "Run a shell command in the sandboxed workspace (no network; only the movement's allowed programs).";
 
     fn time_limit(&self) -> Option<Duration> {
         Some(self.config.bash_max_timeout + Duration::from_secs(30))
     }
 
-    fn call<'a>(
-        &'a self,
-        ctx: &'a ToolContext,
-        input: serde_json::Value,
-    ) -> BoxFuture<'a, ToolOutput> {
-        Box::pin(async move {
-            let input: BashInput = match parse_input(&self.spec(), input) {
-                Ok(i) => i,
-                Err(e) => return e,
-            };
-            let ws = match open_workspace(ctx) {
-                Ok(ws) => ws,
-                Err(e) => return e,
-            };
-            let confinement = match confinement(&self.config).await {
-                Ok(c) => c,
-                Err(e) => return ToolOutput::error(e),
-            };
-            run_bash(&self.config, ctx, &ws, &input, confinement).await
-        })
+    async fn run(&self, ctx: &ToolContext, input: BashInput) -> ToolOutput {
+        let ws = match open_workspace(ctx) {
+            Ok(ws) => ws,
+            Err(e) => return e,
+        };
+        let confinement = match confinement(&self.config).await {
+            Ok(c) => c,
+            Err(e) => return ToolOutput::error(e),
+        };
+        run_bash(&self.config, ctx, &ws, &input, confinement).await
     }
 }
 

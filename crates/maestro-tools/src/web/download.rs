@@ -2,25 +2,24 @@
 
 use std::path::{Path, PathBuf};
 
-use maestro_protocol::ToolSpec;
+use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::json;
 use tokio::io::AsyncWriteExt;
 
 use super::client::WebClient;
-use super::parse_input;
 use super::workspace_file::{create_file, display, sanitize_file_name, writable_file};
-use crate::{BoxFuture, Tool, ToolContext, ToolOutput};
+use crate::{ToolContext, ToolOutput, TypedTool};
 
 pub(crate) struct DownloadFile {
     client: WebClient,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct Input {
+pub(crate) struct DownloadFileInput {
+    /// http or https URL of the file
     url: String,
-    #[serde(default)]
+    /// file name to save as inside input/ (default: taken from the URL)
     filename: Option<String>,
 }
 
@@ -29,7 +28,11 @@ impl DownloadFile {
         DownloadFile { client }
     }
 
-    async fn run(&self, ctx: &ToolContext, input: Input) -> Result<String, String> {
+    async fn download(
+        &self,
+        ctx: &ToolContext,
+        input: DownloadFileInput,
+    ) -> Result<String, String> {
         if let Some(name) = &input.filename
             && (name.contains('/') || name.contains('\\') || name == "." || name == "..")
         {
@@ -142,46 +145,17 @@ fn unique_target(workspace: &Path, name: &str) -> Result<PathBuf, String> {
     ))
 }
 
-impl Tool for DownloadFile {
-    fn spec(&self) -> ToolSpec {
-        ToolSpec {
-            name: "DownloadFile".to_string(),
-            description: "Download a file from a public URL into the workspace's input/ folder."
-                .to_string(),
-            input_schema: json!({
-                "type": "object",
-                "properties": {
-                    "url": {"type": "string", "description": "http or https URL of the file"},
-                    "filename": {
-                        "type": "string",
-                        "description": "file name to save as inside input/ (default: taken from the URL)"
-                    }
-                },
-                "required": ["url"],
-                "additionalProperties": false
-            }),
-        }
-    }
+impl TypedTool for DownloadFile {
+    type Input = DownloadFileInput;
+    const NAME: &'static str = "DownloadFile";
+    const DESCRIPTION: &'static str =
+        "Download a file from a public URL into the workspace's input/ folder.";
 
-    fn call<'a>(
-        &'a self,
-        ctx: &'a ToolContext,
-        input: serde_json::Value,
-    ) -> BoxFuture<'a, ToolOutput> {
-        Box::pin(async move {
-            let input: Input = match parse_input(
-                "DownloadFile",
-                input,
-                r#"{"url": "https://...", "filename": "optional.name"}"#,
-            ) {
-                Ok(input) => input,
-                Err(e) => return e,
-            };
-            let url = input.url.clone();
-            match self.run(ctx, input).await {
-                Ok(text) => ToolOutput::ok(text),
-                Err(e) => ToolOutput::error(format!("DownloadFile {url}: {e}")),
-            }
-        })
+    async fn run(&self, ctx: &ToolContext, input: DownloadFileInput) -> ToolOutput {
+        let url = input.url.clone();
+        match self.download(ctx, input).await {
+            Ok(text) => ToolOutput::ok(text),
+            Err(e) => ToolOutput::error(format!("DownloadFile {url}: {e}")),
+        }
     }
 }

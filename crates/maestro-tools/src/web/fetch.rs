@@ -1,21 +1,20 @@
 //! `WebFetch`: one web page, as readable markdown (HTML) or as text (plain, markdown, JSON, XML).
 
-use maestro_protocol::ToolSpec;
+use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::json;
 
 use super::client::{WebClient, read_limited};
-use super::parse_input;
-use crate::{BoxFuture, Tool, ToolContext, ToolOutput};
+use crate::{ToolContext, ToolOutput, TypedTool};
 
 pub(crate) struct WebFetch {
     client: WebClient,
     max_output_chars: usize,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct Input {
+pub(crate) struct WebFetchInput {
+    /// http or https URL of the page
     url: String,
 }
 
@@ -34,7 +33,7 @@ impl WebFetch {
         }
     }
 
-    async fn run(&self, ctx: &ToolContext, input: Input) -> Result<ToolOutput, String> {
+    async fn fetch(&self, ctx: &ToolContext, input: WebFetchInput) -> Result<ToolOutput, String> {
         let fetched = self.client.get(&input.url, &ctx.cancel).await?;
         let declared = fetched.content_type.as_deref().map(mime_of);
         let kind = match declared {
@@ -85,39 +84,17 @@ impl WebFetch {
     }
 }
 
-impl Tool for WebFetch {
-    fn spec(&self) -> ToolSpec {
-        ToolSpec {
-            name: "WebFetch".to_string(),
-            description:
-                "Fetch a public web page and return its content as readable markdown or text."
-                    .to_string(),
-            input_schema: json!({
-                "type": "object",
-                "properties": {
-                    "url": {"type": "string", "description": "http or https URL of the page"}
-                },
-                "required": ["url"],
-                "additionalProperties": false
-            }),
-        }
-    }
+impl TypedTool for WebFetch {
+    type Input = WebFetchInput;
+    const NAME: &'static str = "WebFetch";
+    const DESCRIPTION: &'static str =
+        "Fetch a public web page and return its content as readable markdown or text.";
 
-    fn call<'a>(
-        &'a self,
-        ctx: &'a ToolContext,
-        input: serde_json::Value,
-    ) -> BoxFuture<'a, ToolOutput> {
-        Box::pin(async move {
-            let input: Input = match parse_input("WebFetch", input, r#"{"url": "https://..."}"#) {
-                Ok(input) => input,
-                Err(e) => return e,
-            };
-            let url = input.url.clone();
-            self.run(ctx, input)
-                .await
-                .unwrap_or_else(|e| ToolOutput::error(format!("WebFetch {url}: {e}")))
-        })
+    async fn run(&self, ctx: &ToolContext, input: WebFetchInput) -> ToolOutput {
+        let url = input.url.clone();
+        self.fetch(ctx, input)
+            .await
+            .unwrap_or_else(|e| ToolOutput::error(format!("WebFetch {url}: {e}")))
     }
 }
 

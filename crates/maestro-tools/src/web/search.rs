@@ -2,15 +2,13 @@
 
 use std::sync::Arc;
 
-use maestro_protocol::ToolSpec;
+use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::json;
 
 use super::client::{WebClient, read_limited};
 use super::guard::{HostLookup, HostPolicy};
-use super::parse_input;
 use super::{SearchProvider, WebConfig};
-use crate::{BoxFuture, Tool, ToolContext, ToolOutput};
+use crate::{ToolContext, ToolOutput, TypedTool};
 
 const DEFAULT_RESULTS: usize = 8;
 const MAX_RESULTS: usize = 20;
@@ -20,11 +18,13 @@ pub(crate) struct WebSearch {
     backend: Option<(SearchProvider, WebClient)>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct Input {
+pub(crate) struct WebSearchInput {
+    /// search terms
     query: String,
-    #[serde(default)]
+    /// how many results to return (default 8)
+    #[schemars(range(min = 1, max = MAX_RESULTS))]
     max_results: Option<usize>,
 }
 
@@ -61,7 +61,7 @@ impl WebSearch {
         WebSearch { backend }
     }
 
-    async fn run(&self, ctx: &ToolContext, input: Input) -> Result<String, String> {
+    async fn search(&self, ctx: &ToolContext, input: WebSearchInput) -> Result<String, String> {
         let Some((provider, client)) = &self.backend else {
             return Err("WebSearch is not configured: set web.search.searxng_url".to_string());
         };
@@ -108,41 +108,15 @@ impl WebSearch {
     }
 }
 
-impl Tool for WebSearch {
-    fn spec(&self) -> ToolSpec {
-        ToolSpec {
-            name: "WebSearch".to_string(),
-            description: "Search the web and return result titles, URLs and snippets.".to_string(),
-            input_schema: json!({
-                "type": "object",
-                "properties": {
-                    "query": {"type": "string", "description": "search terms"},
-                    "max_results": {
-                        "type": "integer", "minimum": 1, "maximum": MAX_RESULTS,
-                        "description": "how many results to return (default 8)"
-                    }
-                },
-                "required": ["query"],
-                "additionalProperties": false
-            }),
-        }
-    }
+impl TypedTool for WebSearch {
+    type Input = WebSearchInput;
+    const NAME: &'static str = "WebSearch";
+    const DESCRIPTION: &'static str = "Search the web and return result titles, URLs and snippets.";
 
-    fn call<'a>(
-        &'a self,
-        ctx: &'a ToolContext,
-        input: serde_json::Value,
-    ) -> BoxFuture<'a, ToolOutput> {
-        Box::pin(async move {
-            let input: Input =
-                match parse_input("WebSearch", input, r#"{"query": "...", "max_results": 8}"#) {
-                    Ok(input) => input,
-                    Err(e) => return e,
-                };
-            match self.run(ctx, input).await {
-                Ok(text) => ToolOutput::ok(text),
-                Err(e) => ToolOutput::error(e),
-            }
-        })
+    async fn run(&self, ctx: &ToolContext, input: WebSearchInput) -> ToolOutput {
+        match self.search(ctx, input).await {
+            Ok(text) => ToolOutput::ok(text),
+            Err(e) => ToolOutput::error(e),
+        }
     }
 }

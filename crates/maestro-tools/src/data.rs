@@ -50,7 +50,7 @@ impl TypedTool for SqliteTool {
         };
         let path = match ws.resolve(&input.database) {
             Ok(p) => p,
-            Err(e) => return ToolOutput::error(e),
+            Err(e) => return ToolOutput::error(e.to_string()),
         };
         let writable = ctx.edit
             && ws

@@ -211,7 +211,9 @@ fn read(config: &ToolsConfig, ws: &Workspace, name: &str) -> ToolOutput {
 /// Writes one file to a workspace path (resolved safely, parents created, only as a regular
 /// file: never through a symlink or into a FIFO planted there).
 fn materialise(ws: &Workspace, rel: &str, content: &[u8]) -> Result<(), String> {
-    let target = ws.resolve_writable(rel, &["skills".to_string()])?;
+    let target = ws
+        .resolve_writable(rel, &["skills".to_string()])
+        .map_err(|e| e.to_string())?;
     if let Some(parent) = target.abs.parent() {
         std::fs::create_dir_all(parent).map_err(|e| e.to_string())?;
     }

@@ -45,7 +45,7 @@ impl TypedTool for ReadTool {
         };
         let path = match ws.resolve(&input.file_path) {
             Ok(p) => p,
-            Err(e) => return ToolOutput::error(e),
+            Err(e) => return ToolOutput::error(e.to_string()),
         };
         if path.abs.is_dir() {
             return ToolOutput::error(format!(
@@ -131,7 +131,7 @@ fn writable_path(
 ) -> Result<ResolvedPath, ToolOutput> {
     open_workspace(ctx)?
         .resolve_writable(file_path, &config.writable_dirs)
-        .map_err(ToolOutput::error)
+        .map_err(|e| ToolOutput::error(e.to_string()))
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]

@@ -12,7 +12,7 @@ use crate::workspace::Workspace;
 
 /// Opens the context's workspace, or explains why it cannot be used.
 pub(crate) fn open_workspace(ctx: &crate::ToolContext) -> Result<Workspace, ToolOutput> {
-    Workspace::open(&ctx.workspace).map_err(ToolOutput::error)
+    Workspace::open(&ctx.workspace).map_err(|e| ToolOutput::error(e.to_string()))
 }
 
 /// Runs blocking work off the async runtime; a panic inside becomes a tool error.

@@ -71,7 +71,7 @@ where
 fn glob(ws: &Workspace, input: &GlobInput, cap: usize) -> ToolOutput {
     let base = match ws.resolve(input.path.as_deref().unwrap_or(".")) {
         Ok(p) => p,
-        Err(e) => return ToolOutput::error(e),
+        Err(e) => return ToolOutput::error(e.to_string()),
     };
     if !base.abs.is_dir() {
         return ToolOutput::error(format!("`{}` is not a directory", base.display()));
@@ -174,7 +174,7 @@ impl TypedTool for GrepTool {
 fn grep(ws: &Workspace, input: &GrepInput, cap: usize) -> ToolOutput {
     let base = match ws.resolve(input.path.as_deref().unwrap_or(".")) {
         Ok(p) => p,
-        Err(e) => return ToolOutput::error(e),
+        Err(e) => return ToolOutput::error(e.to_string()),
     };
     match std::fs::symlink_metadata(&base.abs).map(|m| FileKind::of(m.file_type())) {
         Err(_) => return ToolOutput::error(format!("`{}` does not exist", base.display())),

@@ -195,7 +195,7 @@ async fn run_probe(config: &ToolsConfig, confinement: Confinement) -> Result<(),
     ));
     std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create a probe directory: {e}"))?;
     let result = async {
-        let ws = Workspace::open(&dir)?;
+        let ws = Workspace::open(&dir).map_err(|e| e.to_string())?;
         let cancel = tokio_util::sync::CancellationToken::new();
         let job = launch::prepare(
             config,

@@ -310,7 +310,7 @@ fn check_path_word(
         } else {
             policy.workspace.resolve(candidate)
         };
-        resolved?;
+        resolved.map_err(|e| e.to_string())?;
     }
     Ok(())
 }

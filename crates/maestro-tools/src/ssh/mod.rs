@@ -8,12 +8,14 @@
 
 mod access;
 mod client;
+mod error;
 mod registry;
 mod tools;
 
 use std::sync::Arc;
 
 pub use access::{AccessError, authorize};
+pub use error::SshError;
 pub use registry::{
     MissingSecret, SecretSource, SshAuth, SshConnection, SshRegistry, SshRegistryError,
 };

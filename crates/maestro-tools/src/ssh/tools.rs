@@ -8,6 +8,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use super::SshError;
 use super::access::authorize;
 use super::client::{SshSession, connect};
 use super::registry::{SshConnection, SshRegistry};
@@ -77,22 +78,27 @@ impl SshAccess {
     }
 
     /// The connection `id`, if this movement and run may use it; the error carries its code.
-    fn authorized(&self, ctx: &ToolContext, id: &str) -> Result<&SshConnection, String> {
+    fn authorized(&self, ctx: &ToolContext, id: &str) -> Result<&SshConnection, SshError> {
         let allowed = ctx.allowed_ssh_connections.as_deref();
-        authorize(&self.registry, allowed, self.owner.as_deref(), id).map_err(|e| e.to_string())
+        Ok(authorize(
+            &self.registry,
+            allowed,
+            self.owner.as_deref(),
+            id,
+        )?)
     }
 
-    async fn open(&self, ctx: &ToolContext, conn: &SshConnection) -> Result<SshSession, String> {
+    async fn open(&self, ctx: &ToolContext, conn: &SshConnection) -> Result<SshSession, SshError> {
         tokio::select! {
             s = connect(conn, CONNECT_TIMEOUT) => s,
-            () = ctx.cancel.cancelled() => Err("cancelled".to_string()),
+            () = ctx.cancel.cancelled() => Err(SshError::Cancelled),
         }
     }
 
-    async fn exec(&self, ctx: &ToolContext, input: ExecInput) -> Result<ToolOutput, String> {
+    async fn exec(&self, ctx: &ToolContext, input: ExecInput) -> Result<ToolOutput, SshError> {
         let conn = self.authorized(ctx, &input.connection_id)?;
         if input.command.trim().is_empty() {
-            return Err("the command is empty".to_string());
+            return Err(SshError::EmptyCommand);
         }
         let secs = input
             .timeout
@@ -110,7 +116,7 @@ impl SshAccess {
         let result = match result {
             Ok(r) => r,
             Err(e) => {
-                let e = session.scrub(&e);
+                let e = session.scrub_error(e);
                 session.close().await;
                 return Err(e);
             }
@@ -144,19 +150,23 @@ impl SshAccess {
         })
     }
 
-    async fn upload(&self, ctx: &ToolContext, input: UploadInput) -> Result<ToolOutput, String> {
+    async fn upload(&self, ctx: &ToolContext, input: UploadInput) -> Result<ToolOutput, SshError> {
         let conn = self.authorized(ctx, &input.connection_id)?;
         let mut file = existing_file(&ctx.workspace, &input.local_path, "SshUpload").await?;
         let size = file
             .metadata()
             .await
-            .map_err(|e| format!("cannot read {}: {e}", input.local_path))?
+            .map_err(|source| SshError::ReadLocal {
+                path: input.local_path.clone(),
+                source,
+            })?
             .len();
         if size > MAX_TRANSFER_BYTES {
-            return Err(format!(
-                "{} is {size} bytes; the limit is {MAX_TRANSFER_BYTES}",
-                input.local_path
-            ));
+            return Err(SshError::TooLarge {
+                path: input.local_path.clone(),
+                size,
+                limit: MAX_TRANSFER_BYTES,
+            });
         }
         let session = self.open(ctx, conn).await?;
         let copied = async {
@@ -164,20 +174,29 @@ impl SshAccess {
             let mut remote = sftp
                 .create(input.remote_path.clone())
                 .await
-                .map_err(|e| format!("cannot create {} on the server: {e}", input.remote_path))?;
+                .map_err(|source| SshError::RemoteCreate {
+                    path: input.remote_path.clone(),
+                    source,
+                })?;
             let n = tokio::io::copy(&mut file, &mut remote)
                 .await
-                .map_err(|e| format!("uploading to {} failed: {e}", input.remote_path))?;
+                .map_err(|source| SshError::Upload {
+                    path: input.remote_path.clone(),
+                    source,
+                })?;
             remote
                 .shutdown()
                 .await
-                .map_err(|e| format!("closing {} failed: {e}", input.remote_path))?;
+                .map_err(|source| SshError::CloseRemote {
+                    path: input.remote_path.clone(),
+                    source,
+                })?;
             let _ = sftp.close().await;
-            Ok::<u64, String>(n)
+            Ok::<u64, SshError>(n)
         };
         let copied = tokio::select! {
             r = copied => r,
-            () = ctx.cancel.cancelled() => Err("cancelled".to_string()),
+            () = ctx.cancel.cancelled() => Err(SshError::Cancelled),
         };
         let result = copied
             .map(|n| {
@@ -188,7 +207,7 @@ impl SshAccess {
                     input.remote_path
                 ))
             })
-            .map_err(|e| session.scrub(&e));
+            .map_err(|e| session.scrub_error(e));
         session.close().await;
         result
     }
@@ -197,7 +216,7 @@ impl SshAccess {
         &self,
         ctx: &ToolContext,
         input: DownloadInput,
-    ) -> Result<ToolOutput, String> {
+    ) -> Result<ToolOutput, SshError> {
         let conn = self.authorized(ctx, &input.connection_id)?;
         let local_rel = match &input.local_path {
             Some(path) => path.clone(),
@@ -213,10 +232,7 @@ impl SshAccess {
             .resolve(&local_rel)?
             .rel;
         if !ctx.edit && !rel.starts_with("input") {
-            return Err(format!(
-                "{local_rel} is outside input/; this movement has edit: false, so SshDownload may \
-                 only write under input/"
-            ));
+            return Err(SshError::OutsideInput(local_rel));
         }
         let local = writable_file(&ctx.workspace, &local_rel)?;
         let session = self.open(ctx, conn).await?;
@@ -232,49 +248,59 @@ impl SshAccess {
             let meta = sftp
                 .metadata(input.remote_path.clone())
                 .await
-                .map_err(|e| format!("cannot stat {} on the server: {e}", input.remote_path))?;
+                .map_err(|source| SshError::RemoteStat {
+                    path: input.remote_path.clone(),
+                    source,
+                })?;
             if meta.is_dir() {
-                return Err(format!(
-                    "{} is a directory; SshDownload moves one file",
-                    input.remote_path
-                ));
+                return Err(SshError::RemoteDirectory(input.remote_path.clone()));
             }
             if meta.len() > MAX_TRANSFER_BYTES {
-                return Err(format!(
-                    "{} is {} bytes; the limit is {MAX_TRANSFER_BYTES}",
-                    input.remote_path,
-                    meta.len()
-                ));
+                return Err(SshError::TooLarge {
+                    path: input.remote_path.clone(),
+                    size: meta.len(),
+                    limit: MAX_TRANSFER_BYTES,
+                });
             }
             let remote = sftp
                 .open(input.remote_path.clone())
                 .await
-                .map_err(|e| format!("cannot open {} on the server: {e}", input.remote_path))?;
+                .map_err(|source| SshError::RemoteOpen {
+                    path: input.remote_path.clone(),
+                    source,
+                })?;
             let mut file = create_file(&ctx.workspace, &partial, "SshDownload").await?;
             let n = tokio::io::copy(&mut remote.take(MAX_TRANSFER_BYTES + 1), &mut file)
                 .await
-                .map_err(|e| format!("downloading {} failed: {e}", input.remote_path))?;
+                .map_err(|source| SshError::Download {
+                    path: input.remote_path.clone(),
+                    source,
+                })?;
             if n > MAX_TRANSFER_BYTES {
-                return Err(format!(
-                    "{} grew past the {MAX_TRANSFER_BYTES}-byte limit",
-                    input.remote_path
-                ));
+                return Err(SshError::GrewTooLarge {
+                    path: input.remote_path.clone(),
+                    limit: MAX_TRANSFER_BYTES,
+                });
             }
-            file.flush()
-                .await
-                .map_err(|e| format!("cannot write {local_rel}: {e}"))?;
+            file.flush().await.map_err(|source| SshError::WriteLocal {
+                path: local_rel.clone(),
+                source,
+            })?;
             let _ = sftp.close().await;
-            Ok::<u64, String>(n)
+            Ok::<u64, SshError>(n)
         };
         let copied = tokio::select! {
             r = copied => r,
-            () = ctx.cancel.cancelled() => Err("cancelled".to_string()),
+            () = ctx.cancel.cancelled() => Err(SshError::Cancelled),
         };
         let copied = match copied {
             Ok(n) => tokio::fs::rename(&partial, &local)
                 .await
                 .map(|()| n)
-                .map_err(|e| format!("cannot write {local_rel}: {e}")),
+                .map_err(|source| SshError::WriteLocal {
+                    path: local_rel.clone(),
+                    source,
+                }),
             Err(e) => Err(e),
         };
         if copied.is_err() {
@@ -289,7 +315,7 @@ impl SshAccess {
                     input.remote_path
                 ))
             })
-            .map_err(|e| session.scrub(&e));
+            .map_err(|e| session.scrub_error(e));
         session.close().await;
         result
     }
@@ -303,7 +329,7 @@ fn describe(conn: &SshConnection) -> String {
 }
 
 /// A tool's answer: its output, or its error prefixed with the tool's name.
-fn answer(tool: &str, result: Result<ToolOutput, String>) -> ToolOutput {
+fn answer(tool: &str, result: Result<ToolOutput, SshError>) -> ToolOutput {
     result.unwrap_or_else(|e| ToolOutput::error(format!("{tool}: {e}")))
 }
 

@@ -6,6 +6,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use tokio::io::AsyncWriteExt;
 
+use super::WebError;
 use super::client::WebClient;
 use super::workspace_file::{create_file, display, sanitize_file_name, writable_file};
 use crate::{ToolContext, ToolOutput, TypedTool};
@@ -32,22 +33,18 @@ impl DownloadFile {
         &self,
         ctx: &ToolContext,
         input: DownloadFileInput,
-    ) -> Result<String, String> {
+    ) -> Result<String, WebError> {
         if let Some(name) = &input.filename
             && (name.contains('/') || name.contains('\\') || name == "." || name == "..")
         {
-            return Err(format!(
-                "filename {name:?} must be a plain file name without folders; it is saved into input/"
-            ));
+            return Err(WebError::FileNameWithFolders(name.clone()));
         }
         let fetched = self.client.get(&input.url, &ctx.cancel).await?;
         let limit = self.client.max_bytes;
         if let Some(length) = fetched.response.content_length()
             && length > limit
         {
-            return Err(format!(
-                "the file is {length} bytes, larger than the {limit}-byte limit"
-            ));
+            return Err(WebError::TooLarge { length, limit });
         }
         let wanted = match &input.filename {
             Some(name) => sanitize_file_name(name),
@@ -71,7 +68,7 @@ impl DownloadFile {
         };
         tokio::fs::rename(&partial, &target)
             .await
-            .map_err(|e| format!("cannot move the download into place: {e}"))?;
+            .map_err(WebError::Rename)?;
         Ok(format!(
             "Saved {written} bytes from {} to {} ({})",
             fetched.final_url,
@@ -87,28 +84,22 @@ async fn save(
     path: &Path,
     limit: u64,
     ctx: &ToolContext,
-) -> Result<u64, String> {
+) -> Result<u64, WebError> {
     let mut file = create_file(&ctx.workspace, path, "DownloadFile").await?;
     let mut written: u64 = 0;
     loop {
         let chunk = tokio::select! {
-            c = response.chunk() => c.map_err(|e| client.describe(&e))?,
-            () = ctx.cancel.cancelled() => return Err("cancelled".to_string()),
+            c = response.chunk() => c.map_err(|e| client.request_error(e))?,
+            () = ctx.cancel.cancelled() => return Err(WebError::Cancelled),
         };
         let Some(chunk) = chunk else { break };
         written += chunk.len() as u64;
         if written > limit {
-            return Err(format!(
-                "the file is larger than the {limit}-byte limit; nothing was saved"
-            ));
+            return Err(WebError::GrewTooLarge(limit));
         }
-        file.write_all(&chunk)
-            .await
-            .map_err(|e| format!("writing the file failed: {e}"))?;
+        file.write_all(&chunk).await.map_err(WebError::Write)?;
     }
-    file.flush()
-        .await
-        .map_err(|e| format!("writing the file failed: {e}"))?;
+    file.flush().await.map_err(WebError::Write)?;
     Ok(written)
 }
 
@@ -124,7 +115,7 @@ fn name_from_url(url: &str) -> String {
 }
 
 /// `input/<name>`, or `input/<stem>-N.<ext>` when that name is taken.
-fn unique_target(workspace: &Path, name: &str) -> Result<PathBuf, String> {
+fn unique_target(workspace: &Path, name: &str) -> Result<PathBuf, WebError> {
     let (stem, ext) = match name.rsplit_once('.') {
         Some((stem, ext)) if !stem.is_empty() => (stem, Some(ext)),
         _ => (name, None),
@@ -140,9 +131,7 @@ fn unique_target(workspace: &Path, name: &str) -> Result<PathBuf, String> {
             return Ok(path);
         }
     }
-    Err(format!(
-        "input/ already holds 1000 files named like {name}; choose another filename"
-    ))
+    Err(WebError::NoFreeName(name.to_string()))
 }
 
 impl TypedTool for DownloadFile {

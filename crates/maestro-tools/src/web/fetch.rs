@@ -3,6 +3,7 @@
 use schemars::JsonSchema;
 use serde::Deserialize;
 
+use super::WebError;
 use super::client::{WebClient, read_limited};
 use crate::{ToolContext, ToolOutput, TypedTool};
 
@@ -33,7 +34,7 @@ impl WebFetch {
         }
     }
 
-    async fn fetch(&self, ctx: &ToolContext, input: WebFetchInput) -> Result<ToolOutput, String> {
+    async fn fetch(&self, ctx: &ToolContext, input: WebFetchInput) -> Result<ToolOutput, WebError> {
         let fetched = self.client.get(&input.url, &ctx.cancel).await?;
         let declared = fetched.content_type.as_deref().map(mime_of);
         let kind = match declared {
@@ -51,7 +52,7 @@ impl WebFetch {
         let text = match kind {
             Body::Html => tokio::task::spawn_blocking(move || html_to_markdown(&raw))
                 .await
-                .map_err(|e| format!("converting the page failed: {e}"))??,
+                .map_err(WebError::Conversion)??,
             Body::Text => raw,
         };
         let mut out = format!(
@@ -140,22 +141,20 @@ fn sniff(bytes: &[u8]) -> Option<Body> {
     }
 }
 
-fn not_text(url: &str, what: &str) -> String {
-    format!(
-        "{url} is {what}, not a text page; WebFetch reads HTML, plain text, markdown, JSON and \
-         XML. Use DownloadFile to save other files into input/"
-    )
+fn not_text(url: &str, what: &str) -> WebError {
+    WebError::NotText {
+        url: url.to_string(),
+        what: what.to_string(),
+    }
 }
 
-fn html_to_markdown(html: &str) -> Result<String, String> {
+fn html_to_markdown(html: &str) -> Result<String, WebError> {
     let converter = htmd::HtmlToMarkdown::builder()
         .skip_tags(vec![
             "script", "style", "noscript", "template", "svg", "iframe", "object", "embed", "head",
         ])
         .build();
-    let markdown = converter
-        .convert(html)
-        .map_err(|e| format!("the HTML could not be converted: {e}"))?;
+    let markdown = converter.convert(html).map_err(WebError::Html)?;
     Ok(collapse_blank_lines(&markdown))
 }
 

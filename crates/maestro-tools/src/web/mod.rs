@@ -8,6 +8,7 @@
 
 mod client;
 mod download;
+mod error;
 mod fetch;
 pub mod guard;
 mod search;
@@ -20,7 +21,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::Tool;
 pub use client::WebClient;
+pub use error::WebError;
 pub use guard::{HostLookup, HostPolicy, SystemLookup};
+pub use workspace_file::FileError;
 
 /// `web:` in the configuration.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -7,7 +7,7 @@ use serde::Deserialize;
 
 use super::client::{WebClient, read_limited};
 use super::guard::{HostLookup, HostPolicy};
-use super::{SearchProvider, WebConfig};
+use super::{SearchProvider, WebConfig, WebError};
 use crate::{ToolContext, ToolOutput, TypedTool};
 
 const DEFAULT_RESULTS: usize = 8;
@@ -61,23 +61,22 @@ impl WebSearch {
         WebSearch { backend }
     }
 
-    async fn search(&self, ctx: &ToolContext, input: WebSearchInput) -> Result<String, String> {
+    async fn search(&self, ctx: &ToolContext, input: WebSearchInput) -> Result<String, WebError> {
         let Some((provider, client)) = &self.backend else {
-            return Err("WebSearch is not configured: set web.search.searxng_url".to_string());
+            return Err(WebError::SearchNotConfigured);
         };
         if input.query.trim().is_empty() {
-            return Err("the query is empty".to_string());
+            return Err(WebError::EmptyQuery);
         }
         let wanted = input
             .max_results
             .unwrap_or(DEFAULT_RESULTS)
             .clamp(1, MAX_RESULTS);
-        let mut url = url::Url::parse(&provider.searxng_url).map_err(|e| {
-            format!(
-                "web.search.searxng_url {:?} is not a URL: {e}",
-                provider.searxng_url
-            )
-        })?;
+        let mut url =
+            url::Url::parse(&provider.searxng_url).map_err(|source| WebError::SearchUrl {
+                url: provider.searxng_url.clone(),
+                source,
+            })?;
         let path = format!("{}/search", url.path().trim_end_matches('/'));
         url.set_path(&path);
         url.query_pairs_mut()
@@ -87,12 +86,11 @@ impl WebSearch {
         let fetched = client
             .get(url.as_str(), &ctx.cancel)
             .await
-            .map_err(|e| format!("the search provider failed: {e}"))?;
+            .map_err(|e| WebError::SearchProvider(Box::new(e)))?;
         let (body, _) =
             read_limited(client, fetched.response, client.max_bytes, &ctx.cancel).await?;
-        let parsed: SearxResponse = serde_json::from_slice(&body).map_err(|e| {
-            format!("the search provider did not answer with SearXNG JSON ({e}); is format=json enabled?")
-        })?;
+        let parsed: SearxResponse =
+            serde_json::from_slice(&body).map_err(WebError::SearchAnswer)?;
         if parsed.results.is_empty() {
             return Ok(format!("No results for {:?}.", input.query));
         }
@@ -116,7 +114,7 @@ impl TypedTool for WebSearch {
     async fn run(&self, ctx: &ToolContext, input: WebSearchInput) -> ToolOutput {
         match self.search(ctx, input).await {
             Ok(text) => ToolOutput::ok(text),
-            Err(e) => ToolOutput::error(e),
+            Err(e) => ToolOutput::error(e.to_string()),
         }
     }
 }

@@ -12,7 +12,7 @@ use crate::config::ToolsConfig;
 use crate::core::{blocking, open_workspace};
 use crate::input::capped;
 use crate::regular_file::{self, Access, Create, OpenError};
-use crate::workspace::Workspace;
+use crate::workspace::{Workspace, WorkspaceError};
 use crate::{ToolContext, ToolOutput, TypedTool};
 
 /// Most files copied with a directory skill, and their total size.
@@ -208,26 +208,53 @@ fn read(config: &ToolsConfig, ws: &Workspace, name: &str) -> ToolOutput {
     }
 }
 
+/// Why a skill could not be copied into the workspace.
+#[derive(Debug, thiserror::Error)]
+enum CopyError {
+    #[error(transparent)]
+    Workspace(#[from] WorkspaceError),
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    /// `message` is the source explained for ReadSkill.
+    #[error("{message}")]
+    File {
+        message: String,
+        #[source]
+        source: OpenError,
+    },
+    #[error(
+        "the skill is too large (more than {MAX_SKILL_FILES} files or {MAX_SKILL_BYTES} bytes)"
+    )]
+    TooLarge,
+}
+
+impl CopyError {
+    fn file(source: OpenError, shown: &str, access: Access) -> CopyError {
+        CopyError::File {
+            message: source.explain(shown, "ReadSkill", access),
+            source,
+        }
+    }
+}
+
 /// Writes one file to a workspace path (resolved safely, parents created, only as a regular
 /// file: never through a symlink or into a FIFO planted there).
-fn materialise(ws: &Workspace, rel: &str, content: &[u8]) -> Result<(), String> {
-    let target = ws
-        .resolve_writable(rel, &["skills".to_string()])
-        .map_err(|e| e.to_string())?;
+fn materialise(ws: &Workspace, rel: &str, content: &[u8]) -> Result<(), CopyError> {
+    let target = ws.resolve_writable(rel, &["skills".to_string()])?;
     if let Some(parent) = target.abs.parent() {
-        std::fs::create_dir_all(parent).map_err(|e| e.to_string())?;
+        std::fs::create_dir_all(parent)?;
     }
     regular_file::write(&target.abs, content, Create::OrTruncate)
-        .map_err(|e| e.explain(rel, "ReadSkill", Access::Write))
+        .map_err(|e| CopyError::file(e, rel, Access::Write))
 }
 
 /// Copies a skill directory's regular files (symlinks are skipped) into the workspace.
-fn copy_dir(ws: &Workspace, dir: &Path, rel: &str) -> Result<usize, String> {
+fn copy_dir(ws: &Workspace, dir: &Path, rel: &str) -> Result<usize, CopyError> {
     let mut copied = 0usize;
     let mut bytes = 0u64;
     let mut pending = vec![dir.to_path_buf()];
     while let Some(d) = pending.pop() {
-        for entry in std::fs::read_dir(&d).map_err(|e| e.to_string())?.flatten() {
+        for entry in std::fs::read_dir(&d)?.flatten() {
             let Ok(kind) = entry.file_type() else {
                 continue;
             };
@@ -240,13 +267,10 @@ fn copy_dir(ws: &Workspace, dir: &Path, rel: &str) -> Result<usize, String> {
                 };
                 bytes += entry.metadata().map(|m| m.len()).unwrap_or(0);
                 if copied >= MAX_SKILL_FILES || bytes > MAX_SKILL_BYTES {
-                    return Err(format!(
-                        "the skill is too large (more than {MAX_SKILL_FILES} files or {MAX_SKILL_BYTES} bytes)"
-                    ));
+                    return Err(CopyError::TooLarge);
                 }
-                let content = regular_file::read(&path).map_err(|e| {
-                    e.explain(&sub.display().to_string(), "ReadSkill", Access::Read)
-                })?;
+                let content = regular_file::read(&path)
+                    .map_err(|e| CopyError::file(e, &sub.display().to_string(), Access::Read))?;
                 materialise(ws, &format!("{rel}/{}", sub.display()), &content)?;
                 copied += 1;
             }

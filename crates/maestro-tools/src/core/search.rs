@@ -78,7 +78,7 @@ fn glob(ws: &Workspace, input: &GlobInput, cap: usize) -> ToolOutput {
     }
     let matcher = match compile_glob(&input.pattern) {
         Ok(m) => m,
-        Err(e) => return ToolOutput::error(e),
+        Err(e) => return ToolOutput::error(e.to_string()),
     };
     let mut found: Vec<(std::time::SystemTime, PathBuf)> = Vec::new();
     for entry in walk(&base.abs).flatten() {
@@ -123,13 +123,25 @@ fn glob(ws: &Workspace, input: &GlobInput, cap: usize) -> ToolOutput {
     capped(out, cap)
 }
 
-fn compile_glob(pattern: &str) -> Result<GlobMatcher, String> {
+/// A glob pattern that does not compile.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid glob pattern `{pattern}`: {source}")]
+struct InvalidGlob {
+    pattern: String,
+    #[source]
+    source: globset::Error,
+}
+
+fn compile_glob(pattern: &str) -> Result<GlobMatcher, InvalidGlob> {
     let pattern = pattern.trim_start_matches("./");
     GlobBuilder::new(pattern)
         .literal_separator(true)
         .build()
         .map(|g| g.compile_matcher())
-        .map_err(|e| format!("invalid glob pattern `{pattern}`: {e}"))
+        .map_err(|source| InvalidGlob {
+            pattern: pattern.to_string(),
+            source,
+        })
 }
 
 /// A walk that does not follow symlinks and includes hidden files, but skips `.git` and honours
@@ -201,7 +213,7 @@ fn grep(ws: &Workspace, input: &GrepInput, cap: usize) -> ToolOutput {
     };
     let file_glob = match input.glob.as_deref().map(compile_glob).transpose() {
         Ok(g) => g,
-        Err(e) => return ToolOutput::error(e),
+        Err(e) => return ToolOutput::error(e.to_string()),
     };
     let by_name = input.glob.as_deref().is_some_and(|g| !g.contains('/'));
     let mut searcher = SearcherBuilder::new()

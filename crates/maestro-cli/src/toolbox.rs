@@ -179,7 +179,9 @@ impl Toolbox {
     }
 
     /// Each started server with its tool count, or the reason it is down.
-    pub fn mcp_status(&self) -> std::collections::BTreeMap<String, Result<usize, String>> {
+    pub fn mcp_status(
+        &self,
+    ) -> std::collections::BTreeMap<String, Result<usize, maestro_tools::mcp::ServerDown>> {
         self.hub.status()
     }
 

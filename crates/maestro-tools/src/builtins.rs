@@ -2,9 +2,9 @@
 
 use std::sync::Arc;
 
-use crate::checklist::ChecklistTool;
+use crate::checklist::{CheckItem, CreateChecklist, GetChecklist};
 use crate::config::ToolsConfig;
-use crate::pieces::{PiecesOp, PiecesTool};
+use crate::pieces::{CreatePiece, GetPiece, ListPieces, UpdatePiece};
 use crate::{Tool, core, data, docs, sandbox, skills};
 
 /// Every built-in tool of this crate, configured by `config`.
@@ -18,38 +18,20 @@ pub(crate) fn builtin_tools(config: &Arc<ToolsConfig>) -> Vec<Arc<dyn Tool>> {
         Arc::new(core::GrepTool { config: c() }),
         Arc::new(sandbox::BashTool { config: c() }),
         Arc::new(data::SqliteTool { config: c() }),
-        Arc::new(ChecklistTool::Create),
-        Arc::new(ChecklistTool::Check),
-        Arc::new(ChecklistTool::Get),
-        Arc::new(PiecesTool {
-            op: PiecesOp::List,
-            config: c(),
-        }),
-        Arc::new(PiecesTool {
-            op: PiecesOp::Get,
-            config: c(),
-        }),
-        Arc::new(PiecesTool {
-            op: PiecesOp::Create,
-            config: c(),
-        }),
-        Arc::new(PiecesTool {
-            op: PiecesOp::Update,
-            config: c(),
-        }),
+        Arc::new(CreateChecklist),
+        Arc::new(CheckItem),
+        Arc::new(GetChecklist),
+        Arc::new(ListPieces { config: c() }),
+        Arc::new(GetPiece { config: c() }),
+        Arc::new(CreatePiece { config: c() }),
+        Arc::new(UpdatePiece { config: c() }),
         Arc::new(docs::ReadToolDocTool { config: c() }),
     ];
     // The skills tools are meta tools (offered to every movement), so they exist only where
     // there are skills to offer.
     if !config.skills_dirs.is_empty() {
-        tools.push(Arc::new(skills::SkillsTool {
-            read: false,
-            config: c(),
-        }));
-        tools.push(Arc::new(skills::SkillsTool {
-            read: true,
-            config: c(),
-        }));
+        tools.push(Arc::new(skills::ListSkills { config: c() }));
+        tools.push(Arc::new(skills::ReadSkill { config: c() }));
     }
     tools
 }

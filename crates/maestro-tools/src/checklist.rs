@@ -1,13 +1,12 @@
 //! `CreateChecklist`, `CheckItem`, `GetChecklist`: a checklist kept in the run's scratch state,
 //! so it survives into later movements (the engine stores [`RunScratch`](crate::RunScratch)).
 
-use maestro_protocol::ToolSpec;
+use std::sync::MutexGuard;
+
 use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::Value;
 
-use crate::input::{parse_input, spec_for};
-use crate::{BoxFuture, ChecklistItem, RunScratch, Tool, ToolContext, ToolOutput};
+use crate::{ChecklistItem, RunScratch, ToolContext, ToolOutput, TypedTool};
 
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct CreateChecklistInput {
@@ -30,103 +29,104 @@ pub struct CheckItemInput {
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct GetChecklistInput {}
 
-/// Which of the three checklist tools.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ChecklistTool {
-    Create,
-    Check,
-    Get,
+/// `CreateChecklist`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CreateChecklist;
+
+/// `CheckItem`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CheckItem;
+
+/// `GetChecklist`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct GetChecklist;
+
+/// The run's scratch state, or the error saying it is unavailable.
+fn scratch(ctx: &ToolContext) -> Result<MutexGuard<'_, RunScratch>, ToolOutput> {
+    ctx.scratch.lock().map_err(|_| {
+        ToolOutput::error(
+            "the checklist is unavailable (its state was poisoned by an earlier failure)",
+        )
+    })
 }
 
-impl Tool for ChecklistTool {
-    fn spec(&self) -> ToolSpec {
-        match self {
-            ChecklistTool::Create => spec_for::<CreateChecklistInput>(
-                "CreateChecklist",
-                "Create (or replace) the run's checklist of steps; it carries over to later movements.",
-            ),
-            ChecklistTool::Check => spec_for::<CheckItemInput>(
-                "CheckItem",
-                "Mark a checklist item (1-based index) done or not done, with an optional note.",
-            ),
-            ChecklistTool::Get => spec_for::<GetChecklistInput>(
-                "GetChecklist",
-                "Show the run's checklist and what is done.",
-            ),
-        }
-    }
+impl TypedTool for CreateChecklist {
+    type Input = CreateChecklistInput;
+    const NAME: &'static str = "CreateChecklist";
+    const DESCRIPTION: &'static str =
+        "Create (or replace) the run's checklist of steps; it carries over to later movements.";
 
-    fn call<'a>(&'a self, ctx: &'a ToolContext, input: Value) -> BoxFuture<'a, ToolOutput> {
-        Box::pin(async move {
-            let spec = self.spec();
-            let Ok(mut scratch) = ctx.scratch.lock() else {
-                return ToolOutput::error(
-                    "the checklist is unavailable (its state was poisoned by an earlier failure)",
-                );
-            };
-            match self {
-                ChecklistTool::Create => {
-                    let input: CreateChecklistInput = match parse_input(&spec, input) {
-                        Ok(i) => i,
-                        Err(e) => return e,
-                    };
-                    let items: Vec<ChecklistItem> = input
-                        .items
-                        .into_iter()
-                        .map(|t| t.trim().to_string())
-                        .filter(|t| !t.is_empty())
-                        .map(|text| ChecklistItem {
-                            text,
-                            done: false,
-                            note: None,
-                        })
-                        .collect();
-                    if items.is_empty() {
-                        return ToolOutput::error(
-                            "the checklist needs at least one non-empty item",
-                        );
-                    }
-                    scratch.checklist = items;
-                    ToolOutput::ok(render(&scratch))
-                }
-                ChecklistTool::Check => {
-                    let input: CheckItemInput = match parse_input(&spec, input) {
-                        Ok(i) => i,
-                        Err(e) => return e,
-                    };
-                    let count = scratch.checklist.len();
-                    if count == 0 {
-                        return ToolOutput::error(
-                            "there is no checklist yet; create one with CreateChecklist",
-                        );
-                    }
-                    let Some(item) = input
-                        .index
-                        .checked_sub(1)
-                        .and_then(|i| scratch.checklist.get_mut(i))
-                    else {
-                        return ToolOutput::error(format!(
-                            "index {} is out of range; items are numbered 1 to {count}",
-                            input.index
-                        ));
-                    };
-                    item.done = input.done.unwrap_or(true);
-                    if let Some(note) = input.note {
-                        item.note = Some(note).filter(|n| !n.trim().is_empty());
-                    }
-                    ToolOutput::ok(render(&scratch))
-                }
-                ChecklistTool::Get => {
-                    if let Err(e) = parse_input::<GetChecklistInput>(&spec, input) {
-                        return e;
-                    }
-                    if scratch.checklist.is_empty() {
-                        return ToolOutput::ok("no checklist yet; create one with CreateChecklist");
-                    }
-                    ToolOutput::ok(render(&scratch))
-                }
-            }
-        })
+    async fn run(&self, ctx: &ToolContext, input: CreateChecklistInput) -> ToolOutput {
+        let mut scratch = match scratch(ctx) {
+            Ok(s) => s,
+            Err(e) => return e,
+        };
+        let items: Vec<ChecklistItem> = input
+            .items
+            .into_iter()
+            .map(|t| t.trim().to_string())
+            .filter(|t| !t.is_empty())
+            .map(|text| ChecklistItem {
+                text,
+                done: false,
+                note: None,
+            })
+            .collect();
+        if items.is_empty() {
+            return ToolOutput::error("the checklist needs at least one non-empty item");
+        }
+        scratch.checklist = items;
+        ToolOutput::ok(render(&scratch))
+    }
+}
+
+impl TypedTool for CheckItem {
+    type Input = CheckItemInput;
+    const NAME: &'static str = "CheckItem";
+    const DESCRIPTION: &'static str =
+        "Mark a checklist item (1-based index) done or not done, with an optional note.";
+
+    async fn run(&self, ctx: &ToolContext, input: CheckItemInput) -> ToolOutput {
+        let mut scratch = match scratch(ctx) {
+            Ok(s) => s,
+            Err(e) => return e,
+        };
+        let count = scratch.checklist.len();
+        if count == 0 {
+            return ToolOutput::error("there is no checklist yet; create one with CreateChecklist");
+        }
+        let Some(item) = input
+            .index
+            .checked_sub(1)
+            .and_then(|i| scratch.checklist.get_mut(i))
+        else {
+            return ToolOutput::error(format!(
+                "index {} is out of range; items are numbered 1 to {count}",
+                input.index
+            ));
+        };
+        item.done = input.done.unwrap_or(true);
+        if let Some(note) = input.note {
+            item.note = Some(note).filter(|n| !n.trim().is_empty());
+        }
+        ToolOutput::ok(render(&scratch))
+    }
+}
+
+impl TypedTool for GetChecklist {
+    type Input = GetChecklistInput;
+    const NAME: &'static str = "GetChecklist";
+    const DESCRIPTION: &'static str = "Show the run's checklist and what is done.";
+
+    async fn run(&self, ctx: &ToolContext, _input: GetChecklistInput) -> ToolOutput {
+        let scratch = match scratch(ctx) {
+            Ok(s) => s,
+            Err(e) => return e,
+        };
+        if scratch.checklist.is_empty() {
+            return ToolOutput::ok("no checklist yet; create one with CreateChecklist");
+        }
+        ToolOutput::ok(render(&scratch))
     }
 }
 

@@ -6,7 +6,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use maestro_protocol::ToolSpec;
 use rusqlite::hooks::{AuthAction, AuthContext, Authorization};
 use rusqlite::types::{Value as SqlValue, ValueRef};
 use rusqlite::{Connection, OpenFlags};
@@ -16,9 +15,9 @@ use serde_json::Value;
 
 use crate::config::ToolsConfig;
 use crate::core::{blocking, off_runtime, open_workspace};
-use crate::input::{capped, parse_input, spec_for};
+use crate::input::capped;
 use crate::regular_file::{self, Access, OpenError};
-use crate::{BoxFuture, Tool, ToolContext, ToolOutput};
+use crate::{ToolContext, ToolOutput, TypedTool};
 
 /// Most rows one query returns.
 const MAX_ROWS: usize = 1000;
@@ -39,85 +38,76 @@ pub struct SqliteTool {
     pub config: Arc<ToolsConfig>,
 }
 
-impl Tool for SqliteTool {
-    fn spec(&self) -> ToolSpec {
-        spec_for::<SqliteInput>(
-            "SQLite",
-            "Run one SQL statement on a SQLite database file in the workspace; rows come back as JSON (read-only unless the movement can edit).",
-        )
-    }
+impl TypedTool for SqliteTool {
+    type Input = SqliteInput;
+    const NAME: &'static str = "SQLite";
+    const DESCRIPTION: &'static str = "Run one SQL statement on a SQLite database file in the workspace; rows come back as JSON (read-only unless the movement can edit).";
 
-    fn call<'a>(&'a self, ctx: &'a ToolContext, input: Value) -> BoxFuture<'a, ToolOutput> {
-        Box::pin(async move {
-            let input: SqliteInput = match parse_input(&self.spec(), input) {
-                Ok(i) => i,
-                Err(e) => return e,
-            };
-            let ws = match open_workspace(ctx) {
-                Ok(ws) => ws,
-                Err(e) => return e,
-            };
-            let path = match ws.resolve(&input.database) {
-                Ok(p) => p,
-                Err(e) => return ToolOutput::error(e),
-            };
-            let writable = ctx.edit
-                && ws
-                    .resolve_writable(&input.database, &self.config.writable_dirs)
-                    .is_ok();
-            let db_path = path.abs.clone();
-            match off_runtime(move || check_database_files(&db_path)).await {
-                Ok(()) => {}
-                Err(OpenError::NotFound) if writable => {}
-                Err(OpenError::NotFound) => {
-                    return ToolOutput::error(format!(
-                        "`{}` does not exist{}",
-                        path.display(),
-                        if ctx.edit {
-                            " (new databases can be created only in the writable directories)"
-                        } else {
-                            ""
-                        }
-                    ));
-                }
-                Err(e) => {
-                    return ToolOutput::error(e.explain(&path.display(), "SQLite", Access::Read));
-                }
+    async fn run(&self, ctx: &ToolContext, input: SqliteInput) -> ToolOutput {
+        let ws = match open_workspace(ctx) {
+            Ok(ws) => ws,
+            Err(e) => return e,
+        };
+        let path = match ws.resolve(&input.database) {
+            Ok(p) => p,
+            Err(e) => return ToolOutput::error(e.to_string()),
+        };
+        let writable = ctx.edit
+            && ws
+                .resolve_writable(&input.database, &self.config.writable_dirs)
+                .is_ok();
+        let db_path = path.abs.clone();
+        match off_runtime(move || check_database_files(&db_path)).await {
+            Ok(()) => {}
+            Err(OpenError::NotFound) if writable => {}
+            Err(OpenError::NotFound) => {
+                return ToolOutput::error(format!(
+                    "`{}` does not exist{}",
+                    path.display(),
+                    if ctx.edit {
+                        " (new databases can be created only in the writable directories)"
+                    } else {
+                        ""
+                    }
+                ));
             }
-            if first_keyword(&input.query).eq_ignore_ascii_case("vacuum") {
-                return ToolOutput::error(
-                    "VACUUM is not available (it can write files outside the workspace)",
-                );
+            Err(e) => {
+                return ToolOutput::error(e.explain(&path.display(), "SQLite", Access::Read));
             }
-            let conn = match open(&path.abs, writable) {
-                Ok(c) => c,
-                Err(e) => {
-                    return ToolOutput::error(format!(
-                        "cannot open `{}` as a SQLite database: {e}",
-                        path.display()
-                    ));
-                }
-            };
-            // A runaway query is interrupted at the time limit or on cancellation.
-            let interrupt = conn.get_interrupt_handle();
-            let limit = self
-                .config
-                .call_timeout
-                .saturating_sub(Duration::from_secs(1));
-            let cancel = ctx.cancel.clone();
-            let watchdog = tokio::spawn(async move {
-                tokio::select! {
-                    _ = tokio::time::sleep(limit) => {}
-                    _ = cancel.cancelled() => {}
-                }
-                interrupt.interrupt();
-            });
-            let cap = self.config.output_cap_bytes;
-            let display = path.display();
-            let out = blocking(move || run(&conn, &input, cap, writable, &display)).await;
-            watchdog.abort();
-            out
-        })
+        }
+        if first_keyword(&input.query).eq_ignore_ascii_case("vacuum") {
+            return ToolOutput::error(
+                "VACUUM is not available (it can write files outside the workspace)",
+            );
+        }
+        let conn = match open(&path.abs, writable) {
+            Ok(c) => c,
+            Err(e) => {
+                return ToolOutput::error(format!(
+                    "cannot open `{}` as a SQLite database: {e}",
+                    path.display()
+                ));
+            }
+        };
+        // A runaway query is interrupted at the time limit or on cancellation.
+        let interrupt = conn.get_interrupt_handle();
+        let limit = self
+            .config
+            .call_timeout
+            .saturating_sub(Duration::from_secs(1));
+        let cancel = ctx.cancel.clone();
+        let watchdog = tokio::spawn(async move {
+            tokio::select! {
+                _ = tokio::time::sleep(limit) => {}
+                _ = cancel.cancelled() => {}
+            }
+            interrupt.interrupt();
+        });
+        let cap = self.config.output_cap_bytes;
+        let display = path.display();
+        let out = blocking(move || run(&conn, &input, cap, writable, &display)).await;
+        watchdog.abort();
+        out
     }
 }
 

@@ -27,27 +27,37 @@ pub fn spec_for<T: JsonSchema>(name: &str, description: &str) -> ToolSpec {
     }
 }
 
-/// Parses a tool's input, or says what is wrong and which fields the tool expects.
-pub fn parse_input<T: DeserializeOwned>(spec: &ToolSpec, input: Value) -> Result<T, ToolOutput> {
+/// Parses the input of the tool `tool` into `T`, or says what is wrong and which fields the tool
+/// expects: the one error every built-in tool gives for input that does not fit its schema.
+pub fn parse_input<T: DeserializeOwned + JsonSchema>(
+    tool: &str,
+    input: Value,
+) -> Result<T, ToolOutput> {
     let input = match input {
         Value::Null => Value::Object(Default::default()),
         other => other,
     };
     if !input.is_object() {
         return Err(ToolOutput::error(format!(
-            "invalid input for `{}`: expected a JSON object, got {}. Expected fields: {}",
-            spec.name,
+            "invalid input for `{tool}`: expected a JSON object, got {}. Expected fields: {}",
             kind(&input),
-            expected_fields(&spec.input_schema)
+            expected_fields(&input_schema::<T>())
         )));
     }
-    serde_json::from_value(input).map_err(|e| {
-        // serde quotes the offending value, which may be a megabyte the model sent.
+    serde_path_to_error::deserialize(input).map_err(|e| {
+        // A missing or unknown field names itself; a value of the wrong type is named by its
+        // path. serde quotes the offending value, which may be a megabyte the model sent.
+        let path = e.path().to_string();
+        let message = e.inner().to_string();
+        let at = if path == "." || message.contains(&format!("`{path}`")) {
+            String::new()
+        } else {
+            format!("field `{path}`: ")
+        };
         ToolOutput::error(format!(
-            "invalid input for `{}`: {}. Expected fields: {}",
-            spec.name,
-            cut_middle(&e.to_string(), MAX_QUOTED_CHARS),
-            expected_fields(&spec.input_schema)
+            "invalid input for `{tool}`: {at}{}. Expected fields: {}",
+            cut_middle(&message, MAX_QUOTED_CHARS),
+            expected_fields(&input_schema::<T>())
         ))
     })
 }
@@ -185,8 +195,7 @@ mod tests {
 
     #[test]
     fn missing_field_names_the_expected_fields() {
-        let spec = spec_for::<Sample>("Sample", "test");
-        let err = parse_input::<Sample>(&spec, serde_json::json!({"limit": 3}))
+        let err = parse_input::<Sample>("Sample", serde_json::json!({"limit": 3}))
             .err()
             .unwrap();
         assert!(!err.ok);
@@ -194,27 +203,26 @@ mod tests {
             err.output,
             "invalid input for `Sample`: missing field `file_path`. Expected fields: `file_path` (string, required), `limit` (integer, optional)"
         );
-        let err = parse_input::<Sample>(&spec, serde_json::json!({"file_path": 3}))
+        let err = parse_input::<Sample>("Sample", serde_json::json!({"file_path": 3}))
             .err()
             .unwrap();
-        assert!(
-            err.output
-                .contains("invalid type: integer `3`, expected a string"),
-            "{}",
-            err.output
+        assert_eq!(
+            err.output,
+            "invalid input for `Sample`: field `file_path`: invalid type: integer `3`, expected a string. Expected fields: `file_path` (string, required), `limit` (integer, optional)"
         );
-        let ok = parse_input::<Sample>(&spec, serde_json::json!({"file_path": "a"})).unwrap();
+        let ok = parse_input::<Sample>("Sample", serde_json::json!({"file_path": "a"})).unwrap();
         assert_eq!(ok.file_path, "a");
     }
 
     #[test]
     fn an_oversized_argument_is_quoted_cut() {
-        let spec = spec_for::<Sample>("Sample", "test");
         let huge = "é".repeat(1_000_000);
-        let err =
-            parse_input::<Sample>(&spec, serde_json::json!({"file_path": "a", "limit": huge}))
-                .err()
-                .unwrap();
+        let err = parse_input::<Sample>(
+            "Sample",
+            serde_json::json!({"file_path": "a", "limit": huge}),
+        )
+        .err()
+        .unwrap();
         assert!(err.output.len() < 1_000, "{} bytes", err.output.len());
         assert!(
             err.output.ends_with(

@@ -1,4 +1,5 @@
-//! The tools agents use: the [`Tool`] trait, the [`Registry`] that offers a movement only what it
+//! The tools agents use: the [`TypedTool`] trait every built-in tool implements (and the [`Tool`]
+//! trait the registry holds), the [`Registry`] that offers a movement only what it
 //! allows, and every tool implementation (files, shell in a bwrap sandbox, web, SQLite,
 //! checklist, pieces, docs, skills, SSH, MCP).
 //!
@@ -29,6 +30,7 @@ pub use registry::{EDIT_TOOLS, META_TOOLS, Registry, is_offered};
 pub use ssh::{SshAuth, SshConnection, SshRegistry, SshRegistryError};
 pub use tool::{
     BoxFuture, CancellationToken, ChecklistItem, RunScratch, Tool, ToolContext, ToolOutput,
+    TypedTool,
 };
 pub use web::{SearchProvider, WebConfig};
 pub use workspace::{

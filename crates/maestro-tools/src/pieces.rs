@@ -7,16 +7,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use maestro_piece::{Diagnostic, LoadOptions, discover, load_file, load_str};
-use maestro_protocol::ToolSpec;
 use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::Value;
 
 use crate::config::ToolsConfig;
 use crate::core::blocking;
-use crate::input::{capped, parse_input, spec_for};
+use crate::input::capped;
 use crate::regular_file::{self, Access, Create, FileKind, OpenError};
-use crate::{BoxFuture, Tool, ToolContext, ToolOutput};
+use crate::{ToolContext, ToolOutput, TypedTool};
 
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct ListPiecesInput {}
@@ -35,66 +33,75 @@ pub struct PieceSourceInput {
     pub content: String,
 }
 
-/// Which of the four pieces tools.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PiecesOp {
-    List,
-    Get,
-    Create,
-    Update,
-}
-
-pub struct PiecesTool {
-    pub op: PiecesOp,
+/// `ListPieces`.
+pub struct ListPieces {
     pub config: Arc<ToolsConfig>,
 }
 
-impl Tool for PiecesTool {
-    fn spec(&self) -> ToolSpec {
-        match self.op {
-            PiecesOp::List => spec_for::<ListPiecesInput>(
-                "ListPieces",
-                "List the available pieces with their descriptions.",
-            ),
-            PiecesOp::Get => {
-                spec_for::<GetPieceInput>("GetPiece", "Show a piece's YAML source by name.")
-            }
-            PiecesOp::Create => spec_for::<PieceSourceInput>(
-                "CreatePiece",
-                "Create a new piece from YAML; it is validated first and any errors are returned with line and column.",
-            ),
-            PiecesOp::Update => spec_for::<PieceSourceInput>(
-                "UpdatePiece",
-                "Replace an existing piece's YAML; it is validated first and any errors are returned with line and column.",
-            ),
-        }
-    }
+/// `GetPiece`.
+pub struct GetPiece {
+    pub config: Arc<ToolsConfig>,
+}
 
-    fn call<'a>(&'a self, _ctx: &'a ToolContext, input: Value) -> BoxFuture<'a, ToolOutput> {
-        Box::pin(async move {
-            let spec = self.spec();
-            let config = Arc::clone(&self.config);
-            match self.op {
-                PiecesOp::List => match parse_input::<ListPiecesInput>(&spec, input) {
-                    Ok(_) => blocking(move || list(&config)).await,
-                    Err(e) => e,
-                },
-                PiecesOp::Get => match parse_input::<GetPieceInput>(&spec, input) {
-                    Ok(i) => blocking(move || get(&config, &i.name)).await,
-                    Err(e) => e,
-                },
-                PiecesOp::Create | PiecesOp::Update => {
-                    match parse_input::<PieceSourceInput>(&spec, input) {
-                        Ok(i) => {
-                            let creating = self.op == PiecesOp::Create;
-                            blocking(move || save(&config, &i, creating)).await
-                        }
-                        Err(e) => e,
-                    }
-                }
-            }
-        })
+/// `CreatePiece`.
+pub struct CreatePiece {
+    pub config: Arc<ToolsConfig>,
+}
+
+/// `UpdatePiece`.
+pub struct UpdatePiece {
+    pub config: Arc<ToolsConfig>,
+}
+
+impl TypedTool for ListPieces {
+    type Input = ListPiecesInput;
+    const NAME: &'static str = "ListPieces";
+    const DESCRIPTION: &'static str = "List the available pieces with their descriptions.";
+
+    async fn run(&self, _ctx: &ToolContext, _input: ListPiecesInput) -> ToolOutput {
+        let config = Arc::clone(&self.config);
+        blocking(move || list(&config)).await
     }
+}
+
+impl TypedTool for GetPiece {
+    type Input = GetPieceInput;
+    const NAME: &'static str = "GetPiece";
+    const DESCRIPTION: &'static str = "Show a piece's YAML source by name.";
+
+    async fn run(&self, _ctx: &ToolContext, input: GetPieceInput) -> ToolOutput {
+        let config = Arc::clone(&self.config);
+        blocking(move || get(&config, &input.name)).await
+    }
+}
+
+impl TypedTool for CreatePiece {
+    type Input = PieceSourceInput;
+    const NAME: &'static str = "CreatePiece";
+    const DESCRIPTION: &'static str = "Create a new piece from YAML; it is validated first and any errors are returned with line and column.";
+
+    async fn run(&self, _ctx: &ToolContext, input: PieceSourceInput) -> ToolOutput {
+        let config = Arc::clone(&self.config);
+        blocking(move || save(&config, &input, Saving::Create)).await
+    }
+}
+
+impl TypedTool for UpdatePiece {
+    type Input = PieceSourceInput;
+    const NAME: &'static str = "UpdatePiece";
+    const DESCRIPTION: &'static str = "Replace an existing piece's YAML; it is validated first and any errors are returned with line and column.";
+
+    async fn run(&self, _ctx: &ToolContext, input: PieceSourceInput) -> ToolOutput {
+        let config = Arc::clone(&self.config);
+        blocking(move || save(&config, &input, Saving::Update)).await
+    }
+}
+
+/// Whether [`save`] creates a new piece or replaces an existing one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Saving {
+    Create,
+    Update,
 }
 
 fn dirs(config: &ToolsConfig) -> Vec<&Path> {
@@ -192,7 +199,8 @@ fn get(config: &ToolsConfig, name: &str) -> ToolOutput {
     }
 }
 
-fn save(config: &ToolsConfig, input: &PieceSourceInput, creating: bool) -> ToolOutput {
+fn save(config: &ToolsConfig, input: &PieceSourceInput, saving: Saving) -> ToolOutput {
+    let creating = saving == Saving::Create;
     let Some(dir) = &config.pieces_dir else {
         return ToolOutput::error(
             "no writable pieces directory is configured; pieces cannot be created or changed here",

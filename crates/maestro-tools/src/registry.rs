@@ -22,10 +22,20 @@ const EXCLUSIVE_TOOLS: &[&str] = &["Bash"];
 pub const EDIT_TOOLS: &[&str] = &["Write", "Edit"];
 
 /// All tools known to this process. Cheap to clone (tools are shared).
+///
+/// Each tool's spec is built once, when the tool is registered: a spec's schema is generated
+/// from the tool's input type, and the registry is asked for specs on every model request.
 #[derive(Clone)]
 pub struct Registry {
-    tools: Vec<Arc<dyn Tool>>,
+    tools: Vec<Registered>,
     config: Arc<ToolsConfig>,
+}
+
+/// A tool with the spec it had when it was registered.
+#[derive(Clone)]
+struct Registered {
+    spec: ToolSpec,
+    tool: Arc<dyn Tool>,
 }
 
 impl std::fmt::Debug for Registry {
@@ -60,22 +70,31 @@ impl Registry {
 
     /// Adds a tool; a tool with the same name replaces the earlier one.
     pub fn register(&mut self, tool: Arc<dyn Tool>) {
-        let name = tool.spec().name;
-        self.tools.retain(|t| t.spec().name != name);
-        self.tools.push(tool);
+        let spec = tool.spec();
+        self.tools.retain(|t| t.spec.name != spec.name);
+        self.tools.push(Registered { spec, tool });
     }
 
     /// Every registered tool's spec, in registration order.
     pub fn list(&self) -> Vec<ToolSpec> {
-        self.tools.iter().map(|t| t.spec()).collect()
+        self.tools.iter().map(|t| t.spec.clone()).collect()
     }
 
-    fn names(&self) -> Vec<String> {
-        self.tools.iter().map(|t| t.spec().name).collect()
+    fn names(&self) -> Vec<&str> {
+        self.tools.iter().map(|t| t.spec.name.as_str()).collect()
+    }
+
+    fn find(&self, name: &str) -> Option<&Registered> {
+        self.tools.iter().find(|t| t.spec.name == name)
     }
 
     pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
-        self.tools.iter().find(|t| t.spec().name == name)
+        self.find(name).map(|t| &t.tool)
+    }
+
+    /// The spec of the tool `name`, as built when it was registered.
+    pub fn spec(&self, name: &str) -> Option<&ToolSpec> {
+        self.find(name).map(|t| &t.spec)
     }
 
     /// What a movement is offered: the tools named in `allowed_tools` (exact names, `mcp__*` for
@@ -84,8 +103,8 @@ impl Registry {
     pub fn offered(&self, allowed_tools: &[String], edit: bool) -> Vec<ToolSpec> {
         self.tools
             .iter()
-            .map(|t| t.spec())
-            .filter(|spec| is_offered(&spec.name, allowed_tools, edit))
+            .filter(|t| is_offered(&t.spec.name, allowed_tools, edit))
+            .map(|t| t.spec.clone())
             .collect()
     }
 
@@ -115,21 +134,16 @@ impl Registry {
         allowed: Option<&[String]>,
     ) -> ToolOutput {
         let offered_names = || {
-            let specs = match allowed {
-                Some(allowed) => self.offered(allowed, ctx.edit),
-                None => self
-                    .list()
-                    .into_iter()
-                    .filter(|s| ctx.edit || !EDIT_TOOLS.contains(&s.name.as_str()))
-                    .collect(),
-            };
-            specs
+            self.names()
                 .into_iter()
-                .map(|s| s.name)
+                .filter(|n| match allowed {
+                    Some(allowed) => is_offered(n, allowed, ctx.edit),
+                    None => ctx.edit || !EDIT_TOOLS.contains(n),
+                })
                 .collect::<Vec<_>>()
                 .join(", ")
         };
-        let Some(tool) = self.get(name) else {
+        let Some(Registered { spec, tool }) = self.find(name) else {
             return ToolOutput::error(format!(
                 "unknown tool `{name}`; the tools you can call are: {}",
                 offered_names()
@@ -149,7 +163,6 @@ impl Registry {
                 offered_names()
             ));
         }
-        let spec = tool.spec();
         let input: Value = if arguments_json.trim().is_empty() {
             Value::Object(Default::default())
         } else {

@@ -5,17 +5,15 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use maestro_protocol::ToolSpec;
 use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::Value;
 
 use crate::config::ToolsConfig;
-use crate::core::{blocking, parse_and_open};
-use crate::input::{capped, parse_input, spec_for};
+use crate::core::{blocking, open_workspace};
+use crate::input::capped;
 use crate::regular_file::{self, Access, Create, OpenError};
-use crate::workspace::Workspace;
-use crate::{BoxFuture, Tool, ToolContext, ToolOutput};
+use crate::workspace::{Workspace, WorkspaceError};
+use crate::{ToolContext, ToolOutput, TypedTool};
 
 /// Most files copied with a directory skill, and their total size.
 const MAX_SKILL_FILES: usize = 200;
@@ -115,43 +113,39 @@ pub fn summary(markdown: &str) -> String {
         .to_string()
 }
 
-/// `ListSkills` or `ReadSkill`.
-pub struct SkillsTool {
-    pub read: bool,
+/// `ListSkills`.
+pub struct ListSkills {
     pub config: Arc<ToolsConfig>,
 }
 
-impl Tool for SkillsTool {
-    fn spec(&self) -> ToolSpec {
-        if self.read {
-            spec_for::<ReadSkillInput>(
-                "ReadSkill",
-                "Read a skill's instructions and copy it (with its files) into the workspace's skills/ directory.",
-            )
-        } else {
-            spec_for::<ListSkillsInput>(
-                "ListSkills",
-                "List the available skills with a one-line summary each.",
-            )
-        }
-    }
+/// `ReadSkill`.
+pub struct ReadSkill {
+    pub config: Arc<ToolsConfig>,
+}
 
-    fn call<'a>(&'a self, ctx: &'a ToolContext, input: Value) -> BoxFuture<'a, ToolOutput> {
-        Box::pin(async move {
-            let spec = self.spec();
-            let config = Arc::clone(&self.config);
-            if !self.read {
-                if let Err(e) = parse_input::<ListSkillsInput>(&spec, input) {
-                    return e;
-                }
-                return blocking(move || list(&config)).await;
-            }
-            let (input, ws): (ReadSkillInput, _) = match parse_and_open(&spec, ctx, input) {
-                Ok(opened) => opened,
-                Err(e) => return e,
-            };
-            blocking(move || read(&config, &ws, &input.name)).await
-        })
+impl TypedTool for ListSkills {
+    type Input = ListSkillsInput;
+    const NAME: &'static str = "ListSkills";
+    const DESCRIPTION: &'static str = "List the available skills with a one-line summary each.";
+
+    async fn run(&self, _ctx: &ToolContext, _input: ListSkillsInput) -> ToolOutput {
+        let config = Arc::clone(&self.config);
+        blocking(move || list(&config)).await
+    }
+}
+
+impl TypedTool for ReadSkill {
+    type Input = ReadSkillInput;
+    const NAME: &'static str = "ReadSkill";
+    const DESCRIPTION: &'static str = "Read a skill's instructions and copy it (with its files) into the workspace's skills/ directory.";
+
+    async fn run(&self, ctx: &ToolContext, input: ReadSkillInput) -> ToolOutput {
+        let ws = match open_workspace(ctx) {
+            Ok(ws) => ws,
+            Err(e) => return e,
+        };
+        let config = Arc::clone(&self.config);
+        blocking(move || read(&config, &ws, &input.name)).await
     }
 }
 
@@ -214,24 +208,53 @@ fn read(config: &ToolsConfig, ws: &Workspace, name: &str) -> ToolOutput {
     }
 }
 
+/// Why a skill could not be copied into the workspace.
+#[derive(Debug, thiserror::Error)]
+enum CopyError {
+    #[error(transparent)]
+    Workspace(#[from] WorkspaceError),
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    /// `message` is the source explained for ReadSkill.
+    #[error("{message}")]
+    File {
+        message: String,
+        #[source]
+        source: OpenError,
+    },
+    #[error(
+        "the skill is too large (more than {MAX_SKILL_FILES} files or {MAX_SKILL_BYTES} bytes)"
+    )]
+    TooLarge,
+}
+
+impl CopyError {
+    fn file(source: OpenError, shown: &str, access: Access) -> CopyError {
+        CopyError::File {
+            message: source.explain(shown, "ReadSkill", access),
+            source,
+        }
+    }
+}
+
 /// Writes one file to a workspace path (resolved safely, parents created, only as a regular
 /// file: never through a symlink or into a FIFO planted there).
-fn materialise(ws: &Workspace, rel: &str, content: &[u8]) -> Result<(), String> {
+fn materialise(ws: &Workspace, rel: &str, content: &[u8]) -> Result<(), CopyError> {
     let target = ws.resolve_writable(rel, &["skills".to_string()])?;
     if let Some(parent) = target.abs.parent() {
-        std::fs::create_dir_all(parent).map_err(|e| e.to_string())?;
+        std::fs::create_dir_all(parent)?;
     }
     regular_file::write(&target.abs, content, Create::OrTruncate)
-        .map_err(|e| e.explain(rel, "ReadSkill", Access::Write))
+        .map_err(|e| CopyError::file(e, rel, Access::Write))
 }
 
 /// Copies a skill directory's regular files (symlinks are skipped) into the workspace.
-fn copy_dir(ws: &Workspace, dir: &Path, rel: &str) -> Result<usize, String> {
+fn copy_dir(ws: &Workspace, dir: &Path, rel: &str) -> Result<usize, CopyError> {
     let mut copied = 0usize;
     let mut bytes = 0u64;
     let mut pending = vec![dir.to_path_buf()];
     while let Some(d) = pending.pop() {
-        for entry in std::fs::read_dir(&d).map_err(|e| e.to_string())?.flatten() {
+        for entry in std::fs::read_dir(&d)?.flatten() {
             let Ok(kind) = entry.file_type() else {
                 continue;
             };
@@ -244,13 +267,10 @@ fn copy_dir(ws: &Workspace, dir: &Path, rel: &str) -> Result<usize, String> {
                 };
                 bytes += entry.metadata().map(|m| m.len()).unwrap_or(0);
                 if copied >= MAX_SKILL_FILES || bytes > MAX_SKILL_BYTES {
-                    return Err(format!(
-                        "the skill is too large (more than {MAX_SKILL_FILES} files or {MAX_SKILL_BYTES} bytes)"
-                    ));
+                    return Err(CopyError::TooLarge);
                 }
-                let content = regular_file::read(&path).map_err(|e| {
-                    e.explain(&sub.display().to_string(), "ReadSkill", Access::Read)
-                })?;
+                let content = regular_file::read(&path)
+                    .map_err(|e| CopyError::file(e, &sub.display().to_string(), Access::Read))?;
                 materialise(ws, &format!("{rel}/{}", sub.display()), &content)?;
                 copied += 1;
             }

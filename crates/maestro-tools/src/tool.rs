@@ -6,6 +6,8 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 
 use maestro_protocol::ToolSpec;
+use schemars::JsonSchema;
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 pub use tokio_util::sync::CancellationToken;
 
@@ -71,7 +73,11 @@ pub struct ToolContext {
     pub scratch: Arc<Mutex<RunScratch>>,
 }
 
-/// A tool the model can call.
+/// A tool the model can call, as the registry and the engine see it.
+///
+/// Built-in tools do not implement this trait by hand: they implement [`TypedTool`] and get it
+/// from the blanket implementation, so their schema always comes from their input type. The one
+/// exception is a tool whose schema is only known at runtime (an MCP server's tool).
 ///
 /// An implementation promises: it validates its own input and answers bad input with
 /// `ToolOutput { ok: false, .. }` that says what to fix (never a panic); it stays inside
@@ -92,5 +98,80 @@ pub trait Tool: Send + Sync {
     /// margin so that their own, more informative timeout fires first.
     fn time_limit(&self) -> Option<std::time::Duration> {
         None
+    }
+}
+
+/// The one way to define a built-in tool: a typed input and a function from it to an output.
+///
+/// The model sees `NAME`, `DESCRIPTION` and the JSON Schema of [`Input`](Self::Input) (doc
+/// comments become field descriptions, `Option` fields are optional). The blanket
+/// [`Tool`] implementation parses the model's arguments into `Input` once, and answers input
+/// that does not fit with one uniform error naming the tool, what was wrong and the fields it
+/// expects, so [`run`](Self::run) only ever sees well-formed input.
+///
+/// An implementation promises what [`Tool`] asks for: errors the model can act on, staying inside
+/// the workspace and the movement's permissions, stopping on `ctx.cancel`, capped output.
+///
+/// ```
+/// use maestro_tools::{ToolContext, ToolOutput, TypedTool};
+/// use schemars::JsonSchema;
+/// use serde::Deserialize;
+///
+/// #[derive(Deserialize, JsonSchema)]
+/// struct EchoInput {
+///     /// The text to send back.
+///     text: String,
+/// }
+///
+/// struct Echo;
+///
+/// impl TypedTool for Echo {
+///     type Input = EchoInput;
+///     const NAME: &'static str = "Echo";
+///     const DESCRIPTION: &'static str = "Send the text back.";
+///
+///     async fn run(&self, _ctx: &ToolContext, input: EchoInput) -> ToolOutput {
+///         ToolOutput::ok(input.text)
+///     }
+/// }
+/// ```
+pub trait TypedTool: Send + Sync {
+    /// What the model sends; its JSON Schema is the tool's input schema.
+    type Input: DeserializeOwned + JsonSchema + Send;
+    /// The name the model calls the tool by.
+    const NAME: &'static str;
+    /// One sentence; it rides every model call, details go in `docs/tools/<NAME>.md`.
+    const DESCRIPTION: &'static str;
+
+    /// Runs one call with parsed input.
+    fn run(&self, ctx: &ToolContext, input: Self::Input)
+    -> impl Future<Output = ToolOutput> + Send;
+
+    /// See [`Tool::time_limit`].
+    fn time_limit(&self) -> Option<std::time::Duration> {
+        None
+    }
+}
+
+impl<T: TypedTool> Tool for T {
+    fn spec(&self) -> ToolSpec {
+        crate::input::spec_for::<T::Input>(T::NAME, T::DESCRIPTION)
+    }
+
+    fn call<'a>(
+        &'a self,
+        ctx: &'a ToolContext,
+        input: serde_json::Value,
+    ) -> BoxFuture<'a, ToolOutput> {
+        Box::pin(async move {
+            match crate::input::parse_input::<T::Input>(T::NAME, input) {
+                Ok(input) => self.run(ctx, input).await,
+                Err(error) => error,
+            }
+        })
+    }
+
+    fn time_limit(&self) -> Option<std::time::Duration> {
+        <T as TypedTool>::time_limit(self)
     }
 }

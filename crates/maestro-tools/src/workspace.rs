@@ -84,12 +84,6 @@ pub enum WorkspaceError {
 }
 
 /// Tools hand these messages to the model as text.
-impl From<WorkspaceError> for String {
-    fn from(error: WorkspaceError) -> String {
-        error.to_string()
-    }
-}
-
 /// A canonicalised workspace root.
 #[derive(Debug, Clone)]
 pub struct Workspace {

@@ -175,7 +175,7 @@ async fn bad_calls_come_back_as_readable_errors() {
     let out = reg.execute(&b.ctx, "Bash", "{\"command\": 5}").await;
     assert!(
         out.output
-            .starts_with("invalid input for `Bash`: invalid type: integer `5`, expected a string"),
+            .starts_with("invalid input for `Bash`: field `command`: invalid type: integer `5`, expected a string. Expected fields: `command` (string, required)"),
         "{out:?}"
     );
     let out = reg.execute(&b.ctx, "Read", "[1]").await;

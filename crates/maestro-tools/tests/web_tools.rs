@@ -242,8 +242,10 @@ async fn bad_input_says_what_is_expected() {
         ws.path(),
     )
     .await;
-    assert!(
-        !out.ok && out.output.contains("expected {\"url\": \"https://...\"}"),
-        "{out:?}"
+    assert_eq!(
+        out,
+        ToolOutput::error(
+            "invalid input for `WebFetch`: unknown field `link`, expected `url`. Expected fields: `url` (string, required)"
+        )
     );
 }

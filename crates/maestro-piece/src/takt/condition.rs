@@ -2,14 +2,42 @@
 
 use crate::ir::Condition;
 
+/// Why a condition that starts like `ai(`, `all(` or `any(` is not a well-formed call.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum ConditionError {
+    #[error("`{name}(` is not closed; expected {}", form(name))]
+    NotClosed { name: &'static str },
+    #[error("{source}; expected {}", form(name))]
+    Arguments {
+        name: &'static str,
+        #[source]
+        source: ArgumentError,
+    },
+    #[error("`ai(…)` takes exactly one quoted condition, found {0}")]
+    AiArity(usize),
+    #[error("`{name}()` needs at least one quoted condition")]
+    NoArguments { name: &'static str },
+}
+
+/// Why the arguments of a call are not comma-separated quoted strings.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum ArgumentError {
+    #[error("found `{0}` where a quoted string should start")]
+    NotQuoted(char),
+    #[error("a quoted string is not closed")]
+    Unclosed,
+    #[error("found `{0}` where `,` or `)` should be")]
+    NoSeparator(char),
+}
+
 /// Parses a condition as written in a takt rule. Plain text is [`Condition::Text`]; text that
 /// starts like a call but is malformed is an error naming the expected form.
-pub(crate) fn parse_condition(text: &str) -> Result<Condition, String> {
+pub(crate) fn parse_condition(text: &str) -> Result<Condition, ConditionError> {
     let trimmed = text.trim();
     for (name, make) in [
         (
             "ai",
-            make_ai as fn(Vec<String>) -> Result<Condition, String>,
+            make_ai as fn(Vec<String>) -> Result<Condition, ConditionError>,
         ),
         ("all", make_all),
         ("any", make_any),
@@ -22,9 +50,9 @@ pub(crate) fn parse_condition(text: &str) -> Result<Condition, String> {
         };
         let args = inner
             .strip_suffix(')')
-            .ok_or_else(|| format!("`{name}(` is not closed; expected {}", form(name)))
+            .ok_or(ConditionError::NotClosed { name })
             .and_then(|inner| {
-                parse_args(inner).map_err(|e| format!("{e}; expected {}", form(name)))
+                parse_args(inner).map_err(|source| ConditionError::Arguments { name, source })
             })?;
         return make(args);
     }
@@ -39,35 +67,32 @@ fn form(name: &str) -> &'static str {
     }
 }
 
-fn make_ai(mut args: Vec<String>) -> Result<Condition, String> {
+fn make_ai(mut args: Vec<String>) -> Result<Condition, ConditionError> {
     if args.len() != 1 {
-        return Err(format!(
-            "`ai(…)` takes exactly one quoted condition, found {}",
-            args.len()
-        ));
+        return Err(ConditionError::AiArity(args.len()));
     }
     Ok(Condition::Ai(args.remove(0)))
 }
 
-fn make_all(args: Vec<String>) -> Result<Condition, String> {
+fn make_all(args: Vec<String>) -> Result<Condition, ConditionError> {
     nonempty("all", &args)?;
     Ok(Condition::All(args))
 }
 
-fn make_any(args: Vec<String>) -> Result<Condition, String> {
+fn make_any(args: Vec<String>) -> Result<Condition, ConditionError> {
     nonempty("any", &args)?;
     Ok(Condition::Any(args))
 }
 
-fn nonempty(name: &str, args: &[String]) -> Result<(), String> {
+fn nonempty(name: &'static str, args: &[String]) -> Result<(), ConditionError> {
     if args.is_empty() {
-        return Err(format!("`{name}()` needs at least one quoted condition"));
+        return Err(ConditionError::NoArguments { name });
     }
     Ok(())
 }
 
 /// Comma-separated quoted strings (`"…"` or `'…'`, backslash escapes in double quotes).
-fn parse_args(inner: &str) -> Result<Vec<String>, String> {
+fn parse_args(inner: &str) -> Result<Vec<String>, ArgumentError> {
     let mut args = Vec::new();
     let mut chars = inner.chars().peekable();
     loop {
@@ -78,17 +103,15 @@ fn parse_args(inner: &str) -> Result<Vec<String>, String> {
             return Ok(args);
         };
         if quote != '"' && quote != '\'' {
-            return Err(format!(
-                "found `{quote}` where a quoted string should start"
-            ));
+            return Err(ArgumentError::NotQuoted(quote));
         }
         let mut arg = String::new();
         loop {
             match chars.next() {
-                None => return Err("a quoted string is not closed".to_owned()),
+                None => return Err(ArgumentError::Unclosed),
                 Some('\\') if quote == '"' => match chars.next() {
                     Some(c) => arg.push(c),
-                    None => return Err("a quoted string is not closed".to_owned()),
+                    None => return Err(ArgumentError::Unclosed),
                 },
                 Some(c) if c == quote => break,
                 Some(c) => arg.push(c),
@@ -101,7 +124,7 @@ fn parse_args(inner: &str) -> Result<Vec<String>, String> {
         match chars.next() {
             None => return Ok(args),
             Some(',') => {}
-            Some(c) => return Err(format!("found `{c}` where `,` or `)` should be")),
+            Some(c) => return Err(ArgumentError::NoSeparator(c)),
         }
     }
 }
@@ -139,23 +162,27 @@ mod tests {
         );
     }
 
+    fn message(text: &str) -> String {
+        parse_condition(text).unwrap_err().to_string()
+    }
+
     #[test]
     fn malformed_calls_say_what_is_expected() {
         assert_eq!(
-            parse_condition(r#"all("a", b)"#),
-            Err("found `b` where a quoted string should start; expected `all(\"A\")` or `all(\"A\", \"B\", …)`".into())
+            message(r#"all("a", b)"#),
+            "found `b` where a quoted string should start; expected `all(\"A\")` or `all(\"A\", \"B\", …)`"
         );
         assert_eq!(
-            parse_condition(r#"ai("a""#),
-            Err("`ai(` is not closed; expected `ai(\"condition\")`".into())
+            message(r#"ai("a""#),
+            "`ai(` is not closed; expected `ai(\"condition\")`"
         );
         assert_eq!(
-            parse_condition(r#"ai("a", "b")"#),
-            Err("`ai(…)` takes exactly one quoted condition, found 2".into())
+            message(r#"ai("a", "b")"#),
+            "`ai(…)` takes exactly one quoted condition, found 2"
         );
         assert_eq!(
-            parse_condition("any()"),
-            Err("`any()` needs at least one quoted condition".into())
+            message("any()"),
+            "`any()` needs at least one quoted condition"
         );
     }
 }

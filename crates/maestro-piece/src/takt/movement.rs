@@ -463,21 +463,35 @@ fn read_parallel(
     subs
 }
 
+/// Why an `all()`/`any()` condition does not fit the parallel movement's sub-movements.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum AggregateError {
+    #[error(
+        "{conditions} conditions for {subs} sub-movements; the positional form names one condition per sub-movement, in order"
+    )]
+    Count { conditions: usize, subs: usize },
+    #[error("condition \"{condition}\" is not a rule condition of {whom}; known: {known}")]
+    Unknown {
+        condition: String,
+        whom: String,
+        known: String,
+    },
+}
+
 /// Each argument of `all()`/`any()` must be a rule condition of a sub-movement. `all("A", "B")`
 /// is positional (one argument per sub-movement, in order); `any("A", "B")` means some
 /// sub-movement matched one of them (takt's semantics).
-fn check_aggregate(condition: &Condition, subs: &[Movement]) -> Result<(), String> {
+fn check_aggregate(condition: &Condition, subs: &[Movement]) -> Result<(), AggregateError> {
     let (args, positional) = match condition {
         Condition::All(args) => (args, args.len() > 1),
         Condition::Any(args) => (args, false),
         Condition::Text(_) | Condition::Ai(_) | Condition::Status(_) => return Ok(()),
     };
     if positional && args.len() != subs.len() {
-        return Err(format!(
-            "{} conditions for {} sub-movements; the positional form names one condition per sub-movement, in order",
-            args.len(),
-            subs.len()
-        ));
+        return Err(AggregateError::Count {
+            conditions: args.len(),
+            subs: subs.len(),
+        });
     }
     let conditions = |sub: &Movement| -> Vec<String> {
         sub.rules
@@ -497,10 +511,11 @@ fn check_aggregate(condition: &Condition, subs: &[Movement]) -> Result<(), Strin
             ),
         };
         if !candidates.contains(arg) {
-            return Err(format!(
-                "condition \"{arg}\" is not a rule condition of {whom}; known: {}",
-                known_list(&candidates)
-            ));
+            return Err(AggregateError::Unknown {
+                condition: arg.clone(),
+                whom,
+                known: known_list(&candidates),
+            });
         }
     }
     Ok(())
@@ -549,14 +564,14 @@ fn read_rule(
                     Some(c)
                 }
                 Ok(c @ (Condition::All(_) | Condition::Any(_))) => {
-                    if let Err(message) = check_aggregate(&c, subs) {
-                        sink.error(&p, node.span, message);
+                    if let Err(e) = check_aggregate(&c, subs) {
+                        sink.error(&p, node.span, e.to_string());
                     }
                     Some(c)
                 }
                 Ok(c) => Some(c),
-                Err(message) => {
-                    sink.error(&p, node.span, message);
+                Err(e) => {
+                    sink.error(&p, node.span, e.to_string());
                     None
                 }
             }

@@ -7,27 +7,12 @@ mod search;
 pub use files::{EditTool, ReadTool, WriteTool};
 pub use search::{GlobTool, GrepTool};
 
-use maestro_protocol::ToolSpec;
-use serde::de::DeserializeOwned;
-
 use crate::ToolOutput;
-use crate::input::parse_input;
 use crate::workspace::Workspace;
 
 /// Opens the context's workspace, or explains why it cannot be used.
 pub(crate) fn open_workspace(ctx: &crate::ToolContext) -> Result<Workspace, ToolOutput> {
-    Workspace::open(&ctx.workspace).map_err(ToolOutput::error)
-}
-
-/// Parses a tool's input, then opens the context's workspace: the start of every tool that
-/// reads the workspace.
-pub(crate) fn parse_and_open<I: DeserializeOwned>(
-    spec: &ToolSpec,
-    ctx: &crate::ToolContext,
-    input: serde_json::Value,
-) -> Result<(I, Workspace), ToolOutput> {
-    let input = parse_input(spec, input)?;
-    Ok((input, open_workspace(ctx)?))
+    Workspace::open(&ctx.workspace).map_err(|e| ToolOutput::error(e.to_string()))
 }
 
 /// Runs blocking work off the async runtime; a panic inside becomes a tool error.

@@ -8,17 +8,15 @@ use std::sync::Arc;
 use globset::{GlobBuilder, GlobMatcher};
 use grep_regex::RegexMatcherBuilder;
 use grep_searcher::{BinaryDetection, SearcherBuilder, sinks::Lossy};
-use maestro_protocol::ToolSpec;
 use schemars::JsonSchema;
 use serde::Deserialize;
-use serde::de::DeserializeOwned;
 
-use super::{blocking, parse_and_open};
+use super::{blocking, open_workspace};
 use crate::config::ToolsConfig;
-use crate::input::{capped, spec_for};
+use crate::input::capped;
 use crate::regular_file::{self, Access, FileKind, OpenError};
 use crate::workspace::Workspace;
-use crate::{BoxFuture, Tool, ToolContext, ToolOutput};
+use crate::{ToolContext, ToolOutput, TypedTool};
 
 /// Most file names `Glob` lists.
 const MAX_GLOB_RESULTS: usize = 1000;
@@ -40,43 +38,30 @@ pub struct GlobTool {
     pub config: Arc<ToolsConfig>,
 }
 
-impl Tool for GlobTool {
-    fn spec(&self) -> ToolSpec {
-        spec_for::<GlobInput>(
-            "Glob",
-            "List workspace files matching a glob pattern such as `**/*.md`, newest first.",
-        )
-    }
+impl TypedTool for GlobTool {
+    type Input = GlobInput;
+    const NAME: &'static str = "Glob";
+    const DESCRIPTION: &'static str =
+        "List workspace files matching a glob pattern such as `**/*.md`, newest first.";
 
-    fn call<'a>(
-        &'a self,
-        ctx: &'a ToolContext,
-        input: serde_json::Value,
-    ) -> BoxFuture<'a, ToolOutput> {
-        Box::pin(search_workspace(
-            self.spec(),
-            &self.config,
-            ctx,
-            input,
-            glob,
-        ))
+    async fn run(&self, ctx: &ToolContext, input: GlobInput) -> ToolOutput {
+        search_workspace(&self.config, ctx, input, glob).await
     }
 }
 
-/// Parses `input`, opens the workspace and runs `search` off the async runtime under the output
-/// cap: the whole of a `Glob` or `Grep` call.
+/// Opens the workspace and runs `search` off the async runtime under the output cap: the whole
+/// of a `Glob` or `Grep` call.
 async fn search_workspace<I>(
-    spec: ToolSpec,
     config: &ToolsConfig,
     ctx: &ToolContext,
-    input: serde_json::Value,
+    input: I,
     search: fn(&Workspace, &I, usize) -> ToolOutput,
 ) -> ToolOutput
 where
-    I: DeserializeOwned + Send + 'static,
+    I: Send + 'static,
 {
-    let (input, ws): (I, _) = match parse_and_open(&spec, ctx, input) {
-        Ok(opened) => opened,
+    let ws = match open_workspace(ctx) {
+        Ok(ws) => ws,
         Err(e) => return e,
     };
     let cap = config.output_cap_bytes;
@@ -86,14 +71,14 @@ where
 fn glob(ws: &Workspace, input: &GlobInput, cap: usize) -> ToolOutput {
     let base = match ws.resolve(input.path.as_deref().unwrap_or(".")) {
         Ok(p) => p,
-        Err(e) => return ToolOutput::error(e),
+        Err(e) => return ToolOutput::error(e.to_string()),
     };
     if !base.abs.is_dir() {
         return ToolOutput::error(format!("`{}` is not a directory", base.display()));
     }
     let matcher = match compile_glob(&input.pattern) {
         Ok(m) => m,
-        Err(e) => return ToolOutput::error(e),
+        Err(e) => return ToolOutput::error(e.to_string()),
     };
     let mut found: Vec<(std::time::SystemTime, PathBuf)> = Vec::new();
     for entry in walk(&base.abs).flatten() {
@@ -138,13 +123,25 @@ fn glob(ws: &Workspace, input: &GlobInput, cap: usize) -> ToolOutput {
     capped(out, cap)
 }
 
-fn compile_glob(pattern: &str) -> Result<GlobMatcher, String> {
+/// A glob pattern that does not compile.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid glob pattern `{pattern}`: {source}")]
+struct InvalidGlob {
+    pattern: String,
+    #[source]
+    source: globset::Error,
+}
+
+fn compile_glob(pattern: &str) -> Result<GlobMatcher, InvalidGlob> {
     let pattern = pattern.trim_start_matches("./");
     GlobBuilder::new(pattern)
         .literal_separator(true)
         .build()
         .map(|g| g.compile_matcher())
-        .map_err(|e| format!("invalid glob pattern `{pattern}`: {e}"))
+        .map_err(|source| InvalidGlob {
+            pattern: pattern.to_string(),
+            source,
+        })
 }
 
 /// A walk that does not follow symlinks and includes hidden files, but skips `.git` and honours
@@ -176,33 +173,20 @@ pub struct GrepTool {
     pub config: Arc<ToolsConfig>,
 }
 
-impl Tool for GrepTool {
-    fn spec(&self) -> ToolSpec {
-        spec_for::<GrepInput>(
-            "Grep",
-            "Search workspace files for a regular expression and list matching lines as path:line:text.",
-        )
-    }
+impl TypedTool for GrepTool {
+    type Input = GrepInput;
+    const NAME: &'static str = "Grep";
+    const DESCRIPTION: &'static str = "Search workspace files for a regular expression and list matching lines as path:line:text.";
 
-    fn call<'a>(
-        &'a self,
-        ctx: &'a ToolContext,
-        input: serde_json::Value,
-    ) -> BoxFuture<'a, ToolOutput> {
-        Box::pin(search_workspace(
-            self.spec(),
-            &self.config,
-            ctx,
-            input,
-            grep,
-        ))
+    async fn run(&self, ctx: &ToolContext, input: GrepInput) -> ToolOutput {
+        search_workspace(&self.config, ctx, input, grep).await
     }
 }
 
 fn grep(ws: &Workspace, input: &GrepInput, cap: usize) -> ToolOutput {
     let base = match ws.resolve(input.path.as_deref().unwrap_or(".")) {
         Ok(p) => p,
-        Err(e) => return ToolOutput::error(e),
+        Err(e) => return ToolOutput::error(e.to_string()),
     };
     match std::fs::symlink_metadata(&base.abs).map(|m| FileKind::of(m.file_type())) {
         Err(_) => return ToolOutput::error(format!("`{}` does not exist", base.display())),
@@ -229,7 +213,7 @@ fn grep(ws: &Workspace, input: &GrepInput, cap: usize) -> ToolOutput {
     };
     let file_glob = match input.glob.as_deref().map(compile_glob).transpose() {
         Ok(g) => g,
-        Err(e) => return ToolOutput::error(e),
+        Err(e) => return ToolOutput::error(e.to_string()),
     };
     let by_name = input.glob.as_deref().is_some_and(|g| !g.contains('/'));
     let mut searcher = SearcherBuilder::new()

@@ -13,7 +13,7 @@ use rmcp::transport::streamable_http_client::{
 };
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-use super::config::{McpConfig, McpServer, check_slug};
+use super::config::{InvalidSlug, McpConfig, McpServer, check_slug};
 use super::connection::{Connection, StderrTail};
 use super::tool::McpTool;
 use crate::Tool;
@@ -53,9 +53,51 @@ pub enum McpError {
     Unavailable { server: String, reason: String },
 }
 
+/// Why a configured MCP server is not available.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ServerDown {
+    #[error(transparent)]
+    InvalidSlug(#[from] InvalidSlug),
+    /// It did not start; `reason` is the source's message followed by the end of the server's
+    /// stderr, when it wrote any.
+    #[error("{reason}")]
+    DidNotStart {
+        reason: String,
+        #[source]
+        source: Arc<StartError>,
+    },
+}
+
+/// Why starting a server, or listing its tools, failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("failed to start `{command}`: {source}")]
+    Spawn {
+        command: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the MCP handshake failed: {0}")]
+    Handshake(#[source] rmcp::service::ClientInitializeError),
+    #[error("header name {0:?} is invalid")]
+    HeaderName(String),
+    #[error("the value of header {0} is not a valid header value")]
+    HeaderValue(String),
+    #[error("cannot connect to {url}: {source}")]
+    Connect {
+        url: String,
+        #[source]
+        source: rmcp::service::ClientInitializeError,
+    },
+    #[error("listing its tools failed: {0}")]
+    ListTools(#[source] rmcp::ServiceError),
+    #[error("it did not start and list its tools within {0}s")]
+    Timeout(u64),
+}
+
 enum ServerState {
     Up(Arc<Connection>),
-    Down(String),
+    Down(ServerDown),
 }
 
 /// Every configured MCP server, connected (or with the reason it is not).
@@ -79,7 +121,7 @@ impl McpHub {
         let timeout = Duration::from_secs(config.startup_timeout_secs.max(1));
         let starts = config.servers.iter().map(|(slug, server)| async move {
             let state = match check_slug(slug) {
-                Err(e) => ServerState::Down(e.to_string()),
+                Err(e) => ServerState::Down(e.into()),
                 Ok(()) => match connect(slug, server, timeout).await {
                     Ok(conn) => ServerState::Up(Arc::new(conn)),
                     Err(reason) => {
@@ -114,7 +156,7 @@ impl McpHub {
                 Some(ServerState::Down(reason)) => {
                     return Err(McpError::Unavailable {
                         server: server.clone(),
-                        reason: reason.clone(),
+                        reason: reason.to_string(),
                     });
                 }
                 Some(ServerState::Up(conn)) if conn.client.peer().is_transport_closed() => {
@@ -171,7 +213,7 @@ impl McpHub {
     }
 
     /// Each server with its tool count, or the reason it is down.
-    pub fn status(&self) -> BTreeMap<String, Result<usize, String>> {
+    pub fn status(&self) -> BTreeMap<String, Result<usize, ServerDown>> {
         self.servers
             .iter()
             .map(|(slug, state)| {
@@ -185,7 +227,11 @@ impl McpHub {
     }
 }
 
-async fn connect(slug: &str, server: &McpServer, timeout: Duration) -> Result<Connection, String> {
+async fn connect(
+    slug: &str,
+    server: &McpServer,
+    timeout: Duration,
+) -> Result<Connection, ServerDown> {
     let secrets = match server {
         McpServer::Stdio { env, .. } => env.values().cloned().collect(),
         McpServer::Http { headers, .. } => headers.values().cloned().collect(),
@@ -215,23 +261,22 @@ async fn connect(slug: &str, server: &McpServer, timeout: Duration) -> Result<Co
                 let (transport, err_pipe) = TokioChildProcess::builder(cmd)
                     .stderr(Stdio::piped())
                     .spawn()
-                    .map_err(|e| format!("failed to start `{command}`: {e}"))?;
+                    .map_err(|source| StartError::Spawn {
+                        command: command.to_string(),
+                        source,
+                    })?;
                 if let Some(pipe) = err_pipe {
                     collect_stderr(slug.to_string(), pipe, stderr.clone());
                 }
-                ().serve(transport)
-                    .await
-                    .map_err(|e| format!("the MCP handshake failed: {e}"))?
+                ().serve(transport).await.map_err(StartError::Handshake)?
             }
             McpServer::Http { url, headers } => {
                 let mut map = std::collections::HashMap::new();
                 for (name, value) in headers {
                     let name = reqwest::header::HeaderName::from_bytes(name.as_bytes())
-                        .map_err(|_| format!("header name {name:?} is invalid"))?;
-                    let value =
-                        reqwest::header::HeaderValue::from_str(value.expose()).map_err(|_| {
-                            format!("the value of header {name} is not a valid header value")
-                        })?;
+                        .map_err(|_| StartError::HeaderName(name.clone()))?;
+                    let value = reqwest::header::HeaderValue::from_str(value.expose())
+                        .map_err(|_| StartError::HeaderValue(name.to_string()))?;
                     map.insert(name, value);
                 }
                 let config =
@@ -240,21 +285,21 @@ async fn connect(slug: &str, server: &McpServer, timeout: Duration) -> Result<Co
                     StreamableHttpClientTransport::with_client(reqwest::Client::new(), config);
                 ().serve(transport)
                     .await
-                    .map_err(|e| format!("cannot connect to {url}: {e}"))?
+                    .map_err(|source| StartError::Connect {
+                        url: url.to_string(),
+                        source,
+                    })?
             }
         };
         let tools = client
             .list_all_tools()
             .await
-            .map_err(|e| format!("listing its tools failed: {e}"))?;
-        Ok::<_, String>((client, tools))
+            .map_err(StartError::ListTools)?;
+        Ok::<_, StartError>((client, tools))
     })
     .await;
     let result = match started {
-        Err(_) => Err(format!(
-            "it did not start and list its tools within {}s",
-            timeout.as_secs()
-        )),
+        Err(_) => Err(StartError::Timeout(timeout.as_secs())),
         Ok(result) => result,
     };
     match result {
@@ -264,10 +309,13 @@ async fn connect(slug: &str, server: &McpServer, timeout: Duration) -> Result<Co
             tools,
             stderr,
         }),
-        Err(reason) => {
+        Err(source) => {
             // Give a crashing process a moment to finish writing its stderr.
             tokio::time::sleep(Duration::from_millis(200)).await;
-            Err(stderr.with_reason(reason))
+            Err(ServerDown::DidNotStart {
+                reason: stderr.with_reason(source.to_string()),
+                source: Arc::new(source),
+            })
         }
     }
 }

@@ -8,4 +8,4 @@ mod hub;
 mod tool;
 
 pub use config::{InvalidSlug, McpConfig, McpServer, check_slug};
-pub use hub::{McpError, McpHub};
+pub use hub::{McpError, McpHub, ServerDown, StartError};

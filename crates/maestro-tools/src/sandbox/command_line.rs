@@ -53,7 +53,7 @@ pub struct SimpleCommand {
 
 /// Splits a command line into simple commands (separated by `|`, `||`, `&&`, `;`, `&`, `|&` and
 /// newlines), or explains which construct is not allowed.
-pub fn parse(line: &str) -> Result<Vec<SimpleCommand>, String> {
+pub fn parse(line: &str) -> Result<Vec<SimpleCommand>, SyntaxError> {
     Parser {
         chars: line.chars().collect(),
         pos: 0,
@@ -66,15 +66,41 @@ struct Parser {
     pos: usize,
 }
 
-const SUBSTITUTION: &str = "command substitution (`$(...)` or backticks) is not allowed: the \
-    allowlist must see every program. Run the inner command on its own first, then use its output";
+/// Why a command line is not one the policy can read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SyntaxError {
+    #[error("the redirection `{0}` has no target")]
+    NoRedirectTarget(String),
+    #[error("a pipe `|` has no command before it")]
+    PipeWithoutCommand,
+    #[error(
+        "subshells and grouping with `(`/`)` are not allowed; write the commands one after another"
+    )]
+    Grouping,
+    #[error(
+        "command substitution (`$(...)` or backticks) is not allowed: the allowlist must see every program. Run the inner command on its own first, then use its output"
+    )]
+    Substitution,
+    #[error(
+        "process substitution (`<(...)`/`>(...)`) is not allowed: the allowlist must see every program"
+    )]
+    ProcessSubstitution,
+    #[error(
+        "here-documents (`<<`) are not allowed; write the text to a file with the Write tool (or `printf`) and redirect from it"
+    )]
+    HereDocument,
+    #[error("a single quote `'` is not closed")]
+    UnclosedSingleQuote,
+    #[error("a double quote `\"` is not closed")]
+    UnclosedDoubleQuote,
+}
 
 impl Parser {
     fn peek(&self, ahead: usize) -> Option<char> {
         self.chars.get(self.pos + ahead).copied()
     }
 
-    fn parse(mut self) -> Result<Vec<SimpleCommand>, String> {
+    fn parse(mut self) -> Result<Vec<SimpleCommand>, SyntaxError> {
         let mut commands = Vec::new();
         let mut current = SimpleCommand::default();
         let mut word: Option<Word> = None;
@@ -126,7 +152,7 @@ impl Parser {
                     }
                     finish(&mut word, &mut pending_redirect, &mut current);
                     if let Some(op) = pending_redirect.take() {
-                        return Err(format!("the redirection `{op}` has no target"));
+                        return Err(SyntaxError::NoRedirectTarget(op.to_string()));
                     }
                     self.pos += 1;
                     if matches!(
@@ -138,16 +164,16 @@ impl Parser {
                     if !current.words.is_empty() || !current.redirects.is_empty() {
                         commands.push(std::mem::take(&mut current));
                     } else if c == '|' {
-                        return Err("a pipe `|` has no command before it".to_string());
+                        return Err(SyntaxError::PipeWithoutCommand);
                     }
                 }
                 '(' | ')' => {
-                    return Err("subshells and grouping with `(`/`)` are not allowed; write the commands one after another".to_string());
+                    return Err(SyntaxError::Grouping);
                 }
-                '`' => return Err(SUBSTITUTION.to_string()),
+                '`' => return Err(SyntaxError::Substitution),
                 '<' | '>' => {
                     if self.peek(1) == Some('(') {
-                        return Err("process substitution (`<(...)`/`>(...)`) is not allowed: the allowlist must see every program".to_string());
+                        return Err(SyntaxError::ProcessSubstitution);
                     }
                     // A word made only of digits right before the operator is a descriptor number.
                     match &word {
@@ -171,7 +197,7 @@ impl Parser {
         }
         finish(&mut word, &mut pending_redirect, &mut current);
         if let Some(op) = pending_redirect {
-            return Err(format!("the redirection `{op}` has no target"));
+            return Err(SyntaxError::NoRedirectTarget(op.to_string()));
         }
         if !current.words.is_empty() || !current.redirects.is_empty() {
             commands.push(current);
@@ -179,7 +205,7 @@ impl Parser {
         Ok(commands)
     }
 
-    fn redirect_operator(&mut self, first: char) -> Result<String, String> {
+    fn redirect_operator(&mut self, first: char) -> Result<String, SyntaxError> {
         self.pos += 1;
         let mut op = first.to_string();
         match (first, self.peek(0)) {
@@ -188,7 +214,7 @@ impl Parser {
                     self.pos += 2;
                     return Ok("<<<".to_string());
                 }
-                return Err("here-documents (`<<`) are not allowed; write the text to a file with the Write tool (or `printf`) and redirect from it".to_string());
+                return Err(SyntaxError::HereDocument);
             }
             ('>', Some('>')) | ('>', Some('|')) | ('<', Some('>')) => {
                 op.push(self.chars[self.pos]);
@@ -208,9 +234,9 @@ impl Parser {
         op: String,
         pending: &mut Option<String>,
         current: &mut SimpleCommand,
-    ) -> Result<(), String> {
+    ) -> Result<(), SyntaxError> {
         if let Some(prev) = pending.take() {
-            return Err(format!("the redirection `{prev}` has no target"));
+            return Err(SyntaxError::NoRedirectTarget(prev.to_string()));
         }
         if op.ends_with('&') {
             // `>&2`, `2>&1`, `>&-`: a descriptor, not a file, when digits or `-` follow.
@@ -237,7 +263,7 @@ impl Parser {
     }
 
     /// Reads one unquoted character, escape, quoted string or expansion into `w`.
-    fn read_word_part(&mut self, w: &mut Word) -> Result<(), String> {
+    fn read_word_part(&mut self, w: &mut Word) -> Result<(), SyntaxError> {
         let Some(c) = self.peek(0) else { return Ok(()) };
         self.pos += 1;
         match c {
@@ -262,7 +288,7 @@ impl Parser {
                             w.text.push(ch);
                             self.pos += 1;
                         }
-                        None => return Err("a single quote `'` is not closed".to_string()),
+                        None => return Err(SyntaxError::UnclosedSingleQuote),
                     }
                 }
             }
@@ -282,11 +308,11 @@ impl Parser {
                                     w.text.push('\\');
                                     w.text.push(other);
                                 }
-                                None => return Err("a double quote `\"` is not closed".to_string()),
+                                None => return Err(SyntaxError::UnclosedDoubleQuote),
                             }
                             self.pos += 2;
                         }
-                        Some('`') => return Err(SUBSTITUTION.to_string()),
+                        Some('`') => return Err(SyntaxError::Substitution),
                         Some('$') => {
                             self.pos += 1;
                             self.dollar(w)?;
@@ -295,7 +321,7 @@ impl Parser {
                             w.text.push(ch);
                             self.pos += 1;
                         }
-                        None => return Err("a double quote `\"` is not closed".to_string()),
+                        None => return Err(SyntaxError::UnclosedDoubleQuote),
                     }
                 }
             }
@@ -326,9 +352,9 @@ impl Parser {
     }
 
     /// After a `$`: refuses `$(`, notes a parameter expansion.
-    fn dollar(&mut self, w: &mut Word) -> Result<(), String> {
+    fn dollar(&mut self, w: &mut Word) -> Result<(), SyntaxError> {
         match self.peek(0) {
-            Some('(') => Err(SUBSTITUTION.to_string()),
+            Some('(') => Err(SyntaxError::Substitution),
             Some(c)
                 if c == '{' || c == '_' || c.is_ascii_alphanumeric() || "@*#?$!-".contains(c) =>
             {

@@ -34,7 +34,7 @@ use super::command_line::Word;
 
 /// Why the exec-capable table refuses a command.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub(crate) enum ExecRefusal {
+pub enum ExecRefusal {
     /// A shell builtin or privilege change that is never allowed.
     #[error("`{program}` is not allowed: {why}")]
     Never { program: String, why: &'static str },

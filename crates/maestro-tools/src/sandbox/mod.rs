@@ -18,21 +18,23 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use maestro_protocol::ToolSpec;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use tokio::sync::OnceCell;
 
+pub use command_line::SyntaxError;
+pub use exec_capable::ExecRefusal;
 pub use policy::{
-    ANY_PROGRAM, INSTALL_REFUSED, PathPolicy, check as check_command, is_package_install,
+    ANY_PROGRAM, INSTALL_REFUSED, PathPolicy, PolicyError, check as check_command,
+    is_package_install,
 };
 pub use process::{Ending, Finished};
 
 use crate::config::{BashSandboxMode, ToolsConfig};
 use crate::core::open_workspace;
-use crate::input::{parse_input, spec_for, truncation_marker};
-use crate::workspace::Workspace;
-use crate::{BoxFuture, Tool, ToolContext, ToolOutput};
+use crate::input::truncation_marker;
+use crate::workspace::{Workspace, WorkspaceError};
+use crate::{ToolContext, ToolOutput, TypedTool};
 
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct BashInput {
@@ -73,7 +75,7 @@ impl Confinement {
 #[derive(Debug, thiserror::Error)]
 pub enum SandboxError {
     #[error("cannot build the seccomp filter: {0}")]
-    Seccomp(String),
+    Seccomp(#[source] Arc<seccompiler::Error>),
     #[error("landlock is unavailable: {0}")]
     Landlock(String),
     #[error("{what}: {source}")]
@@ -84,6 +86,49 @@ pub enum SandboxError {
     },
     #[error("{0}")]
     Unreachable(String),
+    #[error("writable directory `{dir}`: {source}")]
+    WritableDir {
+        dir: String,
+        #[source]
+        source: WorkspaceError,
+    },
+}
+
+/// Why the sandbox a mode asks for cannot be had here.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfinementError {
+    #[error(
+        "Bash is unavailable: it requires bubblewrap (safety.bash_sandbox: always), which does not work here: {0}. Install the `bubblewrap` package and allow unprivileged user namespaces, or set safety.bash_sandbox: auto to use landlock instead"
+    )]
+    BwrapRequired(#[source] Arc<ProbeError>),
+    #[error(
+        "Bash is unavailable: safety.bash_sandbox: off confines commands with landlock, which does not work here: {0}. Use a kernel with landlock enabled (5.13 or later, `lsm=...,landlock`), or set safety.bash_sandbox: auto to use bubblewrap"
+    )]
+    LandlockRequired(#[source] Arc<ProbeError>),
+    /// Neither works; the source is why landlock, the last one tried, does not.
+    #[error(
+        "Bash is unavailable: no sandbox works here. bubblewrap: {bwrap}. landlock: {landlock}. Install the `bubblewrap` package (and allow unprivileged user namespaces), or run on a kernel with landlock enabled"
+    )]
+    NoSandbox {
+        bwrap: Arc<ProbeError>,
+        #[source]
+        landlock: Arc<ProbeError>,
+    },
+}
+
+/// Why running `true` under a confinement failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    #[error("cannot create a probe directory: {0}")]
+    Directory(#[source] std::io::Error),
+    #[error(transparent)]
+    Workspace(#[from] WorkspaceError),
+    #[error(transparent)]
+    Launch(#[from] SandboxError),
+    #[error("cannot start it ({0}); install the `bubblewrap` package")]
+    Start(#[source] std::io::Error),
+    #[error("{ending}: {output}")]
+    Failed { ending: String, output: String },
 }
 
 impl SandboxError {
@@ -98,61 +143,53 @@ pub struct BashTool {
     pub config: Arc<ToolsConfig>,
 }
 
-impl Tool for BashTool {
-    fn spec(&self) -> ToolSpec {
-        spec_for::<BashInput>(
-            "Bash",
-            "Run a shell command in the sandboxed workspace (no network; only the movement's allowed programs).",
-        )
-    }
+impl TypedTool for BashTool {
+    type Input = BashInput;
+    const NAME: &'static str = "Bash";
+    const DESCRIPTION: &'static str = "Run a shell command in the sandboxed workspace (no network; only the movement's allowed programs).";
 
     fn time_limit(&self) -> Option<Duration> {
         Some(self.config.bash_max_timeout + Duration::from_secs(30))
     }
 
-    fn call<'a>(
-        &'a self,
-        ctx: &'a ToolContext,
-        input: serde_json::Value,
-    ) -> BoxFuture<'a, ToolOutput> {
-        Box::pin(async move {
-            let input: BashInput = match parse_input(&self.spec(), input) {
-                Ok(i) => i,
-                Err(e) => return e,
-            };
-            let ws = match open_workspace(ctx) {
-                Ok(ws) => ws,
-                Err(e) => return e,
-            };
-            let confinement = match confinement(&self.config).await {
-                Ok(c) => c,
-                Err(e) => return ToolOutput::error(e),
-            };
-            run_bash(&self.config, ctx, &ws, &input, confinement).await
-        })
+    async fn run(&self, ctx: &ToolContext, input: BashInput) -> ToolOutput {
+        let ws = match open_workspace(ctx) {
+            Ok(ws) => ws,
+            Err(e) => return e,
+        };
+        let confinement = match confinement(&self.config).await {
+            Ok(c) => c,
+            Err(e) => return ToolOutput::error(e.to_string()),
+        };
+        run_bash(&self.config, ctx, &ws, &input, confinement).await
     }
 }
 
 /// Decides how to confine commands under `mode`, probing each mechanism once per process with
 /// the exact launch path `Bash` uses. `auto` logs its choice once; a mode that cannot be had is
 /// an error naming why and the fix, never a silent step down.
-pub async fn confinement(config: &ToolsConfig) -> Result<Confinement, String> {
+pub async fn confinement(config: &ToolsConfig) -> Result<Confinement, ConfinementError> {
     let chosen = match config.bash_sandbox {
-        BashSandboxMode::Always => probe(config, Confinement::Bwrap).await.map(|()| Confinement::Bwrap).map_err(|e| {
-            format!("Bash is unavailable: it requires bubblewrap (safety.bash_sandbox: always), which does not work here: {e}. Install the `bubblewrap` package and allow unprivileged user namespaces, or set safety.bash_sandbox: auto to use landlock instead")
-        })?,
-        BashSandboxMode::Off => probe(config, Confinement::Landlock).await.map(|()| Confinement::Landlock).map_err(|e| {
-            format!("Bash is unavailable: safety.bash_sandbox: off confines commands with landlock, which does not work here: {e}. Use a kernel with landlock enabled (5.13 or later, `lsm=...,landlock`), or set safety.bash_sandbox: auto to use bubblewrap")
-        })?,
+        BashSandboxMode::Always => probe(config, Confinement::Bwrap)
+            .await
+            .map(|()| Confinement::Bwrap)
+            .map_err(ConfinementError::BwrapRequired)?,
+        BashSandboxMode::Off => probe(config, Confinement::Landlock)
+            .await
+            .map(|()| Confinement::Landlock)
+            .map_err(ConfinementError::LandlockRequired)?,
         BashSandboxMode::Auto => match probe(config, Confinement::Bwrap).await {
             Ok(()) => Confinement::Bwrap,
             Err(bwrap) => match probe(config, Confinement::Landlock).await {
                 Ok(()) => {
-                    log_once(Confinement::Landlock, &format!("bubblewrap does not work here ({bwrap})"));
+                    log_once(
+                        Confinement::Landlock,
+                        &format!("bubblewrap does not work here ({bwrap})"),
+                    );
                     Confinement::Landlock
                 }
                 Err(landlock) => {
-                    return Err(format!("Bash is unavailable: no sandbox works here. bubblewrap: {bwrap}. landlock: {landlock}. Install the `bubblewrap` package (and allow unprivileged user namespaces), or run on a kernel with landlock enabled"));
+                    return Err(ConfinementError::NoSandbox { bwrap, landlock });
                 }
             },
         },
@@ -188,26 +225,26 @@ fn log_once(confinement: Confinement, why: &str) {
 
 /// Whether `confinement` works here: `true` run through the same launch path as every call,
 /// once per process.
-async fn probe(config: &ToolsConfig, confinement: Confinement) -> Result<(), String> {
-    static BWRAP: OnceCell<Result<(), String>> = OnceCell::const_new();
-    static LANDLOCK: OnceCell<Result<(), String>> = OnceCell::const_new();
+async fn probe(config: &ToolsConfig, confinement: Confinement) -> Result<(), Arc<ProbeError>> {
+    static BWRAP: OnceCell<Result<(), Arc<ProbeError>>> = OnceCell::const_new();
+    static LANDLOCK: OnceCell<Result<(), Arc<ProbeError>>> = OnceCell::const_new();
     let cell = match confinement {
         Confinement::Bwrap => &BWRAP,
         Confinement::Landlock => &LANDLOCK,
         Confinement::Unconfined => return Ok(()),
     };
-    cell.get_or_init(|| run_probe(config, confinement))
+    cell.get_or_init(|| async { run_probe(config, confinement).await.map_err(Arc::new) })
         .await
         .clone()
 }
 
-async fn run_probe(config: &ToolsConfig, confinement: Confinement) -> Result<(), String> {
+async fn run_probe(config: &ToolsConfig, confinement: Confinement) -> Result<(), ProbeError> {
     let dir = std::env::temp_dir().join(format!(
         "maestro-sandbox-probe-{}-{:?}",
         std::process::id(),
         confinement
     ));
-    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create a probe directory: {e}"))?;
+    std::fs::create_dir_all(&dir).map_err(ProbeError::Directory)?;
     let result = async {
         let ws = Workspace::open(&dir)?;
         let cancel = tokio_util::sync::CancellationToken::new();
@@ -219,14 +256,14 @@ async fn run_probe(config: &ToolsConfig, confinement: Confinement) -> Result<(),
             confinement,
             Duration::from_secs(10),
             &cancel,
-        )
-        .map_err(|e| e.to_string())?;
-        let finished = process::run(job.job)
-            .await
-            .map_err(|e| format!("cannot start it ({e}); install the `bubblewrap` package"))?;
+        )?;
+        let finished = process::run(job.job).await.map_err(ProbeError::Start)?;
         match finished.ending {
             Ending::Exited(0) => Ok(()),
-            other => Err(format!("{other:?}: {}", finished.output.trim())),
+            other => Err(ProbeError::Failed {
+                ending: format!("{other:?}"),
+                output: finished.output.trim().to_string(),
+            }),
         }
     }
     .await;
@@ -263,7 +300,7 @@ pub async fn run_bash(
     }
     let writable = match writable_dirs(ws, ctx.edit, &config.writable_dirs) {
         Ok(w) => w,
-        Err(e) => return ToolOutput::error(e),
+        Err(e) => return ToolOutput::error(e.to_string()),
     };
     let timeout = config.bash_timeout(input.timeout);
     // Checked before (a file that arrived by other means; handing the directories to the
@@ -307,7 +344,11 @@ pub async fn run_bash(
 
 /// The workspace directories mounted writable: the configured ones, only when the movement may
 /// edit, each resolved (and created) inside the workspace.
-fn writable_dirs(ws: &Workspace, edit: bool, dirs: &[String]) -> Result<Vec<PathBuf>, String> {
+fn writable_dirs(
+    ws: &Workspace,
+    edit: bool,
+    dirs: &[String],
+) -> Result<Vec<PathBuf>, SandboxError> {
     if !edit {
         return Ok(Vec::new());
     }
@@ -315,10 +356,13 @@ fn writable_dirs(ws: &Workspace, edit: bool, dirs: &[String]) -> Result<Vec<Path
     for dir in dirs {
         let resolved = ws
             .resolve(dir)
-            .map_err(|e| format!("writable directory `{dir}`: {e}"))?;
+            .map_err(|source| SandboxError::WritableDir {
+                dir: dir.clone(),
+                source,
+            })?;
         if !resolved.abs.exists() {
             std::fs::create_dir_all(&resolved.abs)
-                .map_err(|e| format!("cannot create `{dir}`: {e}"))?;
+                .map_err(SandboxError::io(format!("cannot create `{dir}`")))?;
         }
         if resolved.abs.is_dir() {
             out.push(resolved.abs);

@@ -10,9 +10,9 @@
 
 use std::path::Path;
 
-use super::command_line::{SimpleCommand, Word, parse};
-use super::exec_capable::{self, Wrapped};
-use crate::workspace::Workspace;
+use super::command_line::{SimpleCommand, SyntaxError, Word, parse};
+use super::exec_capable::{self, ExecRefusal, Wrapped};
+use crate::workspace::{Workspace, WorkspaceError};
 
 /// Printed when a command would install packages at run time.
 pub const INSTALL_REFUSED: &str = "runtime package installs are not allowed; the sandbox has no \
@@ -41,6 +41,45 @@ const SYSTEM_BIN_DIRS: &[&str] = &[
 /// How deep wrappers may nest (`env nice timeout 5 ls`).
 const MAX_WRAPPER_DEPTH: usize = 6;
 
+/// Why a command line is refused. Each message says what to do instead.
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyError {
+    #[error("the command is empty")]
+    Empty,
+    #[error("{}", INSTALL_REFUSED)]
+    PackageInstall,
+    #[error("too many nested wrapper commands")]
+    TooDeep,
+    #[error(transparent)]
+    Syntax(#[from] SyntaxError),
+    #[error(transparent)]
+    ExecCapable(#[from] ExecRefusal),
+    #[error(
+        "the program name `{0}` comes from an expansion or a glob; write the program name literally"
+    )]
+    ExpandedProgram(String),
+    #[error(
+        "shell control structures (`{0}`) are not supported; run simple commands one after another"
+    )]
+    ControlStructure(String),
+    #[error("`{name}` is not in this movement's allowed commands; allowed: {allowed}")]
+    NotAllowed { name: String, allowed: String },
+    #[error(
+        "`xargs {0}` is not allowed: xargs adds arguments read from its input, and for `{0}` those could be options that run programs. Use `find ... -exec {0} ... {{}} +` or name the files directly"
+    )]
+    Xargs(String),
+    #[error("`{0}` runs a program by path; run allowed programs by name")]
+    ProgramByPath(String),
+    #[error("the redirection target `{0}` must be a literal path")]
+    RedirectNotLiteral(String),
+    #[error("`{0}`: use paths relative to the workspace instead of `~`")]
+    HomePath(String),
+    #[error("this movement cannot edit files, so it cannot write `{0}`")]
+    CannotWrite(String),
+    #[error(transparent)]
+    Workspace(#[from] WorkspaceError),
+}
+
 /// What the policy checks besides program names.
 #[derive(Debug, Clone, Copy)]
 pub struct PathPolicy<'a> {
@@ -55,9 +94,13 @@ pub struct PathPolicy<'a> {
 ///
 /// An allowlist holding [`ANY_PROGRAM`] (`*`) allows any command line; only runtime package
 /// installs are still refused, because they cannot work in the sandbox.
-pub fn check(line: &str, allowed: &[String], paths: Option<PathPolicy<'_>>) -> Result<(), String> {
+pub fn check(
+    line: &str,
+    allowed: &[String],
+    paths: Option<PathPolicy<'_>>,
+) -> Result<(), PolicyError> {
     if line.trim().is_empty() {
-        return Err("the command is empty".to_string());
+        return Err(PolicyError::Empty);
     }
     if allowed.iter().any(|a| a == ANY_PROGRAM) {
         return refuse_installs(line);
@@ -66,7 +109,7 @@ pub fn check(line: &str, allowed: &[String], paths: Option<PathPolicy<'_>>) -> R
 }
 
 /// With `*`, the one check left: package installs that are visible on the command line.
-fn refuse_installs(line: &str) -> Result<(), String> {
+fn refuse_installs(line: &str) -> Result<(), PolicyError> {
     let Ok(commands) = parse(line) else {
         return Ok(());
     };
@@ -80,7 +123,7 @@ fn refuse_installs(line: &str) -> Result<(), String> {
         if let Some((program, args)) = words.split_first() {
             let name = program.rsplit('/').next().unwrap_or(program);
             if is_package_install(name, args) {
-                return Err(INSTALL_REFUSED.to_string());
+                return Err(PolicyError::PackageInstall);
             }
         }
     }
@@ -92,9 +135,9 @@ fn check_line(
     allowed: &[String],
     paths: Option<PathPolicy<'_>>,
     depth: usize,
-) -> Result<(), String> {
+) -> Result<(), PolicyError> {
     if depth > MAX_WRAPPER_DEPTH {
-        return Err("too many nested wrapper commands".to_string());
+        return Err(PolicyError::TooDeep);
     }
     for command in &parse(line)? {
         check_simple(command, allowed, paths, depth)?;
@@ -107,13 +150,13 @@ fn check_simple(
     allowed: &[String],
     paths: Option<PathPolicy<'_>>,
     depth: usize,
-) -> Result<(), String> {
+) -> Result<(), PolicyError> {
     let mut words = command.words.as_slice();
     while let Some((first, rest)) = words.split_first() {
         match assignment_name(first) {
             Some(name) => {
                 if let Some(refusal) = exec_capable::env_refusal(name) {
-                    return Err(refusal.to_string());
+                    return Err(refusal.into());
                 }
                 words = rest;
             }
@@ -159,54 +202,45 @@ fn check_program(
     paths: Option<PathPolicy<'_>>,
     depth: usize,
     input_args: bool,
-) -> Result<(), String> {
+) -> Result<(), PolicyError> {
     let Some((program, args)) = words.split_first() else {
         return Ok(());
     };
     if depth > MAX_WRAPPER_DEPTH {
-        return Err("too many nested wrapper commands".to_string());
+        return Err(PolicyError::TooDeep);
     }
     if program.expands || program.globs {
-        return Err(format!(
-            "the program name `{}` comes from an expansion or a glob; write the program name literally",
-            program.text
-        ));
+        return Err(PolicyError::ExpandedProgram(program.text.clone()));
     }
     let name = program_name(&program.text)?;
     let arg_texts: Vec<&str> = args.iter().map(|a| a.text.as_str()).collect();
     if is_package_install(name, &arg_texts) {
-        return Err(INSTALL_REFUSED.to_string());
+        return Err(PolicyError::PackageInstall);
     }
     if KEYWORDS.contains(&name) {
-        return Err(format!(
-            "shell control structures (`{name}`) are not supported; run simple commands one after another"
-        ));
+        return Err(PolicyError::ControlStructure(name.to_string()));
     }
     let entry = exec_capable::lookup(name);
     if let Some(refusal) = entry.and_then(|e| e.refuses_outright(name)) {
-        return Err(refusal.to_string());
+        return Err(refusal.into());
     }
     if !allowed.iter().any(|a| a == name) {
-        return Err(format!(
-            "`{name}` is not in this movement's allowed commands; allowed: {}",
-            if allowed.is_empty() {
+        return Err(PolicyError::NotAllowed {
+            name: name.to_string(),
+            allowed: if allowed.is_empty() {
                 "none".to_string()
             } else {
                 allowed.join(", ")
-            }
-        ));
+            },
+        });
     }
     let Some(entry) = entry else {
         return Ok(());
     };
     if input_args {
-        return Err(format!(
-            "`xargs {name}` is not allowed: xargs adds arguments read from its input, and for \
-             `{name}` those could be options that run programs. Use `find ... -exec {name} ... {{}} +` \
-             or name the files directly"
-        ));
+        return Err(PolicyError::Xargs(name.to_string()));
     }
-    for wrapped in entry.check(name, args).map_err(|e| e.to_string())? {
+    for wrapped in entry.check(name, args)? {
         match wrapped {
             Wrapped::Argv { words, input_args } => {
                 check_program(words, allowed, paths, depth + 1, input_args)?;
@@ -219,7 +253,7 @@ fn check_program(
 
 /// The name a program word runs: bare names as they are, absolute paths in system binary
 /// directories by their file name.
-fn program_name(text: &str) -> Result<&str, String> {
+fn program_name(text: &str) -> Result<&str, PolicyError> {
     if !text.contains('/') {
         return Ok(text);
     }
@@ -229,9 +263,7 @@ fn program_name(text: &str) -> Result<&str, String> {
         .is_some_and(|dir| SYSTEM_BIN_DIRS.iter().any(|d| Path::new(d) == dir));
     match path.file_name().and_then(|n| n.to_str()) {
         Some(name) if in_system_dir => Ok(name),
-        _ => Err(format!(
-            "`{text}` runs a program by path; run allowed programs by name"
-        )),
+        _ => Err(PolicyError::ProgramByPath(text.to_string())),
     }
 }
 
@@ -277,12 +309,10 @@ fn check_path_word(
     writes: bool,
     policy: PathPolicy<'_>,
     is_redirect: bool,
-) -> Result<(), String> {
+) -> Result<(), PolicyError> {
     let text = word.text.as_str();
     if is_redirect && (word.expands || word.globs) {
-        return Err(format!(
-            "the redirection target `{text}` must be a literal path"
-        ));
+        return Err(PolicyError::RedirectNotLiteral(text.to_string()));
     }
     if matches!(text, "/dev/null" | "/dev/stdout" | "/dev/stderr" | "-") {
         return Ok(());
@@ -294,15 +324,11 @@ fn check_path_word(
             continue;
         }
         if candidate.starts_with('~') {
-            return Err(format!(
-                "`{candidate}`: use paths relative to the workspace instead of `~`"
-            ));
+            return Err(PolicyError::HomePath(candidate.to_string()));
         }
         let resolved = if writes {
             if !policy.edit {
-                return Err(format!(
-                    "this movement cannot edit files, so it cannot write `{candidate}`"
-                ));
+                return Err(PolicyError::CannotWrite(candidate.to_string()));
             }
             policy
                 .workspace
@@ -338,6 +364,13 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
+    /// Why `check` refuses `line`, as the text the model reads; `None` when it passes.
+    fn check(line: &str, allowed: &[String], paths: Option<PathPolicy<'_>>) -> Option<String> {
+        super::check(line, allowed, paths)
+            .err()
+            .map(|e| e.to_string())
+    }
+
     fn allowed(list: &[&str]) -> Vec<String> {
         list.iter().map(|s| s.to_string()).collect()
     }
@@ -357,7 +390,7 @@ mod tests {
             "FOO=bar ls > output/x.txt 2>&1",
             "/usr/bin/ls",
         ] {
-            assert_eq!(check(line, &a, None), Ok(()), "{line}");
+            assert_eq!(check(line, &a, None), None, "{line}");
         }
     }
 
@@ -399,7 +432,10 @@ mod tests {
             "sudo ls",
             "l* x",
         ] {
-            assert!(check(line, &a, None).is_err(), "`{line}` should be refused");
+            assert!(
+                check(line, &a, None).is_some(),
+                "`{line}` should be refused"
+            );
         }
     }
 
@@ -422,15 +458,15 @@ mod tests {
         ] {
             assert_eq!(
                 check(line, &a, None),
-                Err(INSTALL_REFUSED.to_string()),
+                Some(INSTALL_REFUSED.to_string()),
                 "{line}"
             );
         }
         let any = allowed(&["*"]);
-        assert_eq!(check("pip list", &any, None), Ok(()));
+        assert_eq!(check("pip list", &any, None), None);
         assert_eq!(
             check("pip install x", &any, None),
-            Err(INSTALL_REFUSED.to_string())
+            Some(INSTALL_REFUSED.to_string())
         );
     }
 
@@ -452,11 +488,11 @@ mod tests {
                 &a,
                 Some(policy)
             ),
-            Ok(())
+            None
         );
         assert_eq!(
             check("awk '/etcx/ {print}' input/a", &a, Some(policy)),
-            Ok(())
+            None
         );
         for line in [
             "cat /etc/passwd",
@@ -467,7 +503,7 @@ mod tests {
             "cat ~/.bashrc",
         ] {
             assert!(
-                check(line, &a, Some(policy)).is_err(),
+                check(line, &a, Some(policy)).is_some(),
                 "`{line}` should be refused"
             );
         }
@@ -475,6 +511,6 @@ mod tests {
             edit: false,
             ..policy
         };
-        assert!(check("echo x > output/x", &a, Some(read_only)).is_err());
+        assert!(check("echo x > output/x", &a, Some(read_only)).is_some());
     }
 }

@@ -14,7 +14,7 @@
 //!   inspects.
 
 use std::collections::BTreeMap;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use seccompiler::{
     BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
@@ -41,15 +41,15 @@ pub(crate) struct Filters {
 
 /// The filters for `network`, compiled once per process.
 pub(crate) fn filters(network: Network) -> Result<&'static Filters, SandboxError> {
-    static NAMESPACED: OnceLock<Result<Filters, String>> = OnceLock::new();
-    static UNIX_ONLY: OnceLock<Result<Filters, String>> = OnceLock::new();
+    static NAMESPACED: OnceLock<Result<Filters, Arc<seccompiler::Error>>> = OnceLock::new();
+    static UNIX_ONLY: OnceLock<Result<Filters, Arc<seccompiler::Error>>> = OnceLock::new();
     let cell = match network {
         Network::Namespaced => &NAMESPACED,
         Network::UnixOnly => &UNIX_ONLY,
     };
-    cell.get_or_init(|| compile(network).map_err(|e| e.to_string()))
+    cell.get_or_init(|| compile(network).map_err(Arc::new))
         .as_ref()
-        .map_err(|e| SandboxError::Seccomp(e.clone()))
+        .map_err(|e| SandboxError::Seccomp(Arc::clone(e)))
 }
 
 /// A program as the bytes of its `struct sock_filter` array, the form `bwrap --add-seccomp-fd`

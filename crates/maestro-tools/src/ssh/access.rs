@@ -119,16 +119,21 @@ mod tests {
         SshRegistry::new(vec![conn(A, None), conn(B, Some("alice"))]).unwrap()
     }
 
-    fn check(allowed: Option<&[&str]>, owner: Option<&str>, id: &str) -> Result<String, String> {
+    /// The id of the connection granted, or the code of the refusal.
+    fn check(
+        allowed: Option<&[&str]>,
+        owner: Option<&str>,
+        id: &str,
+    ) -> Result<String, &'static str> {
         let list: Option<Vec<String>> = allowed.map(|l| l.iter().map(|s| s.to_string()).collect());
         authorize(&registry(), list.as_deref(), owner, id)
             .map(|c| c.id.to_string())
-            .map_err(|e| e.code().to_string())
+            .map_err(|e| e.code())
     }
 
     #[test]
     fn allowlist_rules() {
-        let denied = Err("no_allowed_connections_declared".to_string());
+        let denied = Err("no_allowed_connections_declared");
         assert_eq!(check(None, None, A), denied);
         assert_eq!(check(Some(&[]), None, A), denied);
         assert_eq!(check(Some(&[A]), None, A), Ok(A.to_string()));
@@ -136,31 +141,28 @@ mod tests {
             check(Some(&[A]), None, &A.to_uppercase()),
             Ok(A.to_string())
         );
-        assert_eq!(
-            check(Some(&[A]), None, B),
-            Err("connection_not_allowed".into())
-        );
+        assert_eq!(check(Some(&[A]), None, B), Err("connection_not_allowed"));
         assert_eq!(
             check(Some(&[A]), None, UNREGISTERED),
-            Err("connection_not_allowed".into())
+            Err("connection_not_allowed")
         );
         assert_eq!(
             check(Some(&[UNREGISTERED]), None, UNREGISTERED),
-            Err("unknown_connection".into())
+            Err("unknown_connection")
         );
         assert_eq!(check(Some(&["*"]), None, B), Ok(B.to_string()));
         assert_eq!(
             check(Some(&["*"]), None, UNREGISTERED),
-            Err("unknown_connection".into())
+            Err("unknown_connection")
         );
         assert_eq!(check(Some(&["*"]), Some("alice"), B), Ok(B.to_string()));
         assert_eq!(
             check(Some(&["*"]), Some("bob"), B),
-            Err("connection_not_owned".into())
+            Err("connection_not_owned")
         );
         assert_eq!(
             check(Some(&[B]), Some("bob"), B),
-            Err("connection_not_owned".into())
+            Err("connection_not_owned")
         );
         assert_eq!(check(Some(&["*"]), Some("bob"), A), Ok(A.to_string()));
     }

@@ -11,6 +11,7 @@ use russh::keys::{HashAlg, PrivateKeyWithHashAlg, PublicKey, PublicKeyOrCertific
 use russh_sftp::client::SftpSession;
 use tokio_util::sync::CancellationToken;
 
+use super::SshError;
 use super::registry::{SecretSource, SshAuth, SshConnection};
 
 /// What the server's host key must be.
@@ -57,7 +58,7 @@ impl client::Handler for HostKeyCheck {
     }
 }
 
-fn expected_host_key(conn: &SshConnection) -> Result<ExpectedHostKey, String> {
+fn expected_host_key(conn: &SshConnection) -> Result<ExpectedHostKey, SshError> {
     if conn.insecure_accept_any_host_key {
         return Ok(ExpectedHostKey::Any);
     }
@@ -69,12 +70,9 @@ fn expected_host_key(conn: &SshConnection) -> Result<ExpectedHostKey, String> {
     }
     PublicKey::from_openssh(known)
         .map(ExpectedHostKey::Key)
-        .map_err(|e| {
-            format!(
-                "known_host_key of SSH connection {} is neither an OpenSSH public key line nor a \
-             SHA256: fingerprint ({e})",
-                conn.id
-            )
+        .map_err(|source| SshError::InvalidKnownHostKey {
+            id: conn.id.to_string(),
+            source,
         })
 }
 
@@ -95,7 +93,10 @@ pub(crate) struct ExecResult {
     pub timed_out: bool,
 }
 
-pub(crate) async fn connect(conn: &SshConnection, timeout: Duration) -> Result<SshSession, String> {
+pub(crate) async fn connect(
+    conn: &SshConnection,
+    timeout: Duration,
+) -> Result<SshSession, SshError> {
     let expected = expected_host_key(conn)?;
     let unknown = matches!(expected, ExpectedHostKey::Unknown);
     let seen = Arc::new(Mutex::new(None));
@@ -111,45 +112,37 @@ pub(crate) async fn connect(conn: &SshConnection, timeout: Duration) -> Result<S
     let connecting = client::connect(config, (conn.host.as_str(), conn.port), handler);
     let mut handle = match tokio::time::timeout(timeout, connecting).await {
         Err(_) => {
-            return Err(format!(
-                "connecting to {target} timed out after {}s",
-                timeout.as_secs()
-            ));
+            return Err(SshError::ConnectTimeout {
+                target,
+                secs: timeout.as_secs(),
+            });
         }
         Ok(Ok(handle)) => handle,
         Ok(Err(e)) => {
             let presented = seen.lock().ok().and_then(|s| s.clone());
+            let id = conn.id.to_string();
             return Err(match (presented, unknown) {
-                (Some(key), true) => format!(
-                    "SSH connection {} has no known_host_key, so {target} cannot be verified; \
-                     the server presented {key}. After checking that fingerprint out of band, \
-                     set known_host_key to it (or insecure_accept_any_host_key: true for a \
-                     throwaway host)",
-                    conn.id
-                ),
-                (Some(key), false) if matches!(e, russh::Error::UnknownKey) => format!(
-                    "host key verification failed for {target}: the server presented {key}, \
-                     which does not match known_host_key of connection {}; refusing to connect",
-                    conn.id
-                ),
-                _ => format!("cannot connect to {target}: {e}"),
+                (Some(key), true) => SshError::HostKeyUnknown { id, target, key },
+                (Some(key), false) if matches!(e, russh::Error::UnknownKey) => {
+                    SshError::HostKeyMismatch { id, target, key }
+                }
+                _ => SshError::Connect { target, source: e },
             });
         }
     };
     let mut secrets = Vec::new();
     let authenticated =
         match tokio::time::timeout(timeout, authenticate(&mut handle, conn, &mut secrets)).await {
-            Err(_) => Err(format!("authentication at {target} timed out")),
+            Err(_) => Err(SshError::AuthTimeout(target.clone())),
             Ok(result) => result,
         };
-    let scrub = |text: String| secrets.iter().fold(text, |t, s| s.redact(&t));
     match authenticated {
         Ok(true) => Ok(SshSession { handle, secrets }),
-        Ok(false) => Err(format!(
-            "authentication as {} at {target} was rejected",
-            conn.user
-        )),
-        Err(e) => Err(scrub(e)),
+        Ok(false) => Err(SshError::AuthRejected {
+            user: conn.user.clone(),
+            target,
+        }),
+        Err(e) => Err(scrubbed(&secrets, e)),
     }
 }
 
@@ -157,40 +150,47 @@ async fn authenticate(
     handle: &mut Handle<HostKeyCheck>,
     conn: &SshConnection,
     secrets: &mut Vec<Secret>,
-) -> Result<bool, String> {
+) -> Result<bool, SshError> {
     let result = match &conn.auth {
         SshAuth::Key { path, passphrase } => {
-            let passphrase = passphrase
-                .as_ref()
-                .map(SecretSource::resolve)
-                .transpose()
-                .map_err(|e| e.to_string())?;
+            let passphrase = passphrase.as_ref().map(SecretSource::resolve).transpose()?;
             if let Some(p) = &passphrase {
                 secrets.push(p.clone());
             }
-            let key =
-                russh::keys::load_secret_key(path, passphrase.as_ref().map(Secret::expose))
-                    .map_err(|e| format!("cannot load the private key {}: {e}", path.display()))?;
+            let key = russh::keys::load_secret_key(path, passphrase.as_ref().map(Secret::expose))
+                .map_err(|source| SshError::LoadKey {
+                path: path.clone(),
+                source,
+            })?;
             let hash = handle
                 .best_supported_rsa_hash()
                 .await
-                .map_err(|e| format!("key exchange failed: {e}"))?
+                .map_err(SshError::KeyExchange)?
                 .flatten();
             handle
                 .authenticate_publickey(&conn.user, PrivateKeyWithHashAlg::new(Arc::new(key), hash))
                 .await
         }
         SshAuth::Password(source) => {
-            let password = source.resolve().map_err(|e| e.to_string())?;
+            let password = source.resolve()?;
             secrets.push(password.clone());
             handle
                 .authenticate_password(&conn.user, password.expose())
                 .await
         }
     };
-    result
-        .map(|r| r.success())
-        .map_err(|e| format!("authentication failed: {e}"))
+    result.map(|r| r.success()).map_err(SshError::Auth)
+}
+
+/// `error` with every one of `secrets` removed from its text.
+fn scrubbed(secrets: &[Secret], error: SshError) -> SshError {
+    let text = error.to_string();
+    let clean = secrets.iter().fold(text.clone(), |t, s| s.redact(&t));
+    if clean == text {
+        error
+    } else {
+        SshError::Scrubbed(clean)
+    }
 }
 
 impl SshSession {
@@ -201,6 +201,11 @@ impl SshSession {
             .fold(text.to_string(), |t, s| s.redact(&t))
     }
 
+    /// `error`, with every login secret removed from its text.
+    pub(crate) fn scrub_error(&self, error: SshError) -> SshError {
+        scrubbed(&self.secrets, error)
+    }
+
     /// Runs `command`, keeping at most `cap` bytes of each stream.
     pub(crate) async fn exec(
         &self,
@@ -208,16 +213,13 @@ impl SshSession {
         timeout: Duration,
         cap: usize,
         cancel: &CancellationToken,
-    ) -> Result<ExecResult, String> {
+    ) -> Result<ExecResult, SshError> {
         let mut channel = self
             .handle
             .channel_open_session()
             .await
-            .map_err(|e| format!("cannot open a channel: {e}"))?;
-        channel
-            .exec(true, command)
-            .await
-            .map_err(|e| format!("cannot start the command: {e}"))?;
+            .map_err(SshError::Channel)?;
+        channel.exec(true, command).await.map_err(SshError::Start)?;
         let mut result = ExecResult {
             exit_code: None,
             signal: None,
@@ -234,7 +236,7 @@ impl SshSession {
                 () = &mut deadline => { result.timed_out = true; break; }
                 () = cancel.cancelled() => {
                     let _ = channel.close().await;
-                    return Err("cancelled".to_string());
+                    return Err(SshError::Cancelled);
                 }
             };
             match msg {
@@ -259,19 +261,19 @@ impl SshSession {
     }
 
     /// Opens the SFTP subsystem.
-    pub(crate) async fn sftp(&self) -> Result<SftpSession, String> {
+    pub(crate) async fn sftp(&self) -> Result<SftpSession, SshError> {
         let channel = self
             .handle
             .channel_open_session()
             .await
-            .map_err(|e| format!("cannot open a channel: {e}"))?;
+            .map_err(SshError::Channel)?;
         channel
             .request_subsystem(true, "sftp")
             .await
-            .map_err(|e| format!("the server refused the sftp subsystem: {e}"))?;
+            .map_err(SshError::Subsystem)?;
         SftpSession::new(channel.into_stream())
             .await
-            .map_err(|e| format!("cannot start SFTP: {e}"))
+            .map_err(SshError::Sftp)
     }
 
     pub(crate) async fn close(self) {

@@ -8,26 +8,28 @@
 
 mod access;
 mod client;
+mod error;
 mod registry;
 mod tools;
 
 use std::sync::Arc;
 
 pub use access::{AccessError, authorize};
+pub use error::SshError;
 pub use registry::{
     MissingSecret, SecretSource, SshAuth, SshConnection, SshRegistry, SshRegistryError,
 };
 
 use crate::Tool;
-use tools::{SshAction, SshTool};
+use tools::{SshAccess, SshDownload, SshExec, SshUpload};
 
 /// The three SSH tools over `registry`, for runs owned by `owner` (a connection with an owner
 /// is usable only by runs of that owner).
 pub fn tools(registry: Arc<SshRegistry>, owner: Option<String>) -> Vec<Arc<dyn Tool>> {
-    [SshAction::Exec, SshAction::Upload, SshAction::Download]
-        .into_iter()
-        .map(|action| {
-            Arc::new(SshTool::new(action, Arc::clone(&registry), owner.clone())) as Arc<dyn Tool>
-        })
-        .collect()
+    let access = Arc::new(SshAccess::new(registry, owner));
+    vec![
+        Arc::new(SshExec(Arc::clone(&access))),
+        Arc::new(SshUpload(Arc::clone(&access))),
+        Arc::new(SshDownload(access)),
+    ]
 }

@@ -4,17 +4,16 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use maestro_protocol::ToolSpec;
+use schemars::JsonSchema;
 use serde::Deserialize;
-use serde::de::DeserializeOwned;
-use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use super::SshError;
 use super::access::authorize;
 use super::client::{SshSession, connect};
 use super::registry::{SshConnection, SshRegistry};
 use crate::web::workspace_file::{create_file, display, existing_file, writable_file};
-use crate::{BoxFuture, Tool, ToolContext, ToolOutput};
+use crate::{ToolContext, ToolOutput, TypedTool};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
 const DEFAULT_EXEC_TIMEOUT_SECS: u64 = 60;
@@ -24,99 +23,82 @@ const OUTPUT_CAP: usize = 32 * 1024;
 /// Largest file moved by SshUpload or SshDownload.
 const MAX_TRANSFER_BYTES: u64 = 256 * 1024 * 1024;
 
-/// Which of the three tools a [`SshTool`] is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum SshAction {
-    Exec,
-    Upload,
-    Download,
-}
-
-pub(crate) struct SshTool {
-    action: SshAction,
+/// What the three SSH tools share: the registered connections and the run's owner.
+pub(crate) struct SshAccess {
     registry: Arc<SshRegistry>,
     owner: Option<String>,
 }
 
-#[derive(Deserialize)]
+/// `SshExec`.
+pub(crate) struct SshExec(pub(crate) Arc<SshAccess>);
+
+/// `SshUpload`.
+pub(crate) struct SshUpload(pub(crate) Arc<SshAccess>);
+
+/// `SshDownload`.
+pub(crate) struct SshDownload(pub(crate) Arc<SshAccess>);
+
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct ExecInput {
+pub(crate) struct ExecInput {
+    /// id of a registered SSH connection
     connection_id: String,
+    /// command line run by the remote shell
     command: String,
-    #[serde(default)]
+    /// seconds before giving up (default 60)
+    #[schemars(range(min = 1, max = MAX_EXEC_TIMEOUT_SECS))]
     timeout: Option<u64>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct UploadInput {
+pub(crate) struct UploadInput {
+    /// id of a registered SSH connection
     connection_id: String,
+    /// file inside the workspace
     local_path: String,
+    /// destination path on the server
     remote_path: String,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct DownloadInput {
+pub(crate) struct DownloadInput {
+    /// id of a registered SSH connection
     connection_id: String,
+    /// file on the server
     remote_path: String,
-    #[serde(default)]
+    /// destination inside the workspace (default input/<file name>)
     local_path: Option<String>,
 }
 
-impl SshTool {
-    pub(crate) fn new(
-        action: SshAction,
-        registry: Arc<SshRegistry>,
-        owner: Option<String>,
-    ) -> Self {
-        SshTool {
-            action,
-            registry,
-            owner,
-        }
-    }
-
-    fn name(&self) -> &'static str {
-        match self.action {
-            SshAction::Exec => "SshExec",
-            SshAction::Upload => "SshUpload",
-            SshAction::Download => "SshDownload",
-        }
-    }
-
-    fn parse<T: DeserializeOwned>(&self, input: serde_json::Value) -> Result<T, String> {
-        serde_json::from_value(input).map_err(|e| {
-            let expected = match self.action {
-                SshAction::Exec => r#"{"connection_id": "<uuid>", "command": "uptime", "timeout": 60}"#,
-                SshAction::Upload => {
-                    r#"{"connection_id": "<uuid>", "local_path": "output/a.txt", "remote_path": "/tmp/a.txt"}"#
-                }
-                SshAction::Download => {
-                    r#"{"connection_id": "<uuid>", "remote_path": "/var/log/syslog", "local_path": "input/syslog"}"#
-                }
-            };
-            format!("invalid input: {e}; expected {expected}")
-        })
+impl SshAccess {
+    pub(crate) fn new(registry: Arc<SshRegistry>, owner: Option<String>) -> Self {
+        SshAccess { registry, owner }
     }
 
     /// The connection `id`, if this movement and run may use it; the error carries its code.
-    fn authorized(&self, ctx: &ToolContext, id: &str) -> Result<&SshConnection, String> {
+    fn authorized(&self, ctx: &ToolContext, id: &str) -> Result<&SshConnection, SshError> {
         let allowed = ctx.allowed_ssh_connections.as_deref();
-        authorize(&self.registry, allowed, self.owner.as_deref(), id).map_err(|e| e.to_string())
+        Ok(authorize(
+            &self.registry,
+            allowed,
+            self.owner.as_deref(),
+            id,
+        )?)
     }
 
-    async fn open(&self, ctx: &ToolContext, conn: &SshConnection) -> Result<SshSession, String> {
+    async fn open(&self, ctx: &ToolContext, conn: &SshConnection) -> Result<SshSession, SshError> {
         tokio::select! {
             s = connect(conn, CONNECT_TIMEOUT) => s,
-            () = ctx.cancel.cancelled() => Err("cancelled".to_string()),
+            () = ctx.cancel.cancelled() => Err(SshError::Cancelled),
         }
     }
 
-    async fn exec(&self, ctx: &ToolContext, input: ExecInput) -> Result<ToolOutput, String> {
+    async fn exec(&self, ctx: &ToolContext, input: ExecInput) -> Result<ToolOutput, SshError> {
         let conn = self.authorized(ctx, &input.connection_id)?;
         if input.command.trim().is_empty() {
-            return Err("the command is empty".to_string());
+            return Err(SshError::EmptyCommand);
         }
         let secs = input
             .timeout
@@ -134,7 +116,7 @@ impl SshTool {
         let result = match result {
             Ok(r) => r,
             Err(e) => {
-                let e = session.scrub(&e);
+                let e = session.scrub_error(e);
                 session.close().await;
                 return Err(e);
             }
@@ -168,19 +150,23 @@ impl SshTool {
         })
     }
 
-    async fn upload(&self, ctx: &ToolContext, input: UploadInput) -> Result<ToolOutput, String> {
+    async fn upload(&self, ctx: &ToolContext, input: UploadInput) -> Result<ToolOutput, SshError> {
         let conn = self.authorized(ctx, &input.connection_id)?;
         let mut file = existing_file(&ctx.workspace, &input.local_path, "SshUpload").await?;
         let size = file
             .metadata()
             .await
-            .map_err(|e| format!("cannot read {}: {e}", input.local_path))?
+            .map_err(|source| SshError::ReadLocal {
+                path: input.local_path.clone(),
+                source,
+            })?
             .len();
         if size > MAX_TRANSFER_BYTES {
-            return Err(format!(
-                "{} is {size} bytes; the limit is {MAX_TRANSFER_BYTES}",
-                input.local_path
-            ));
+            return Err(SshError::TooLarge {
+                path: input.local_path.clone(),
+                size,
+                limit: MAX_TRANSFER_BYTES,
+            });
         }
         let session = self.open(ctx, conn).await?;
         let copied = async {
@@ -188,20 +174,29 @@ impl SshTool {
             let mut remote = sftp
                 .create(input.remote_path.clone())
                 .await
-                .map_err(|e| format!("cannot create {} on the server: {e}", input.remote_path))?;
+                .map_err(|source| SshError::RemoteCreate {
+                    path: input.remote_path.clone(),
+                    source,
+                })?;
             let n = tokio::io::copy(&mut file, &mut remote)
                 .await
-                .map_err(|e| format!("uploading to {} failed: {e}", input.remote_path))?;
+                .map_err(|source| SshError::Upload {
+                    path: input.remote_path.clone(),
+                    source,
+                })?;
             remote
                 .shutdown()
                 .await
-                .map_err(|e| format!("closing {} failed: {e}", input.remote_path))?;
+                .map_err(|source| SshError::CloseRemote {
+                    path: input.remote_path.clone(),
+                    source,
+                })?;
             let _ = sftp.close().await;
-            Ok::<u64, String>(n)
+            Ok::<u64, SshError>(n)
         };
         let copied = tokio::select! {
             r = copied => r,
-            () = ctx.cancel.cancelled() => Err("cancelled".to_string()),
+            () = ctx.cancel.cancelled() => Err(SshError::Cancelled),
         };
         let result = copied
             .map(|n| {
@@ -212,7 +207,7 @@ impl SshTool {
                     input.remote_path
                 ))
             })
-            .map_err(|e| session.scrub(&e));
+            .map_err(|e| session.scrub_error(e));
         session.close().await;
         result
     }
@@ -221,7 +216,7 @@ impl SshTool {
         &self,
         ctx: &ToolContext,
         input: DownloadInput,
-    ) -> Result<ToolOutput, String> {
+    ) -> Result<ToolOutput, SshError> {
         let conn = self.authorized(ctx, &input.connection_id)?;
         let local_rel = match &input.local_path {
             Some(path) => path.clone(),
@@ -237,10 +232,7 @@ impl SshTool {
             .resolve(&local_rel)?
             .rel;
         if !ctx.edit && !rel.starts_with("input") {
-            return Err(format!(
-                "{local_rel} is outside input/; this movement has edit: false, so SshDownload may \
-                 only write under input/"
-            ));
+            return Err(SshError::OutsideInput(local_rel));
         }
         let local = writable_file(&ctx.workspace, &local_rel)?;
         let session = self.open(ctx, conn).await?;
@@ -256,49 +248,59 @@ impl SshTool {
             let meta = sftp
                 .metadata(input.remote_path.clone())
                 .await
-                .map_err(|e| format!("cannot stat {} on the server: {e}", input.remote_path))?;
+                .map_err(|source| SshError::RemoteStat {
+                    path: input.remote_path.clone(),
+                    source,
+                })?;
             if meta.is_dir() {
-                return Err(format!(
-                    "{} is a directory; SshDownload moves one file",
-                    input.remote_path
-                ));
+                return Err(SshError::RemoteDirectory(input.remote_path.clone()));
             }
             if meta.len() > MAX_TRANSFER_BYTES {
-                return Err(format!(
-                    "{} is {} bytes; the limit is {MAX_TRANSFER_BYTES}",
-                    input.remote_path,
-                    meta.len()
-                ));
+                return Err(SshError::TooLarge {
+                    path: input.remote_path.clone(),
+                    size: meta.len(),
+                    limit: MAX_TRANSFER_BYTES,
+                });
             }
             let remote = sftp
                 .open(input.remote_path.clone())
                 .await
-                .map_err(|e| format!("cannot open {} on the server: {e}", input.remote_path))?;
+                .map_err(|source| SshError::RemoteOpen {
+                    path: input.remote_path.clone(),
+                    source,
+                })?;
             let mut file = create_file(&ctx.workspace, &partial, "SshDownload").await?;
             let n = tokio::io::copy(&mut remote.take(MAX_TRANSFER_BYTES + 1), &mut file)
                 .await
-                .map_err(|e| format!("downloading {} failed: {e}", input.remote_path))?;
+                .map_err(|source| SshError::Download {
+                    path: input.remote_path.clone(),
+                    source,
+                })?;
             if n > MAX_TRANSFER_BYTES {
-                return Err(format!(
-                    "{} grew past the {MAX_TRANSFER_BYTES}-byte limit",
-                    input.remote_path
-                ));
+                return Err(SshError::GrewTooLarge {
+                    path: input.remote_path.clone(),
+                    limit: MAX_TRANSFER_BYTES,
+                });
             }
-            file.flush()
-                .await
-                .map_err(|e| format!("cannot write {local_rel}: {e}"))?;
+            file.flush().await.map_err(|source| SshError::WriteLocal {
+                path: local_rel.clone(),
+                source,
+            })?;
             let _ = sftp.close().await;
-            Ok::<u64, String>(n)
+            Ok::<u64, SshError>(n)
         };
         let copied = tokio::select! {
             r = copied => r,
-            () = ctx.cancel.cancelled() => Err("cancelled".to_string()),
+            () = ctx.cancel.cancelled() => Err(SshError::Cancelled),
         };
         let copied = match copied {
             Ok(n) => tokio::fs::rename(&partial, &local)
                 .await
                 .map(|()| n)
-                .map_err(|e| format!("cannot write {local_rel}: {e}")),
+                .map_err(|source| SshError::WriteLocal {
+                    path: local_rel.clone(),
+                    source,
+                }),
             Err(e) => Err(e),
         };
         if copied.is_err() {
@@ -313,7 +315,7 @@ impl SshTool {
                     input.remote_path
                 ))
             })
-            .map_err(|e| session.scrub(&e));
+            .map_err(|e| session.scrub_error(e));
         session.close().await;
         result
     }
@@ -326,73 +328,40 @@ fn describe(conn: &SshConnection) -> String {
     )
 }
 
-impl Tool for SshTool {
-    fn spec(&self) -> ToolSpec {
-        let id = json!({"type": "string", "description": "id of a registered SSH connection"});
-        let (description, properties, required) = match self.action {
-            SshAction::Exec => (
-                "Run a shell command on a registered SSH connection and return its exit code and output.",
-                json!({
-                    "connection_id": id,
-                    "command": {"type": "string", "description": "command line run by the remote shell"},
-                    "timeout": {"type": "integer", "minimum": 1, "maximum": MAX_EXEC_TIMEOUT_SECS,
-                                "description": "seconds before giving up (default 60)"}
-                }),
-                json!(["connection_id", "command"]),
-            ),
-            SshAction::Upload => (
-                "Copy a workspace file to a path on a registered SSH connection over SFTP.",
-                json!({
-                    "connection_id": id,
-                    "local_path": {"type": "string", "description": "file inside the workspace"},
-                    "remote_path": {"type": "string", "description": "destination path on the server"}
-                }),
-                json!(["connection_id", "local_path", "remote_path"]),
-            ),
-            SshAction::Download => (
-                "Copy a file from a registered SSH connection into the workspace over SFTP.",
-                json!({
-                    "connection_id": id,
-                    "remote_path": {"type": "string", "description": "file on the server"},
-                    "local_path": {"type": "string",
-                                   "description": "destination inside the workspace (default input/<file name>)"}
-                }),
-                json!(["connection_id", "remote_path"]),
-            ),
-        };
-        ToolSpec {
-            name: self.name().to_string(),
-            description: description.to_string(),
-            input_schema: json!({
-                "type": "object",
-                "properties": properties,
-                "required": required,
-                "additionalProperties": false
-            }),
-        }
-    }
+/// A tool's answer: its output, or its error prefixed with the tool's name.
+fn answer(tool: &str, result: Result<ToolOutput, SshError>) -> ToolOutput {
+    result.unwrap_or_else(|e| ToolOutput::error(format!("{tool}: {e}")))
+}
 
-    fn call<'a>(
-        &'a self,
-        ctx: &'a ToolContext,
-        input: serde_json::Value,
-    ) -> BoxFuture<'a, ToolOutput> {
-        Box::pin(async move {
-            let result = match self.action {
-                SshAction::Exec => match self.parse(input) {
-                    Ok(input) => self.exec(ctx, input).await,
-                    Err(e) => Err(e),
-                },
-                SshAction::Upload => match self.parse(input) {
-                    Ok(input) => self.upload(ctx, input).await,
-                    Err(e) => Err(e),
-                },
-                SshAction::Download => match self.parse(input) {
-                    Ok(input) => self.download(ctx, input).await,
-                    Err(e) => Err(e),
-                },
-            };
-            result.unwrap_or_else(|e| ToolOutput::error(format!("{}: {e}", self.name())))
-        })
+impl TypedTool for SshExec {
+    type Input = ExecInput;
+    const NAME: &'static str = "SshExec";
+    const DESCRIPTION: &'static str =
+        "Run a shell command on a registered SSH connection and return its exit code and output.";
+
+    async fn run(&self, ctx: &ToolContext, input: ExecInput) -> ToolOutput {
+        answer(Self::NAME, self.0.exec(ctx, input).await)
+    }
+}
+
+impl TypedTool for SshUpload {
+    type Input = UploadInput;
+    const NAME: &'static str = "SshUpload";
+    const DESCRIPTION: &'static str =
+        "Copy a workspace file to a path on a registered SSH connection over SFTP.";
+
+    async fn run(&self, ctx: &ToolContext, input: UploadInput) -> ToolOutput {
+        answer(Self::NAME, self.0.upload(ctx, input).await)
+    }
+}
+
+impl TypedTool for SshDownload {
+    type Input = DownloadInput;
+    const NAME: &'static str = "SshDownload";
+    const DESCRIPTION: &'static str =
+        "Copy a file from a registered SSH connection into the workspace over SFTP.";
+
+    async fn run(&self, ctx: &ToolContext, input: DownloadInput) -> ToolOutput {
+        answer(Self::NAME, self.0.download(ctx, input).await)
     }
 }

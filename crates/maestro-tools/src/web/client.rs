@@ -7,8 +7,8 @@ use std::time::Duration;
 use reqwest::redirect::{Attempt, Policy};
 use tokio_util::sync::CancellationToken;
 
-use super::WebConfig;
 use super::guard::{Blocked, GuardedResolver, HostLookup, HostPolicy};
+use super::{WebConfig, WebError};
 
 /// Redirect hops followed before giving up.
 pub const MAX_REDIRECTS: usize = 5;
@@ -21,7 +21,7 @@ pub const MAX_REDIRECTS: usize = 5;
 pub struct WebClient {
     /// `Err` when the HTTP client could not be built (the TLS backend failed to initialise);
     /// every request then reports it. There is deliberately no unguarded fallback client.
-    http: Arc<OnceLock<Result<reqwest::Client, String>>>,
+    http: Arc<OnceLock<Result<reqwest::Client, Arc<reqwest::Error>>>>,
     resolver: Arc<GuardedResolver>,
     policy: Arc<HostPolicy>,
     pub(crate) max_bytes: u64,
@@ -72,7 +72,7 @@ impl WebClient {
     }
 
     /// The guarded HTTP client, built on first use.
-    fn http(&self) -> Result<&reqwest::Client, String> {
+    fn http(&self) -> Result<&reqwest::Client, WebError> {
         let built = self.http.get_or_init(|| {
             let redirect_policy = Arc::clone(&self.policy);
             reqwest::Client::builder()
@@ -86,29 +86,34 @@ impl WebClient {
                 .connect_timeout(self.timeout.min(Duration::from_secs(10)))
                 .user_agent(concat!("maestro/", env!("CARGO_PKG_VERSION")))
                 .build()
-                .map_err(|e| format!("the HTTP client could not be set up: {e}"))
+                .map_err(Arc::new)
         });
-        built.as_ref().map_err(Clone::clone)
+        built
+            .as_ref()
+            .map_err(|e| WebError::ClientSetup(Arc::clone(e)))
     }
 
     /// GETs `url` (http or https only), following guarded redirects, and fails on a non-2xx
     /// status. Errors are sentences for the model.
-    pub async fn get(&self, url: &str, cancel: &CancellationToken) -> Result<Fetched, String> {
-        let parsed = url::Url::parse(url).map_err(|e| format!("invalid URL {url:?}: {e}"))?;
+    pub async fn get(&self, url: &str, cancel: &CancellationToken) -> Result<Fetched, WebError> {
+        let parsed = url::Url::parse(url).map_err(|source| WebError::InvalidUrl {
+            url: url.to_string(),
+            source,
+        })?;
         if !matches!(parsed.scheme(), "http" | "https") {
-            return Err(format!(
-                "unsupported URL scheme {:?} in {url}: only http and https are fetched",
-                parsed.scheme()
-            ));
+            return Err(WebError::UnsupportedScheme {
+                scheme: parsed.scheme().to_string(),
+                url: url.to_string(),
+            });
         }
         if parsed.host_str().is_none() {
-            return Err(format!("URL {url} has no host"));
+            return Err(WebError::NoHost(url.to_string()));
         }
-        self.policy.check_url(&parsed).map_err(|b| b.to_string())?;
+        self.policy.check_url(&parsed)?;
         let http = self.http()?;
         let response = tokio::select! {
-            r = http.get(parsed).send() => r.map_err(|e| self.describe(&e))?,
-            () = cancel.cancelled() => return Err("cancelled".to_string()),
+            r = http.get(parsed).send() => r.map_err(|e| self.request_error(e))?,
+            () = cancel.cancelled() => return Err(WebError::Cancelled),
         };
         let final_url = response.url().to_string();
         let status = response.status();
@@ -118,13 +123,16 @@ impl WebClient {
                 .get(reqwest::header::LOCATION)
                 .and_then(|v| v.to_str().ok())
                 .unwrap_or("(no location)");
-            return Err(format!(
-                "{final_url} redirects to {location}, which was not followed: only http and https \
-                 redirects are"
-            ));
+            return Err(WebError::RedirectNotFollowed {
+                url: final_url,
+                location: location.to_string(),
+            });
         }
         if !status.is_success() {
-            return Err(format!("{final_url} answered HTTP {status}"));
+            return Err(WebError::Status {
+                url: final_url,
+                status,
+            });
         }
         let content_type = response
             .headers()
@@ -138,8 +146,16 @@ impl WebClient {
         })
     }
 
+    /// A failed request, with the sentence [`describe`](Self::describe) makes of it.
+    pub(crate) fn request_error(&self, source: reqwest::Error) -> WebError {
+        WebError::Request {
+            message: self.describe(&source),
+            source,
+        }
+    }
+
     /// Turns a reqwest error into a sentence, naming the SSRF refusal when that is the cause.
-    pub(crate) fn describe(&self, err: &reqwest::Error) -> String {
+    fn describe(&self, err: &reqwest::Error) -> String {
         let mut source = err.source();
         while let Some(cause) = source {
             if let Some(blocked) = cause.downcast_ref::<Blocked>() {
@@ -214,12 +230,12 @@ pub async fn read_limited(
     mut response: reqwest::Response,
     limit: u64,
     cancel: &CancellationToken,
-) -> Result<(Vec<u8>, bool), String> {
+) -> Result<(Vec<u8>, bool), WebError> {
     let mut body = Vec::new();
     loop {
         let chunk = tokio::select! {
-            c = response.chunk() => c.map_err(|e| client.describe(&e))?,
-            () = cancel.cancelled() => return Err("cancelled".to_string()),
+            c = response.chunk() => c.map_err(|e| client.request_error(e))?,
+            () = cancel.cancelled() => return Err(WebError::Cancelled),
         };
         let Some(chunk) = chunk else {
             return Ok((body, false));

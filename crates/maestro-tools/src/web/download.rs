@@ -2,25 +2,25 @@
 
 use std::path::{Path, PathBuf};
 
-use maestro_protocol::ToolSpec;
+use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::json;
 use tokio::io::AsyncWriteExt;
 
+use super::WebError;
 use super::client::WebClient;
-use super::parse_input;
 use super::workspace_file::{create_file, display, sanitize_file_name, writable_file};
-use crate::{BoxFuture, Tool, ToolContext, ToolOutput};
+use crate::{ToolContext, ToolOutput, TypedTool};
 
 pub(crate) struct DownloadFile {
     client: WebClient,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct Input {
+pub(crate) struct DownloadFileInput {
+    /// http or https URL of the file
     url: String,
-    #[serde(default)]
+    /// file name to save as inside input/ (default: taken from the URL)
     filename: Option<String>,
 }
 
@@ -29,22 +29,22 @@ impl DownloadFile {
         DownloadFile { client }
     }
 
-    async fn run(&self, ctx: &ToolContext, input: Input) -> Result<String, String> {
+    async fn download(
+        &self,
+        ctx: &ToolContext,
+        input: DownloadFileInput,
+    ) -> Result<String, WebError> {
         if let Some(name) = &input.filename
             && (name.contains('/') || name.contains('\\') || name == "." || name == "..")
         {
-            return Err(format!(
-                "filename {name:?} must be a plain file name without folders; it is saved into input/"
-            ));
+            return Err(WebError::FileNameWithFolders(name.clone()));
         }
         let fetched = self.client.get(&input.url, &ctx.cancel).await?;
         let limit = self.client.max_bytes;
         if let Some(length) = fetched.response.content_length()
             && length > limit
         {
-            return Err(format!(
-                "the file is {length} bytes, larger than the {limit}-byte limit"
-            ));
+            return Err(WebError::TooLarge { length, limit });
         }
         let wanted = match &input.filename {
             Some(name) => sanitize_file_name(name),
@@ -68,7 +68,7 @@ impl DownloadFile {
         };
         tokio::fs::rename(&partial, &target)
             .await
-            .map_err(|e| format!("cannot move the download into place: {e}"))?;
+            .map_err(WebError::Rename)?;
         Ok(format!(
             "Saved {written} bytes from {} to {} ({})",
             fetched.final_url,
@@ -84,28 +84,22 @@ async fn save(
     path: &Path,
     limit: u64,
     ctx: &ToolContext,
-) -> Result<u64, String> {
+) -> Result<u64, WebError> {
     let mut file = create_file(&ctx.workspace, path, "DownloadFile").await?;
     let mut written: u64 = 0;
     loop {
         let chunk = tokio::select! {
-            c = response.chunk() => c.map_err(|e| client.describe(&e))?,
-            () = ctx.cancel.cancelled() => return Err("cancelled".to_string()),
+            c = response.chunk() => c.map_err(|e| client.request_error(e))?,
+            () = ctx.cancel.cancelled() => return Err(WebError::Cancelled),
         };
         let Some(chunk) = chunk else { break };
         written += chunk.len() as u64;
         if written > limit {
-            return Err(format!(
-                "the file is larger than the {limit}-byte limit; nothing was saved"
-            ));
+            return Err(WebError::GrewTooLarge(limit));
         }
-        file.write_all(&chunk)
-            .await
-            .map_err(|e| format!("writing the file failed: {e}"))?;
+        file.write_all(&chunk).await.map_err(WebError::Write)?;
     }
-    file.flush()
-        .await
-        .map_err(|e| format!("writing the file failed: {e}"))?;
+    file.flush().await.map_err(WebError::Write)?;
     Ok(written)
 }
 
@@ -121,7 +115,7 @@ fn name_from_url(url: &str) -> String {
 }
 
 /// `input/<name>`, or `input/<stem>-N.<ext>` when that name is taken.
-fn unique_target(workspace: &Path, name: &str) -> Result<PathBuf, String> {
+fn unique_target(workspace: &Path, name: &str) -> Result<PathBuf, WebError> {
     let (stem, ext) = match name.rsplit_once('.') {
         Some((stem, ext)) if !stem.is_empty() => (stem, Some(ext)),
         _ => (name, None),
@@ -137,51 +131,20 @@ fn unique_target(workspace: &Path, name: &str) -> Result<PathBuf, String> {
             return Ok(path);
         }
     }
-    Err(format!(
-        "input/ already holds 1000 files named like {name}; choose another filename"
-    ))
+    Err(WebError::NoFreeName(name.to_string()))
 }
 
-impl Tool for DownloadFile {
-    fn spec(&self) -> ToolSpec {
-        ToolSpec {
-            name: "DownloadFile".to_string(),
-            description: "Download a file from a public URL into the workspace's input/ folder."
-                .to_string(),
-            input_schema: json!({
-                "type": "object",
-                "properties": {
-                    "url": {"type": "string", "description": "http or https URL of the file"},
-                    "filename": {
-                        "type": "string",
-                        "description": "file name to save as inside input/ (default: taken from the URL)"
-                    }
-                },
-                "required": ["url"],
-                "additionalProperties": false
-            }),
-        }
-    }
+impl TypedTool for DownloadFile {
+    type Input = DownloadFileInput;
+    const NAME: &'static str = "DownloadFile";
+    const DESCRIPTION: &'static str =
+        "Download a file from a public URL into the workspace's input/ folder.";
 
-    fn call<'a>(
-        &'a self,
-        ctx: &'a ToolContext,
-        input: serde_json::Value,
-    ) -> BoxFuture<'a, ToolOutput> {
-        Box::pin(async move {
-            let input: Input = match parse_input(
-                "DownloadFile",
-                input,
-                r#"{"url": "https://...", "filename": "optional.name"}"#,
-            ) {
-                Ok(input) => input,
-                Err(e) => return e,
-            };
-            let url = input.url.clone();
-            match self.run(ctx, input).await {
-                Ok(text) => ToolOutput::ok(text),
-                Err(e) => ToolOutput::error(format!("DownloadFile {url}: {e}")),
-            }
-        })
+    async fn run(&self, ctx: &ToolContext, input: DownloadFileInput) -> ToolOutput {
+        let url = input.url.clone();
+        match self.download(ctx, input).await {
+            Ok(text) => ToolOutput::ok(text),
+            Err(e) => ToolOutput::error(format!("DownloadFile {url}: {e}")),
+        }
     }
 }

@@ -1,21 +1,21 @@
 //! `WebFetch`: one web page, as readable markdown (HTML) or as text (plain, markdown, JSON, XML).
 
-use maestro_protocol::ToolSpec;
+use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::json;
 
+use super::WebError;
 use super::client::{WebClient, read_limited};
-use super::parse_input;
-use crate::{BoxFuture, Tool, ToolContext, ToolOutput};
+use crate::{ToolContext, ToolOutput, TypedTool};
 
 pub(crate) struct WebFetch {
     client: WebClient,
     max_output_chars: usize,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct Input {
+pub(crate) struct WebFetchInput {
+    /// http or https URL of the page
     url: String,
 }
 
@@ -34,7 +34,7 @@ impl WebFetch {
         }
     }
 
-    async fn run(&self, ctx: &ToolContext, input: Input) -> Result<ToolOutput, String> {
+    async fn fetch(&self, ctx: &ToolContext, input: WebFetchInput) -> Result<ToolOutput, WebError> {
         let fetched = self.client.get(&input.url, &ctx.cancel).await?;
         let declared = fetched.content_type.as_deref().map(mime_of);
         let kind = match declared {
@@ -52,7 +52,7 @@ impl WebFetch {
         let text = match kind {
             Body::Html => tokio::task::spawn_blocking(move || html_to_markdown(&raw))
                 .await
-                .map_err(|e| format!("converting the page failed: {e}"))??,
+                .map_err(WebError::Conversion)??,
             Body::Text => raw,
         };
         let mut out = format!(
@@ -85,39 +85,17 @@ impl WebFetch {
     }
 }
 
-impl Tool for WebFetch {
-    fn spec(&self) -> ToolSpec {
-        ToolSpec {
-            name: "WebFetch".to_string(),
-            description:
-                "Fetch a public web page and return its content as readable markdown or text."
-                    .to_string(),
-            input_schema: json!({
-                "type": "object",
-                "properties": {
-                    "url": {"type": "string", "description": "http or https URL of the page"}
-                },
-                "required": ["url"],
-                "additionalProperties": false
-            }),
-        }
-    }
+impl TypedTool for WebFetch {
+    type Input = WebFetchInput;
+    const NAME: &'static str = "WebFetch";
+    const DESCRIPTION: &'static str =
+        "Fetch a public web page and return its content as readable markdown or text.";
 
-    fn call<'a>(
-        &'a self,
-        ctx: &'a ToolContext,
-        input: serde_json::Value,
-    ) -> BoxFuture<'a, ToolOutput> {
-        Box::pin(async move {
-            let input: Input = match parse_input("WebFetch", input, r#"{"url": "https://..."}"#) {
-                Ok(input) => input,
-                Err(e) => return e,
-            };
-            let url = input.url.clone();
-            self.run(ctx, input)
-                .await
-                .unwrap_or_else(|e| ToolOutput::error(format!("WebFetch {url}: {e}")))
-        })
+    async fn run(&self, ctx: &ToolContext, input: WebFetchInput) -> ToolOutput {
+        let url = input.url.clone();
+        self.fetch(ctx, input)
+            .await
+            .unwrap_or_else(|e| ToolOutput::error(format!("WebFetch {url}: {e}")))
     }
 }
 
@@ -163,22 +141,20 @@ fn sniff(bytes: &[u8]) -> Option<Body> {
     }
 }
 
-fn not_text(url: &str, what: &str) -> String {
-    format!(
-        "{url} is {what}, not a text page; WebFetch reads HTML, plain text, markdown, JSON and \
-         XML. Use DownloadFile to save other files into input/"
-    )
+fn not_text(url: &str, what: &str) -> WebError {
+    WebError::NotText {
+        url: url.to_string(),
+        what: what.to_string(),
+    }
 }
 
-fn html_to_markdown(html: &str) -> Result<String, String> {
+fn html_to_markdown(html: &str) -> Result<String, WebError> {
     let converter = htmd::HtmlToMarkdown::builder()
         .skip_tags(vec![
             "script", "style", "noscript", "template", "svg", "iframe", "object", "embed", "head",
         ])
         .build();
-    let markdown = converter
-        .convert(html)
-        .map_err(|e| format!("the HTML could not be converted: {e}"))?;
+    let markdown = converter.convert(html).map_err(WebError::Html)?;
     Ok(collapse_blank_lines(&markdown))
 }
 

@@ -8,6 +8,7 @@
 
 mod client;
 mod download;
+mod error;
 mod fetch;
 pub mod guard;
 mod search;
@@ -16,12 +17,13 @@ pub(crate) mod workspace_file;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use crate::{Tool, ToolOutput};
+use crate::Tool;
 pub use client::WebClient;
+pub use error::WebError;
 pub use guard::{HostLookup, HostPolicy, SystemLookup};
+pub use workspace_file::FileError;
 
 /// `web:` in the configuration.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -69,16 +71,6 @@ pub struct SearchProvider {
     /// Base URL of a SearXNG instance with the JSON format enabled, e.g. `http://searx.lan:8080`.
     /// Its host is trusted by WebSearch (the operator chose it), not by the other web tools.
     pub searxng_url: String,
-}
-
-/// Parses a web tool's input, or names the tool and shows what a valid call looks like.
-fn parse_input<T: DeserializeOwned>(
-    tool: &str,
-    input: serde_json::Value,
-    expected: &str,
-) -> Result<T, ToolOutput> {
-    serde_json::from_value(input)
-        .map_err(|e| ToolOutput::error(format!("invalid {tool} input: {e}; expected {expected}")))
 }
 
 /// The three web tools, resolving names with the system resolver.

@@ -2,15 +2,13 @@
 
 use std::sync::Arc;
 
-use maestro_protocol::ToolSpec;
+use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::json;
 
 use super::client::{WebClient, read_limited};
 use super::guard::{HostLookup, HostPolicy};
-use super::parse_input;
-use super::{SearchProvider, WebConfig};
-use crate::{BoxFuture, Tool, ToolContext, ToolOutput};
+use super::{SearchProvider, WebConfig, WebError};
+use crate::{ToolContext, ToolOutput, TypedTool};
 
 const DEFAULT_RESULTS: usize = 8;
 const MAX_RESULTS: usize = 20;
@@ -20,11 +18,13 @@ pub(crate) struct WebSearch {
     backend: Option<(SearchProvider, WebClient)>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct Input {
+pub(crate) struct WebSearchInput {
+    /// search terms
     query: String,
-    #[serde(default)]
+    /// how many results to return (default 8)
+    #[schemars(range(min = 1, max = MAX_RESULTS))]
     max_results: Option<usize>,
 }
 
@@ -61,23 +61,22 @@ impl WebSearch {
         WebSearch { backend }
     }
 
-    async fn run(&self, ctx: &ToolContext, input: Input) -> Result<String, String> {
+    async fn search(&self, ctx: &ToolContext, input: WebSearchInput) -> Result<String, WebError> {
         let Some((provider, client)) = &self.backend else {
-            return Err("WebSearch is not configured: set web.search.searxng_url".to_string());
+            return Err(WebError::SearchNotConfigured);
         };
         if input.query.trim().is_empty() {
-            return Err("the query is empty".to_string());
+            return Err(WebError::EmptyQuery);
         }
         let wanted = input
             .max_results
             .unwrap_or(DEFAULT_RESULTS)
             .clamp(1, MAX_RESULTS);
-        let mut url = url::Url::parse(&provider.searxng_url).map_err(|e| {
-            format!(
-                "web.search.searxng_url {:?} is not a URL: {e}",
-                provider.searxng_url
-            )
-        })?;
+        let mut url =
+            url::Url::parse(&provider.searxng_url).map_err(|source| WebError::SearchUrl {
+                url: provider.searxng_url.clone(),
+                source,
+            })?;
         let path = format!("{}/search", url.path().trim_end_matches('/'));
         url.set_path(&path);
         url.query_pairs_mut()
@@ -87,12 +86,11 @@ impl WebSearch {
         let fetched = client
             .get(url.as_str(), &ctx.cancel)
             .await
-            .map_err(|e| format!("the search provider failed: {e}"))?;
+            .map_err(|e| WebError::SearchProvider(Box::new(e)))?;
         let (body, _) =
             read_limited(client, fetched.response, client.max_bytes, &ctx.cancel).await?;
-        let parsed: SearxResponse = serde_json::from_slice(&body).map_err(|e| {
-            format!("the search provider did not answer with SearXNG JSON ({e}); is format=json enabled?")
-        })?;
+        let parsed: SearxResponse =
+            serde_json::from_slice(&body).map_err(WebError::SearchAnswer)?;
         if parsed.results.is_empty() {
             return Ok(format!("No results for {:?}.", input.query));
         }
@@ -108,41 +106,15 @@ impl WebSearch {
     }
 }
 
-impl Tool for WebSearch {
-    fn spec(&self) -> ToolSpec {
-        ToolSpec {
-            name: "WebSearch".to_string(),
-            description: "Search the web and return result titles, URLs and snippets.".to_string(),
-            input_schema: json!({
-                "type": "object",
-                "properties": {
-                    "query": {"type": "string", "description": "search terms"},
-                    "max_results": {
-                        "type": "integer", "minimum": 1, "maximum": MAX_RESULTS,
-                        "description": "how many results to return (default 8)"
-                    }
-                },
-                "required": ["query"],
-                "additionalProperties": false
-            }),
-        }
-    }
+impl TypedTool for WebSearch {
+    type Input = WebSearchInput;
+    const NAME: &'static str = "WebSearch";
+    const DESCRIPTION: &'static str = "Search the web and return result titles, URLs and snippets.";
 
-    fn call<'a>(
-        &'a self,
-        ctx: &'a ToolContext,
-        input: serde_json::Value,
-    ) -> BoxFuture<'a, ToolOutput> {
-        Box::pin(async move {
-            let input: Input =
-                match parse_input("WebSearch", input, r#"{"query": "...", "max_results": 8}"#) {
-                    Ok(input) => input,
-                    Err(e) => return e,
-                };
-            match self.run(ctx, input).await {
-                Ok(text) => ToolOutput::ok(text),
-                Err(e) => ToolOutput::error(e),
-            }
-        })
+    async fn run(&self, ctx: &ToolContext, input: WebSearchInput) -> ToolOutput {
+        match self.search(ctx, input).await {
+            Ok(text) => ToolOutput::ok(text),
+            Err(e) => ToolOutput::error(e.to_string()),
+        }
     }
 }

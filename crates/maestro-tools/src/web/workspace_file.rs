@@ -4,9 +4,46 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::Workspace;
 use crate::core::off_runtime;
 use crate::regular_file::{self, Access, Create, FileKind, OpenError};
+use crate::{Workspace, WorkspaceError};
+
+/// Why a file cannot be read from or written into the workspace.
+#[derive(Debug, thiserror::Error)]
+pub enum FileError {
+    #[error(transparent)]
+    Workspace(#[from] WorkspaceError),
+    #[error("{0} is not an existing regular file in the workspace")]
+    NotFound(String),
+    /// `message` is the source explained for the tool that asked.
+    #[error("{message}")]
+    Refused {
+        message: String,
+        #[source]
+        source: OpenError,
+    },
+    #[error("{0:?} names the workspace itself, not a file")]
+    WorkspaceItself(String),
+    #[error("cannot create the folder for {rel}: {source}")]
+    CreateFolder {
+        rel: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{0} is a symlink; refusing to write through it")]
+    Symlink(String),
+    #[error("{0} is a directory")]
+    Directory(String),
+}
+
+impl FileError {
+    fn refused(source: OpenError, shown: &str, tool: &str, access: Access) -> FileError {
+        FileError::Refused {
+            message: source.explain(shown, tool, access),
+            source,
+        }
+    }
+}
 
 /// Resolves `rel` (relative to the workspace, or absolute inside it) to an existing regular
 /// file inside the workspace and opens it (without blocking on a FIFO or following a link).
@@ -14,14 +51,12 @@ pub(crate) async fn existing_file(
     workspace: &Path,
     rel: &str,
     tool: &str,
-) -> Result<tokio::fs::File, String> {
+) -> Result<tokio::fs::File, FileError> {
     let resolved = Workspace::open(workspace)?.resolve(rel)?;
     match off_runtime(move || regular_file::open_read(&resolved.abs)).await {
         Ok(file) => Ok(tokio::fs::File::from_std(file)),
-        Err(OpenError::NotFound) => Err(format!(
-            "{rel} is not an existing regular file in the workspace"
-        )),
-        Err(e) => Err(e.explain(rel, tool, Access::Read)),
+        Err(OpenError::NotFound) => Err(FileError::NotFound(rel.to_string())),
+        Err(e) => Err(FileError::refused(e, rel, tool, Access::Read)),
     }
 }
 
@@ -31,41 +66,46 @@ pub(crate) async fn create_file(
     workspace: &Path,
     path: &Path,
     tool: &str,
-) -> Result<tokio::fs::File, String> {
+) -> Result<tokio::fs::File, FileError> {
     let owned = path.to_path_buf();
     off_runtime(move || regular_file::open_write(&owned, Create::OrTruncate))
         .await
         .map(tokio::fs::File::from_std)
-        .map_err(|e| e.explain(&display(workspace, path), tool, Access::Write))
+        .map_err(|e| FileError::refused(e, &display(workspace, path), tool, Access::Write))
 }
 
 /// Resolves `rel` to a file path inside the workspace that may be written: parent directories
 /// are created (inside the workspace only) and an existing symlink or directory at the target
 /// is refused.
-pub(crate) fn writable_file(workspace: &Path, rel: &str) -> Result<PathBuf, String> {
+pub(crate) fn writable_file(workspace: &Path, rel: &str) -> Result<PathBuf, FileError> {
     let ws = Workspace::open(workspace)?;
     let resolved = ws.resolve(rel)?;
     if resolved.rel.as_os_str().is_empty() {
-        return Err(format!("{rel:?} names the workspace itself, not a file"));
+        return Err(FileError::WorkspaceItself(rel.to_string()));
     }
     if let Some(parent) = resolved.abs.parent() {
-        std::fs::create_dir_all(parent)
-            .map_err(|e| format!("cannot create the folder for {rel}: {e}"))?;
+        std::fs::create_dir_all(parent).map_err(|source| FileError::CreateFolder {
+            rel: rel.to_string(),
+            source,
+        })?;
     }
     // Resolve again now that the folders exist, so a symlink raced in is still caught.
     let resolved = ws.resolve(rel)?;
     if let Ok(meta) = std::fs::symlink_metadata(&resolved.abs) {
         if meta.file_type().is_symlink() {
-            return Err(format!("{rel} is a symlink; refusing to write through it"));
+            return Err(FileError::Symlink(rel.to_string()));
         }
         if meta.is_dir() {
-            return Err(format!("{rel} is a directory"));
+            return Err(FileError::Directory(rel.to_string()));
         }
         if !meta.is_file() {
-            return Err(OpenError::NotRegular {
-                kind: FileKind::of(meta.file_type()),
-            }
-            .explain(rel, "this tool", Access::Write));
+            let kind = FileKind::of(meta.file_type());
+            return Err(FileError::refused(
+                OpenError::NotRegular { kind },
+                rel,
+                "this tool",
+                Access::Write,
+            ));
         }
     }
     Ok(resolved.abs)
@@ -117,12 +157,14 @@ mod tests {
             existing_file(ws, "../a.txt", "SshUpload")
                 .await
                 .unwrap_err()
+                .to_string()
                 .contains("outside the workspace")
         );
         assert!(
             existing_file(ws, "/etc/passwd", "SshUpload")
                 .await
                 .unwrap_err()
+                .to_string()
                 .contains("outside the workspace")
         );
         std::os::unix::fs::symlink("/etc", ws.join("etc")).unwrap();
@@ -130,6 +172,7 @@ mod tests {
             existing_file(ws, "etc/passwd", "SshUpload")
                 .await
                 .unwrap_err()
+                .to_string()
                 .contains("symlink")
         );
         assert!(
@@ -140,11 +183,24 @@ mod tests {
                 .success()
         );
         assert_eq!(
-            existing_file(ws, "p", "SshUpload").await.unwrap_err(),
+            existing_file(ws, "p", "SshUpload")
+                .await
+                .unwrap_err()
+                .to_string(),
             "`p` is a FIFO (named pipe), not a regular file; SshUpload only reads regular files"
         );
-        assert!(writable_file(ws, "p").unwrap_err().contains("FIFO"));
-        assert!(writable_file(ws, "etc/x").unwrap_err().contains("symlink"));
+        assert!(
+            writable_file(ws, "p")
+                .unwrap_err()
+                .to_string()
+                .contains("FIFO")
+        );
+        assert!(
+            writable_file(ws, "etc/x")
+                .unwrap_err()
+                .to_string()
+                .contains("symlink")
+        );
         let w = writable_file(ws, "input/sub/b.bin").unwrap();
         assert!(w.parent().unwrap().is_dir());
         assert_eq!(display(ws, &w), "input/sub/b.bin");

@@ -69,6 +69,9 @@ impl ProgressModel {
                 dialect,
                 ..
             } => Some(format!("run {run_id}: piece {piece} ({dialect})")),
+            RunEvent::RunResumed { after_seq } => Some(format!(
+                "resumed after event {after_seq}: what the record holds is reused, not repeated"
+            )),
             RunEvent::MovementStarted {
                 movement,
                 iteration,

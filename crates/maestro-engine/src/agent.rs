@@ -388,7 +388,7 @@ impl<'a> Agent<'a> {
                 Some(Ok(ControlCall::Complete { status, result })) => {
                     self.end_turn(&mut end, TurnEnd::Complete { status, result })
                 }
-                Some(Err(message)) => ToolOutput::error(message),
+                Some(Err(refused)) => ToolOutput::error(refused.to_string()),
                 None => self.recorded_or_run(call, replayed).await?,
             };
         let output = maestro_tools::input::bounded_error(output);

@@ -155,19 +155,36 @@ pub fn control_tools(dialect: Dialect, movement: &Movement) -> Vec<ToolSpec> {
     tools
 }
 
-/// The arguments of a call to `spec`, or a message naming the field serde refused and then
+/// Why a control tool call was refused; the message is what the model reads, so it says what
+/// the call needs.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ControlError {
+    #[error("the arguments for `{tool}` must be one JSON object")]
+    NotAnObject { tool: String },
+    /// serde refused the arguments (`detail`, cut); `needs` says what the tool takes.
+    #[error("invalid arguments for `{tool}`: {detail}. {needs}")]
+    InvalidArguments {
+        tool: String,
+        detail: String,
+        needs: String,
+    },
+    #[error("`{next}` is not a valid `next`; choose one of: {}", choices.join(", "))]
+    NotATarget { next: String, choices: Vec<String> },
+    #[error("`{name}` is not a report of this movement; write one of: {}", choices.join(", "))]
+    NotAReport { name: String, choices: Vec<String> },
+}
+
+/// The arguments of a call to `spec`, or an error naming the field serde refused and then
 /// what the tool `needs`, in the words the model is offered.
 fn arguments_of<T: DeserializeOwned>(
     spec: &ToolSpec,
     args: Value,
     needs: &str,
-) -> Result<T, String> {
-    serde_json::from_value(args).map_err(|e| {
-        format!(
-            "invalid arguments for `{}`: {}. {needs}",
-            spec.name,
-            cut_middle(&e.to_string(), MAX_QUOTED_CHARS),
-        )
+) -> Result<T, ControlError> {
+    serde_json::from_value(args).map_err(|e| ControlError::InvalidArguments {
+        tool: spec.name.clone(),
+        detail: cut_middle(&e.to_string(), MAX_QUOTED_CHARS),
+        needs: needs.to_string(),
     })
 }
 
@@ -178,7 +195,7 @@ pub fn parse_control(
     movement: &Movement,
     name: &str,
     arguments: &str,
-) -> Option<Result<ControlCall, String>> {
+) -> Option<Result<ControlCall, ControlError>> {
     if ![TRANSITION, COMPLETE, WRITE_REPORT].contains(&name) {
         return None;
     }
@@ -190,9 +207,9 @@ pub fn parse_control(
     }) {
         Ok(Value::Object(map)) => Value::Object(map),
         Ok(_) | Err(_) => {
-            return Some(Err(format!(
-                "the arguments for `{name}` must be one JSON object"
-            )));
+            return Some(Err(ControlError::NotAnObject {
+                tool: name.to_string(),
+            }));
         }
     };
     Some(match name {
@@ -216,11 +233,10 @@ pub fn parse_control(
                     summary: Some(args.summary).filter(|s| !s.trim().is_empty()),
                     lessons: args.lessons,
                 }),
-                None => Err(format!(
-                    "`{}` is not a valid `next`; choose one of: {}",
-                    args.next,
-                    transition_targets(movement).join(", ")
-                )),
+                None => Err(ControlError::NotATarget {
+                    next: args.next,
+                    choices: transition_targets(movement),
+                }),
             }
         }),
         COMPLETE => arguments_of::<CompleteArgs>(
@@ -249,11 +265,10 @@ pub fn parse_control(
                     content: args.content,
                 })
             } else {
-                Err(format!(
-                    "`{}` is not a report of this movement; write one of: {}",
-                    args.name,
-                    names.join(", ")
-                ))
+                Err(ControlError::NotAReport {
+                    name: args.name,
+                    choices: names,
+                })
             }
         }),
     })
@@ -402,7 +417,11 @@ mod tests {
     #[test]
     fn a_bad_argument_names_the_field_and_what_is_expected() {
         let offered = control_tools(Dialect::Maestro, &movement());
-        let parse = |name, args| parse_control(&offered, &movement(), name, args).unwrap();
+        let parse = |name, args| {
+            parse_control(&offered, &movement(), name, args)
+                .unwrap()
+                .map_err(|e| e.to_string())
+        };
         assert_eq!(
             parse(COMPLETE, r#"{"status": "done", "result": "x"}"#),
             Err(

@@ -351,12 +351,13 @@ impl JobQueue for Store {
 
     async fn finish(&self, lease: &Lease, outcome: Outcome) -> StoreResult<()> {
         let finished = match outcome.status {
-            JobStatus::Completed | JobStatus::Aborted | JobStatus::Exceeded => true,
+            // `Failed` here is a run that ended failed on its own (a piece that cannot run, a
+            // broken invariant): final, never retried, unlike `fail`.
+            JobStatus::Completed | JobStatus::Aborted | JobStatus::Exceeded | JobStatus::Failed => {
+                true
+            }
             JobStatus::WaitingInput | JobStatus::WaitingSubtasks => false,
-            status @ (JobStatus::Queued
-            | JobStatus::Running
-            | JobStatus::Failed
-            | JobStatus::Cancelled) => {
+            status @ (JobStatus::Queued | JobStatus::Running | JobStatus::Cancelled) => {
                 return Err(StoreError::InvalidTransition {
                     job: lease.job_id,
                     action: "finish a run as",

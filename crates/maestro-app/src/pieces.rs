@@ -62,6 +62,8 @@ pub struct Available {
 #[derive(Debug, Clone)]
 pub struct Found {
     pub piece: Piece,
+    /// The file it was loaded from.
+    pub path: PathBuf,
     pub skipped: Vec<Skipped>,
 }
 
@@ -69,6 +71,8 @@ pub struct Found {
 #[derive(Debug, Clone)]
 pub struct Chosen {
     pub piece: Piece,
+    /// The file it was loaded from.
+    pub path: PathBuf,
     pub choice: Classified,
 }
 
@@ -104,16 +108,18 @@ pub fn find_piece(given: &str, dirs: &[PathBuf], opts: &LoadOptions) -> Result<F
     if path.is_file() {
         return load_piece(path, opts).map(|piece| Found {
             piece,
+            path: path.to_path_buf(),
             skipped: Vec::new(),
         });
     }
     let Available { pieces, skipped } = available_pieces(dirs, opts);
-    if let Some((_, piece)) = pieces
+    if let Some((path, piece)) = pieces
         .iter()
         .find(|(p, piece)| piece.name == given || p.file_stem().is_some_and(|s| s == given))
     {
         return Ok(Found {
             piece: piece.clone(),
+            path: path.clone(),
             skipped,
         });
     }
@@ -135,10 +141,13 @@ pub async fn classify_piece(
     let pieces = available.pieces;
     let summaries: Vec<PieceSummary> = pieces.iter().map(|(_, p)| PieceSummary::from(p)).collect();
     let choice = classify(provider, model, task, &summaries).await?;
-    let piece = pieces
+    let (path, piece) = pieces
         .into_iter()
         .find(|(_, p)| p.name == choice.piece)
-        .map(|(_, p)| p)
         .ok_or_else(|| PieceError::ChosenMissing(choice.piece.clone()))?;
-    Ok(Chosen { piece, choice })
+    Ok(Chosen {
+        piece,
+        path,
+        choice,
+    })
 }

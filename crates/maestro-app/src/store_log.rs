@@ -3,7 +3,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use maestro_engine::EventRecord;
+use maestro_engine::{AppendError, AppendFuture, EventLog, EventRecord};
 use maestro_store::{JobQueue, Lease, NewEvent, Store, StoreError};
 use tokio_util::sync::CancellationToken;
 
@@ -95,5 +95,16 @@ impl StoreLog {
             }
             Err(e) => Err(AppendFailure::Store(e)),
         }
+    }
+}
+
+impl EventLog for StoreLog {
+    fn append<'a>(&'a self, records: &'a [EventRecord]) -> AppendFuture<'a> {
+        Box::pin(async move {
+            self.append_records(records).await.map_err(|e| match e {
+                AppendFailure::Fenced(why) => AppendError::Fenced(why),
+                AppendFailure::Store(e) => AppendError::Store(Box::new(e)),
+            })
+        })
     }
 }

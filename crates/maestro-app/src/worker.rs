@@ -5,27 +5,29 @@
 //! ([`Shutdown`]) stops claiming, lets runs in flight finish for the drain time, then hands the
 //! rest back (their leases released, so another worker takes them at once).
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use maestro_config::{Config, WorkerProfile};
-use maestro_engine::{EndReason, Engine, EventRecord, EventSink, RunReport};
+use maestro_engine::{
+    EndReason, Engine, EventRecord, JsonlLog, RunEnd, RunRecord, RunReport, RunSpec,
+};
 use maestro_llm::Provider;
 use maestro_piece::Piece;
 use maestro_protocol::RunStatus;
 use maestro_store::{
     Claimed, Classes, FailDisposition, JobQueue, JobStatus, Lease, Outcome, Store, StoreError,
-    WorkerInfo,
+    StoredEvent, WorkerInfo,
 };
 use time::OffsetDateTime;
-use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::models::{ModelError, client, ensure_served, served_model};
 use crate::pieces::{AUTO, PieceError, available_pieces, classify_piece, find_piece};
-use crate::store_log::{AppendFailure, Fence, StoreLog};
+use crate::store_log::{Fence, StoreLog};
 use crate::toolbox::{McpSelection, Toolbox, load_options};
 
 /// One worker profile: a name, how many jobs at once, which task classes.
@@ -342,12 +344,20 @@ impl From<PieceError> for Unstartable {
     }
 }
 
+/// What a claimed job runs with.
+struct Prepared {
+    piece: Piece,
+    /// The piece's file, recorded in `run_started`.
+    piece_file: Option<PathBuf>,
+    config: Config,
+}
+
 /// The piece and the settings a job runs with.
-async fn prepare(inner: &Inner, claimed: &Claimed) -> Result<(Piece, Config), Unstartable> {
+async fn prepare(inner: &Inner, claimed: &Claimed) -> Result<Prepared, Unstartable> {
     let mut config = inner.config.clone();
     let dirs = config.paths.pieces_dirs.clone();
     let opts = load_options(&config);
-    let piece = if claimed.job.piece == AUTO {
+    let (piece, piece_file) = if claimed.job.piece == AUTO {
         if config.llm.model.is_none() {
             config.llm.model = Some(served_model(&config).await?);
         }
@@ -361,9 +371,10 @@ async fn prepare(inner: &Inner, claimed: &Claimed) -> Result<(Piece, Config), Un
         )
         .await?;
         tracing::info!(job = %claimed.job.id, piece = %chosen.choice.piece, "classified: {}", chosen.choice.reason);
-        chosen.piece
+        (chosen.piece, chosen.path)
     } else {
-        find_piece(&claimed.job.piece, &dirs, &opts)?.piece
+        let found = find_piece(&claimed.job.piece, &dirs, &opts)?;
+        (found.piece, found.path)
     };
     if !inner.options.model_from_flag && piece.model.is_some() {
         config.llm.model = piece.model.clone();
@@ -377,7 +388,11 @@ async fn prepare(inner: &Inner, claimed: &Claimed) -> Result<(Piece, Config), Un
     if let Err(e @ maestro_llm::LlmError::Connect { .. }) = client(&config)?.list_models().await {
         return Err(Unstartable::Infrastructure(e.to_string()));
     }
-    Ok((piece, config))
+    Ok(Prepared {
+        piece,
+        piece_file: Some(piece_file),
+        config,
+    })
 }
 
 /// Keeps the lease: a heartbeat every third of it, and a look at the job's status every second
@@ -445,30 +460,22 @@ async fn run_job(inner: &Inner, claimed: Claimed, shutdown: &Shutdown) -> JobEnd
         Arc::clone(&fence),
         done.clone(),
     ));
-    let handed_back = CancellationToken::new();
-    let hand_back_watch = {
-        let fence = Arc::clone(&fence);
-        let hand_back = shutdown.hand_back.clone();
-        let handed_back = handed_back.clone();
-        let done = done.clone();
-        tokio::spawn(async move {
-            tokio::select! {
-                _ = done.cancelled() => {}
-                _ = hand_back.cancelled() => {
-                    handed_back.cancel();
-                    fence.close("the worker is shutting down: the job is handed back");
-                }
-            }
-        })
-    };
-    let end = match prepare(inner, &claimed).await {
-        Ok((piece, config)) => run_prepared(inner, &claimed, piece, config, &fence).await,
-        Err(unstartable) => Ended::Unstarted(unstartable),
+    // A hand-back suspends the run: it stops where it is and records no end, so that the
+    // worker that claims the job next resumes it.
+    let suspend = shutdown.hand_back.child_token();
+    let end = match (
+        prepare(inner, &claimed).await,
+        store.events(job_id, 0).await,
+    ) {
+        (Ok(prepared), Ok(history)) => {
+            run_prepared(inner, &claimed, prepared, history, &fence, suspend.clone()).await
+        }
+        (Err(unstartable), _) => Ended::Unstarted(unstartable),
+        (_, Err(e)) => Ended::Broken(format!("reading the job's events failed: {e}")),
     };
     done.cancel();
     let _ = keeper.await;
-    let _ = hand_back_watch.await;
-    if handed_back.is_cancelled() {
+    if suspend.is_cancelled() && !matches!(end, Ended::Report(_)) {
         return match store.release(&lease).await {
             Ok(()) => JobEnd::HandedBack,
             Err(e) => {
@@ -499,6 +506,8 @@ async fn run_job(inner: &Inner, claimed: Claimed, shutdown: &Shutdown) -> JobEnd
         }
         Ended::Report(report) => store.finish(&lease, outcome(&report)).await,
         Ended::Broken(reason) => return fail(store, &lease, &reason).await,
+        // Only when the hand-back came too late to release (the release above failed).
+        Ended::Suspended => return JobEnd::Fenced,
     };
     match written {
         Ok(()) => JobEnd::Recorded,
@@ -535,6 +544,8 @@ enum Ended {
     Retry(String),
     /// The run record or the store failed.
     Broken(String),
+    /// Stopped for a hand-back, no end recorded.
+    Suspended,
 }
 
 /// The job's outcome for a run that ended on its own.
@@ -558,21 +569,20 @@ fn outcome(report: &RunReport) -> Outcome {
     }
 }
 
-/// Whether a failed run failed because the endpoint could not be reached (after the client's
-/// own retries): such a run is tried again rather than recorded as the job's end.
-fn unreachable_endpoint(report: &RunReport) -> bool {
-    report.status == RunStatus::Failed
-        && matches!(&report.reason, Some(EndReason::LlmError(detail)) if detail.contains("cannot reach the model endpoint"))
-}
-
 /// Runs the engine over the job, its events going to the store under the lease.
 async fn run_prepared(
     inner: &Inner,
     claimed: &Claimed,
-    piece: Piece,
-    config: Config,
+    prepared: Prepared,
+    history: Vec<StoredEvent>,
     fence: &Arc<Fence>,
+    suspend: CancellationToken,
 ) -> Ended {
+    let Prepared {
+        piece,
+        piece_file,
+        config,
+    } = prepared;
     let engine_config = match config.engine_config() {
         Ok(c) => c,
         Err(e) => return Ended::Unstarted(Unstartable::Permanent(e.to_string())),
@@ -604,88 +614,91 @@ async fn run_prepared(
         stop_run.cancelled().await;
         cancel.cancel();
     });
-    let workspace = claimed.job.workspace.as_ref().map(std::path::PathBuf::from);
-    let record =
-        match maestro_engine::RunRecord::create(&config.paths.runs_dir, workspace.as_deref()) {
-            Ok(record) => record,
-            Err(e) => {
-                forward.abort();
-                drop(engine);
-                toolbox.shutdown().await;
-                return Ended::Broken(format!("record_error: {e}"));
-            }
-        };
-    let log = StoreLog::new(
+    let workspace = claimed.job.workspace.as_ref().map(PathBuf::from);
+    let parts = RunParts {
+        piece,
+        piece_file,
+        history: &history,
+        workspace,
+        suspend,
+    };
+    let ended = match run_spec(inner, claimed, parts, &config, fence) {
+        Ok(spec) => match engine.run_spec(spec).await {
+            Ok(RunEnd::Finished(report)) => Ended::Report(report),
+            Ok(RunEnd::Retry { reason }) => Ended::Retry(reason),
+            Ok(RunEnd::Suspended) => Ended::Suspended,
+            Err(e) => Ended::Broken(format!("record_error: {e}")),
+        },
+        Err(broken) => broken,
+    };
+    forward.abort();
+    drop(engine);
+    toolbox.shutdown().await;
+    ended
+}
+
+/// What a job's run is made of besides the job.
+struct RunParts<'a> {
+    piece: Piece,
+    piece_file: Option<PathBuf>,
+    history: &'a [StoredEvent],
+    workspace: Option<PathBuf>,
+    suspend: CancellationToken,
+}
+
+/// The engine's run of the job: its directory named by the job id, its events in the store
+/// (first, the authority) and in `events.jsonl`, and whatever the store already holds as the
+/// history to resume from.
+fn run_spec(
+    inner: &Inner,
+    claimed: &Claimed,
+    parts: RunParts<'_>,
+    config: &Config,
+    fence: &Arc<Fence>,
+) -> Result<RunSpec, Ended> {
+    let RunParts {
+        piece,
+        piece_file,
+        history,
+        workspace,
+        suspend,
+    } = parts;
+    let record = RunRecord::open(
+        &config.paths.runs_dir,
+        &claimed.job.id.to_string(),
+        workspace.as_deref(),
+    )
+    .map_err(|e| Ended::Broken(format!("record_error: {e}")))?;
+    let history = history
+        .iter()
+        .map(|event| serde_json::from_value::<EventRecord>(event.payload.clone()))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| {
+            Ended::Unstarted(Unstartable::Permanent(format!(
+                "the job's stored events cannot be read: {e}"
+            )))
+        })?;
+    let jsonl = JsonlLog::rewrite(&record.events_path(), &history).map_err(|e| {
+        Ended::Broken(format!(
+            "record_error: cannot write {}: {e}",
+            record.events_path().display()
+        ))
+    })?;
+    let store_log = StoreLog::new(
         inner.store.clone(),
         claimed.lease.clone(),
         Arc::clone(fence),
     );
-    let (tx, rx) = mpsc::unbounded_channel();
-    let writer = tokio::spawn(write_events(log, rx, Arc::clone(fence)));
-    let observer: Arc<dyn EventSink> = Arc::new(ChannelSink(tx));
-    let outcome = engine
-        .run(Arc::new(piece), &claimed.job.task, record, vec![observer])
-        .await;
-    forward.abort();
-    drop(engine);
-    toolbox.shutdown().await;
-    let written = writer.await;
-    match (outcome, written) {
-        (_, Ok(Err(broken))) => Ended::Broken(broken),
-        (_, Err(e)) => Ended::Broken(format!("the event writer stopped: {e}")),
-        (Err(e), Ok(Ok(()))) => Ended::Broken(format!("record_error: {e}")),
-        (Ok(report), Ok(Ok(()))) if unreachable_endpoint(&report) => Ended::Retry(
-            report
-                .reason
-                .as_ref()
-                .map(EndReason::to_string)
-                .unwrap_or_default(),
-        ),
-        (Ok(report), Ok(Ok(()))) => Ended::Report(Box::new(report)),
-    }
+    let mut spec = RunSpec::new(Arc::new(piece), &claimed.job.task, record);
+    spec.logs = vec![Arc::new(store_log), Arc::new(jsonl)];
+    spec.history = history;
+    // The last attempt records how the run ended, even when the endpoint is down.
+    spec.retry_infrastructure = claimed.job.attempts < claimed.job.max_attempts;
+    spec.piece_file = piece_file;
+    spec.suspend = Some(suspend);
+    Ok(spec)
 }
 
 fn source_of(e: &dyn std::error::Error) -> String {
     e.source().map(|s| s.to_string()).unwrap_or_default()
-}
-
-/// Hands each event the journal records to the store writer (the journal calls sinks under its
-/// lock, so this only queues).
-struct ChannelSink(mpsc::UnboundedSender<EventRecord>);
-
-impl EventSink for ChannelSink {
-    fn record(&self, record: &EventRecord) -> std::io::Result<()> {
-        // A closed channel means the writer stopped (fenced): the run is being stopped too.
-        let _ = self.0.send(record.clone());
-        Ok(())
-    }
-}
-
-/// Appends queued events in batches until the run's sink is dropped. Stops writing at the first
-/// fenced append; a store failure stops the run and is returned.
-async fn write_events(
-    log: StoreLog,
-    mut rx: mpsc::UnboundedReceiver<EventRecord>,
-    fence: Arc<Fence>,
-) -> Result<(), String> {
-    let mut batch = Vec::new();
-    let mut broken = None;
-    while rx.recv_many(&mut batch, 256).await > 0 {
-        if broken.is_none() && fence.closed().is_none() {
-            match log.append_records(&batch).await {
-                Ok(()) => {}
-                Err(AppendFailure::Fenced(_)) => {}
-                Err(e @ AppendFailure::Store(_)) => {
-                    let why = format!("{e}: {}", source_of(&e));
-                    fence.stop_run.cancel();
-                    broken = Some(why);
-                }
-            }
-        }
-        batch.clear();
-    }
-    match broken {
-        Some(why) => Err(why),
-        None => Ok(()),
-    }
 }

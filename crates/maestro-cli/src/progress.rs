@@ -196,6 +196,7 @@ impl ProgressModel {
                 ))
             }
             RunEvent::ScratchUpdated { .. } => None,
+            RunEvent::RunResumed { after_seq } => Some(format!("resumed after event {after_seq}")),
         };
         line.into_iter().collect()
     }
@@ -472,6 +473,8 @@ mod tests {
                     run_dir: "/r".into(),
                     workspace: "/w".into(),
                     loop_monitors: vec![],
+                    context_window: None,
+                    piece_file: None,
                 },
             ),
             Event(
@@ -509,6 +512,7 @@ mod tests {
                     finish_reason: Some("tool_calls".into()),
                     tool_calls: 1,
                     text_chars: 42,
+                    answer: None,
                 },
             ),
             Event(
@@ -529,6 +533,7 @@ mod tests {
                     ok: true,
                     output_chars: 3_000,
                     truncated: false,
+                    output: None,
                 },
             ),
             Event(
@@ -561,6 +566,7 @@ mod tests {
                     finish_reason: Some("tool_calls".into()),
                     tool_calls: 1,
                     text_chars: 0,
+                    answer: None,
                 },
             ),
             Event(

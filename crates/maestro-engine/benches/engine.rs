@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use divan::Bencher;
-use maestro_engine::{Engine, EngineConfig, RunRecord};
+use maestro_engine::{Engine, EngineConfig, MemoryLog, RunEnd, RunRecord, RunSpec};
 use maestro_llm::{BoxFuture, ChatRequest, ChatResponse, LlmError, Provider, StreamEvent};
 use maestro_piece::{Condition, Dialect, Facet, Movement, Piece, Rule, SessionMode, Target};
 use maestro_protocol::{RunStatus, Usage};
@@ -223,5 +223,50 @@ fn critical_path(bencher: Bencher, delay_ms: u64) {
             Duration::from_millis(delay_ms),
             dir.path(),
         )
+    });
+}
+
+/// Resuming a 50-movement run whose worker died during its last movement: the run is rebuilt
+/// from its 49 finished movements' events (prompts assembled again, recorded answers reused,
+/// nothing written again), then the last movement runs against the instant model.
+#[divan::bench(sample_count = 20)]
+fn resume_50_movements(bencher: Bencher) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let piece = Arc::new(chain(50));
+    let provider = Arc::new(FixedModel {
+        delay: Duration::ZERO,
+        answer: format!("Done. {}", all_tags(&piece)),
+    });
+    let engine = Engine::new(
+        provider,
+        Registry::empty(ToolsConfig::default()),
+        EngineConfig::new("bench"),
+    );
+    let record = RunRecord::create(dir.path(), None).unwrap();
+    let events_path = record.events_path();
+    runtime
+        .block_on(engine.run(
+            Arc::clone(&piece),
+            "the benchmark task",
+            record.clone(),
+            vec![],
+        ))
+        .unwrap();
+    let events = maestro_engine::read_events(&events_path).unwrap();
+    let last_start = events
+        .iter()
+        .rposition(|r| r.event.kind() == "movement_started")
+        .unwrap();
+    let history = events[..=last_start].to_vec();
+    bencher.bench_local(|| {
+        let mut spec = RunSpec::new(Arc::clone(&piece), "the benchmark task", record.clone());
+        spec.logs = vec![Arc::new(MemoryLog::default())];
+        spec.history = history.clone();
+        let end = runtime.block_on(engine.run_spec(spec)).unwrap();
+        assert!(matches!(end, RunEnd::Finished(r) if r.status == RunStatus::Completed));
     });
 }

@@ -21,6 +21,7 @@ use crate::error::EngineError;
 use crate::event::{CallPurpose, ContextLevel, ReminderKind, RunEvent};
 use crate::outcome::last_tag;
 use crate::prompt;
+use crate::recorded::{self, ToolRecord};
 
 /// How a turn of the model ended.
 #[derive(Debug, Clone, PartialEq)]
@@ -115,18 +116,20 @@ impl<'a> Agent<'a> {
     }
 
     /// Adds a user message (a reminder or a follow-up) and records why.
-    pub fn ask_again(
+    pub async fn ask_again(
         &mut self,
         kind: ReminderKind,
         attempt: u32,
         message: String,
     ) -> Result<(), EngineError> {
-        self.run.emit(RunEvent::Reminder {
-            movement: self.name().to_string(),
-            kind,
-            attempt,
-            message: message.clone(),
-        })?;
+        self.run
+            .emit(RunEvent::Reminder {
+                movement: self.name().to_string(),
+                kind,
+                attempt,
+                message: message.clone(),
+            })
+            .await?;
         self.messages.push(Message::User { content: message });
         Ok(())
     }
@@ -134,7 +137,7 @@ impl<'a> Agent<'a> {
     /// The model answered in plain text where a control tool was required. When the provider was
     /// still finding out how this model takes tools (`tool_mode: auto`), it now offers them in
     /// JSON mode: the plain answer is dropped and the same request goes again (returns true).
-    pub fn resend_with_json_tools(&mut self) -> Result<bool, EngineError> {
+    pub async fn resend_with_json_tools(&mut self) -> Result<bool, EngineError> {
         if self.tools.is_empty()
             || !self
                 .run
@@ -148,12 +151,14 @@ impl<'a> Agent<'a> {
         {
             self.messages.pop();
         }
-        self.run.emit(RunEvent::ToolModeChanged {
-            movement: self.name().to_string(),
-            model: self.run.config.model.clone(),
-            mode: ToolMode::Json,
-            reason: "the model answered in plain text where a control tool was required".into(),
-        })?;
+        self.run
+            .emit(RunEvent::ToolModeChanged {
+                movement: self.name().to_string(),
+                model: self.run.config.model.clone(),
+                mode: ToolMode::Json,
+                reason: "the model answered in plain text where a control tool was required".into(),
+            })
+            .await?;
         Ok(true)
     }
 
@@ -176,13 +181,14 @@ impl<'a> Agent<'a> {
     }
 
     /// Asks once for missing reports after an answer; returns whether it asked.
-    pub fn ask_for_missing_reports(&mut self) -> Result<bool, EngineError> {
+    pub async fn ask_for_missing_reports(&mut self) -> Result<bool, EngineError> {
         let missing = self.missing_reports();
         if missing.is_empty() || self.report_reminder_sent {
             return Ok(false);
         }
         self.report_reminder_sent = true;
-        self.ask_again(ReminderKind::Report, 1, prompt::report_reminder(&missing))?;
+        self.ask_again(ReminderKind::Report, 1, prompt::report_reminder(&missing))
+            .await?;
         Ok(true)
     }
 
@@ -192,7 +198,7 @@ impl<'a> Agent<'a> {
             if self.calls >= self.run.config.max_iterations_per_movement {
                 return Ok(TurnEnd::IterationsExhausted);
             }
-            if self.context_exhausted() || self.surely_too_long()? {
+            if self.context_exhausted() || self.surely_too_long().await? {
                 return Ok(TurnEnd::ContextExhausted);
             }
             self.calls += 1;
@@ -201,15 +207,17 @@ impl<'a> Agent<'a> {
                 // The endpoint counted more tokens than our estimate: the conversation no
                 // longer fits, which is the context manager's outcome, not a failed run.
                 Err(EngineError::Llm(e @ LlmError::ContextOverflow { .. })) => {
-                    self.run.emit(RunEvent::Warning {
-                        movement: Some(self.name().to_string()),
-                        message: format!("the endpoint refused the request as too long: {e}"),
-                    })?;
+                    self.run
+                        .emit(RunEvent::Warning {
+                            movement: Some(self.name().to_string()),
+                            message: format!("the endpoint refused the request as too long: {e}"),
+                        })
+                        .await?;
                     return Ok(TurnEnd::ContextExhausted);
                 }
                 Err(e) => return Err(e),
             };
-            let level = self.observe_context(&response)?;
+            let level = self.observe_context(&response).await?;
             if response.tool_calls.is_empty() {
                 self.messages.push(Message::Assistant {
                     content: response.content.clone(),
@@ -249,15 +257,19 @@ impl<'a> Agent<'a> {
                     ReminderKind::ToolCallLimit,
                     1,
                     prompt::tool_call_limit(asked, cap),
-                )?;
+                )
+                .await?;
             }
             match level {
                 Some(ContextLevel::Force) => return Ok(TurnEnd::ContextExhausted),
-                Some(ContextLevel::Prompt) => self.ask_again(
-                    ReminderKind::ContextPressure,
-                    1,
-                    prompt::CONTEXT_PRESSURE.to_string(),
-                )?,
+                Some(ContextLevel::Prompt) => {
+                    self.ask_again(
+                        ReminderKind::ContextPressure,
+                        1,
+                        prompt::CONTEXT_PRESSURE.to_string(),
+                    )
+                    .await?
+                }
                 Some(ContextLevel::Warn) | None => {}
             }
         }
@@ -265,7 +277,7 @@ impl<'a> Agent<'a> {
 
     /// A request whose estimated size (4 characters a token) already fills the window is not
     /// sent: the endpoint would refuse it, and the movement ends as if the context were full.
-    fn surely_too_long(&mut self) -> Result<bool, EngineError> {
+    async fn surely_too_long(&mut self) -> Result<bool, EngineError> {
         let Some(window) = self.meter.window() else {
             return Ok(false);
         };
@@ -297,12 +309,14 @@ impl<'a> Agent<'a> {
         if estimate < window {
             return Ok(false);
         }
-        self.run.emit(RunEvent::ContextWarning {
-            movement: self.name().to_string(),
-            level: ContextLevel::Force,
-            used_tokens: estimate,
-            context_length: window,
-        })?;
+        self.run
+            .emit(RunEvent::ContextWarning {
+                movement: self.name().to_string(),
+                level: ContextLevel::Force,
+                used_tokens: estimate,
+                context_length: window,
+            })
+            .await?;
         Ok(true)
     }
 
@@ -320,18 +334,20 @@ impl<'a> Agent<'a> {
             .await
     }
 
-    fn observe_context(
+    async fn observe_context(
         &mut self,
         response: &ChatResponse,
     ) -> Result<Option<ContextLevel>, EngineError> {
         let level = self.meter.observe(&response.usage);
         if let (Some(level), Some(window)) = (level, self.meter.window()) {
-            self.run.emit(RunEvent::ContextWarning {
-                movement: self.name().to_string(),
-                level,
-                used_tokens: self.meter.used(),
-                context_length: window,
-            })?;
+            self.run
+                .emit(RunEvent::ContextWarning {
+                    movement: self.name().to_string(),
+                    level,
+                    used_tokens: self.meter.used(),
+                    context_length: window,
+                })
+                .await?;
         }
         Ok(level)
     }
@@ -342,17 +358,20 @@ impl<'a> Agent<'a> {
         let movement = self.name().to_string();
         let input = serde_json::from_str(&call.arguments)
             .unwrap_or_else(|_| serde_json::Value::String(call.arguments.clone()));
-        self.run.emit(RunEvent::ToolCall {
-            movement: movement.clone(),
-            tool: call.name.clone(),
-            call_id: call.id.clone(),
-            input,
-        })?;
+        let replayed = self
+            .run
+            .emit_replayed(RunEvent::ToolCall {
+                movement: movement.clone(),
+                tool: call.name.clone(),
+                call_id: call.id.clone(),
+                input,
+            })
+            .await?;
         let mut end = None;
         let output =
             match control::parse_control(&self.tools, self.movement, &call.name, &call.arguments) {
                 Some(Ok(ControlCall::WriteReport { name, content })) => {
-                    self.write_report(&name, &content)?
+                    self.write_report(&name, &content).await?
                 }
                 Some(Ok(ControlCall::Transition {
                     next,
@@ -370,17 +389,20 @@ impl<'a> Agent<'a> {
                     self.end_turn(&mut end, TurnEnd::Complete { status, result })
                 }
                 Some(Err(message)) => ToolOutput::error(message),
-                None => self.run_registry_tool(call).await?,
+                None => self.recorded_or_run(call, replayed).await?,
             };
         let output = maestro_tools::input::bounded_error(output);
-        self.run.emit(RunEvent::ToolResult {
-            movement,
-            tool: call.name.clone(),
-            call_id: call.id.clone(),
-            ok: output.ok,
-            output_chars: output.output.chars().count(),
-            truncated: output.truncated,
-        })?;
+        self.run
+            .emit(RunEvent::ToolResult {
+                movement,
+                tool: call.name.clone(),
+                call_id: call.id.clone(),
+                ok: output.ok,
+                output_chars: output.output.chars().count(),
+                truncated: output.truncated,
+                output: Some(self.run.redact(&output.output)),
+            })
+            .await?;
         let content = if output.ok {
             output.output
         } else {
@@ -405,6 +427,66 @@ impl<'a> Agent<'a> {
         ToolOutput::ok("recorded")
     }
 
+    /// A resumed run reuses a recorded result. A call whose start is recorded but whose result
+    /// is not was interrupted: a tool that only reads runs again, any other gets
+    /// [`recorded::INTERRUPTED`] as its result.
+    async fn recorded_or_run(
+        &self,
+        call: &ToolCall,
+        replayed: bool,
+    ) -> Result<ToolOutput, EngineError> {
+        let Some(record) = self.run.journal.recorded() else {
+            return self.run_registry_tool(call).await;
+        };
+        match record.tool(self.name(), &call.id) {
+            ToolRecord::Done(done) => {
+                if let Some(scratch) = done.scratch {
+                    if let Ok(mut current) = self.run.scratch.lock() {
+                        *current = scratch.clone();
+                    }
+                    self.run
+                        .emit(RunEvent::ScratchUpdated {
+                            movement: Some(self.name().to_string()),
+                            scratch,
+                        })
+                        .await?;
+                }
+                Ok(ToolOutput {
+                    ok: done.ok,
+                    output: done.output,
+                    truncated: done.truncated,
+                })
+            }
+            ToolRecord::Diverged(d) => Err(EngineError::Diverged(d)),
+            ToolRecord::InFlight if self.run.verifying() => {
+                Err(EngineError::Diverged(recorded::Divergence {
+                    seq: None,
+                    expected: None,
+                    got: format!(
+                        "a `{}` call in `{}` whose result the record does not hold",
+                        call.name,
+                        self.name()
+                    ),
+                }))
+            }
+            ToolRecord::InFlight
+                if replayed && !recorded::safe_to_repeat(&call.name, self.movement.edit) =>
+            {
+                self.run
+                    .emit(RunEvent::Warning {
+                        movement: Some(self.name().to_string()),
+                        message: format!(
+                            "the `{}` call {} was interrupted by the stop; it was not run again",
+                            call.name, call.id
+                        ),
+                    })
+                    .await?;
+                Ok(ToolOutput::error(recorded::INTERRUPTED))
+            }
+            ToolRecord::InFlight => self.run_registry_tool(call).await,
+        }
+    }
+
     async fn run_registry_tool(&self, call: &ToolCall) -> Result<ToolOutput, EngineError> {
         let ctx = ToolContext {
             workspace: self.run.record.workspace.clone(),
@@ -427,12 +509,17 @@ impl<'a> Agent<'a> {
             .await;
         let after = self.run.scratch_snapshot();
         if after != before {
-            self.run.emit(RunEvent::ScratchUpdated { scratch: after })?;
+            self.run
+                .emit(RunEvent::ScratchUpdated {
+                    movement: Some(self.name().to_string()),
+                    scratch: after,
+                })
+                .await?;
         }
         Ok(output)
     }
 
-    fn write_report(&mut self, name: &str, content: &str) -> Result<ToolOutput, EngineError> {
+    async fn write_report(&mut self, name: &str, content: &str) -> Result<ToolOutput, EngineError> {
         if name.contains(['/', '\\', '\0']) || name.starts_with('.') {
             return Ok(ToolOutput::error(format!(
                 "`{name}` is not a plain file name"
@@ -447,12 +534,14 @@ impl<'a> Agent<'a> {
                 e.explain(name, "write_report", Access::Write)
             )));
         }
-        self.run.emit(RunEvent::ReportWritten {
-            movement: self.name().to_string(),
-            name: name.to_string(),
-            path: path.display().to_string(),
-            bytes: content.len(),
-        })?;
+        self.run
+            .emit(RunEvent::ReportWritten {
+                movement: self.name().to_string(),
+                name: name.to_string(),
+                path: path.display().to_string(),
+                bytes: content.len(),
+            })
+            .await?;
         self.reports_written.insert(name.to_string());
         Ok(ToolOutput::ok(format!("report `{name}` written")))
     }

@@ -7,15 +7,16 @@ use std::sync::{Arc, Mutex};
 
 use maestro_llm::{ChatRequest, ChatResponse, Message, Provider, StreamEvent};
 use maestro_piece::Piece;
-use maestro_protocol::Secret;
+use maestro_protocol::{Secret, ToolCall};
 use maestro_tools::{Registry, RunScratch};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::EngineConfig;
 use crate::error::EngineError;
-use crate::event::{CallPurpose, RunEvent};
+use crate::event::{CallPurpose, RecordedAnswer, RunEvent};
 use crate::journal::Journal;
 use crate::record::RunRecord;
+use crate::recorded::{Divergence, ReplayMode};
 
 /// What every part of one run shares.
 pub(crate) struct RunCtx {
@@ -34,8 +35,22 @@ pub(crate) struct RunCtx {
 }
 
 impl RunCtx {
-    pub fn emit(&self, event: RunEvent) -> Result<(), EngineError> {
-        self.journal.emit(event)
+    /// Records `event` and resolves once it is committed.
+    pub async fn emit(&self, event: RunEvent) -> Result<(), EngineError> {
+        self.journal.emit(event).await.map(drop)
+    }
+
+    /// Like [`RunCtx::emit`]; true when the run's record already held the event.
+    pub async fn emit_replayed(&self, event: RunEvent) -> Result<bool, EngineError> {
+        self.journal.emit(event).await
+    }
+
+    /// True when the run only goes through its record (`maestro replay`): no model call and no
+    /// tool runs.
+    pub fn verifying(&self) -> bool {
+        self.journal
+            .recorded()
+            .is_some_and(|r| r.mode() == ReplayMode::Verify)
     }
 
     pub fn redact(&self, text: &str) -> String {
@@ -63,7 +78,20 @@ impl RunCtx {
             purpose,
             messages: request.messages.len(),
             tools: request.tools.len(),
-        })?;
+        })
+        .await?;
+        // A resumed run reuses the answer its record holds for this call.
+        let recorded = self.journal.recorded().and_then(|r| r.answer(movement));
+        if let Some(response) = recorded {
+            return self.record_response(movement, purpose, response).await;
+        }
+        if self.verifying() {
+            return Err(EngineError::Diverged(Divergence {
+                seq: None,
+                expected: None,
+                got: format!("a model call for `{movement}` that the record holds no answer to"),
+            }));
+        }
         let observer = retry_observer(self, movement);
         let response = tokio::select! {
             response = self.provider.chat(request, &observer) => response,
@@ -84,6 +112,15 @@ impl RunCtx {
             }
             other => EngineError::Llm(other),
         })?;
+        self.record_response(movement, purpose, response).await
+    }
+
+    async fn record_response(
+        &self,
+        movement: &str,
+        purpose: CallPurpose,
+        response: ChatResponse,
+    ) -> Result<ChatResponse, EngineError> {
         self.emit(RunEvent::LlmResponse {
             movement: movement.to_string(),
             purpose,
@@ -91,7 +128,20 @@ impl RunCtx {
             finish_reason: response.finish_reason.clone(),
             tool_calls: response.tool_calls.len(),
             text_chars: response.content.chars().count(),
-        })?;
+            answer: Some(RecordedAnswer {
+                content: self.redact(&response.content),
+                tool_calls: response
+                    .tool_calls
+                    .iter()
+                    .map(|c| ToolCall {
+                        id: c.id.clone(),
+                        name: c.name.clone(),
+                        arguments: self.redact(&c.arguments),
+                    })
+                    .collect(),
+            }),
+        })
+        .await?;
         Ok(response)
     }
 }
@@ -107,7 +157,7 @@ pub(crate) fn retry_observer<'r>(
             delay,
             reason,
         } => {
-            let _ = run.emit(RunEvent::LlmRetry {
+            let _ = run.journal.emit_nowait(RunEvent::LlmRetry {
                 movement: movement.to_string(),
                 attempt,
                 delay_ms: delay.as_millis() as u64,
@@ -115,7 +165,7 @@ pub(crate) fn retry_observer<'r>(
             });
         }
         StreamEvent::ToolModeChanged { mode, reason } => {
-            let _ = run.emit(RunEvent::ToolModeChanged {
+            let _ = run.journal.emit_nowait(RunEvent::ToolModeChanged {
                 movement: movement.to_string(),
                 model: run.config.model.clone(),
                 mode,

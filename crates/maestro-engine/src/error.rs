@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use maestro_llm::LlmError;
 
 use crate::end_reason::EndReason;
+use crate::recorded::Divergence;
 
 /// Why a run stopped as `failed`. Each variant keeps the error that caused it as its source.
 #[derive(Debug, thiserror::Error)]
@@ -21,6 +22,10 @@ pub enum EngineError {
     /// A broken invariant of the engine itself.
     #[error("internal: {0}")]
     Internal(#[from] InternalError),
+    /// A resumed or replayed run did something its record does not hold (the piece or the
+    /// engine changed since it was recorded).
+    #[error(transparent)]
+    Diverged(#[from] Divergence),
 }
 
 /// The run record cannot be written.
@@ -44,6 +49,10 @@ pub enum RecordError {
     /// An event cannot be appended to the durable record.
     #[error("cannot append event: {0}")]
     Append(#[source] std::io::Error),
+    /// The run is no longer this writer's (its job's lease was taken over, or the job was
+    /// cancelled): nothing more is written.
+    #[error("{0}")]
+    Fenced(String),
 }
 
 /// The piece as loaded cannot be run.
@@ -59,6 +68,8 @@ pub enum UnrunnablePiece {
 pub enum InternalError {
     #[error("journal lock poisoned")]
     JournalLockPoisoned,
+    #[error("the event writer stopped")]
+    WriterStopped,
     #[error("no movement is due")]
     NoMovementDue,
     #[error("the run ended without a terminal status")]
@@ -76,6 +87,18 @@ pub enum InternalError {
 }
 
 impl EngineError {
+    /// True for failures of the infrastructure rather than of the run: the endpoint cannot be
+    /// reached or keeps failing (after the client's own retries). A job retries those later.
+    pub fn is_infrastructure(&self) -> bool {
+        match self {
+            EngineError::Llm(LlmError::Connect { .. } | LlmError::Stream(_)) => true,
+            EngineError::Llm(LlmError::Http { status, .. }) => {
+                *status >= 500 || *status == 429 || *status == 408
+            }
+            _ => false,
+        }
+    }
+
     /// The short reason recorded in `run_finished.reason`.
     pub fn reason(&self) -> EndReason {
         match self {
@@ -83,6 +106,7 @@ impl EngineError {
             EngineError::Record(e) => EndReason::RecordError(e.to_string()),
             EngineError::Piece(e) => EndReason::PieceError(e.to_string()),
             EngineError::Internal(e) => EndReason::InternalError(e.to_string()),
+            EngineError::Diverged(e) => EndReason::RecordError(e.to_string()),
         }
     }
 }

@@ -36,6 +36,13 @@ pub enum RunEvent {
         /// The `cycle` of each loop monitor, so replay needs nothing but the events.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         loop_monitors: Vec<Vec<String>>,
+        /// The model's context window in tokens as known at the start; a resumed run uses this
+        /// rather than asking the endpoint again.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        context_window: Option<u64>,
+        /// The piece file the run was started from, when it came from one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        piece_file: Option<String>,
     },
     MovementStarted {
         movement: String,
@@ -79,6 +86,10 @@ pub enum RunEvent {
         finish_reason: Option<String>,
         tool_calls: usize,
         text_chars: usize,
+        /// The whole answer (text and tool calls, secrets removed): a resumed run reuses it
+        /// instead of asking again.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        answer: Option<RecordedAnswer>,
     },
     ToolCall {
         movement: String,
@@ -95,6 +106,10 @@ pub enum RunEvent {
         output_chars: usize,
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         truncated: bool,
+        /// The whole result as the model read it (secrets removed): a resumed run reuses it
+        /// instead of running the tool again.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        output: Option<String>,
     },
     /// A judge or `ai()` call is about to pick a rule.
     JudgeRequest {
@@ -154,7 +169,12 @@ pub enum RunEvent {
         message: String,
     },
     /// Tool state (the checklist) changed.
-    ScratchUpdated { scratch: RunScratch },
+    ScratchUpdated {
+        /// The movement whose tool call changed it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        movement: Option<String>,
+        scratch: RunScratch,
+    },
     MovementFinished {
         movement: String,
         /// The target label: a movement name, `COMPLETE`, `ABORT`, `ASK`; for a parallel
@@ -191,10 +211,46 @@ pub enum RunEvent {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reason: Option<EndReason>,
     },
+    /// The run goes on from its record after it stopped (a worker died, or `maestro run
+    /// --resume` after a stop): the events before this one are reused, not repeated.
+    RunResumed {
+        /// The last recorded `seq` the run resumed from.
+        after_seq: u64,
+    },
 }
 
 impl RunEvent {
     /// The `type` field's value.
+    /// The movement an event belongs to (`None` for the run's own events). A resumed run
+    /// matches its events against the record per movement, since parallel sub-movements
+    /// interleave differently each time.
+    pub fn movement(&self) -> Option<&str> {
+        match self {
+            RunEvent::MovementStarted { movement, .. }
+            | RunEvent::LlmRequest { movement, .. }
+            | RunEvent::LlmRetry { movement, .. }
+            | RunEvent::ToolModeChanged { movement, .. }
+            | RunEvent::LlmResponse { movement, .. }
+            | RunEvent::ToolCall { movement, .. }
+            | RunEvent::ToolResult { movement, .. }
+            | RunEvent::JudgeRequest { movement, .. }
+            | RunEvent::ReportWritten { movement, .. }
+            | RunEvent::ContextWarning { movement, .. }
+            | RunEvent::Reminder { movement, .. }
+            | RunEvent::LoopWarning { movement, .. }
+            | RunEvent::CycleWarning { movement, .. }
+            | RunEvent::MovementFinished { movement, .. } => Some(movement),
+            RunEvent::Warning { movement, .. } | RunEvent::ScratchUpdated { movement, .. } => {
+                movement.as_deref()
+            }
+            RunEvent::RunStarted { .. }
+            | RunEvent::LoopDetected { .. }
+            | RunEvent::LoopMonitorTriggered { .. }
+            | RunEvent::RunFinished { .. }
+            | RunEvent::RunResumed { .. } => None,
+        }
+    }
+
     pub fn kind(&self) -> &'static str {
         match self {
             RunEvent::RunStarted { .. } => "run_started",
@@ -217,8 +273,17 @@ impl RunEvent {
             RunEvent::ScratchUpdated { .. } => "scratch_updated",
             RunEvent::MovementFinished { .. } => "movement_finished",
             RunEvent::RunFinished { .. } => "run_finished",
+            RunEvent::RunResumed { .. } => "run_resumed",
         }
     }
+}
+
+/// A model's whole answer as recorded in `llm_response`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RecordedAnswer {
+    pub content: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<maestro_protocol::ToolCall>,
 }
 
 /// Why a model call was made.
@@ -411,6 +476,7 @@ mod tests {
                 finish_reason: Some("stop".into()),
                 tool_calls: 0,
                 text_chars: 5,
+                answer: None,
             },
         };
         let line = serde_json::to_string(&record).unwrap();

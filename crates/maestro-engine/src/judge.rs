@@ -150,7 +150,8 @@ async fn ask(
         movement: movement.name.clone(),
         kind,
         conditions: conditions.to_vec(),
-    })?;
+    })
+    .await?;
     let listed: Vec<String> = conditions
         .iter()
         .enumerate()

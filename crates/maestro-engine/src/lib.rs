@@ -20,10 +20,12 @@ mod error;
 mod event;
 mod journal;
 mod judge;
+mod log;
 mod movement;
 mod outcome;
 mod prompt;
 mod record;
+mod recorded;
 mod run;
 mod runner;
 mod state;
@@ -36,13 +38,15 @@ pub use end_reason::{EndReason, UnknownEndReason};
 pub use error::{EngineError, InternalError, RecordError, UnrunnablePiece};
 pub use event::{
     CallPurpose, ContextLevel, EventRecord, EventSink, JsonlSink, JudgeKind, MemorySink,
-    OutcomeSource, ReminderKind, RunEvent, read_events,
+    OutcomeSource, RecordedAnswer, ReminderKind, RunEvent, read_events,
 };
 pub use journal::Journal;
+pub use log::{AppendError, AppendFuture, EventLog, JsonlLog, MemoryLog};
 pub use outcome::{
     FrontmatterError, aggregate, eligible_rules, extract_frontmatter, last_tag, route,
     validate_frontmatter,
 };
 pub use record::{RunRecord, new_run_id};
-pub use run::{Engine, RunReport};
+pub use recorded::{Divergence, ReplayMode};
+pub use run::{Engine, RunEnd, RunReport, RunSpec};
 pub use state::{PieceIdentity, RunPhase, RunState};

@@ -167,17 +167,19 @@ async fn maestro(
             TurnEnd::Answer(_) if agent.context_exhausted() => {
                 Ended::fallback(movement, response, EndReason::ContextExhausted)
             }
-            TurnEnd::Answer(_) if !resent && agent.resend_with_json_tools()? => {
+            TurnEnd::Answer(_) if !resent && agent.resend_with_json_tools().await? => {
                 resent = true;
                 continue;
             }
             TurnEnd::Answer(_) if reminders < run.config.control_reminders => {
                 reminders += 1;
-                agent.ask_again(
-                    ReminderKind::ControlTool,
-                    reminders,
-                    prompt::CONTROL_REMINDER.to_string(),
-                )?;
+                agent
+                    .ask_again(
+                        ReminderKind::ControlTool,
+                        reminders,
+                        prompt::CONTROL_REMINDER.to_string(),
+                    )
+                    .await?;
                 continue;
             }
             TurnEnd::Answer(_) => Ended::fallback(movement, response, EndReason::NoControlOutcome),
@@ -258,7 +260,7 @@ async fn takt(
     if matches!(end, TurnEnd::Answer(_))
         && !agent.missing_reports().is_empty()
         && agent.reports_written.is_empty()
-        && agent.resend_with_json_tools()?
+        && agent.resend_with_json_tools().await?
     {
         end = agent.drive().await?;
     }
@@ -267,7 +269,7 @@ async fn takt(
         Err(ended) => return Ok(*ended),
     };
     let mut read = answer.clone();
-    if agent.ask_for_missing_reports()? {
+    if agent.ask_for_missing_reports().await? {
         if let TurnEnd::Answer(more) = agent.drive().await? {
             read = format!("{answer}\n{more}");
         }
@@ -276,7 +278,8 @@ async fn takt(
             run.emit(RunEvent::Warning {
                 movement: Some(movement.name.clone()),
                 message: format!("required report(s) not written: {}", missing.join(", ")),
-            })?;
+            })
+            .await?;
         }
     }
     Ok(match decide_rule(run, movement, &read, None).await? {
@@ -306,7 +309,7 @@ async fn graph(
         match checked {
             Ok((index, fm)) => {
                 let mut ended = Ended::by_rule(movement, answer, OutcomeSource::Frontmatter, index);
-                ended.edge_prompt = edge_prompt(run, movement, index, &fm)?;
+                ended.edge_prompt = edge_prompt(run, movement, index, &fm).await?;
                 return Ok(ended);
             }
             Err(problem) if attempt < run.config.frontmatter_retries => {
@@ -326,7 +329,9 @@ async fn graph(
                         "\nAnswer now with the frontmatter fields only, as one JSON object.",
                     );
                 }
-                agent.ask_again(ReminderKind::Frontmatter, attempt, reminder)?;
+                agent
+                    .ask_again(ReminderKind::Frontmatter, attempt, reminder)
+                    .await?;
             }
             Err(problem) => {
                 return Ok(Ended::new(
@@ -343,7 +348,7 @@ async fn graph(
     }
 }
 
-fn edge_prompt(
+async fn edge_prompt(
     run: &RunCtx,
     movement: &Movement,
     index: usize,
@@ -360,7 +365,8 @@ fn edge_prompt(
             run.emit(RunEvent::Warning {
                 movement: Some(movement.name.clone()),
                 message: format!("edge prompt not rendered ({e}); passing it as written"),
-            })?;
+            })
+            .await?;
             Ok(Some(template.clone()))
         }
     }

@@ -4,8 +4,6 @@
 
 use std::path::{Path, PathBuf};
 
-use time::macros::format_description;
-
 use crate::error::{EngineError, RecordError};
 
 /// Where one run keeps its files.
@@ -39,6 +37,47 @@ impl RunRecord {
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
                 Err(e) => return Err(io("the run directory", &dir, e)),
             }
+        };
+        RunRecord::lay_out(run_id, dir, workspace)
+    }
+
+    /// Creates `<runs_dir>/<run_id>` or opens it again (a run resumed on this machine, or a job
+    /// whose run id is its job id), with the same layout as [`RunRecord::create`].
+    pub fn open(
+        runs_dir: &Path,
+        run_id: &str,
+        workspace: Option<&Path>,
+    ) -> Result<RunRecord, EngineError> {
+        let io = |what: &'static str, path: &Path, e: std::io::Error| {
+            EngineError::Record(RecordError::Create {
+                what,
+                path: path.to_path_buf(),
+                source: e,
+            })
+        };
+        if run_id.is_empty() || run_id.contains(['/', '\\', '\0']) || run_id.starts_with('.') {
+            return Err(io(
+                "the run directory",
+                &runs_dir.join(run_id),
+                std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a run id"),
+            ));
+        }
+        let dir = runs_dir.join(run_id);
+        std::fs::create_dir_all(&dir).map_err(|e| io("the run directory", &dir, e))?;
+        RunRecord::lay_out(run_id.to_string(), dir, workspace)
+    }
+
+    fn lay_out(
+        run_id: String,
+        dir: PathBuf,
+        workspace: Option<&Path>,
+    ) -> Result<RunRecord, EngineError> {
+        let io = |what: &'static str, path: &Path, e: std::io::Error| {
+            EngineError::Record(RecordError::Create {
+                what,
+                path: path.to_path_buf(),
+                source: e,
+            })
         };
         for sub in ["reports", "logs"] {
             let path = dir.join(sub);
@@ -79,16 +118,9 @@ impl RunRecord {
     }
 }
 
-/// A time-ordered, readable run id: `YYYYMMDD-HHMMSS-xxxx` (UTC, 4 random hex digits).
+/// A new run id: a UUIDv7, so ids sort by creation time and a job's id can be its run's id.
 pub fn new_run_id() -> String {
-    let now = time::OffsetDateTime::now_utc();
-    let stamp = now
-        .format(format_description!(
-            "[year][month][day]-[hour][minute][second]"
-        ))
-        .unwrap_or_else(|_| now.unix_timestamp().to_string());
-    let random = uuid::Uuid::new_v4().simple().to_string();
-    format!("{stamp}-{}", &random[..4])
+    uuid::Uuid::now_v7().to_string()
 }
 
 #[cfg(test)]
@@ -104,11 +136,11 @@ mod tests {
             assert!(record.dir.join(sub).is_dir(), "{sub}");
         }
         assert_eq!(record.workspace, record.dir);
-        assert!(
-            record.run_id.len() == "20260101-000000-abcd".len(),
-            "{}",
-            record.run_id
-        );
+        let id = uuid::Uuid::parse_str(&record.run_id).unwrap();
+        assert_eq!(id.get_version_num(), 7, "{}", record.run_id);
+        let again = RunRecord::open(&tmp.path().join("runs"), &record.run_id, None).unwrap();
+        assert_eq!(again, record);
+        assert!(RunRecord::open(&tmp.path().join("runs"), "../x", None).is_err());
         let other =
             RunRecord::create(&tmp.path().join("runs"), Some(&tmp.path().join("ws"))).unwrap();
         assert_ne!(other.run_id, record.run_id);

@@ -15,9 +15,11 @@ use crate::config::EngineConfig;
 use crate::ctx::RunCtx;
 use crate::end_reason::EndReason;
 use crate::error::{EngineError, InternalError, RecordError};
-use crate::event::{EventSink, JsonlSink, RunEvent};
+use crate::event::{EventRecord, EventSink, RunEvent};
 use crate::journal::Journal;
+use crate::log::{EventLog, JsonlLog};
 use crate::record::RunRecord;
+use crate::recorded::{Divergence, Recorded, ReplayMode};
 use crate::runner;
 use crate::state::{RunPhase, RunState};
 
@@ -42,6 +44,57 @@ pub struct Engine {
     config: EngineConfig,
     secrets: Vec<Secret>,
     cancel: CancellationToken,
+}
+
+/// What to run, and where its events go (see [`Engine::run_spec`]).
+pub struct RunSpec {
+    pub piece: Arc<Piece>,
+    pub task: String,
+    pub record: RunRecord,
+    /// Durable logs, committed in order before each side effect; the first failure fails the
+    /// run ([`crate::AppendError::Fenced`] stops it writing anything more).
+    pub logs: Vec<Arc<dyn EventLog>>,
+    /// Live displays; they see each event once it is committed.
+    pub observers: Vec<Arc<dyn EventSink>>,
+    /// The run's recorded events, to resume from; empty for a new run.
+    pub history: Vec<EventRecord>,
+    /// When the endpoint cannot be reached (after the client's own retries), end with
+    /// [`RunEnd::Retry`] and record no end, so the job can run again later; otherwise the run
+    /// ends `failed`.
+    pub retry_infrastructure: bool,
+    /// The piece file, recorded in `run_started` so a resume can find it.
+    pub piece_file: Option<PathBuf>,
+    /// Cancelling this stops the run where it is and records no end ([`RunEnd::Suspended`]):
+    /// a worker shutting down hands the run back to be resumed.
+    pub suspend: Option<CancellationToken>,
+}
+
+impl RunSpec {
+    /// A new run with no logs, no observers and no history.
+    pub fn new(piece: Arc<Piece>, task: &str, record: RunRecord) -> RunSpec {
+        RunSpec {
+            piece,
+            task: task.to_string(),
+            record,
+            logs: Vec::new(),
+            observers: Vec::new(),
+            history: Vec::new(),
+            retry_infrastructure: false,
+            piece_file: None,
+            suspend: None,
+        }
+    }
+}
+
+/// How [`Engine::run_spec`] ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RunEnd {
+    /// The run reached a terminal status (recorded in `run_finished`).
+    Finished(Box<RunReport>),
+    /// The endpoint could not be reached; nothing ends the record, so the run can resume.
+    Retry { reason: String },
+    /// Stopped on [`RunSpec::suspend`]; nothing ends the record.
+    Suspended,
 }
 
 /// How a run ended.
@@ -97,21 +150,103 @@ impl Engine {
         record: RunRecord,
         observers: Vec<Arc<dyn EventSink>>,
     ) -> Result<RunReport, EngineError> {
-        let durable =
-            JsonlSink::append_to(&record.events_path()).map_err(|e| RecordError::Open {
-                path: record.events_path(),
-                source: e,
-            })?;
-        let context_window = match self.config.context_length {
-            Some(length) => Some(length),
-            None => self.provider.context_length(&self.config.model).await,
+        let log = JsonlLog::append_to(&record.events_path()).map_err(|e| RecordError::Open {
+            path: record.events_path(),
+            source: e,
+        })?;
+        let mut spec = RunSpec::new(piece, task, record);
+        spec.logs = vec![Arc::new(log)];
+        spec.observers = observers;
+        match self.run_spec(spec).await? {
+            RunEnd::Finished(report) => Ok(*report),
+            RunEnd::Retry { .. } | RunEnd::Suspended => Err(InternalError::NoTerminalStatus.into()),
+        }
+    }
+
+    /// Drives a finished run again from its record with no model call and no tool run, into
+    /// `record` (a scratch directory: reports and logs are written there, not over the
+    /// original). Succeeds when the run reaches the same movements, transitions and status;
+    /// otherwise the error names the first divergence.
+    pub async fn replay(
+        &self,
+        piece: Arc<Piece>,
+        history: Vec<EventRecord>,
+        record: RunRecord,
+    ) -> Result<RunReport, EngineError> {
+        let task = history
+            .iter()
+            .find_map(|r| match &r.event {
+                RunEvent::RunStarted { task, .. } => Some(task.clone()),
+                _ => None,
+            })
+            .unwrap_or_default();
+        let recorded = Recorded::new(ReplayMode::Verify, history);
+        let mut spec = RunSpec::new(piece, &task, record);
+        spec.retry_infrastructure = false;
+        let report = match self.drive_spec(spec, Some(recorded), 0).await? {
+            (RunEnd::Finished(report), run) => {
+                let report = *report;
+                if let Some(left) = run.journal.recorded().and_then(|r| r.first_unmatched()) {
+                    return Err(Divergence {
+                        seq: Some(left.seq),
+                        expected: Some(crate::recorded::describe(&left.event)),
+                        got: "the end of the run".to_string(),
+                    }
+                    .into());
+                }
+                report
+            }
+            _ => return Err(InternalError::NoTerminalStatus.into()),
+        };
+        Ok(report)
+    }
+
+    /// Runs (or, with `spec.history`, resumes) a run as a job does: into the given logs, and
+    /// with the job's ways to end without a terminal status ([`RunEnd::Retry`],
+    /// [`RunEnd::Suspended`]).
+    pub async fn run_spec(&self, mut spec: RunSpec) -> Result<RunEnd, EngineError> {
+        let history = std::mem::take(&mut spec.history);
+        let last_seq = history.iter().map(|r| r.seq).max().unwrap_or(0);
+        let recorded = (!history.is_empty()).then(|| Recorded::new(ReplayMode::Resume, history));
+        self.drive_spec(spec, recorded, last_seq)
+            .await
+            .map(|(end, _)| end)
+    }
+
+    async fn drive_spec(
+        &self,
+        spec: RunSpec,
+        recorded: Option<Recorded>,
+        last_seq: u64,
+    ) -> Result<(RunEnd, Arc<RunCtx>), EngineError> {
+        let RunSpec {
+            piece,
+            task,
+            record,
+            logs,
+            observers,
+            history: _,
+            retry_infrastructure,
+            piece_file,
+            suspend,
+        } = spec;
+        let task = task.as_str();
+        let resumed_after = recorded
+            .as_ref()
+            .filter(|r| r.mode() == ReplayMode::Resume)
+            .map(|_| last_seq);
+        let recorded_window = recorded.as_ref().and_then(|r| r.context_window());
+        let context_window = match (self.config.context_length, recorded_window) {
+            (Some(length), _) => Some(length),
+            (None, Some(window)) => window,
+            (None, None) => self.provider.context_length(&self.config.model).await,
         };
         let run = Arc::new(RunCtx {
             piece: Arc::clone(&piece),
             config: self.config.clone(),
             provider: Arc::clone(&self.provider),
             tools: self.tools.clone(),
-            journal: Journal::new(Arc::new(durable), observers),
+            journal: Journal::with_record(logs, observers, recorded, last_seq),
             record: record.clone(),
             cancel: self.cancel.child_token(),
             scratch: Arc::default(),
@@ -119,6 +254,78 @@ impl Engine {
             sessions: Mutex::default(),
             secrets: self.secrets.clone(),
         });
+        if let Some(after_seq) = resumed_after {
+            run.emit(RunEvent::RunResumed { after_seq }).await?;
+        }
+        let suspend = suspend.unwrap_or_default();
+        let outcome = tokio::select! {
+            outcome = self.start_and_drive(&run, &piece, task, &record, context_window, piece_file) => outcome,
+            _ = suspend.cancelled() => {
+                run.cancel.cancel();
+                return Ok((RunEnd::Suspended, run));
+            }
+        };
+        let finish = match outcome {
+            Ok(finish) => finish,
+            Err(e @ (EngineError::Record(_) | EngineError::Diverged(_))) => return Err(e),
+            Err(e)
+                if retry_infrastructure && !run.cancel.is_cancelled() && e.is_infrastructure() =>
+            {
+                return Ok((
+                    RunEnd::Retry {
+                        reason: run.redact(&e.to_string()),
+                    },
+                    run,
+                ));
+            }
+            Err(e) => runner::Finish {
+                status: RunStatus::Failed,
+                result: String::new(),
+                reason: Some(if run.cancel.is_cancelled() {
+                    EndReason::Cancelled
+                } else {
+                    e.reason().redacted(|text| run.redact(text))
+                }),
+            },
+        };
+        run.emit(RunEvent::RunFinished {
+            status: finish.status,
+            result: finish.result,
+            reason: finish.reason,
+        })
+        .await?;
+        run.journal.flush().await?;
+        let state = run.journal.state();
+        let RunPhase::Finished {
+            status,
+            result,
+            reason,
+        } = state.phase.clone()
+        else {
+            return Err(InternalError::NoTerminalStatus.into());
+        };
+        Ok((
+            RunEnd::Finished(Box::new(RunReport {
+                run_id: record.run_id,
+                status,
+                result,
+                reason,
+                run_dir: record.dir,
+                state,
+            })),
+            run,
+        ))
+    }
+
+    async fn start_and_drive(
+        &self,
+        run: &Arc<RunCtx>,
+        piece: &Piece,
+        task: &str,
+        record: &RunRecord,
+        context_window: Option<u64>,
+        piece_file: Option<PathBuf>,
+    ) -> Result<runner::Finish, EngineError> {
         run.emit(RunEvent::RunStarted {
             run_id: record.run_id.clone(),
             piece: piece.name.clone(),
@@ -134,7 +341,10 @@ impl Engine {
                 .iter()
                 .map(|m| m.cycle.clone())
                 .collect(),
-        })?;
+            context_window,
+            piece_file: piece_file.map(|p| p.display().to_string()),
+        })
+        .await?;
         if self.tools.get("Bash").is_some()
             && self.tools.config().bash_sandbox == maestro_tools::BashSandboxMode::UnsafeNoSandbox
         {
@@ -144,48 +354,16 @@ impl Engine {
             run.emit(RunEvent::Warning {
                 movement: None,
                 message: "Bash commands run with NO SANDBOX (safety.bash_sandbox: unsafe_no_sandbox): they have Maestro's own access to this host".into(),
-            })?;
+            })
+            .await?;
         }
         if context_window.is_none() {
             run.emit(RunEvent::Warning {
                 movement: None,
                 message: "the model's context window is unknown; context thresholds are off".into(),
-            })?;
+            })
+            .await?;
         }
-        let finish = match runner::drive(&run).await {
-            Ok(finish) => finish,
-            Err(e @ EngineError::Record(_)) => return Err(e),
-            Err(e) => runner::Finish {
-                status: RunStatus::Failed,
-                result: String::new(),
-                reason: Some(if run.cancel.is_cancelled() {
-                    EndReason::Cancelled
-                } else {
-                    e.reason().redacted(|text| run.redact(text))
-                }),
-            },
-        };
-        run.emit(RunEvent::RunFinished {
-            status: finish.status,
-            result: finish.result,
-            reason: finish.reason,
-        })?;
-        let state = run.journal.state();
-        let RunPhase::Finished {
-            status,
-            result,
-            reason,
-        } = state.phase.clone()
-        else {
-            return Err(InternalError::NoTerminalStatus.into());
-        };
-        Ok(RunReport {
-            run_id: record.run_id,
-            status,
-            result,
-            reason,
-            run_dir: record.dir,
-            state,
-        })
+        runner::drive(run).await
     }
 }

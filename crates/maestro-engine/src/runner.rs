@@ -45,7 +45,8 @@ pub(crate) async fn drive(run: &Arc<RunCtx>) -> Result<Finish, EngineError> {
                     "max_movements ({}) reached while `{next}` was due",
                     run.piece.max_movements
                 ),
-            })?;
+            })
+            .await?;
             return Ok(Finish {
                 status: RunStatus::Exceeded,
                 result: last_answer,
@@ -67,7 +68,8 @@ pub(crate) async fn drive(run: &Arc<RunCtx>) -> Result<Finish, EngineError> {
                     monitor: index,
                     cycle_count: count,
                     judge: monitor.judge.name.clone(),
-                })?;
+                })
+                .await?;
                 (&monitor.judge, count, None)
             }
             None => {
@@ -83,12 +85,13 @@ pub(crate) async fn drive(run: &Arc<RunCtx>) -> Result<Finish, EngineError> {
                     run.emit(RunEvent::Warning {
                         movement: Some(next.clone()),
                         message: format!("`{next}` was due for the {consecutive}th time in a row (limit {threshold})"),
-                    })?;
+                    }).await?;
                     run.emit(RunEvent::LoopDetected {
                         cycle: vec![next.clone()],
                         rounds: consecutive,
                         threshold,
-                    })?;
+                    })
+                    .await?;
                     return Ok(Finish {
                         status: RunStatus::Aborted,
                         result: last_answer,
@@ -102,9 +105,10 @@ pub(crate) async fn drive(run: &Arc<RunCtx>) -> Result<Finish, EngineError> {
                         movement: next.clone(),
                         consecutive,
                         threshold,
-                    })?;
+                    })
+                    .await?;
                 }
-                match check_cycle(run, &state, &next)? {
+                match check_cycle(run, &state, &next).await? {
                     CycleCheck::Clear => {}
                     CycleCheck::Warn(text) => warning = Some(text),
                     CycleCheck::Abort => {
@@ -143,7 +147,11 @@ enum CycleCheck {
 /// The limit is `max_cycle_rounds`, or the highest `max_consecutive_revisits` a movement of the
 /// cycle sets, so a piece that allows a movement many visits allows its review loop as many.
 /// Cycles a loop monitor watches are left to it.
-fn check_cycle(run: &RunCtx, state: &RunState, next: &str) -> Result<CycleCheck, EngineError> {
+async fn check_cycle(
+    run: &RunCtx,
+    state: &RunState,
+    next: &str,
+) -> Result<CycleCheck, EngineError> {
     if run.piece.dialect != Dialect::Maestro {
         return Ok(CycleCheck::Clear);
     }
@@ -169,7 +177,8 @@ fn check_cycle(run: &RunCtx, state: &RunState, next: &str) -> Result<CycleCheck,
             cycle: cycle.movements.clone(),
             rounds: cycle.rounds,
             threshold,
-        })?;
+        })
+        .await?;
         return Ok(CycleCheck::Abort);
     }
     if cycle.rounds + 1 < threshold {
@@ -180,7 +189,8 @@ fn check_cycle(run: &RunCtx, state: &RunState, next: &str) -> Result<CycleCheck,
         cycle: cycle.movements.clone(),
         rounds: cycle.rounds,
         threshold,
-    })?;
+    })
+    .await?;
     Ok(CycleCheck::Warn(prompt::cycle_warning(
         &cycle.label(),
         cycle.rounds,
@@ -273,18 +283,18 @@ async fn run_visit(
     };
     let first = prompt::first_messages(&run.piece, &preview, &visit);
     if let RunEvent::MovementStarted { prompt_log, .. } = &mut started {
-        *prompt_log = write_prompt_log(run, &preview, movement, &first)?;
+        *prompt_log = write_prompt_log(run, &preview, movement, &first).await?;
     }
-    run.emit(started)?;
+    run.emit(started).await?;
     let messages = session_messages(run, movement, first);
     let (ended, messages) = movement::visit(run, movement, messages).await?;
-    let transcript = write_transcript(run, &preview, movement, &messages)?;
+    let transcript = write_transcript(run, &preview, movement, &messages).await?;
     if movement.session == SessionMode::Continue
         && let Ok(mut sessions) = run.sessions.lock()
     {
         sessions.insert(movement.name.clone(), messages);
     }
-    record_finished(run, movement, parent, &ended, transcript)?;
+    record_finished(run, movement, parent, &ended, transcript).await?;
     Ok(ended)
 }
 
@@ -298,7 +308,8 @@ async fn run_parallel(run: &Arc<RunCtx>, parent: &Movement) -> Result<Ended, Eng
         movement_iteration: state.visits_of(&parent.name) + 1,
         parent: None,
         prompt_log: None,
-    })?;
+    })
+    .await?;
     let mut tasks = JoinSet::new();
     for (index, sub) in parent.parallel.iter().enumerate() {
         let run = Arc::clone(run);
@@ -354,11 +365,11 @@ async fn run_parallel(run: &Arc<RunCtx>, parent: &Movement) -> Result<Ended, Eng
         Some((index, via)) => Ended::by_rule(parent, combined, via, index),
         None => Ended::no_rule_matched(combined),
     };
-    record_finished(run, parent, None, &ended, None)?;
+    record_finished(run, parent, None, &ended, None).await?;
     Ok(ended)
 }
 
-fn record_finished(
+async fn record_finished(
     run: &RunCtx,
     movement: &Movement,
     parent: Option<&str>,
@@ -378,6 +389,7 @@ fn record_finished(
         edge_prompt: ended.edge_prompt.clone(),
         reason: ended.reason.clone(),
     })
+    .await
 }
 
 /// The conversation a visit starts from: a fresh one, or for `session: continue` the earlier
@@ -412,7 +424,7 @@ fn session_messages(
 /// Writes the visit's whole conversation under `logs/` (JSON lines, secrets removed) and
 /// returns the path for `movement_finished`, so the record holds every answer and tool result,
 /// not only their sizes.
-fn write_transcript(
+async fn write_transcript(
     run: &RunCtx,
     state: &RunState,
     movement: &Movement,
@@ -437,14 +449,15 @@ fn write_transcript(
             run.emit(RunEvent::Warning {
                 movement: Some(movement.name.clone()),
                 message: format!("cannot write the transcript {}: {e}", path.display()),
-            })?;
+            })
+            .await?;
             Ok(None)
         }
     }
 }
 
 /// Writes the visit's full first messages under `logs/` and returns the path for the event.
-fn write_prompt_log(
+async fn write_prompt_log(
     run: &RunCtx,
     state: &RunState,
     movement: &Movement,
@@ -467,7 +480,8 @@ fn write_prompt_log(
             run.emit(RunEvent::Warning {
                 movement: Some(movement.name.clone()),
                 message: format!("cannot write the prompt log {}: {e}", path.display()),
-            })?;
+            })
+            .await?;
             Ok(None)
         }
     }

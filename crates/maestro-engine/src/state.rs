@@ -115,6 +115,7 @@ impl RunState {
                 run_dir,
                 workspace,
                 loop_monitors,
+                ..
             } => {
                 self.monitors = loop_monitors.clone();
                 self.run_id = run_id.clone();
@@ -152,7 +153,7 @@ impl RunState {
             RunEvent::ReportWritten { name, path, .. } => {
                 self.reports.insert(name.clone(), path.clone());
             }
-            RunEvent::ScratchUpdated { scratch } => self.scratch = scratch.clone(),
+            RunEvent::ScratchUpdated { scratch, .. } => self.scratch = scratch.clone(),
             RunEvent::MovementFinished {
                 movement,
                 next,
@@ -189,6 +190,7 @@ impl RunState {
                 };
                 self.next = None;
             }
+            RunEvent::RunResumed { .. } => self.phase = RunPhase::Running,
             RunEvent::LlmRequest { .. }
             | RunEvent::LlmRetry { .. }
             | RunEvent::ToolCall { .. }

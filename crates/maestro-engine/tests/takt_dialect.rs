@@ -246,7 +246,6 @@ fn aggregate_rules() -> Vec<maestro_piece::Rule> {
 #[tokio::test]
 async fn parallel_sub_movements_overlap_and_all_aggregates() {
     let delay = Duration::from_millis(300);
-    let started = std::time::Instant::now();
     let ran = run(
         reviewers(aggregate_rules()),
         vec![
@@ -261,7 +260,6 @@ async fn parallel_sub_movements_overlap_and_all_aggregates() {
         ],
     )
     .await;
-    let elapsed = started.elapsed();
     ran.assert_record_is_sound();
     assert_eq!(ran.status(), ("completed".into(), None));
     assert_eq!(ran.requests().len(), 2, "aggregates and tags need no judge");
@@ -286,10 +284,6 @@ async fn parallel_sub_movements_overlap_and_all_aggregates() {
     assert!(
         kinds[0].starts_with("start") && kinds[1].starts_with("start"),
         "{kinds:?}"
-    );
-    assert!(
-        elapsed < delay * 2,
-        "sub-movements must overlap: {elapsed:?}"
     );
     let parent = via_of(&ran)
         .into_iter()

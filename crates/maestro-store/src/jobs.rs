@@ -351,13 +351,15 @@ impl JobQueue for Store {
 
     async fn finish(&self, lease: &Lease, outcome: Outcome) -> StoreResult<()> {
         let finished = match outcome.status {
-            // `Failed` here is a run that ended failed on its own (a piece that cannot run, a
-            // broken invariant): final, never retried, unlike `fail`.
-            JobStatus::Completed | JobStatus::Aborted | JobStatus::Exceeded | JobStatus::Failed => {
-                true
-            }
+            // A run that ended `failed` (not an infrastructure failure, which goes through
+            // `fail`) or was stopped by its own user (`cancelled`) ends the job so.
+            JobStatus::Completed
+            | JobStatus::Aborted
+            | JobStatus::Exceeded
+            | JobStatus::Failed
+            | JobStatus::Cancelled => true,
             JobStatus::WaitingInput | JobStatus::WaitingSubtasks => false,
-            status @ (JobStatus::Queued | JobStatus::Running | JobStatus::Cancelled) => {
+            status @ (JobStatus::Queued | JobStatus::Running) => {
                 return Err(StoreError::InvalidTransition {
                     job: lease.job_id,
                     action: "finish a run as",
@@ -506,5 +508,58 @@ impl JobQueue for Store {
         .iter()
         .map(event_from_row)
         .collect()
+    }
+}
+
+impl Store {
+    /// Claims the job `id` itself, for a worker that must run that job and no other (`maestro
+    /// run` runs the job it just submitted; `maestro run --resume` continues one). The job must
+    /// be queued, or running with an expired lease; with `reopen`, a job that ended `cancelled`
+    /// or `failed` is claimed too (its attempts start over), so a stopped run can be continued
+    /// from its events. `None` when the job is running under a live lease or ended otherwise.
+    pub async fn claim_job(
+        &self,
+        id: JobId,
+        worker: &str,
+        lease_for: Duration,
+        reopen: bool,
+    ) -> StoreResult<Option<Claimed>> {
+        let now = self.now_ms();
+        let expires = now.saturating_add(duration_ms(lease_for));
+        let reopened = if reopen {
+            " OR status IN ('cancelled', 'failed')"
+        } else {
+            ""
+        };
+        let sql = format!(
+            "UPDATE jobs SET status = 'running', \
+             attempts = CASE WHEN status IN ('cancelled', 'failed') THEN 1 ELSE attempts + 1 END, \
+             fence = fence + 1, lease_owner = $2, lease_expires_at = $3, updated_at = $4, \
+             started_at = COALESCE(started_at, $4), finished_at = NULL, reason = NULL \
+             WHERE id = $1 AND (status = 'queued' \
+               OR (status = 'running' AND lease_expires_at < $4){reopened}) \
+             RETURNING {JOB_COLUMNS}"
+        );
+        let mut tx = self.begin_write().await?;
+        let row = sqlx::query::<Any>(sqlx::AssertSqlSafe(sql))
+            .bind(id.to_string())
+            .bind(worker.to_string())
+            .bind(expires)
+            .bind(now)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(StoreError::query("claim a job by id"))?;
+        tx.commit()
+            .await
+            .map_err(StoreError::query("commit a claim"))?;
+        let Some(row) = row else { return Ok(None) };
+        let job = job_from_row(&row)?;
+        let lease = Lease {
+            job_id: job.id,
+            worker: worker.to_string(),
+            fence: job.fence,
+            expires_at: from_ms(expires),
+        };
+        Ok(Some(Claimed { job, lease }))
     }
 }

@@ -273,7 +273,7 @@ pub struct StoredEvent {
 /// How a run that a worker held ended (or parked).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Outcome {
-    /// One of `completed`, `aborted`, `exceeded`, `failed`, `waiting_input`, `waiting_subtasks`.
+    /// One of `completed`, `aborted`, `exceeded`, `waiting_input`, `waiting_subtasks`.
     pub status: JobStatus,
     pub result: Option<serde_json::Value>,
     pub reason: Option<String>,

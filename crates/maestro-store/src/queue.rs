@@ -54,8 +54,8 @@ pub trait JobQueue: Send + Sync {
         events: &[NewEvent],
     ) -> impl Future<Output = StoreResult<()>> + Send;
 
-    /// Ends (or parks) the run: `completed`, `aborted`, `exceeded`, `failed` (a run that failed
-    /// on its own, never retried), `waiting_input` or `waiting_subtasks`. Releases the lease.
+    /// Ends (or parks) the run: `completed`, `aborted`, `exceeded`, `waiting_input` or
+    /// `waiting_subtasks`. Releases the lease.
     fn finish(
         &self,
         lease: &Lease,

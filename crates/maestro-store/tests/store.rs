@@ -65,6 +65,7 @@ on_both_backends!(
     retryable_failures_back_off_then_fail,
     cancel_reaches_descendants_and_stops_the_worker,
     comments_blobs_workers_and_audit,
+    a_job_is_claimed_by_id_and_a_stopped_one_reopened,
 );
 
 async fn migrations_are_idempotent(db: Db) {
@@ -209,7 +210,7 @@ async fn submit_claim_finish(db: Db) {
         .finish(
             &claimed.lease,
             Outcome {
-                status: JobStatus::Cancelled,
+                status: JobStatus::Queued,
                 result: None,
                 reason: None,
             },
@@ -572,5 +573,82 @@ async fn comments_blobs_workers_and_audit(db: Db) {
     assert_eq!(
         (&live[0].name, &live[0].task_classes, live[0].started_at),
         (&worker.name, &worker.task_classes, worker.started_at)
+    );
+}
+
+async fn a_job_is_claimed_by_id_and_a_stopped_one_reopened(db: Db) {
+    let clock = manual_clock();
+    let store = db.open().await.with_clock(clock.clone());
+    let older = submit(&store, "older", "alice").await;
+    let mine = submit(&store, "mine", "alice").await;
+    // the named job, not the oldest one
+    let claimed = store
+        .claim_job(mine, "local", LEASE, false)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((claimed.job.id, claimed.job.attempts), (mine, 1));
+    // a live lease is nobody else's to take
+    assert!(
+        store
+            .claim_job(mine, "other", LEASE, true)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    store
+        .append_events(&claimed.lease, &[event(1)])
+        .await
+        .unwrap();
+    store
+        .finish(
+            &claimed.lease,
+            Outcome {
+                status: JobStatus::Cancelled,
+                result: None,
+                reason: Some("cancelled".into()),
+            },
+        )
+        .await
+        .unwrap();
+    // an ended job is claimed only when reopening, which fences the earlier claim out
+    assert!(
+        store
+            .claim_job(mine, "local", LEASE, false)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let again = store
+        .claim_job(mine, "local", LEASE, true)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (again.job.status, again.job.attempts, again.lease.fence),
+        (JobStatus::Running, 1, 2)
+    );
+    assert!(
+        store
+            .append_events(&claimed.lease, &[event(2)])
+            .await
+            .is_err()
+    );
+    store
+        .append_events(&again.lease, &[event(2)])
+        .await
+        .unwrap();
+    // an expired lease is claimable by id too
+    clock.advance(LEASE + Duration::from_secs(1));
+    let rescued = store
+        .claim_job(mine, "rescuer", LEASE, false)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(rescued.lease.fence, 3);
+    // the older job was never touched
+    assert_eq!(
+        store.job(older).await.unwrap().unwrap().status,
+        JobStatus::Queued
     );
 }

@@ -1,0 +1,359 @@
+//! A run's recorded events, as a resumed (or replayed) run goes through them again.
+//!
+//! A resumed run executes the piece from the start, but every event it produces is first
+//! matched against the record: a matching event is not written again, a recorded model answer
+//! is reused instead of calling the model, and a recorded tool result is reused instead of
+//! running the tool. Events are matched per movement (parallel sub-movements interleave
+//! differently each time) and in order within a movement. Past the end of a movement's record
+//! the run goes on live; an event that contradicts the record is a divergence.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Mutex;
+
+use maestro_llm::ChatResponse;
+use maestro_tools::RunScratch;
+
+use crate::event::{EventRecord, RecordedAnswer, RunEvent};
+
+/// How the record is used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplayMode {
+    /// Reuse what is recorded, then go on live (a resumed run).
+    Resume,
+    /// Reuse what is recorded and never call the model or run a tool: anything the record
+    /// does not hold is a divergence (`maestro replay`).
+    Verify,
+}
+
+/// What the record says about an event the run is about to write.
+#[derive(Debug)]
+pub(crate) enum Matched {
+    /// The record holds it (the recorded copy): do not write it again.
+    Recorded(Box<EventRecord>),
+    /// The record has nothing more for its movement: write it.
+    New,
+    /// The record holds something else at this point.
+    Diverged(Divergence),
+}
+
+/// Where a run left its record.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{}", self.describe())]
+pub struct Divergence {
+    /// The recorded event that was expected, if any.
+    pub seq: Option<u64>,
+    pub expected: Option<String>,
+    pub got: String,
+}
+
+impl Divergence {
+    fn describe(&self) -> String {
+        match (&self.seq, &self.expected) {
+            (Some(seq), Some(expected)) => format!(
+                "the run left its record at seq {seq}: the record has {expected}, this run produced {}",
+                self.got
+            ),
+            _ => format!(
+                "the run left its record: it produced {}, which the record does not hold",
+                self.got
+            ),
+        }
+    }
+}
+
+/// A recorded tool call's outcome.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct RecordedTool {
+    pub ok: bool,
+    pub output: String,
+    pub truncated: bool,
+    /// The checklist as the call left it, when it changed it.
+    pub scratch: Option<RunScratch>,
+}
+
+/// What the record holds for a tool call that was just matched.
+#[derive(Debug)]
+pub(crate) enum ToolRecord {
+    Done(RecordedTool),
+    /// The call started but its result was never recorded: the worker stopped during it.
+    InFlight,
+    /// The record holds something else.
+    Diverged(Divergence),
+}
+
+pub(crate) struct Recorded {
+    mode: ReplayMode,
+    inner: Mutex<Streams>,
+}
+
+#[derive(Default)]
+struct Streams {
+    /// Unmatched recorded events per movement (`""` for the run's own events), in order.
+    by_movement: HashMap<String, VecDeque<EventRecord>>,
+}
+
+/// Events the provider emits during a call; a reused answer does not produce them again.
+fn passive(event: &RunEvent) -> bool {
+    matches!(
+        event,
+        RunEvent::LlmRetry { .. } | RunEvent::ToolModeChanged { .. }
+    )
+}
+
+/// Fields that name where this copy of the run keeps its files, not what it did.
+const PLACE_FIELDS: &[&str] = &[
+    "prompt_log",
+    "transcript",
+    "run_dir",
+    "workspace",
+    "path",
+    "run_id",
+    "piece_file",
+    "context_window",
+];
+
+fn essence(event: &RunEvent) -> serde_json::Value {
+    let mut value = serde_json::to_value(event).unwrap_or(serde_json::Value::Null);
+    if let Some(map) = value.as_object_mut() {
+        for field in PLACE_FIELDS {
+            map.remove(*field);
+        }
+    }
+    value
+}
+
+/// `kind` of `movement` (or of the run), for messages.
+pub(crate) fn describe(event: &RunEvent) -> String {
+    let mut text = format!("`{}`", event.kind());
+    if let Some(movement) = event.movement() {
+        text.push_str(&format!(" of `{movement}`"));
+    }
+    match event {
+        RunEvent::MovementFinished { next, .. } => text.push_str(&format!(" → {next}")),
+        RunEvent::ToolCall { tool, .. } | RunEvent::ToolResult { tool, .. } => {
+            text.push_str(&format!(" ({tool})"))
+        }
+        RunEvent::RunFinished { status, .. } => text.push_str(&format!(" ({status})")),
+        _ => {}
+    }
+    text
+}
+
+impl Recorded {
+    /// In `Resume` mode a run that was stopped by its user (its record ends `cancelled`) goes
+    /// on past that end: the recorded end is not expected again.
+    pub fn new(mode: ReplayMode, mut history: Vec<EventRecord>) -> Recorded {
+        if mode == ReplayMode::Resume
+            && history.last().is_some_and(|r| {
+                matches!(
+                    &r.event,
+                    RunEvent::RunFinished {
+                        reason: Some(crate::end_reason::EndReason::Cancelled),
+                        ..
+                    }
+                )
+            })
+        {
+            history.pop();
+        }
+        let mut streams = Streams::default();
+        for record in history {
+            let key = record.event.movement().unwrap_or("").to_string();
+            streams
+                .by_movement
+                .entry(key)
+                .or_default()
+                .push_back(record);
+        }
+        Recorded {
+            mode,
+            inner: Mutex::new(streams),
+        }
+    }
+
+    /// The context window the record's `run_started` names (`Some(None)`: recorded as
+    /// unknown; `None`: no `run_started` recorded).
+    pub fn context_window(&self) -> Option<Option<u64>> {
+        let streams = self.inner.lock().ok()?;
+        streams
+            .by_movement
+            .get("")?
+            .iter()
+            .find_map(|r| match &r.event {
+                RunEvent::RunStarted { context_window, .. } => Some(*context_window),
+                _ => None,
+            })
+    }
+
+    pub fn mode(&self) -> ReplayMode {
+        self.mode
+    }
+
+    /// Matches an event the run is about to write against the record.
+    pub fn match_event(&self, event: &RunEvent) -> Matched {
+        let Ok(mut streams) = self.inner.lock() else {
+            return Matched::New;
+        };
+        if matches!(event, RunEvent::RunResumed { .. }) {
+            return Matched::New;
+        }
+        let key = event.movement().unwrap_or("");
+        if !passive(event) {
+            streams.skip_passive(key);
+        }
+        let front = streams.by_movement.get(key).and_then(|q| q.front());
+        match front {
+            Some(recorded) if essence(&recorded.event) == essence(event) => {
+                let Some(recorded) = streams.by_movement.get_mut(key).and_then(|q| q.pop_front())
+                else {
+                    return Matched::New;
+                };
+                Matched::Recorded(Box::new(recorded))
+            }
+            Some(_) if passive(event) => Matched::New,
+            Some(recorded) => Matched::Diverged(Divergence {
+                seq: Some(recorded.seq),
+                expected: Some(describe(&recorded.event)),
+                got: describe(event),
+            }),
+            None => {
+                let strict = match event {
+                    RunEvent::MovementStarted { parent, .. } => parent.is_none(),
+                    _ => key.is_empty(),
+                };
+                match streams.first_pending() {
+                    Some(recorded)
+                        if self.mode == ReplayMode::Verify || (strict && !passive(event)) =>
+                    {
+                        Matched::Diverged(Divergence {
+                            seq: Some(recorded.seq),
+                            expected: Some(describe(&recorded.event)),
+                            got: describe(event),
+                        })
+                    }
+                    None if self.mode == ReplayMode::Verify && !passive(event) => {
+                        Matched::Diverged(Divergence {
+                            seq: None,
+                            expected: None,
+                            got: describe(event),
+                        })
+                    }
+                    _ => Matched::New,
+                }
+            }
+        }
+    }
+
+    /// The recorded answer to the model call whose `llm_request` was just matched, if the
+    /// record holds one.
+    pub fn answer(&self, movement: &str) -> Option<ChatResponse> {
+        let mut streams = self.inner.lock().ok()?;
+        streams.skip_passive(movement);
+        match &streams.by_movement.get(movement)?.front()?.event {
+            RunEvent::LlmResponse {
+                answer:
+                    Some(RecordedAnswer {
+                        content,
+                        tool_calls,
+                    }),
+                usage,
+                finish_reason,
+                ..
+            } => Some(ChatResponse {
+                content: content.clone(),
+                tool_calls: tool_calls.clone(),
+                usage: *usage,
+                finish_reason: finish_reason.clone(),
+            }),
+            _ => None,
+        }
+    }
+
+    /// The recorded outcome of the tool call `call_id` whose `tool_call` was just matched.
+    pub fn tool(&self, movement: &str, call_id: &str) -> ToolRecord {
+        let Ok(mut streams) = self.inner.lock() else {
+            return ToolRecord::InFlight;
+        };
+        streams.skip_passive(movement);
+        let Some(queue) = streams.by_movement.get(movement) else {
+            return ToolRecord::InFlight;
+        };
+        let mut scratch = None;
+        for record in queue.iter() {
+            match &record.event {
+                RunEvent::ScratchUpdated { scratch: s, .. } if scratch.is_none() => {
+                    scratch = Some(s.clone());
+                }
+                RunEvent::ToolResult {
+                    call_id: id,
+                    ok,
+                    truncated,
+                    output: Some(output),
+                    ..
+                } if id == call_id => {
+                    return ToolRecord::Done(RecordedTool {
+                        ok: *ok,
+                        output: output.clone(),
+                        truncated: *truncated,
+                        scratch,
+                    });
+                }
+                other => {
+                    return ToolRecord::Diverged(Divergence {
+                        seq: Some(record.seq),
+                        expected: Some(describe(other)),
+                        got: format!("the result of tool call `{call_id}`"),
+                    });
+                }
+            }
+        }
+        ToolRecord::InFlight
+    }
+
+    /// The first recorded event no part of the run has produced again, if any.
+    pub fn first_unmatched(&self) -> Option<EventRecord> {
+        let mut streams = self.inner.lock().ok()?;
+        let keys: Vec<String> = streams.by_movement.keys().cloned().collect();
+        for key in keys {
+            streams.skip_passive(&key);
+        }
+        streams.first_pending().cloned()
+    }
+}
+
+impl Streams {
+    fn skip_passive(&mut self, key: &str) {
+        if let Some(queue) = self.by_movement.get_mut(key) {
+            while queue.front().is_some_and(|r| passive(&r.event)) {
+                queue.pop_front();
+            }
+        }
+    }
+
+    /// The earliest recorded event (by `seq`) that is still unmatched and not passive.
+    fn first_pending(&self) -> Option<&EventRecord> {
+        self.by_movement
+            .values()
+            .filter_map(|q| q.iter().find(|r| !passive(&r.event)))
+            .min_by_key(|r| r.seq)
+    }
+}
+
+/// Whether a tool call that was interrupted before its result was recorded may simply run
+/// again: tools that only read. Everything else (writes, commands, downloads, remote hosts, MCP
+/// servers, piece edits) might have done part of its work, so the model is told instead.
+pub(crate) fn safe_to_repeat(tool: &str, edit: bool) -> bool {
+    match tool {
+        "Read" | "Glob" | "Grep" | "WebFetch" | "WebSearch" | "GetChecklist" | "ListPieces"
+        | "GetPiece" | "ReadToolDoc" | "ReadSkill" | "ListSkills" => true,
+        // Without `edit`, SQLite opens the database read-only.
+        "SQLite" => !edit,
+        _ => false,
+    }
+}
+
+/// The result a side-effecting tool call gets when it was interrupted before its result was
+/// recorded.
+pub(crate) const INTERRUPTED: &str = "this call was interrupted before it finished (the run \
+     was stopped and resumed) and its effect is unknown: it may have done all, part or none of \
+     its work. Check the current state before you retry it.";

@@ -433,7 +433,8 @@ async fn sigterm_lets_the_run_in_flight_finish() {
     );
 }
 
-/// A run that does not finish in time is handed back: queued again, its attempt not counted.
+/// A run that does not finish in time is handed back: queued again, its attempt not counted,
+/// and the next worker resumes it.
 async fn handed_back(second_signal: bool) {
     let server = ScriptedLlm::start([Turn::stall(Duration::from_secs(120))]).await;
     let project = Project::new();
@@ -457,6 +458,37 @@ async fn handed_back(second_signal: bool) {
     let events = project.maestro(&["jobs", "events", &id]).await;
     let text = String::from_utf8(events.stdout).unwrap();
     assert!(!text.contains("run_finished"), "{text}");
+
+    // The next worker resumes the run from its stored events: the interrupted model call is
+    // sent again, nothing recorded is repeated, and the stream goes on without a gap.
+    server.push(complete("resumed and done"));
+    let next = project.worker(&server.base_url(), &[]);
+    let done = project
+        .until(&id, "completed", |job| job["status"] == json!("completed"))
+        .await;
+    assert_eq!(
+        (&done["attempt"], &done["result"]["result"]),
+        (&json!(1), &json!("resumed and done"))
+    );
+    let events = project.maestro(&["jobs", "events", &id]).await;
+    let events: Vec<Value> = String::from_utf8(events.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let seqs: Vec<u64> = events.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
+    assert_eq!(seqs, (1..=events.len() as u64).collect::<Vec<_>>());
+    let count = |kind: &str| events.iter().filter(|e| e["type"] == kind).count();
+    assert_eq!(
+        (
+            count("run_started"),
+            count("run_resumed"),
+            count("run_finished")
+        ),
+        (1, 1, 1)
+    );
+    assert_eq!(server.requests().len(), 2);
+    stop_worker(next, "1 finished").await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -500,3 +500,58 @@ async fn the_drain_timeout_hands_the_run_back() {
 async fn a_second_sigterm_hands_the_run_back_at_once() {
     handed_back(true).await;
 }
+
+/// The job's stored events with the fencing token of the claim that wrote each.
+async fn stored_events(project: &Project, id: &str) -> Vec<maestro_store::StoredEvent> {
+    let url = maestro_store::StoreUrl::Sqlite {
+        path: project.path().join(".maestro/maestro.db"),
+    };
+    let store = maestro_store::Store::open(&url).await.unwrap();
+    let events = maestro_store::JobQueue::events(&store, id.parse().unwrap(), 0)
+        .await
+        .unwrap();
+    store.close().await;
+    events
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_worker_paused_past_its_lease_writes_nothing_after_another_took_its_job() {
+    // The paused worker's answer arrives while it is stopped; it reads it on SIGCONT, long after
+    // the second worker has taken the job over, and must not record it.
+    let server = ScriptedLlm::start([
+        complete("from the paused worker").with_delay(Duration::from_millis(500)),
+        complete("finished by the second worker"),
+    ])
+    .await;
+    let project = Project::new();
+    let id = project.submit("Survive a pause", &[]).await;
+    let paused = project.worker(&server.base_url(), &["--name", "paused"]);
+    until_requests(&server, 1).await;
+    signal(&paused, "STOP");
+    // Past the 3 s lease: the second worker takes the job over and finishes it.
+    let second = project.worker(&server.base_url(), &["--name", "second"]);
+    let done = project
+        .until(&id, "completed", |job| job["status"] == json!("completed"))
+        .await;
+    assert_eq!(
+        (&done["attempt"], &done["result"]["result"]),
+        (&json!(2), &json!("finished by the second worker"))
+    );
+    let before = stored_events(&project, &id).await;
+    signal(&paused, "CONT");
+    // The paused worker notices its lost lease within a heartbeat and stops that run.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stop_worker(paused, "0 finished, 0 failed, 1 lost or cancelled").await;
+    stop_worker(second, "1 finished").await;
+
+    let after = stored_events(&project, &id).await;
+    assert_eq!(after, before, "nothing was written after the takeover");
+    let seqs: Vec<i64> = after.iter().map(|e| e.seq).collect();
+    assert_eq!(seqs, (1..=after.len() as i64).collect::<Vec<_>>());
+    // Every event of the first claim precedes every event of the second.
+    let fences: Vec<i64> = after.iter().map(|e| e.fence).collect();
+    let mut sorted = fences.clone();
+    sorted.sort();
+    assert_eq!(fences, sorted);
+    assert_eq!((fences[0], *fences.last().unwrap()), (1, 2));
+}

@@ -555,3 +555,46 @@ async fn a_worker_paused_past_its_lease_writes_nothing_after_another_took_its_jo
     assert_eq!(fences, sorted);
     assert_eq!((fences[0], *fences.last().unwrap()), (1, 2));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn one_process_serves_the_configured_profiles_each_with_its_classes() {
+    let server = ScriptedLlm::start([complete("a job")]).await;
+    let project = Project::new();
+    std::fs::write(
+        project.path().join(".maestro/config.yaml"),
+        "llm:\n  tool_mode: native\nworkers:\n  - {name: quick, concurrency: 2, task_classes: [default]}\n  - {name: heavy, task_classes: [build]}\n",
+    )
+    .unwrap();
+    let other = project
+        .submit("Nobody serves this class", &["--class", "gpu"])
+        .await;
+    let built = project.submit("Build it", &["--class", "build"]).await;
+    let worker = project.worker(&server.base_url(), &[]);
+    project
+        .until(&built, "completed", |job| {
+            job["status"] == json!("completed")
+        })
+        .await;
+    let out = project.maestro(&["workers", "--json"]).await;
+    let mut profiles: Vec<(String, Value)> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .map(|w| {
+            (
+                w["profile"].as_str().unwrap().to_string(),
+                w["task_classes"].clone(),
+            )
+        })
+        .collect();
+    profiles.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(
+        profiles,
+        vec![
+            ("heavy".to_string(), json!(["build"])),
+            ("quick".to_string(), json!(["default"]))
+        ]
+    );
+    assert_eq!(project.show(&other).await["status"], "queued");
+    stop_worker(worker, "1 finished").await;
+}

@@ -32,3 +32,47 @@ pub async fn open_store(flag: Option<&str>, config: &Config) -> Result<Store, St
     let (url, _origin) = store_url(flag, config)?;
     Store::open(&url).await
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+    use std::path::PathBuf;
+
+    fn config(url: Option<&str>) -> Config {
+        Config {
+            root: PathBuf::from("/proj"),
+            store: maestro_config::StoreConfig {
+                url: url.map(str::to_string),
+            },
+            ..Config::default()
+        }
+    }
+
+    #[test]
+    fn a_relative_sqlite_path_in_the_config_starts_at_the_project_root() {
+        assert_eq!(
+            store_url(None, &config(Some("sqlite://data/jobs.db")))
+                .unwrap()
+                .0,
+            StoreUrl::Sqlite {
+                path: "/proj/data/jobs.db".into()
+            }
+        );
+        // The flag wins, and its relative path is the current directory's.
+        assert_eq!(
+            store_url(
+                Some("sqlite://here.db"),
+                &config(Some("sqlite://data/jobs.db"))
+            )
+            .unwrap(),
+            (
+                StoreUrl::Sqlite {
+                    path: "here.db".into()
+                },
+                UrlOrigin::Flag
+            )
+        );
+    }
+}

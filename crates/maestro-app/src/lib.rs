@@ -33,8 +33,8 @@ pub use jobs::{
     live_workers, show_job, submit, wait_job,
 };
 pub use models::{
-    ModelError, client, endpoint_unreachable, ensure_served, no_endpoint, served_model,
-    tool_mode_cache,
+    ModelError, check_served, client, endpoint_unreachable, ensure_served, no_endpoint,
+    served_model, tool_mode_cache,
 };
 pub use pieces::{
     AUTO, Available, Chosen, Found, PieceError, Skipped, available_pieces, classify_piece,

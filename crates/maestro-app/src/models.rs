@@ -51,13 +51,6 @@ pub enum ModelError {
     },
 }
 
-impl ModelError {
-    /// Whether the endpoint could not be reached at all (worth retrying later).
-    pub fn is_unreachable(&self) -> bool {
-        matches!(self, ModelError::Unreachable { .. })
-    }
-}
-
 /// Where `tool_mode: auto` remembers, per endpoint and model, the mode it settled on:
 /// `~/.maestro/cache/tool-modes.json`.
 pub fn tool_mode_cache() -> Option<PathBuf> {
@@ -75,9 +68,26 @@ pub fn client(config: &Config) -> Result<OpenAiCompat, ModelError> {
 /// A model the endpoint does not list (`GET /v1/models`) stops the run before it starts, with
 /// what the endpoint serves. An endpoint that cannot list its models is not held to this.
 pub async fn ensure_served(config: &Config, model: &str) -> Result<(), ModelError> {
+    match check_served(config, model).await {
+        Err(ModelError::Unreachable { .. }) => Ok(()),
+        checked => checked,
+    }
+}
+
+/// [`ensure_served`], except that an endpoint that does not answer at all is
+/// [`ModelError::Unreachable`]: a worker waits for it rather than starting a run that can only
+/// fail.
+pub async fn check_served(config: &Config, model: &str) -> Result<(), ModelError> {
     let base = &config.llm.base_url;
-    let Ok(served) = client(config)?.list_models().await else {
-        return Ok(());
+    let served = match client(config)?.list_models().await {
+        Ok(served) => served,
+        Err(cause @ LlmError::Connect { .. }) => {
+            return Err(ModelError::Unreachable {
+                base_url: base.clone(),
+                cause,
+            });
+        }
+        Err(_) => return Ok(()),
     };
     // Ollama lists `qwen3:latest` and answers to `qwen3`.
     let listed = |id: &String| id == model || id.strip_suffix(":latest") == Some(model);

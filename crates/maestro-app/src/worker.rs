@@ -25,7 +25,7 @@ use time::OffsetDateTime;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::models::{ModelError, client, ensure_served, served_model};
+use crate::models::{ModelError, check_served, client, served_model};
 use crate::pieces::{AUTO, PieceError, available_pieces, classify_piece, find_piece};
 use crate::store_log::{Fence, StoreLog};
 use crate::toolbox::{McpSelection, Toolbox, load_options};
@@ -325,10 +325,11 @@ enum Unstartable {
 
 impl From<ModelError> for Unstartable {
     fn from(e: ModelError) -> Unstartable {
-        if e.is_unreachable() {
-            Unstartable::Infrastructure(e.to_string())
-        } else {
-            Unstartable::Permanent(e.to_string())
+        match e {
+            // The connection error names the URL and the cause; the CLI's advice on starting a
+            // local model is not for a job's reason.
+            ModelError::Unreachable { cause, .. } => Unstartable::Infrastructure(cause.to_string()),
+            e => Unstartable::Permanent(e.to_string()),
         }
     }
 }
@@ -379,14 +380,11 @@ async fn prepare(inner: &Inner, claimed: &Claimed) -> Result<Prepared, Unstartab
     if !inner.options.model_from_flag && piece.model.is_some() {
         config.llm.model = piece.model.clone();
     }
+    // A run started against an endpoint that does not answer would only wait for it: an
+    // unreachable endpoint sends the job back to the queue instead.
     match &config.llm.model {
-        Some(model) => ensure_served(&config, model).await?,
+        Some(model) => check_served(&config, model).await?,
         None => config.llm.model = Some(served_model(&config).await?),
-    }
-    // A run started against an endpoint that does not answer would only record its failure:
-    // the job waits for the endpoint instead.
-    if let Err(e @ maestro_llm::LlmError::Connect { .. }) = client(&config)?.list_models().await {
-        return Err(Unstartable::Infrastructure(e.to_string()));
     }
     Ok(Prepared {
         piece,

@@ -18,8 +18,8 @@ use maestro_llm::Provider;
 use maestro_piece::Piece;
 use maestro_protocol::RunStatus;
 use maestro_store::{
-    Claimed, Classes, FailDisposition, JobQueue, JobStatus, Lease, Outcome, Store, StoreError,
-    StoredEvent, WorkerInfo,
+    Claimed, Classes, CommentKind, FailDisposition, JobQueue, JobStatus, Lease, Outcome, Store,
+    StoreError, StoredEvent, WorkerInfo,
 };
 use time::OffsetDateTime;
 use tokio::task::JoinSet;
@@ -502,7 +502,19 @@ async fn run_job(inner: &Inner, claimed: Claimed, shutdown: &Shutdown) -> JobEnd
                 )
                 .await
         }
-        Ended::Report(report) => store.finish(&lease, outcome(&report)).await,
+        Ended::Report(report) => {
+            let finished = store.finish(&lease, outcome(&report)).await;
+            if finished.is_ok() && report.status == RunStatus::NeedsUserInput {
+                // The run's question, for `maestro jobs show` and whoever answers it.
+                let asked = store
+                    .add_comment(job_id, &lease.worker, CommentKind::Question, &report.result)
+                    .await;
+                if let Err(e) = asked {
+                    tracing::warn!(job = %job_id, "recording the run's question failed: {e}");
+                }
+            }
+            finished
+        }
         Ended::Broken(reason) => return fail(store, &lease, &reason).await,
         // Only when the hand-back came too late to release (the release above failed).
         Ended::Suspended => return JobEnd::Fenced,

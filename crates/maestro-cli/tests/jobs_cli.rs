@@ -598,3 +598,28 @@ async fn one_process_serves_the_configured_profiles_each_with_its_classes() {
     assert_eq!(project.show(&other).await["status"], "queued");
     stop_worker(worker, "1 finished").await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_that_needs_user_input_parks_with_its_question() {
+    let server = ScriptedLlm::start([Turn::tool_call(
+        "complete",
+        json!({"status": "needs_user_input", "result": "Which colour should the button be?"}),
+    )])
+    .await;
+    let project = Project::new();
+    let id = project.submit("Style the button", &[]).await;
+    let worker = project.worker(&server.base_url(), &[]);
+    let wait = project
+        .maestro(&["jobs", "wait", &id, "--timeout", "30"])
+        .await;
+    assert_eq!(wait.status.code(), Some(4), "{}", stderr(&wait));
+    let job = project.show(&id).await;
+    assert_eq!(
+        (&job["status"], &job["question"]),
+        (
+            &json!("waiting_input"),
+            &json!("Which colour should the button be?")
+        )
+    );
+    stop_worker(worker, "1 finished").await;
+}

@@ -623,3 +623,47 @@ async fn a_run_that_needs_user_input_parks_with_its_question() {
     );
     stop_worker(worker, "1 finished").await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_worker_killed_mid_movement_is_replaced_and_nothing_answered_is_asked_again() {
+    let server = ScriptedLlm::start([
+        Turn::tool_call("Read", json!({"file_path": "input/notes.txt"})),
+        // In flight when the first worker dies.
+        complete("never delivered").with_delay(Duration::from_secs(5)),
+        complete("finished after the crash"),
+    ])
+    .await;
+    let project = Project::new();
+    let id = project.submit("Read the notes", &[]).await;
+    let mut first = project.worker(&server.base_url(), &["--name", "doomed"]);
+    until_requests(&server, 2).await;
+    first.kill().unwrap();
+    first.wait().unwrap();
+    let second = project.worker(&server.base_url(), &["--name", "rescuer"]);
+    let done = project
+        .until(&id, "completed", |job| job["status"] == json!("completed"))
+        .await;
+    assert_eq!(
+        (&done["attempt"], &done["result"]["result"]),
+        (&json!(2), &json!("finished after the crash"))
+    );
+    stop_worker(second, "1 finished").await;
+
+    // The answered call was not sent again; the one in flight was, with the same conversation.
+    let requests = server.requests();
+    assert_eq!(requests.len(), 3);
+    assert_eq!(requests[2]["messages"], requests[1]["messages"]);
+    let events = stored_events(&project, &id).await;
+    let seqs: Vec<i64> = events.iter().map(|e| e.seq).collect();
+    assert_eq!(seqs, (1..=events.len() as i64).collect::<Vec<_>>());
+    let count = |kind: &str| events.iter().filter(|e| e.kind == kind).count();
+    assert_eq!(
+        (
+            count("run_started"),
+            count("movement_started"),
+            count("run_resumed"),
+            count("run_finished")
+        ),
+        (1, 1, 1, 1)
+    );
+}

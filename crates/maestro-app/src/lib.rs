@@ -20,7 +20,9 @@
 //! ```
 
 mod db;
+mod job;
 mod jobs;
+mod lease;
 mod models;
 mod pieces;
 mod store_log;

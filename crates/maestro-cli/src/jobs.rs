@@ -233,6 +233,17 @@ pub fn jobs(command: JobsCommand) -> anyhow::Result<u8> {
                     let value = serde_json::to_value(&job)?;
                     if let Some(fields) = value.as_object() {
                         for (key, value) in fields {
+                            if key == "result"
+                                && let Some(outcome) = value.as_object()
+                            {
+                                // The run's own words first, then where its record is.
+                                for (label, field) in [("result", "result"), ("run_dir", "run_dir")]
+                                {
+                                    let text = outcome.get(field).and_then(|v| v.as_str());
+                                    println!("{label}: {}", text.unwrap_or("-"));
+                                }
+                                continue;
+                            }
                             match value {
                                 serde_json::Value::String(text) => println!("{key}: {text}"),
                                 serde_json::Value::Null => println!("{key}: -"),

@@ -16,7 +16,7 @@ use support::jobs::{Project, complete, stderr, stop_worker, until_requests};
 
 /// Submit, a worker runs the job to `completed`; list, show, events and wait agree with the
 /// run's own record.
-async fn a_job_runs_to_completed(project: &Project) {
+async fn a_job_runs_to_completed(project: &Project) -> String {
     let server = ScriptedLlm::start([complete("all done")]).await;
     let id = project.submit("Say done", &["--priority", "2"]).await;
     let queued = project.show(&id).await;
@@ -105,14 +105,35 @@ async fn a_job_runs_to_completed(project: &Project) {
     );
 
     stop_worker(worker, "stopped: 1 finished, 0 failed").await;
+    id
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn submit_and_a_worker_run_a_job_to_completed_on_sqlite() {
     let project = Project::new();
-    a_job_runs_to_completed(&project).await;
+    let id = a_job_runs_to_completed(&project).await;
     // No --db, no MAESTRO_DB, no store.url: the project's embedded store.
     assert!(project.path().join(".maestro/maestro.db").is_file());
+
+    // What a person reads, with the id, the times and the run directory masked.
+    let job = project.show(&id).await;
+    let mask = |text: Vec<u8>| {
+        let mut text = String::from_utf8(text).unwrap();
+        for (value, name) in [
+            (&job["result"]["run_dir"], "<run_dir>"),
+            (&job["id"], "<id>"),
+            (&job["created_at"], "<created_at>"),
+            (&job["updated_at"], "<updated_at>"),
+        ] {
+            text = text.replace(value.as_str().unwrap(), name);
+        }
+        text
+    };
+    let show = mask(project.maestro(&["jobs", "show", &id]).await.stdout);
+    let list = mask(project.maestro(&["jobs", "list"]).await.stdout);
+    insta::assert_snapshot!(format!(
+        "$ maestro jobs show ID\n{show}\n$ maestro jobs list\n{list}"
+    ));
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -8,19 +8,19 @@ use std::time::Duration;
 
 use maestro_config::Config;
 use maestro_engine::{
-    EndReason, Engine, EventRecord, JsonlLog, RunEnd, RunRecord, RunReport, RunSpec,
+    EndReason, Engine, EventRecord, JsonlLog, RunEnd, RunEvent, RunRecord, RunReport, RunSpec,
 };
 use maestro_llm::Provider;
 use maestro_piece::Piece;
 use maestro_protocol::RunStatus;
 use maestro_store::{
-    Claimed, CommentKind, FailDisposition, JobQueue, JobStatus, Lease, Outcome, Store, StoredEvent,
+    Claimed, CommentKind, FailDisposition, JobId, JobQueue, JobStatus, Lease, Outcome, Store,
 };
 use tokio_util::sync::CancellationToken;
 
 use crate::lease::keep_lease;
 use crate::models::{ModelError, check_served, client, served_model};
-use crate::pieces::{AUTO, PieceError, available_pieces, classify_piece, find_piece};
+use crate::pieces::{AUTO, PieceError, available_pieces, classify_piece, find_piece, load_piece};
 use crate::store_log::{Fence, StoreLog};
 use crate::toolbox::{McpSelection, Toolbox, load_options};
 
@@ -86,12 +86,36 @@ struct Prepared {
     config: Config,
 }
 
-/// The piece and the settings a job runs with.
-async fn prepare(ctx: &JobContext, claimed: &Claimed) -> Result<Prepared, Unstartable> {
+/// The piece a resumed run started with, as its `run_started` event recorded it: the file, and
+/// the piece's name.
+fn recorded_piece(history: &[EventRecord]) -> Option<(String, Option<PathBuf>)> {
+    history.iter().find_map(|record| match &record.event {
+        RunEvent::RunStarted {
+            piece, piece_file, ..
+        } => Some((piece.clone(), piece_file.as_ref().map(PathBuf::from))),
+        _ => None,
+    })
+}
+
+/// The piece and the settings a job runs with. A resumed run keeps the piece it started with
+/// (the classifier is not asked again).
+async fn prepare(
+    ctx: &JobContext,
+    claimed: &Claimed,
+    history: &[EventRecord],
+) -> Result<Prepared, Unstartable> {
     let mut config = ctx.config.clone();
     let dirs = config.paths.pieces_dirs.clone();
     let opts = load_options(&config);
-    let (piece, piece_file) = if claimed.job.piece == AUTO {
+    let (piece, piece_file) = if let Some((name, file)) = recorded_piece(history) {
+        match file.filter(|file| file.is_file()) {
+            Some(file) => (load_piece(&file, &opts)?, file),
+            None => {
+                let found = find_piece(&name, &dirs, &opts)?;
+                (found.piece, found.path)
+            }
+        }
+    } else if claimed.job.piece == AUTO {
         if config.llm.model.is_none() {
             config.llm.model = Some(served_model(&config).await?);
         }
@@ -126,6 +150,23 @@ async fn prepare(ctx: &JobContext, claimed: &Claimed) -> Result<Prepared, Unstar
     })
 }
 
+/// The job's stored events, to resume from (none for a new run).
+async fn history(store: &Store, job: JobId) -> Result<Vec<EventRecord>, Ended> {
+    let stored = store
+        .events(job, 0)
+        .await
+        .map_err(|e| Ended::Broken(format!("reading the job's events failed: {e}")))?;
+    stored
+        .into_iter()
+        .map(|event| serde_json::from_value::<EventRecord>(event.payload))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| {
+            Ended::Unstarted(Unstartable::Permanent(format!(
+                "the job's stored events cannot be read: {e}"
+            )))
+        })
+}
+
 /// Runs one claimed job to its end, a park, a retry, a lost lease or a hand-back.
 pub(crate) async fn run_job(
     ctx: &JobContext,
@@ -147,12 +188,14 @@ pub(crate) async fn run_job(
     // A hand-back suspends the run: it stops where it is and records no end, so that the
     // worker that claims the job next resumes it.
     let suspend = hand_back.child_token();
-    let end = match (prepare(ctx, &claimed).await, store.events(job_id, 0).await) {
-        (Ok(prepared), Ok(history)) => {
-            run_prepared(ctx, &claimed, prepared, history, &fence, suspend.clone()).await
-        }
-        (Err(unstartable), _) => Ended::Unstarted(unstartable),
-        (_, Err(e)) => Ended::Broken(format!("reading the job's events failed: {e}")),
+    let end = match history(store, job_id).await {
+        Ok(history) => match prepare(ctx, &claimed, &history).await {
+            Ok(prepared) => {
+                run_prepared(ctx, &claimed, prepared, history, &fence, suspend.clone()).await
+            }
+            Err(unstartable) => Ended::Unstarted(unstartable),
+        },
+        Err(ended) => ended,
     };
     done.cancel();
     let _ = keeper.await;
@@ -267,7 +310,7 @@ async fn run_prepared(
     ctx: &JobContext,
     claimed: &Claimed,
     prepared: Prepared,
-    history: Vec<StoredEvent>,
+    history: Vec<EventRecord>,
     fence: &Arc<Fence>,
     suspend: CancellationToken,
 ) -> Ended {
@@ -311,7 +354,7 @@ async fn run_prepared(
     let parts = RunParts {
         piece,
         piece_file,
-        history: &history,
+        history,
         workspace,
         suspend,
     };
@@ -331,10 +374,10 @@ async fn run_prepared(
 }
 
 /// What a job's run is made of besides the job.
-struct RunParts<'a> {
+struct RunParts {
     piece: Piece,
     piece_file: Option<PathBuf>,
-    history: &'a [StoredEvent],
+    history: Vec<EventRecord>,
     workspace: Option<PathBuf>,
     suspend: CancellationToken,
 }
@@ -345,7 +388,7 @@ struct RunParts<'a> {
 fn run_spec(
     ctx: &JobContext,
     claimed: &Claimed,
-    parts: RunParts<'_>,
+    parts: RunParts,
     config: &Config,
     fence: &Arc<Fence>,
 ) -> Result<RunSpec, Ended> {
@@ -362,15 +405,6 @@ fn run_spec(
         workspace.as_deref(),
     )
     .map_err(|e| Ended::Broken(format!("record_error: {e}")))?;
-    let history = history
-        .iter()
-        .map(|event| serde_json::from_value::<EventRecord>(event.payload.clone()))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| {
-            Ended::Unstarted(Unstartable::Permanent(format!(
-                "the job's stored events cannot be read: {e}"
-            )))
-        })?;
     let jsonl = JsonlLog::rewrite(&record.events_path(), &history).map_err(|e| {
         Ended::Broken(format!(
             "record_error: cannot write {}: {e}",

@@ -135,19 +135,27 @@ async fn a_worker_paused_past_its_lease_writes_nothing_after_another_took_its_jo
     assert_eq!((fences[0], *fences.last().unwrap()), (1, 2));
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_worker_killed_mid_movement_is_replaced_and_nothing_answered_is_asked_again() {
-    let server = ScriptedLlm::start([
+/// A worker is killed (SIGKILL) while its model call is in flight; another takes the job over.
+/// With `auto`, the classifier's choice is part of the record and is not asked for again.
+async fn killed_mid_movement(piece: &str) {
+    let mut turns = Vec::new();
+    if piece == "auto" {
+        turns.push(Turn::json(
+            json!({"piece": "one", "reason": "the only piece"}),
+        ));
+    }
+    let before = turns.len();
+    turns.extend([
         Turn::tool_call("Read", json!({"file_path": "input/notes.txt"})),
         // In flight when the first worker dies.
         complete("never delivered").with_delay(Duration::from_secs(5)),
         complete("finished after the crash"),
-    ])
-    .await;
+    ]);
+    let server = ScriptedLlm::start(turns).await;
     let project = Project::new();
-    let id = project.submit("Read the notes", &[]).await;
+    let id = project.submit_piece(piece, "Read the notes", &[]).await;
     let mut first = project.worker(&server.base_url(), &["--name", "doomed"]);
-    until_requests(&server, 2).await;
+    until_requests(&server, before + 2).await;
     first.kill().unwrap();
     first.wait().unwrap();
     let second = project.worker(&server.base_url(), &["--name", "rescuer"]);
@@ -158,8 +166,11 @@ async fn a_worker_killed_mid_movement_is_replaced_and_nothing_answered_is_asked_
 
     // The answered call was not sent again; the one in flight was, with the same conversation.
     let requests = server.requests();
-    assert_eq!(requests.len(), 3);
-    assert_eq!(requests[2]["messages"], requests[1]["messages"]);
+    assert_eq!(requests.len(), before + 3);
+    assert_eq!(
+        requests[before + 2]["messages"],
+        requests[before + 1]["messages"]
+    );
     let events = stored_events(&project, &id).await;
     let seqs: Vec<i64> = events.iter().map(|e| e.seq).collect();
     assert_eq!(seqs, (1..=events.len() as i64).collect::<Vec<_>>());
@@ -173,4 +184,14 @@ async fn a_worker_killed_mid_movement_is_replaced_and_nothing_answered_is_asked_
         ),
         (1, 1, 1, 1)
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_worker_killed_mid_movement_is_replaced_and_nothing_answered_is_asked_again() {
+    killed_mid_movement("one").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_classified_job_resumes_with_the_piece_it_started_with() {
+    killed_mid_movement("auto").await;
 }

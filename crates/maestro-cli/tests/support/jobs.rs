@@ -72,7 +72,12 @@ impl Project {
 
     /// `maestro submit one --task TASK EXTRA…`: the job id.
     pub async fn submit(&self, task: &str, extra: &[&str]) -> String {
-        let mut args = vec!["submit", "one", "--task", task];
+        self.submit_piece("one", task, extra).await
+    }
+
+    /// `maestro submit PIECE --task TASK EXTRA…`: the job id.
+    pub async fn submit_piece(&self, piece: &str, task: &str, extra: &[&str]) -> String {
+        let mut args = vec!["submit", piece, "--task", task];
         args.extend(extra);
         let out = self.maestro(&args).await;
         assert!(out.status.success(), "{}", stderr(&out));

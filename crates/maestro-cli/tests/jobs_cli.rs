@@ -24,6 +24,9 @@ async fn a_job_runs_to_completed(project: &Project) -> String {
         (&queued["status"], &queued["piece"], &queued["attempt"]),
         (&json!("queued"), &json!("one"), &json!(0))
     );
+    // Following from before the run starts prints every event and ends with the job.
+    let mut follow = project.command(&["jobs", "events", &id, "--follow"]);
+    let follow = tokio::task::spawn_blocking(move || follow.output().unwrap());
     let worker = project.worker(&server.base_url(), &["--name", "w1"]);
     let wait = project
         .maestro(&["jobs", "wait", &id, "--timeout", "30"])
@@ -89,13 +92,21 @@ async fn a_job_runs_to_completed(project: &Project) -> String {
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
     let events = project.maestro(&["jobs", "events", &id]).await;
-    let stored: Vec<Value> = String::from_utf8(events.stdout)
+    let stored: Vec<Value> = String::from_utf8(events.stdout.clone())
         .unwrap()
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
     assert_eq!(stored, on_disk);
     assert_eq!(stored.last().unwrap()["type"], "run_finished");
+    let followed = tokio::time::timeout(Duration::from_secs(10), follow)
+        .await
+        .expect("jobs events --follow ends with the job")
+        .unwrap();
+    assert_eq!(
+        String::from_utf8(followed.stdout).unwrap(),
+        String::from_utf8(events.stdout).unwrap()
+    );
     let after = project
         .maestro(&["jobs", "events", &id, "--after", "2", "--follow"])
         .await;

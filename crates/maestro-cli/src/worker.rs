@@ -24,10 +24,10 @@ pub struct Args {
     #[arg(long)]
     name: Option<String>,
     /// How long a claim holds without a heartbeat, in seconds; renewed every third of it.
-    #[arg(long, default_value_t = 30)]
+    #[arg(long, default_value_t = WorkerOptions::LEASE.as_secs())]
     lease_secs: u64,
     /// After SIGTERM, how long runs in flight may go on before they are handed back.
-    #[arg(long, default_value_t = 30)]
+    #[arg(long, default_value_t = WorkerOptions::DRAIN.as_secs())]
     drain_secs: u64,
     /// The OpenAI-compatible API root (also `MAESTRO_LLM_BASE_URL`, `llm.base_url`).
     #[arg(long)]

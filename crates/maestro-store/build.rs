@@ -1,5 +1,6 @@
 //! Marks the build `no_postgres` when PostgreSQL's `initdb` is not installed, so the PostgreSQL
-//! tests show as ignored (with the install command) instead of failing or passing unseen.
+//! tests show as ignored (with the install command) instead of failing or passing unseen. Also
+//! the build script of `maestro-cli`, whose job command tests run on PostgreSQL too.
 
 use std::path::Path;
 
@@ -17,7 +18,7 @@ fn main() {
     if !(from_env || from_debian) {
         println!("cargo::rustc-cfg=no_postgres");
         println!(
-            "cargo::warning=PostgreSQL is not installed: the PostgreSQL store tests will be \
+            "cargo::warning=PostgreSQL is not installed: the PostgreSQL tests will be \
              ignored (apt-get install postgresql, or scripts/prerequisites.sh)"
         );
     }

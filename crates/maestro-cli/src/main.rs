@@ -1,13 +1,15 @@
-//! The `maestro` binary: validate and inspect pieces, run tasks, try tools.
+//! The `maestro` binary: validate and inspect pieces, run tasks, queue jobs and run workers,
+//! try tools.
 
+mod jobs;
 mod logs;
 mod pieces;
 mod progress;
 mod prompt;
 mod run;
-mod toolbox;
 mod tools;
 mod validate;
+mod worker;
 
 use std::process::ExitCode;
 
@@ -34,6 +36,15 @@ enum Command {
     /// List tools or call one by hand, through the same code path the engine uses.
     #[command(subcommand)]
     Tools(tools::Command),
+    /// Queue a task as a job in the store; a `maestro worker` runs it. Prints the job id.
+    Submit(Box<jobs::SubmitArgs>),
+    /// Claim jobs from the store and run them until SIGTERM.
+    Worker(Box<worker::Args>),
+    /// List the live workers, their profiles and the jobs each runs.
+    Workers(jobs::WorkersArgs),
+    /// Inspect, follow, wait for and cancel jobs.
+    #[command(subcommand)]
+    Jobs(jobs::JobsCommand),
 }
 
 fn main() -> ExitCode {
@@ -52,6 +63,10 @@ fn main() -> ExitCode {
         Command::Pieces(args) => pieces::run(args),
         Command::Run(args) => run::run(args),
         Command::Tools(cmd) => tools::run(cmd),
+        Command::Submit(args) => jobs::submit(*args),
+        Command::Worker(args) => worker::run(*args),
+        Command::Workers(args) => jobs::workers(args),
+        Command::Jobs(cmd) => jobs::jobs(cmd),
     };
     match result {
         Ok(code) => ExitCode::from(code),

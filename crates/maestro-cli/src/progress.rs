@@ -199,6 +199,7 @@ impl ProgressModel {
                 ))
             }
             RunEvent::ScratchUpdated { .. } => None,
+            RunEvent::RunResumed { after_seq } => Some(format!("resumed after event {after_seq}")),
         };
         line.into_iter().collect()
     }

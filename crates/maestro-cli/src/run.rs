@@ -1,18 +1,21 @@
 //! `maestro run`: load (or classify) a piece, run a task through it against an
 //! OpenAI-compatible endpoint, show progress, print the result and exit with the run's status.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
-use anyhow::{Context as _, anyhow, bail};
+use anyhow::{Context as _, anyhow};
+use maestro_app::{
+    McpSelection, PieceError, Skipped, Toolbox, available_pieces, classify_piece, client,
+    endpoint_unreachable, ensure_served, no_endpoint, tool_catalog,
+};
 use maestro_config::{Config, LoadFrom};
-use maestro_engine::{Engine, EventSink, JsonlSink, PieceSummary, RunRecord, classify};
-use maestro_llm::{LlmError, OpenAiCompat, Provider, ToolMode};
-use maestro_piece::{LoadOptions, Piece, discover, load_file, render_diagnostics};
+use maestro_engine::{Engine, EventSink, JsonlSink, RunRecord};
+use maestro_llm::{Provider, ToolMode};
+use maestro_piece::{LoadOptions, Piece, render_diagnostics};
 use maestro_protocol::RunStatus;
 
 use crate::progress::Progress;
-use crate::toolbox::{McpSelection, Toolbox};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -150,7 +153,7 @@ async fn run_async(args: Args) -> anyhow::Result<u8> {
     let mut config = configuration(&args)?;
     let dirs = config.paths.pieces_dirs.clone();
     let opts = LoadOptions {
-        tools: Some(crate::toolbox::tool_catalog(&config)),
+        tools: Some(tool_catalog(&config)),
         ..crate::validate::load_options(None, &config.paths.facets_dirs)
     };
     let piece = match args.piece.as_deref() {
@@ -228,8 +231,8 @@ async fn run_async(args: Args) -> anyhow::Result<u8> {
     drop(engine);
     toolbox.shutdown().await;
     let report = outcome?;
-    if report.status == RunStatus::Failed {
-        explain_unreachable(&config).await;
+    if report.status == RunStatus::Failed && endpoint_unreachable(&config).await {
+        eprintln!("error: {}", no_endpoint(&config.llm.base_url));
     }
 
     let mut summary = format!("run {} {}", report.run_id, report.status);
@@ -243,54 +246,40 @@ async fn run_async(args: Args) -> anyhow::Result<u8> {
     Ok(report.status.exit_code() as u8)
 }
 
-fn load(path: &Path, opts: &LoadOptions) -> anyhow::Result<Piece> {
-    match load_file(path, opts) {
-        Ok(loaded) => Ok(loaded.piece),
-        Err(failed) => {
-            let source = std::fs::read_to_string(path).unwrap_or_default();
-            eprint!("{}", render_diagnostics(&source, &failed.errors));
-            bail!("{} is not a valid piece", path.display())
-        }
+/// Prints the notes about piece files that were passed over because they do not load.
+pub(crate) fn note_skipped(skipped: &[Skipped]) {
+    for skip in skipped {
+        eprintln!("note: skipping {}: {}", skip.path.display(), skip.errors);
     }
 }
 
-/// Every piece that loads from `dirs`; broken files are skipped with a note.
-fn available_pieces(dirs: &[PathBuf], opts: &LoadOptions) -> Vec<(PathBuf, Piece)> {
-    let mut pieces = Vec::new();
-    for path in dirs.iter().filter(|d| d.exists()).flat_map(|d| discover(d)) {
-        match load_file(&path, opts) {
-            Ok(loaded) => pieces.push((path, loaded.piece)),
-            Err(failed) => eprintln!("note: skipping {}: {}", path.display(), failed.errors.len()),
+/// The piece `given` names, with the notes and diagnostics a person needs printed on stderr.
+pub(crate) fn find_piece(
+    given: &str,
+    dirs: &[PathBuf],
+    opts: &LoadOptions,
+) -> anyhow::Result<Piece> {
+    match maestro_app::find_piece(given, dirs, opts) {
+        Ok(found) => {
+            note_skipped(&found.skipped);
+            Ok(found.piece)
         }
+        Err(e) => Err(explain_piece_error(e)),
     }
-    pieces
 }
 
-fn find_piece(given: &str, dirs: &[PathBuf], opts: &LoadOptions) -> anyhow::Result<Piece> {
-    let path = Path::new(given);
-    if path.is_file() {
-        return load(path, opts);
+/// Prints what a piece error carries besides its message (diagnostics, skipped files).
+pub(crate) fn explain_piece_error(e: PieceError) -> anyhow::Error {
+    match &e {
+        PieceError::Invalid {
+            source_text,
+            diagnostics,
+            ..
+        } => eprint!("{}", render_diagnostics(source_text, &diagnostics.errors)),
+        PieceError::NotFound { skipped, .. } => note_skipped(skipped),
+        PieceError::Classify(_) | PieceError::ChosenMissing(_) => {}
     }
-    let pieces = available_pieces(dirs, opts);
-    if let Some((_, piece)) = pieces
-        .iter()
-        .find(|(p, piece)| piece.name == given || p.file_stem().is_some_and(|s| s == given))
-    {
-        return Ok(piece.clone());
-    }
-    let known: Vec<&str> = pieces.iter().map(|(_, p)| p.name.as_str()).collect();
-    bail!(
-        "no piece file or piece named `{given}` (searched {}); known pieces: {}",
-        dirs.iter()
-            .map(|d| d.display().to_string())
-            .collect::<Vec<_>>()
-            .join(", "),
-        if known.is_empty() {
-            "none".to_string()
-        } else {
-            known.join(", ")
-        }
-    )
+    e.into()
 }
 
 async fn classified_piece(
@@ -300,94 +289,21 @@ async fn classified_piece(
     dirs: &[PathBuf],
     opts: &LoadOptions,
 ) -> anyhow::Result<Piece> {
-    let pieces = available_pieces(dirs, opts);
-    let summaries: Vec<PieceSummary> = pieces.iter().map(|(_, p)| PieceSummary::from(p)).collect();
-    let chosen = classify(provider, model, task, &summaries).await?;
-    eprintln!("piece: {} ({})", chosen.piece, chosen.reason);
-    pieces
-        .into_iter()
-        .find(|(_, p)| p.name == chosen.piece)
-        .map(|(_, p)| p)
-        .ok_or_else(|| {
-            anyhow!(
-                "the classifier chose `{}`, which did not load",
-                chosen.piece
-            )
-        })
+    let available = available_pieces(dirs, opts);
+    note_skipped(&available.skipped);
+    let chosen = classify_piece(provider, model, task, available)
+        .await
+        .map_err(explain_piece_error)?;
+    eprintln!("piece: {} ({})", chosen.choice.piece, chosen.choice.reason);
+    Ok(chosen.piece)
 }
 
-/// Where `tool_mode: auto` remembers, per endpoint and model, the mode it settled on:
-/// `~/.maestro/cache/tool-modes.json`.
-fn tool_mode_cache() -> Option<PathBuf> {
-    let home = std::env::var_os("HOME").filter(|h| !h.is_empty())?;
-    Some(PathBuf::from(home).join(".maestro/cache/tool-modes.json"))
-}
-
-/// The model endpoint's client, as configured.
-fn client(config: &Config) -> anyhow::Result<OpenAiCompat> {
-    let mut openai = config.llm.to_openai_config();
-    openai.tool_mode_cache = tool_mode_cache();
-    Ok(OpenAiCompat::new(openai)?)
-}
-
-/// A model the endpoint does not list (`GET /v1/models`) stops the run before it starts, with
-/// what the endpoint serves. An endpoint that cannot list its models is not held to this.
-async fn ensure_served(config: &Config, model: &str) -> anyhow::Result<()> {
-    let base = &config.llm.base_url;
-    let Ok(served) = client(config)?.list_models().await else {
-        return Ok(());
-    };
-    // Ollama lists `qwen3:latest` and answers to `qwen3`.
-    let listed = |id: &String| id == model || id.strip_suffix(":latest") == Some(model);
-    if served.is_empty() || served.iter().any(listed) {
-        return Ok(());
-    }
-    bail!(
-        "the model `{model}` is not served by {base}; it serves: {}. Choose one with --model, the \
-         piece's `model`, MAESTRO_MODEL or llm.model",
-        served.join(", ")
-    )
-}
-
-/// With no model configured anywhere, the endpoint's only model is used; several (or none) is an
-/// error that lists what the endpoint serves.
+/// With no model configured anywhere, the endpoint's only model is used, and said so.
 async fn served_model(config: &Config) -> anyhow::Result<String> {
-    let base = &config.llm.base_url;
-    let provider = client(config)?;
-    let models = provider.list_models().await.map_err(|e| match e {
-        LlmError::Connect { .. } => anyhow!(no_endpoint(base)),
-        e => anyhow!("no model: set llm.model, MAESTRO_MODEL or --model (listing the models at {base} failed: {e})"),
-    })?;
-    match models.as_slice() {
-        [only] => {
-            eprintln!("model: {only} (the only model {base} serves)");
-            Ok(only.clone())
-        }
-        [] => Err(anyhow!(
-            "no model: set llm.model, MAESTRO_MODEL or --model ({base} lists no models)"
-        )),
-        several => Err(anyhow!(
-            "no model: set llm.model, MAESTRO_MODEL or --model; {base} serves: {}",
-            several.join(", ")
-        )),
-    }
-}
-
-/// The one line a user needs when nothing answers at `base`.
-fn no_endpoint(base: &str) -> String {
-    format!(
-        "no model endpoint answers at {base}; start the small local model with \
-         `export MAESTRO_LLM_BASE_URL=$(bash scripts/local-llm.sh start)` from the Maestro source \
-         tree, or give your endpoint with --llm-base-url or MAESTRO_LLM_BASE_URL"
-    )
-}
-
-/// After a failed run: when the endpoint does not answer at all, says how to get one.
-async fn explain_unreachable(config: &Config) {
-    let Ok(provider) = client(config) else {
-        return;
-    };
-    if let Err(LlmError::Connect { .. }) = provider.list_models().await {
-        eprintln!("error: {}", no_endpoint(&config.llm.base_url));
-    }
+    let model = maestro_app::served_model(config).await?;
+    eprintln!(
+        "model: {model} (the only model {} serves)",
+        config.llm.base_url
+    );
+    Ok(model)
 }

@@ -11,7 +11,7 @@ use maestro_config::{Config, LoadFrom};
 use maestro_piece::{Availability, ToolCatalog};
 use maestro_tools::{BashSandboxMode, EDIT_TOOLS, Registry, RunScratch, ToolContext};
 
-use crate::toolbox::{McpSelection, Toolbox};
+use maestro_app::{McpSelection, Toolbox};
 
 #[derive(Debug, clap::Subcommand)]
 pub enum Command {
@@ -233,7 +233,7 @@ fn call(args: CallArgs) -> anyhow::Result<u8> {
 /// tool that can really be called here (registered, set up by the configuration, and allowed
 /// by `--edit`), and the MCP servers whose tools were not started for this call.
 fn unknown_tool(name: &str, registry: &Registry, config: &Config, edit: bool) -> String {
-    let set_up = crate::toolbox::tool_catalog(config);
+    let set_up = maestro_app::tool_catalog(config);
     let registered: Vec<String> = registry.list().into_iter().map(|spec| spec.name).collect();
     let callable: Vec<String> = registered
         .iter()

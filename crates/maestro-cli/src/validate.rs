@@ -50,7 +50,7 @@ pub(crate) fn load_options(dialect: Option<Dialect>, facets_dirs: &[PathBuf]) ->
 fn tool_catalog(config: Option<PathBuf>) -> anyhow::Result<ToolCatalog> {
     let (config, _files) = maestro_config::Config::load(maestro_config::LoadFrom::current(config)?)
         .map_err(|e| anyhow::anyhow!("{e}"))?;
-    Ok(crate::toolbox::tool_catalog(&config))
+    Ok(maestro_app::tool_catalog(&config))
 }
 
 /// One file's outcome.

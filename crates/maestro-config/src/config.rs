@@ -28,6 +28,42 @@ pub struct Config {
     pub ssh: SshConfig,
     pub paths: PathsConfig,
     pub safety: SafetyConfig,
+    pub store: StoreConfig,
+    pub workers: Vec<WorkerProfile>,
+    /// The project root: the directory holding the project's `.maestro/` (the current
+    /// directory when there is none). Defaults that name project files start here.
+    #[serde(skip)]
+    pub root: PathBuf,
+}
+
+/// `store:` — where jobs, their events and the audit log are kept.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StoreConfig {
+    /// `sqlite://PATH` or `postgres://…`; unset means `sqlite://.maestro/maestro.db` in the
+    /// project. `--db` and `MAESTRO_DB` win over it.
+    pub url: Option<String>,
+}
+
+/// One entry of `workers:` — a worker profile: how many jobs of which task classes one
+/// `maestro worker` process runs at once.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkerProfile {
+    /// Shown by `maestro workers`.
+    pub name: String,
+    /// Jobs this profile runs at the same time (default 1).
+    #[serde(default = "WorkerProfile::default_concurrency")]
+    pub concurrency: u32,
+    /// The task classes it claims; empty means every class.
+    #[serde(default)]
+    pub task_classes: Vec<String>,
+}
+
+impl WorkerProfile {
+    fn default_concurrency() -> u32 {
+        1
+    }
 }
 
 /// `safety:` — the sandbox switch and the limits of sandboxed commands. Each key, when set,
@@ -231,6 +267,23 @@ impl Config {
                     &["mcp", "servers", slug],
                     invalid.to_string(),
                     "rename the server",
+                );
+            }
+        }
+        for (index, profile) in self.workers.iter().enumerate() {
+            let index = index.to_string();
+            if profile.concurrency == 0 {
+                fail(
+                    &["workers", &index, "concurrency"],
+                    "must be at least 1".into(),
+                    "give the number of jobs this profile runs at once, e.g. 2",
+                );
+            }
+            if profile.name.is_empty() {
+                fail(
+                    &["workers", &index, "name"],
+                    "the profile name is empty".into(),
+                    "name the profile, e.g. `default`",
                 );
             }
         }

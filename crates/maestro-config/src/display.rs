@@ -30,6 +30,8 @@ impl Config {
             "ssh": {"connections": self.ssh.connections.iter().map(ssh_connection).collect::<Vec<_>>()},
             "paths": to_value(&self.paths),
             "safety": to_value(&self.safety),
+            "store": to_value(&self.store),
+            "workers": to_value(&self.workers),
         })
     }
 

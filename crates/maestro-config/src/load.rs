@@ -92,6 +92,7 @@ impl Config {
         let files: Vec<PathBuf> = sources.iter().map(|s| s.path.clone()).collect();
         let mut config = typed(&merged, &files)?;
         absolutize(&mut config, &root);
+        config.root = root;
         config.safety.apply(&mut config.tools);
 
         let mut from_env: Vec<(&[&str], &str)> = Vec::new();

@@ -3,6 +3,8 @@
 //! server, and reading a run's record.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)] // each test binary uses part of it
 
+pub mod jobs;
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Output;

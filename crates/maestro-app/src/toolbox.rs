@@ -1,18 +1,26 @@
-//! The full tool set the CLI offers, built from the loaded configuration: the built-in tools
-//! (`tools:`), the web tools (`web:`), the SSH tools (`ssh:`) and the tools of the MCP servers
-//! (`mcp:`). `maestro run` and `maestro tools` both build their registry here, so a tool called
-//! by hand behaves as it does in a run.
+//! The full tool set, built from the loaded configuration: the built-in tools (`tools:`), the
+//! web tools (`web:`), the SSH tools (`ssh:`) and the tools of the MCP servers (`mcp:`).
+//! `maestro run`, `maestro tools` and the workers all build their registry here, so a tool
+//! called by hand behaves as it does in a run.
 //!
 //! MCP servers are child processes or remote sessions, so only the servers a caller needs are
 //! started ([`McpSelection`]), and [`Toolbox::shutdown`] stops them again.
 
 use std::sync::Arc;
 
-use anyhow::anyhow;
 use maestro_config::Config;
-use maestro_piece::{Movement, Piece, ToolCatalog};
+use maestro_piece::{LoadOptions, Movement, Piece, ToolCatalog};
 use maestro_tools::catalog::ToolSetup;
+use maestro_tools::ssh::SshRegistryError;
 use maestro_tools::{McpConfig, McpError, McpHub, Registry, ssh, web};
+
+/// Why the tool set could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum ToolboxError {
+    /// `ssh.connections` does not make a registry.
+    #[error("ssh.connections")]
+    Ssh(#[source] SshRegistryError),
+}
 
 /// Which configured MCP servers to start.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -87,6 +95,19 @@ pub fn tool_catalog(config: &Config) -> ToolCatalog {
     })
 }
 
+/// The options pieces load with under `config`: the facet directories of the project (the
+/// current directory), the user and `paths.facets_dirs`, and `allowed_tools` checked against
+/// [`tool_catalog`].
+pub fn load_options(config: &Config) -> LoadOptions {
+    LoadOptions {
+        tools: Some(tool_catalog(config)),
+        ..LoadOptions::standard(
+            std::env::current_dir().ok(),
+            config.paths.facets_dirs.clone(),
+        )
+    }
+}
+
 /// The registry with every configured tool, and the MCP servers behind some of them.
 pub struct Toolbox {
     pub registry: Registry,
@@ -109,7 +130,7 @@ impl Toolbox {
     /// a server that does not come up is recorded, see [`Toolbox::ensure_required`]).
     ///
     /// SSH connections are usable by runs of any owner: the CLI runs as one local user.
-    pub async fn build(config: &Config, mcp: &McpSelection) -> anyhow::Result<Toolbox> {
+    pub async fn build(config: &Config, mcp: &McpSelection) -> Result<Toolbox, ToolboxError> {
         // CreatePiece/UpdatePiece check tool names against what this configuration sets up.
         let tools = maestro_tools::ToolsConfig {
             tool_catalog: Some(tool_catalog(config)),
@@ -119,10 +140,7 @@ impl Toolbox {
         for tool in web::tools(config.web.clone()) {
             registry.register(tool);
         }
-        let connections = config
-            .ssh
-            .registry()
-            .map_err(|e| anyhow!("ssh.connections: {e}"))?;
+        let connections = config.ssh.registry().map_err(ToolboxError::Ssh)?;
         for tool in ssh::tools(Arc::new(connections), None) {
             registry.register(tool);
         }

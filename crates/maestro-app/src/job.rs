@@ -1,0 +1,427 @@
+//! One claimed job, start to end: choose its piece and model, keep its lease, rebuild its run
+//! from the stored events, run it through the engine with the store as its durable log, and
+//! write how it ended — or hand it back, or stop writing when the lease is lost.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use maestro_config::Config;
+use maestro_engine::{
+    EndReason, Engine, EventRecord, JsonlLog, RunEnd, RunEvent, RunRecord, RunReport, RunSpec,
+};
+use maestro_llm::Provider;
+use maestro_piece::Piece;
+use maestro_protocol::RunStatus;
+use maestro_store::{
+    Claimed, CommentKind, FailDisposition, JobId, JobQueue, JobStatus, Lease, Outcome, Store,
+};
+use tokio_util::sync::CancellationToken;
+
+use crate::lease::keep_lease;
+use crate::models::{ModelError, check_served, client, served_model};
+use crate::pieces::{AUTO, PieceError, available_pieces, classify_piece, find_piece, load_piece};
+use crate::store_log::{Fence, StoreLog};
+use crate::toolbox::{McpSelection, Toolbox, load_options};
+
+/// What running one job needs from its worker.
+#[derive(Debug)]
+pub(crate) struct JobContext {
+    pub store: Store,
+    /// The configuration with the worker's flags applied.
+    pub config: Config,
+    /// How long a claim holds.
+    pub lease: Duration,
+    /// The model was chosen on the command line: it wins over a piece's `model`.
+    pub model_from_flag: bool,
+}
+
+/// How one claimed job left this worker.
+pub(crate) enum JobEnd {
+    /// Its end (or park) was written.
+    Recorded,
+    /// An infrastructure failure was reported (requeued or failed).
+    Failed,
+    /// The lease was lost or the job cancelled: nothing more was written.
+    Fenced,
+    /// Released at shutdown.
+    HandedBack,
+}
+
+/// Why a job could not start.
+enum Unstartable {
+    /// Try again later (the endpoint is down).
+    Infrastructure(String),
+    /// It will never run (the piece is gone or broken, the model is not served, …).
+    Permanent(String),
+}
+
+impl From<ModelError> for Unstartable {
+    fn from(e: ModelError) -> Unstartable {
+        match e {
+            // The connection error names the URL and the cause; the CLI's advice on starting a
+            // local model is not for a job's reason.
+            ModelError::Unreachable { cause, .. } => Unstartable::Infrastructure(cause.to_string()),
+            e => Unstartable::Permanent(e.to_string()),
+        }
+    }
+}
+
+impl From<PieceError> for Unstartable {
+    fn from(e: PieceError) -> Unstartable {
+        match &e {
+            PieceError::Classify(maestro_engine::ClassifyError::Llm(
+                maestro_llm::LlmError::Connect { .. },
+            )) => Unstartable::Infrastructure(e.to_string()),
+            _ => Unstartable::Permanent(format!("piece_error: {e}")),
+        }
+    }
+}
+
+/// What a claimed job runs with.
+struct Prepared {
+    piece: Piece,
+    /// The piece's file, recorded in `run_started`.
+    piece_file: Option<PathBuf>,
+    config: Config,
+}
+
+/// The piece a resumed run started with, as its `run_started` event recorded it: the file, and
+/// the piece's name.
+fn recorded_piece(history: &[EventRecord]) -> Option<(String, Option<PathBuf>)> {
+    history.iter().find_map(|record| match &record.event {
+        RunEvent::RunStarted {
+            piece, piece_file, ..
+        } => Some((piece.clone(), piece_file.as_ref().map(PathBuf::from))),
+        _ => None,
+    })
+}
+
+/// The piece and the settings a job runs with. A resumed run keeps the piece it started with
+/// (the classifier is not asked again).
+async fn prepare(
+    ctx: &JobContext,
+    claimed: &Claimed,
+    history: &[EventRecord],
+) -> Result<Prepared, Unstartable> {
+    let mut config = ctx.config.clone();
+    let dirs = config.paths.pieces_dirs.clone();
+    let opts = load_options(&config);
+    let (piece, piece_file) = if let Some((name, file)) = recorded_piece(history) {
+        match file.filter(|file| file.is_file()) {
+            Some(file) => (load_piece(&file, &opts)?, file),
+            None => {
+                let found = find_piece(&name, &dirs, &opts)?;
+                (found.piece, found.path)
+            }
+        }
+    } else if claimed.job.piece == AUTO {
+        if config.llm.model.is_none() {
+            config.llm.model = Some(served_model(&config).await?);
+        }
+        let model = config.llm.model.clone().unwrap_or_default();
+        let provider = client(&config)?;
+        let chosen = classify_piece(
+            &provider,
+            &model,
+            &claimed.job.task,
+            available_pieces(&dirs, &opts),
+        )
+        .await?;
+        tracing::info!(job = %claimed.job.id, piece = %chosen.choice.piece, "classified: {}", chosen.choice.reason);
+        (chosen.piece, chosen.path)
+    } else {
+        let found = find_piece(&claimed.job.piece, &dirs, &opts)?;
+        (found.piece, found.path)
+    };
+    if !ctx.model_from_flag && piece.model.is_some() {
+        config.llm.model = piece.model.clone();
+    }
+    // A run started against an endpoint that does not answer would only wait for it: an
+    // unreachable endpoint sends the job back to the queue instead.
+    match &config.llm.model {
+        Some(model) => check_served(&config, model).await?,
+        None => config.llm.model = Some(served_model(&config).await?),
+    }
+    Ok(Prepared {
+        piece,
+        piece_file: Some(piece_file),
+        config,
+    })
+}
+
+/// The job's stored events, to resume from (none for a new run).
+async fn history(store: &Store, job: JobId) -> Result<Vec<EventRecord>, Ended> {
+    let stored = store
+        .events(job, 0)
+        .await
+        .map_err(|e| Ended::Broken(format!("reading the job's events failed: {e}")))?;
+    stored
+        .into_iter()
+        .map(|event| serde_json::from_value::<EventRecord>(event.payload))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| {
+            Ended::Unstarted(Unstartable::Permanent(format!(
+                "the job's stored events cannot be read: {e}"
+            )))
+        })
+}
+
+/// Runs one claimed job to its end, a park, a retry, a lost lease or a hand-back.
+pub(crate) async fn run_job(
+    ctx: &JobContext,
+    claimed: Claimed,
+    hand_back: &CancellationToken,
+) -> JobEnd {
+    let store = &ctx.store;
+    let lease = claimed.lease.clone();
+    let job_id = claimed.job.id;
+    let fence = Arc::new(Fence::default());
+    let done = CancellationToken::new();
+    let keeper = tokio::spawn(keep_lease(
+        store.clone(),
+        lease.clone(),
+        ctx.lease,
+        Arc::clone(&fence),
+        done.clone(),
+    ));
+    // A hand-back suspends the run: it stops where it is and records no end, so that the
+    // worker that claims the job next resumes it.
+    let suspend = hand_back.child_token();
+    let end = match history(store, job_id).await {
+        Ok(history) => match prepare(ctx, &claimed, &history).await {
+            Ok(prepared) => {
+                run_prepared(ctx, &claimed, prepared, history, &fence, suspend.clone()).await
+            }
+            Err(unstartable) => Ended::Unstarted(unstartable),
+        },
+        Err(ended) => ended,
+    };
+    done.cancel();
+    let _ = keeper.await;
+    if suspend.is_cancelled() && !matches!(end, Ended::Report(_)) {
+        return match store.release(&lease).await {
+            Ok(()) => JobEnd::HandedBack,
+            Err(e) => {
+                tracing::warn!(job = %job_id, "handing the job back failed: {e}");
+                JobEnd::Fenced
+            }
+        };
+    }
+    if let Some(why) = fence.closed() {
+        tracing::info!(job = %job_id, "stopped, writing nothing more: {why}");
+        return JobEnd::Fenced;
+    }
+    let written = match end {
+        Ended::Unstarted(Unstartable::Infrastructure(reason)) | Ended::Retry(reason) => {
+            return fail(store, &lease, &reason).await;
+        }
+        Ended::Unstarted(Unstartable::Permanent(reason)) => {
+            store
+                .finish(
+                    &lease,
+                    Outcome {
+                        status: JobStatus::Failed,
+                        result: None,
+                        reason: Some(reason),
+                    },
+                )
+                .await
+        }
+        Ended::Report(report) => {
+            let finished = store.finish(&lease, outcome(&report)).await;
+            if finished.is_ok() && report.status == RunStatus::NeedsUserInput {
+                // The run's question, for `maestro jobs show` and whoever answers it.
+                let asked = store
+                    .add_comment(job_id, &lease.worker, CommentKind::Question, &report.result)
+                    .await;
+                if let Err(e) = asked {
+                    tracing::warn!(job = %job_id, "recording the run's question failed: {e}");
+                }
+            }
+            finished
+        }
+        Ended::Broken(reason) => return fail(store, &lease, &reason).await,
+        // Only when the hand-back came too late to release (the release above failed).
+        Ended::Suspended => return JobEnd::Fenced,
+    };
+    match written {
+        Ok(()) => JobEnd::Recorded,
+        Err(e) => {
+            tracing::warn!(job = %job_id, "recording the job's end failed: {e}");
+            JobEnd::Fenced
+        }
+    }
+}
+
+async fn fail(store: &Store, lease: &Lease, reason: &str) -> JobEnd {
+    match store.fail(lease, reason).await {
+        Ok(FailDisposition::Requeued { run_at }) => {
+            tracing::info!(job = %lease.job_id, %run_at, "requeued: {reason}");
+            JobEnd::Failed
+        }
+        Ok(FailDisposition::Failed) => {
+            tracing::info!(job = %lease.job_id, "failed: {reason}");
+            JobEnd::Failed
+        }
+        Err(e) => {
+            tracing::warn!(job = %lease.job_id, "reporting the failure failed: {e}");
+            JobEnd::Fenced
+        }
+    }
+}
+
+/// What came of a job's run.
+enum Ended {
+    Unstarted(Unstartable),
+    /// The run ended (or parked) on its own.
+    Report(Box<RunReport>),
+    /// The endpoint became unreachable: run it again later.
+    Retry(String),
+    /// The run record or the store failed.
+    Broken(String),
+    /// Stopped for a hand-back, no end recorded.
+    Suspended,
+}
+
+/// The job's outcome for a run that ended on its own.
+fn outcome(report: &RunReport) -> Outcome {
+    let status = match report.status {
+        RunStatus::Completed => JobStatus::Completed,
+        RunStatus::Aborted => JobStatus::Aborted,
+        RunStatus::Exceeded => JobStatus::Exceeded,
+        RunStatus::NeedsUserInput => JobStatus::WaitingInput,
+        RunStatus::Failed => JobStatus::Failed,
+    };
+    Outcome {
+        status,
+        result: Some(serde_json::json!({
+            "run_id": report.run_id,
+            "status": report.status,
+            "result": report.result,
+            "run_dir": report.run_dir,
+        })),
+        reason: report.reason.as_ref().map(EndReason::to_string),
+    }
+}
+
+/// Runs the engine over the job, its events going to the store under the lease.
+async fn run_prepared(
+    ctx: &JobContext,
+    claimed: &Claimed,
+    prepared: Prepared,
+    history: Vec<EventRecord>,
+    fence: &Arc<Fence>,
+    suspend: CancellationToken,
+) -> Ended {
+    let Prepared {
+        piece,
+        piece_file,
+        config,
+    } = prepared;
+    let engine_config = match config.engine_config() {
+        Ok(c) => c,
+        Err(e) => return Ended::Unstarted(Unstartable::Permanent(e.to_string())),
+    };
+    let provider: Arc<dyn Provider> = match client(&config) {
+        Ok(c) => Arc::new(c),
+        Err(e) => return Ended::Unstarted(e.into()),
+    };
+    let toolbox = match Toolbox::build(&config, &McpSelection::for_piece(&piece)).await {
+        Ok(t) => t,
+        Err(e) => {
+            return Ended::Unstarted(Unstartable::Permanent(format!("{e}: {}", source_of(&e))));
+        }
+    };
+    if let Err(message) = toolbox.ensure_required(&piece.required_mcp) {
+        toolbox.shutdown().await;
+        return Ended::Unstarted(Unstartable::Permanent(format!(
+            "piece `{}` cannot run: {message}",
+            piece.name
+        )));
+    }
+    let mut engine = Engine::new(provider, toolbox.registry.clone(), engine_config);
+    if let Some(key) = config.llm.api_key.clone() {
+        engine = engine.with_secret(key);
+    }
+    let cancel = engine.cancel_token();
+    let stop_run = fence.stop_run.clone();
+    let forward = tokio::spawn(async move {
+        stop_run.cancelled().await;
+        cancel.cancel();
+    });
+    let workspace = claimed.job.workspace.as_ref().map(PathBuf::from);
+    let parts = RunParts {
+        piece,
+        piece_file,
+        history,
+        workspace,
+        suspend,
+    };
+    let ended = match run_spec(ctx, claimed, parts, &config, fence) {
+        Ok(spec) => match engine.run_spec(spec).await {
+            Ok(RunEnd::Finished(report)) => Ended::Report(report),
+            Ok(RunEnd::Retry { reason }) => Ended::Retry(reason),
+            Ok(RunEnd::Suspended) => Ended::Suspended,
+            Err(e) => Ended::Broken(format!("record_error: {e}")),
+        },
+        Err(broken) => broken,
+    };
+    forward.abort();
+    drop(engine);
+    toolbox.shutdown().await;
+    ended
+}
+
+/// What a job's run is made of besides the job.
+struct RunParts {
+    piece: Piece,
+    piece_file: Option<PathBuf>,
+    history: Vec<EventRecord>,
+    workspace: Option<PathBuf>,
+    suspend: CancellationToken,
+}
+
+/// The engine's run of the job: its directory named by the job id, its events in the store
+/// (first, the authority) and in `events.jsonl`, and whatever the store already holds as the
+/// history to resume from.
+fn run_spec(
+    ctx: &JobContext,
+    claimed: &Claimed,
+    parts: RunParts,
+    config: &Config,
+    fence: &Arc<Fence>,
+) -> Result<RunSpec, Ended> {
+    let RunParts {
+        piece,
+        piece_file,
+        history,
+        workspace,
+        suspend,
+    } = parts;
+    let record = RunRecord::open(
+        &config.paths.runs_dir,
+        &claimed.job.id.to_string(),
+        workspace.as_deref(),
+    )
+    .map_err(|e| Ended::Broken(format!("record_error: {e}")))?;
+    let jsonl = JsonlLog::rewrite(&record.events_path(), &history).map_err(|e| {
+        Ended::Broken(format!(
+            "record_error: cannot write {}: {e}",
+            record.events_path().display()
+        ))
+    })?;
+    let store_log = StoreLog::new(ctx.store.clone(), claimed.lease.clone(), Arc::clone(fence));
+    let mut spec = RunSpec::new(Arc::new(piece), &claimed.job.task, record);
+    spec.logs = vec![Arc::new(store_log), Arc::new(jsonl)];
+    spec.history = history;
+    // The last attempt records how the run ended, even when the endpoint is down.
+    spec.retry_infrastructure = claimed.job.attempts < claimed.job.max_attempts;
+    spec.piece_file = piece_file;
+    spec.suspend = Some(suspend);
+    Ok(spec)
+}
+
+fn source_of(e: &dyn std::error::Error) -> String {
+    e.source().map(|s| s.to_string()).unwrap_or_default()
+}

@@ -1,0 +1,231 @@
+//! The job use cases outside a worker: submit, inspect, wait for, cancel.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use maestro_config::Config;
+use maestro_protocol::RunStatus;
+use maestro_store::{
+    CommentKind, Job, JobId, JobQueue, JobStatus, NewJob, Store, StoreError, WorkerInfo,
+};
+use serde::Serialize;
+use time::OffsetDateTime;
+
+use crate::pieces::{AUTO, PieceError, find_piece};
+use crate::toolbox::load_options;
+
+/// A task to queue.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Submission {
+    /// A piece file, a piece name in `paths.pieces_dirs`, or `auto` (the worker classifies).
+    pub piece: String,
+    pub task: String,
+    /// The directory the tools work in (default: the run directory's own workspace).
+    pub workspace: Option<PathBuf>,
+    /// The task class (default: `default`).
+    pub class: Option<String>,
+    pub priority: i64,
+    /// Claims allowed before the job ends `failed` (default 3).
+    pub max_attempts: Option<i64>,
+    /// Who submits it (the audit log's actor).
+    pub submitted_by: String,
+}
+
+/// Why a use case failed.
+#[derive(Debug, thiserror::Error)]
+pub enum JobError {
+    /// The piece cannot be found or does not load.
+    #[error(transparent)]
+    Piece(#[from] PieceError),
+    /// The store refused or failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// No job has this id.
+    #[error("no job with id {0}")]
+    NoSuchJob(JobId),
+    /// `--workspace` cannot be made absolute.
+    #[error("the workspace `{}` cannot be resolved", path.display())]
+    Workspace {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The job had not ended when the wait ran out.
+    #[error("job {id} is still {status} after {waited:?}")]
+    WaitTimedOut {
+        id: JobId,
+        status: JobStatus,
+        waited: Duration,
+    },
+}
+
+/// Queues a task. The piece is looked up now, so that a misspelt name fails at once; the name
+/// (or path) is stored as given, and the worker looks it up again. A workspace is stored as an
+/// absolute path, since a worker may run elsewhere.
+pub async fn submit(store: &Store, config: &Config, s: Submission) -> Result<JobId, JobError> {
+    if s.piece != AUTO {
+        find_piece(&s.piece, &config.paths.pieces_dirs, &load_options(config))?;
+    }
+    let workspace = match s.workspace {
+        Some(path) => Some(
+            std::path::absolute(&path)
+                .map_err(|source| JobError::Workspace { path, source })?
+                .display()
+                .to_string(),
+        ),
+        None => None,
+    };
+    let mut job = NewJob::new(s.piece, s.task, s.submitted_by);
+    job.workspace = workspace;
+    job.priority = s.priority;
+    if let Some(class) = s.class {
+        job.task_class = class;
+    }
+    if let Some(n) = s.max_attempts {
+        job.max_attempts = n;
+    }
+    Ok(store.submit(job).await?)
+}
+
+/// What `maestro jobs list` and `maestro jobs show` print about a job.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct JobSummary {
+    pub id: JobId,
+    pub status: JobStatus,
+    pub piece: String,
+    pub parent_id: Option<JobId>,
+    /// Claims so far.
+    pub attempt: i64,
+    #[serde(with = "time::serde::rfc3339")]
+    pub created_at: OffsetDateTime,
+    #[serde(with = "time::serde::rfc3339")]
+    pub updated_at: OffsetDateTime,
+    /// The run's outcome: `run_id`, `status`, `result`, `run_dir`.
+    pub result: Option<serde_json::Value>,
+    pub reason: Option<String>,
+    /// The run's latest open question (a job waiting for input).
+    pub question: Option<String>,
+    pub schedule_id: Option<String>,
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub scheduled_for: Option<OffsetDateTime>,
+}
+
+async fn summary(store: &Store, job: Job) -> Result<JobSummary, JobError> {
+    let question = if job.status == JobStatus::WaitingInput {
+        store
+            .comments(job.id)
+            .await?
+            .into_iter()
+            .rev()
+            .find(|c| c.kind == CommentKind::Question)
+            .map(|c| c.body)
+    } else {
+        None
+    };
+    Ok(JobSummary {
+        id: job.id,
+        status: job.status,
+        piece: job.piece,
+        parent_id: job.parent_id,
+        attempt: job.attempts,
+        created_at: job.created_at,
+        updated_at: job.updated_at,
+        result: job.result,
+        reason: job.reason,
+        question,
+        schedule_id: job.schedule_id,
+        scheduled_for: job.scheduled_for,
+    })
+}
+
+/// Every job (optionally in one status), oldest first.
+pub async fn list_jobs(
+    store: &Store,
+    status: Option<JobStatus>,
+) -> Result<Vec<JobSummary>, JobError> {
+    let mut out = Vec::new();
+    for job in store.jobs(status).await? {
+        out.push(summary(store, job).await?);
+    }
+    Ok(out)
+}
+
+/// One job.
+pub async fn show_job(store: &Store, id: JobId) -> Result<JobSummary, JobError> {
+    let job = store.job(id).await?.ok_or(JobError::NoSuchJob(id))?;
+    summary(store, job).await
+}
+
+/// The exit code of a job that ended or waits for a person: the run's exit code
+/// ([`RunStatus::exit_code`]); a cancelled job exits as a failed run. `None` while it is
+/// queued, running or waiting for subtasks.
+pub fn exit_code(status: JobStatus) -> Option<i32> {
+    let run = match status {
+        JobStatus::Completed => RunStatus::Completed,
+        JobStatus::Aborted => RunStatus::Aborted,
+        JobStatus::Exceeded => RunStatus::Exceeded,
+        JobStatus::WaitingInput => RunStatus::NeedsUserInput,
+        JobStatus::Failed | JobStatus::Cancelled => RunStatus::Failed,
+        JobStatus::Queued | JobStatus::Running | JobStatus::WaitingSubtasks => return None,
+    };
+    Some(run.exit_code())
+}
+
+/// How often waiting and following look at the store.
+pub const POLL: Duration = Duration::from_millis(200);
+
+/// Waits until the job has an exit code ([`exit_code`]), at most `timeout`.
+pub async fn wait_job(
+    store: &Store,
+    id: JobId,
+    timeout: Option<Duration>,
+) -> Result<Job, JobError> {
+    let started = tokio::time::Instant::now();
+    loop {
+        let job = store.job(id).await?.ok_or(JobError::NoSuchJob(id))?;
+        if exit_code(job.status).is_some() {
+            return Ok(job);
+        }
+        if let Some(limit) = timeout
+            && started.elapsed() >= limit
+        {
+            return Err(JobError::WaitTimedOut {
+                id,
+                status: job.status,
+                waited: limit,
+            });
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Cancels the job and its descendants; returns the ids cancelled.
+pub async fn cancel_job(store: &Store, id: JobId, actor: &str) -> Result<Vec<JobId>, JobError> {
+    Ok(store.cancel(id, actor).await?)
+}
+
+/// A live worker and the jobs it runs now.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WorkerSummary {
+    #[serde(flatten)]
+    pub worker: WorkerInfo,
+    pub running: Vec<JobId>,
+}
+
+/// Workers seen within `within`, each with the jobs it holds a lease on.
+pub async fn live_workers(store: &Store, within: Duration) -> Result<Vec<WorkerSummary>, JobError> {
+    let running = store.jobs(Some(JobStatus::Running)).await?;
+    Ok(store
+        .live_workers(within)
+        .await?
+        .into_iter()
+        .map(|worker| WorkerSummary {
+            running: running
+                .iter()
+                .filter(|job| job.lease_owner.as_deref() == Some(worker.id.as_str()))
+                .map(|job| job.id)
+                .collect(),
+            worker,
+        })
+        .collect())
+}

@@ -1,0 +1,47 @@
+//! Maestro's use cases, shared by every front end (the CLI today, the server next): finding and
+//! classifying pieces, choosing the model, assembling the tool set from the configuration,
+//! choosing the job store, submitting and inspecting jobs, and the worker that runs them under
+//! fenced leases.
+//!
+//! It knows no terminal and no HTTP: functions return typed errors and values, and the front
+//! end presents them.
+//!
+//! ```no_run
+//! # async fn demo(config: maestro_config::Config) -> Result<(), Box<dyn std::error::Error>> {
+//! use maestro_app::{Submission, open_store, submit};
+//!
+//! let store = open_store(None, &config).await?;
+//! let id = submit(&store, &config, Submission {
+//!     piece: "default".into(), task: "fix the tests".into(), workspace: None, class: None,
+//!     priority: 0, max_attempts: None, submitted_by: "alice".into(),
+//! }).await?;
+//! println!("{id}");
+//! # Ok(()) }
+//! ```
+
+mod db;
+mod job;
+mod jobs;
+mod lease;
+mod models;
+mod pieces;
+mod store_log;
+mod toolbox;
+mod worker;
+
+pub use db::{ENV_DB, open_store, store_url};
+pub use jobs::{
+    JobError, JobSummary, POLL, Submission, WorkerSummary, cancel_job, exit_code, list_jobs,
+    live_workers, show_job, submit, wait_job,
+};
+pub use models::{
+    ModelError, check_served, client, endpoint_unreachable, ensure_served, no_endpoint,
+    served_model, tool_mode_cache,
+};
+pub use pieces::{
+    AUTO, Available, Chosen, Found, PieceError, Skipped, available_pieces, classify_piece,
+    find_piece, load_piece,
+};
+pub use store_log::{AppendFailure, Fence, StoreLog};
+pub use toolbox::{McpSelection, Toolbox, ToolboxError, load_options, tool_catalog};
+pub use worker::{Profile, Shutdown, Worker, WorkerError, WorkerOptions, WorkerStats, classes};

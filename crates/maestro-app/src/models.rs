@@ -1,0 +1,147 @@
+//! The model endpoint as configured: its client, and which model a run uses when none is named.
+
+use std::path::PathBuf;
+
+use maestro_config::Config;
+use maestro_llm::{LlmError, OpenAiCompat};
+
+/// Why no usable model was found.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    /// The client could not be built from the configuration.
+    #[error(transparent)]
+    Client(#[from] maestro_llm::ConfigError),
+    /// Nothing answers at the endpoint.
+    #[error("{}", no_endpoint(base_url))]
+    Unreachable {
+        base_url: String,
+        /// The connection error (not a `#[source]`: the message already says what to do, and
+        /// the CLI prints the chain).
+        cause: LlmError,
+    },
+    /// Listing the endpoint's models failed otherwise.
+    #[error(
+        "no model: set llm.model, MAESTRO_MODEL or --model (listing the models at {base_url} \
+         failed: {cause})"
+    )]
+    ListFailed {
+        base_url: String,
+        /// Shown in the message, so not also a `#[source]`.
+        cause: LlmError,
+    },
+    /// The endpoint lists no model.
+    #[error("no model: set llm.model, MAESTRO_MODEL or --model ({base_url} lists no models)")]
+    NoneServed { base_url: String },
+    /// The endpoint lists several models and none was chosen.
+    #[error("no model: set llm.model, MAESTRO_MODEL or --model; {base_url} serves: {}", served.join(", "))]
+    Ambiguous {
+        base_url: String,
+        served: Vec<String>,
+    },
+    /// The chosen model is not among those the endpoint lists.
+    #[error(
+        "the model `{model}` is not served by {base_url}; it serves: {}. Choose one with \
+         --model, the piece's `model`, MAESTRO_MODEL or llm.model",
+        served.join(", ")
+    )]
+    NotServed {
+        model: String,
+        base_url: String,
+        served: Vec<String>,
+    },
+}
+
+/// Where `tool_mode: auto` remembers, per endpoint and model, the mode it settled on:
+/// `~/.maestro/cache/tool-modes.json`.
+pub fn tool_mode_cache() -> Option<PathBuf> {
+    let home = std::env::var_os("HOME").filter(|h| !h.is_empty())?;
+    Some(PathBuf::from(home).join(".maestro/cache/tool-modes.json"))
+}
+
+/// The model endpoint's client, as configured.
+pub fn client(config: &Config) -> Result<OpenAiCompat, ModelError> {
+    let mut openai = config.llm.to_openai_config();
+    openai.tool_mode_cache = tool_mode_cache();
+    Ok(OpenAiCompat::new(openai)?)
+}
+
+/// A model the endpoint does not list (`GET /v1/models`) stops the run before it starts, with
+/// what the endpoint serves. An endpoint that cannot list its models is not held to this.
+pub async fn ensure_served(config: &Config, model: &str) -> Result<(), ModelError> {
+    match check_served(config, model).await {
+        Err(ModelError::Unreachable { .. }) => Ok(()),
+        checked => checked,
+    }
+}
+
+/// [`ensure_served`], except that an endpoint that does not answer at all is
+/// [`ModelError::Unreachable`]: a worker waits for it rather than starting a run that can only
+/// fail.
+pub async fn check_served(config: &Config, model: &str) -> Result<(), ModelError> {
+    let base = &config.llm.base_url;
+    let served = match client(config)?.list_models().await {
+        Ok(served) => served,
+        Err(cause @ LlmError::Connect { .. }) => {
+            return Err(ModelError::Unreachable {
+                base_url: base.clone(),
+                cause,
+            });
+        }
+        Err(_) => return Ok(()),
+    };
+    // Ollama lists `qwen3:latest` and answers to `qwen3`.
+    let listed = |id: &String| id == model || id.strip_suffix(":latest") == Some(model);
+    if served.is_empty() || served.iter().any(listed) {
+        return Ok(());
+    }
+    Err(ModelError::NotServed {
+        model: model.to_string(),
+        base_url: base.clone(),
+        served,
+    })
+}
+
+/// With no model configured anywhere, the endpoint's only model is used; several (or none) is an
+/// error that lists what the endpoint serves.
+pub async fn served_model(config: &Config) -> Result<String, ModelError> {
+    let base_url = config.llm.base_url.clone();
+    let models = client(config)?
+        .list_models()
+        .await
+        .map_err(|cause| match cause {
+            LlmError::Connect { .. } => ModelError::Unreachable {
+                base_url: base_url.clone(),
+                cause,
+            },
+            cause => ModelError::ListFailed {
+                base_url: base_url.clone(),
+                cause,
+            },
+        })?;
+    match models.as_slice() {
+        [only] => Ok(only.clone()),
+        [] => Err(ModelError::NoneServed { base_url }),
+        several => Err(ModelError::Ambiguous {
+            base_url,
+            served: several.to_vec(),
+        }),
+    }
+}
+
+/// The one line a user needs when nothing answers at `base`.
+pub fn no_endpoint(base: &str) -> String {
+    format!(
+        "no model endpoint answers at {base}; start the small local model with \
+         `export MAESTRO_LLM_BASE_URL=$(bash scripts/local-llm.sh start)` from the Maestro source \
+         tree, or give your endpoint with --llm-base-url or MAESTRO_LLM_BASE_URL"
+    )
+}
+
+/// Whether nothing answers at the configured endpoint at all (after a failed run, to say how to
+/// get one).
+pub async fn endpoint_unreachable(config: &Config) -> bool {
+    let Ok(provider) = client(config) else {
+        return false;
+    };
+    matches!(provider.list_models().await, Err(LlmError::Connect { .. }))
+}

@@ -1,0 +1,296 @@
+//! The worker: claims jobs of its profiles' task classes, runs each through the engine under a
+//! fenced lease that a heartbeat keeps alive, and writes how it ended.
+//!
+//! One process may serve several profiles, each with its own concurrency. Shutting down
+//! ([`Shutdown`]) stops claiming, lets runs in flight finish for the drain time, then hands the
+//! rest back (their leases released, so another worker takes them at once).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use maestro_config::{Config, WorkerProfile};
+use maestro_store::{Classes, JobQueue, Store, StoreError, WorkerInfo};
+use time::OffsetDateTime;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::job::{JobContext, JobEnd, run_job};
+
+/// One worker profile: a name, how many jobs at once, which task classes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Profile {
+    pub name: String,
+    pub concurrency: usize,
+    pub classes: Classes,
+}
+
+impl Profile {
+    /// The profile a `workers:` entry describes.
+    pub fn from_config(profile: &WorkerProfile) -> Profile {
+        Profile {
+            name: profile.name.clone(),
+            concurrency: usize::try_from(profile.concurrency.max(1)).unwrap_or(1),
+            classes: classes(&profile.task_classes),
+        }
+    }
+}
+
+/// `Classes::Any` for an empty list.
+pub fn classes(names: &[String]) -> Classes {
+    if names.is_empty() {
+        Classes::Any
+    } else {
+        Classes::Only(names.to_vec())
+    }
+}
+
+/// How a worker process runs.
+#[derive(Debug, Clone)]
+pub struct WorkerOptions {
+    /// Shown by `maestro workers`.
+    pub name: String,
+    pub profiles: Vec<Profile>,
+    /// How long a claim holds; renewed every third of it.
+    pub lease: Duration,
+    /// How long runs in flight may go on after shutdown begins.
+    pub drain: Duration,
+    /// How long an idle slot waits before looking for work again.
+    pub idle_poll: Duration,
+    /// The model was chosen on the command line: it wins over a piece's `model`.
+    pub model_from_flag: bool,
+}
+
+impl WorkerOptions {
+    /// The default lease.
+    pub const LEASE: Duration = Duration::from_secs(30);
+    /// The default drain time.
+    pub const DRAIN: Duration = Duration::from_secs(30);
+}
+
+/// Tells a running worker to stop: first [`Shutdown::stop_claiming`] (drain), then, or when
+/// the drain time is up, [`Shutdown::hand_back`].
+#[derive(Debug, Clone, Default)]
+pub struct Shutdown {
+    stop: CancellationToken,
+    hand_back: CancellationToken,
+}
+
+impl Shutdown {
+    pub fn new() -> Shutdown {
+        Shutdown::default()
+    }
+
+    /// Claim nothing more; runs in flight go on for the drain time.
+    pub fn stop_claiming(&self) {
+        self.stop.cancel();
+    }
+
+    /// Stop the runs in flight now and release their leases.
+    pub fn hand_back(&self) {
+        self.stop.cancel();
+        self.hand_back.cancel();
+    }
+}
+
+/// What a worker did before it stopped.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WorkerStats {
+    /// Runs that ended (or parked) and were recorded.
+    pub finished: u64,
+    /// Jobs queued again after an infrastructure failure, or ended `failed` for it.
+    pub failed: u64,
+    /// Jobs whose lease was lost or that were cancelled while running.
+    pub fenced: u64,
+    /// Jobs handed back at shutdown.
+    pub handed_back: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    finished: AtomicU64,
+    failed: AtomicU64,
+    fenced: AtomicU64,
+    handed_back: AtomicU64,
+}
+
+/// Why the worker could not run at all.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    /// Registering the worker failed.
+    #[error("cannot register the worker")]
+    Register(#[source] StoreError),
+}
+
+/// A worker process: a store, the configuration runs use, and how to run.
+#[derive(Debug, Clone)]
+pub struct Worker {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    job: JobContext,
+    options: WorkerOptions,
+}
+
+impl Worker {
+    pub fn new(store: Store, config: Config, options: WorkerOptions) -> Worker {
+        Worker {
+            inner: Arc::new(Inner {
+                job: JobContext {
+                    store,
+                    config,
+                    lease: options.lease,
+                    model_from_flag: options.model_from_flag,
+                },
+                options,
+            }),
+        }
+    }
+
+    /// Registers the profiles and runs until `shutdown`, then drains and hands back.
+    pub async fn run(&self, shutdown: Shutdown) -> Result<WorkerStats, WorkerError> {
+        let inner = &self.inner;
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_string())
+            .unwrap_or_else(|_| "localhost".to_string());
+        let now = OffsetDateTime::now_utc();
+        let mut ids = Vec::new();
+        for profile in &inner.options.profiles {
+            let info = WorkerInfo {
+                id: uuid::Uuid::now_v7().to_string(),
+                name: inner.options.name.clone(),
+                profile: profile.name.clone(),
+                task_classes: match &profile.classes {
+                    Classes::Any => Vec::new(),
+                    Classes::Only(names) => names.clone(),
+                },
+                host: host.clone(),
+                pid: i64::from(std::process::id()),
+                started_at: now,
+                heartbeat_at: now,
+            };
+            inner
+                .job
+                .store
+                .register_worker(&info)
+                .await
+                .map_err(WorkerError::Register)?;
+            ids.push((info.id, profile.clone()));
+        }
+        let done = CancellationToken::new();
+        let beat = tokio::spawn(worker_heartbeats(
+            inner.job.store.clone(),
+            ids.iter().map(|(id, _)| id.clone()).collect(),
+            inner.options.lease / 3,
+            done.clone(),
+        ));
+        let counters = Arc::new(Counters::default());
+        let mut slots = JoinSet::new();
+        for (id, profile) in &ids {
+            for _ in 0..profile.concurrency {
+                slots.spawn(slot(
+                    Arc::clone(&self.inner),
+                    id.clone(),
+                    profile.classes.clone(),
+                    shutdown.clone(),
+                    Arc::clone(&counters),
+                ));
+            }
+        }
+        let drain = inner.options.drain;
+        let deadline = {
+            let shutdown = shutdown.clone();
+            async move {
+                shutdown.stop.cancelled().await;
+                tokio::time::sleep(drain).await;
+            }
+        };
+        tokio::select! {
+            _ = join_all(&mut slots) => {}
+            _ = deadline => {
+                tracing::info!("drain time is up: handing the runs in flight back");
+                shutdown.hand_back();
+                join_all(&mut slots).await;
+            }
+        }
+        done.cancel();
+        let _ = beat.await;
+        Ok(WorkerStats {
+            finished: counters.finished.load(Ordering::Relaxed),
+            failed: counters.failed.load(Ordering::Relaxed),
+            fenced: counters.fenced.load(Ordering::Relaxed),
+            handed_back: counters.handed_back.load(Ordering::Relaxed),
+        })
+    }
+}
+
+async fn join_all(set: &mut JoinSet<()>) {
+    while let Some(joined) = set.join_next().await {
+        if let Err(e) = joined {
+            tracing::error!("a worker slot stopped: {e}");
+        }
+    }
+}
+
+async fn worker_heartbeats(
+    store: Store,
+    ids: Vec<String>,
+    every: Duration,
+    done: CancellationToken,
+) {
+    loop {
+        tokio::select! {
+            _ = done.cancelled() => return,
+            _ = tokio::time::sleep(every) => {}
+        }
+        for id in &ids {
+            if let Err(e) = store.worker_heartbeat(id).await {
+                tracing::warn!("worker heartbeat failed: {e}");
+            }
+        }
+    }
+}
+
+/// One unit of concurrency: claim, run, repeat, until shutdown.
+async fn slot(
+    inner: Arc<Inner>,
+    worker_id: String,
+    classes: Classes,
+    shutdown: Shutdown,
+    counters: Arc<Counters>,
+) {
+    while !shutdown.stop.is_cancelled() {
+        match inner
+            .job
+            .store
+            .claim(&worker_id, &classes, inner.options.lease)
+            .await
+        {
+            Ok(Some(claimed)) => {
+                let end = run_job(&inner.job, claimed, &shutdown.hand_back).await;
+                let counter = match end {
+                    JobEnd::Recorded => &counters.finished,
+                    JobEnd::Failed => &counters.failed,
+                    JobEnd::Fenced => &counters.fenced,
+                    JobEnd::HandedBack => &counters.handed_back,
+                };
+                counter.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok(None) => {
+                tokio::select! {
+                    _ = shutdown.stop.cancelled() => {}
+                    _ = tokio::time::sleep(inner.options.idle_poll) => {}
+                }
+            }
+            Err(e) => {
+                tracing::warn!("claiming a job failed: {e}");
+                tokio::select! {
+                    _ = shutdown.stop.cancelled() => {}
+                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                }
+            }
+        }
+    }
+}

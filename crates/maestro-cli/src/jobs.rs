@@ -1,0 +1,368 @@
+//! `maestro submit`, `maestro jobs …` and `maestro workers`: queue tasks and look at the job
+//! store (`--db`, `MAESTRO_DB`, `store.url`, or `.maestro/maestro.db`).
+
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context as _, anyhow};
+use maestro_app::{JobError, JobSummary, POLL, Submission};
+use maestro_config::{Config, LoadFrom};
+use maestro_store::{JobId, JobQueue, JobStatus, Store};
+
+/// Where the store and the configuration come from.
+#[derive(Debug, Clone, clap::Args)]
+pub struct StoreArgs {
+    /// The job store: `sqlite://PATH` or `postgres://…` (also `MAESTRO_DB`, `store.url`;
+    /// default `sqlite://.maestro/maestro.db` in the project).
+    #[arg(long)]
+    pub db: Option<String>,
+    /// Use this configuration file instead of `~/.maestro/config.yaml` and
+    /// `.maestro/config.yaml`.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+}
+
+impl StoreArgs {
+    pub fn configuration(&self) -> anyhow::Result<Config> {
+        let (config, _files) =
+            Config::load(LoadFrom::current(self.config.clone())?).map_err(|e| anyhow!("{e}"))?;
+        Ok(config)
+    }
+
+    pub async fn open(&self, config: &Config) -> anyhow::Result<Store> {
+        Ok(maestro_app::open_store(self.db.as_deref(), config).await?)
+    }
+}
+
+#[derive(Debug, clap::Args)]
+pub struct SubmitArgs {
+    /// A piece file, a piece name found in the pieces directories, or `auto` to let the
+    /// worker's classifier choose.
+    piece: String,
+    /// The task to run.
+    #[arg(long)]
+    task: String,
+    /// Work in this directory instead of the run directory's own workspace.
+    #[arg(long)]
+    workspace: Option<PathBuf>,
+    /// The task class; only workers serving it claim the job (default: `default`).
+    #[arg(long)]
+    class: Option<String>,
+    /// Higher runs first (default 0).
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+    priority: i64,
+    /// Claims allowed before the job ends `failed` (default 3).
+    #[arg(long)]
+    max_attempts: Option<i64>,
+    /// Print `{"id": …}` instead of the bare id.
+    #[arg(long)]
+    json: bool,
+    /// Directories searched for pieces by name (default: `paths.pieces_dirs`).
+    #[arg(long)]
+    pieces_dir: Vec<PathBuf>,
+    #[command(flatten)]
+    store: StoreArgs,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum JobsCommand {
+    /// List jobs, oldest first, one JSON object per line with --json.
+    List {
+        /// Only jobs in this status (queued, running, waiting_input, waiting_subtasks,
+        /// completed, aborted, exceeded, failed, cancelled).
+        #[arg(long)]
+        status: Option<String>,
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+    /// Show one job.
+    Show {
+        id: String,
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+    /// Print a job's events, the same JSON lines as the run's `events.jsonl`.
+    Events {
+        id: String,
+        /// Only events with a larger sequence number.
+        #[arg(long, default_value_t = 0)]
+        after: i64,
+        /// Keep printing new events until the job ends.
+        #[arg(long)]
+        follow: bool,
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+    /// Wait for a job to end and exit with its run's exit code (0 completed, 1 failed or
+    /// cancelled, 3 aborted, 4 waiting for input, 5 exceeded).
+    Wait {
+        id: String,
+        /// Give up after this many seconds (exit code 2).
+        #[arg(long)]
+        timeout: Option<f64>,
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+    /// Cancel a job and its subtasks; a running job stops within about a second.
+    Cancel {
+        id: String,
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+}
+
+#[derive(Debug, clap::Args)]
+pub struct WorkersArgs {
+    /// One JSON object per worker per line.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    store: StoreArgs,
+}
+
+/// Who is acting, for the audit log.
+pub fn actor() -> String {
+    std::env::var("USER")
+        .ok()
+        .filter(|u| !u.is_empty())
+        .unwrap_or_else(|| "cli".to_string())
+}
+
+/// A current-thread runtime for one command.
+pub fn block_on<F: std::future::Future<Output = anyhow::Result<u8>>>(f: F) -> anyhow::Result<u8> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(f)
+}
+
+fn parse_id(id: &str) -> anyhow::Result<JobId> {
+    id.parse()
+        .map_err(|_| anyhow!("`{id}` is not a job id (a UUID, as `maestro submit` prints)"))
+}
+
+pub fn submit(args: SubmitArgs) -> anyhow::Result<u8> {
+    block_on(async move {
+        let mut config = args.store.configuration()?;
+        if !args.pieces_dir.is_empty() {
+            config.paths.pieces_dirs = args.pieces_dir.clone();
+        }
+        let store = args.store.open(&config).await?;
+        let submitted = maestro_app::submit(
+            &store,
+            &config,
+            Submission {
+                piece: args.piece,
+                task: args.task,
+                workspace: args.workspace,
+                class: args.class,
+                priority: args.priority,
+                max_attempts: args.max_attempts,
+                submitted_by: actor(),
+            },
+        )
+        .await;
+        let id = match submitted {
+            Ok(id) => id,
+            Err(JobError::Piece(e)) => return Err(crate::run::explain_piece_error(e)),
+            Err(e) => return Err(e.into()),
+        };
+        if args.json {
+            println!("{}", serde_json::json!({"id": id}));
+        } else {
+            println!("{id}");
+        }
+        Ok(0)
+    })
+}
+
+fn human(job: &JobSummary) -> String {
+    let mut line = format!(
+        "{}  {:<16} {:<20} attempt {}",
+        job.id, job.status, job.piece, job.attempt
+    );
+    if let Some(reason) = &job.reason {
+        line.push_str(&format!("  ({reason})"));
+    }
+    line
+}
+
+pub fn jobs(command: JobsCommand) -> anyhow::Result<u8> {
+    block_on(async move {
+        match command {
+            JobsCommand::List {
+                status,
+                json,
+                store,
+            } => {
+                let status = status
+                    .map(|s| s.parse::<JobStatus>())
+                    .transpose()
+                    .map_err(|e| {
+                        anyhow!(
+                            "{e}; expected one of: {}",
+                            JobStatus::ALL.map(|s| s.as_str()).join(", ")
+                        )
+                    })?;
+                let config = store.configuration()?;
+                let store = store.open(&config).await?;
+                let mut out = std::io::stdout().lock();
+                for job in maestro_app::list_jobs(&store, status).await? {
+                    if json {
+                        writeln!(out, "{}", serde_json::to_string(&job)?)?;
+                    } else {
+                        writeln!(out, "{}", human(&job))?;
+                    }
+                }
+                Ok(0)
+            }
+            JobsCommand::Show { id, json, store } => {
+                let id = parse_id(&id)?;
+                let config = store.configuration()?;
+                let store = store.open(&config).await?;
+                let job = maestro_app::show_job(&store, id).await?;
+                if json {
+                    println!("{}", serde_json::to_string(&job)?);
+                } else {
+                    let value = serde_json::to_value(&job)?;
+                    if let Some(fields) = value.as_object() {
+                        for (key, value) in fields {
+                            if key == "result"
+                                && let Some(outcome) = value.as_object()
+                            {
+                                // The run's own words first, then where its record is.
+                                for (label, field) in [("result", "result"), ("run_dir", "run_dir")]
+                                {
+                                    let text = outcome.get(field).and_then(|v| v.as_str());
+                                    println!("{label}: {}", text.unwrap_or("-"));
+                                }
+                                continue;
+                            }
+                            match value {
+                                serde_json::Value::String(text) => println!("{key}: {text}"),
+                                serde_json::Value::Null => println!("{key}: -"),
+                                other => println!("{key}: {other}"),
+                            }
+                        }
+                    }
+                }
+                Ok(0)
+            }
+            JobsCommand::Events {
+                id,
+                after,
+                follow,
+                store,
+            } => {
+                let id = parse_id(&id)?;
+                let config = store.configuration()?;
+                let store = store.open(&config).await?;
+                follow_events(&store, id, after, follow).await?;
+                Ok(0)
+            }
+            JobsCommand::Wait { id, timeout, store } => {
+                let id = parse_id(&id)?;
+                let config = store.configuration()?;
+                let store = store.open(&config).await?;
+                let timeout = timeout.map(Duration::from_secs_f64);
+                let job = maestro_app::wait_job(&store, id, timeout).await?;
+                let code = maestro_app::exit_code(job.status).unwrap_or(1);
+                let mut line = format!("job {} {}", job.id, job.status);
+                if let Some(reason) = &job.reason {
+                    line.push_str(&format!(" ({reason})"));
+                }
+                eprintln!("{line}");
+                Ok(u8::try_from(code).unwrap_or(1))
+            }
+            JobsCommand::Cancel { id, store } => {
+                let id = parse_id(&id)?;
+                let config = store.configuration()?;
+                let store = store.open(&config).await?;
+                for cancelled in maestro_app::cancel_job(&store, id, &actor()).await? {
+                    println!("cancelled {cancelled}");
+                }
+                Ok(0)
+            }
+        }
+    })
+}
+
+/// Prints the job's events after `after`; with `follow`, keeps going until the job has ended
+/// and every event is printed.
+async fn follow_events(
+    store: &Store,
+    id: JobId,
+    mut after: i64,
+    follow: bool,
+) -> anyhow::Result<()> {
+    if store.job(id).await?.is_none() {
+        return Err(JobError::NoSuchJob(id).into());
+    }
+    loop {
+        // Read the status before the events, so that events written just before the end are
+        // not missed.
+        let ended = match store.job(id).await? {
+            Some(job) => maestro_app::exit_code(job.status).is_some(),
+            None => true,
+        };
+        let events = store.events(id, after).await?;
+        let mut out = std::io::stdout().lock();
+        for event in &events {
+            writeln!(out, "{}", serde_json::to_string(&event.payload)?)?;
+            after = event.seq;
+        }
+        out.flush()?;
+        drop(out);
+        if !follow || (ended && events.is_empty()) {
+            return Ok(());
+        }
+        if events.is_empty() {
+            tokio::time::sleep(POLL).await;
+        }
+    }
+}
+
+/// How recent a worker's heartbeat must be for `maestro workers` to list it.
+const LIVE_WITHIN: Duration = Duration::from_secs(60);
+
+pub fn workers(args: WorkersArgs) -> anyhow::Result<u8> {
+    block_on(async move {
+        let config = args.store.configuration()?;
+        let store = args.store.open(&config).await?;
+        let mut out = std::io::stdout().lock();
+        for w in maestro_app::live_workers(&store, LIVE_WITHIN).await? {
+            if args.json {
+                writeln!(out, "{}", serde_json::to_string(&w)?)?;
+            } else {
+                let classes = if w.worker.task_classes.is_empty() {
+                    "*".to_string()
+                } else {
+                    w.worker.task_classes.join(",")
+                };
+                let running: Vec<String> = w.running.iter().map(JobId::to_string).collect();
+                writeln!(
+                    out,
+                    "{}  {}/{}  classes {}  {}:{}  running: {}",
+                    w.worker.id,
+                    w.worker.name,
+                    w.worker.profile,
+                    classes,
+                    w.worker.host,
+                    w.worker.pid,
+                    if running.is_empty() {
+                        "-".to_string()
+                    } else {
+                        running.join(", ")
+                    }
+                )?;
+            }
+        }
+        Ok(0)
+    })
+}

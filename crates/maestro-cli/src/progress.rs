@@ -199,7 +199,6 @@ impl ProgressModel {
                 ))
             }
             RunEvent::ScratchUpdated { .. } => None,
-            RunEvent::RunResumed { after_seq } => Some(format!("resumed after event {after_seq}")),
         };
         line.into_iter().collect()
     }

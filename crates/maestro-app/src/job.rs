@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use maestro_config::Config;
 use maestro_engine::{
-    EndReason, Engine, EventRecord, JsonlLog, RunEnd, RunEvent, RunRecord, RunReport, RunSpec,
+    Engine, EventRecord, JsonlLog, RunEnd, RunEvent, RunRecord, RunReport, RunSpec,
 };
 use maestro_llm::Provider;
 use maestro_piece::Piece;
@@ -19,6 +19,7 @@ use maestro_store::{
 use tokio_util::sync::CancellationToken;
 
 use crate::lease::keep_lease;
+use crate::local::outcome;
 use crate::models::{ModelError, check_served, client, served_model};
 use crate::pieces::{AUTO, PieceError, available_pieces, classify_piece, find_piece, load_piece};
 use crate::store_log::{Fence, StoreLog};
@@ -88,7 +89,7 @@ struct Prepared {
 
 /// The piece a resumed run started with, as its `run_started` event recorded it: the file, and
 /// the piece's name.
-fn recorded_piece(history: &[EventRecord]) -> Option<(String, Option<PathBuf>)> {
+pub fn recorded_piece(history: &[EventRecord]) -> Option<(String, Option<PathBuf>)> {
     history.iter().find_map(|record| match &record.event {
         RunEvent::RunStarted {
             piece, piece_file, ..
@@ -282,27 +283,6 @@ enum Ended {
     Broken(String),
     /// Stopped for a hand-back, no end recorded.
     Suspended,
-}
-
-/// The job's outcome for a run that ended on its own.
-fn outcome(report: &RunReport) -> Outcome {
-    let status = match report.status {
-        RunStatus::Completed => JobStatus::Completed,
-        RunStatus::Aborted => JobStatus::Aborted,
-        RunStatus::Exceeded => JobStatus::Exceeded,
-        RunStatus::NeedsUserInput => JobStatus::WaitingInput,
-        RunStatus::Failed => JobStatus::Failed,
-    };
-    Outcome {
-        status,
-        result: Some(serde_json::json!({
-            "run_id": report.run_id,
-            "status": report.status,
-            "result": report.result,
-            "run_dir": report.run_dir,
-        })),
-        reason: report.reason.as_ref().map(EndReason::to_string),
-    }
 }
 
 /// Runs the engine over the job, its events going to the store under the lease.

@@ -21,8 +21,10 @@
 
 mod db;
 mod job;
+pub use job::recorded_piece;
 mod jobs;
 mod lease;
+mod local;
 mod models;
 mod pieces;
 mod store_log;
@@ -34,6 +36,7 @@ pub use jobs::{
     JobError, JobSummary, POLL, Submission, WorkerSummary, cancel_job, exit_code, list_jobs,
     live_workers, show_job, submit, wait_job,
 };
+pub use local::{LOCAL_LEASE, LocalError, LocalJob};
 pub use models::{
     ModelError, check_served, client, endpoint_unreachable, ensure_served, no_endpoint,
     served_model, tool_mode_cache,

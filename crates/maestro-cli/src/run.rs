@@ -6,14 +6,15 @@ use std::sync::Arc;
 
 use anyhow::{Context as _, anyhow};
 use maestro_app::{
-    McpSelection, PieceError, Skipped, Toolbox, available_pieces, classify_piece, client,
-    endpoint_unreachable, ensure_served, no_endpoint, tool_catalog,
+    LocalJob, McpSelection, PieceError, Skipped, Toolbox, available_pieces, classify_piece, client,
+    endpoint_unreachable, ensure_served, no_endpoint, open_store, recorded_piece, tool_catalog,
 };
 use maestro_config::{Config, LoadFrom};
-use maestro_engine::{Engine, EventSink, JsonlSink, RunRecord};
+use maestro_engine::{Engine, EventSink, JsonlSink, RunEnd, RunRecord, RunSpec};
 use maestro_llm::{Provider, ToolMode};
 use maestro_piece::{LoadOptions, Piece, render_diagnostics};
 use maestro_protocol::RunStatus;
+use maestro_store::NewJob;
 
 use crate::progress::Progress;
 
@@ -23,8 +24,17 @@ pub struct Args {
     /// let the classifier choose.
     piece: Option<String>,
     /// The task to run.
+    #[arg(long, required_unless_present = "resume")]
+    task: Option<String>,
+    /// Continue the run (the job) with this id where it stopped: after Ctrl-C, a failure or
+    /// kill -9. What its record holds is reused: no recorded model answer is asked again and no
+    /// recorded tool call runs again.
+    #[arg(long, conflicts_with_all = ["piece", "task", "workspace"])]
+    resume: Option<String>,
+    /// The job store (`sqlite://PATH` or `postgres://…`; also `MAESTRO_DB`, `store.url`;
+    /// default `sqlite://.maestro/maestro.db`). Every run is a job there.
     #[arg(long)]
-    task: String,
+    db: Option<String>,
     /// Work in this directory instead of the run directory's own workspace.
     #[arg(long)]
     workspace: Option<PathBuf>,
@@ -156,20 +166,44 @@ async fn run_async(args: Args) -> anyhow::Result<u8> {
         tools: Some(tool_catalog(&config)),
         ..crate::validate::load_options(None, &config.paths.facets_dirs)
     };
-    let piece = match args.piece.as_deref() {
-        None | Some("auto") => {
-            if config.llm.model.is_none() {
-                config.llm.model = Some(served_model(&config).await?);
-            }
-            let model = config
-                .llm
-                .require_model()
-                .map_err(|e| anyhow!("{e}"))?
-                .to_string();
-            let provider = client(&config)?;
-            classified_piece(&provider, &model, &args.task, &dirs, &opts).await?
+    let store = open_store(args.db.as_deref(), &config).await?;
+    // A resumed run takes its job, its record and its piece from the store.
+    let resumed = match &args.resume {
+        Some(id) => {
+            let local = LocalJob::resume(store.clone(), id).await?;
+            let history = local.history().await?;
+            Some((local, history))
         }
-        Some(given) => find_piece(given, &dirs, &opts)?,
+        None => None,
+    };
+    let task = match (&resumed, &args.task) {
+        (Some((local, _)), _) => local.job().task.clone(),
+        (None, Some(task)) => task.clone(),
+        (None, None) => return Err(anyhow!("--task is required")),
+    };
+    let (piece, piece_file) = match &resumed {
+        Some((local, history)) => match recorded_piece(history) {
+            Some((_, Some(file))) if file.is_file() => {
+                (crate::run::load_piece_file(&file, &opts)?, Some(file))
+            }
+            Some((name, _)) => found_piece(&name, &dirs, &opts)?,
+            None => found_piece(&local.job().piece, &dirs, &opts)?,
+        },
+        None => match args.piece.as_deref() {
+            None | Some("auto") => {
+                if config.llm.model.is_none() {
+                    config.llm.model = Some(served_model(&config).await?);
+                }
+                let model = config
+                    .llm
+                    .require_model()
+                    .map_err(|e| anyhow!("{e}"))?
+                    .to_string();
+                let provider = client(&config)?;
+                classified_piece(&provider, &model, &task, &dirs, &opts).await?
+            }
+            Some(given) => found_piece(given, &dirs, &opts)?,
+        },
     };
     // The more specific setting wins: the flag, then the piece, then the environment and the
     // configuration files (already merged in that order).
@@ -196,19 +230,50 @@ async fn run_async(args: Args) -> anyhow::Result<u8> {
     if let Some(key) = config.llm.api_key.clone() {
         engine = engine.with_secret(key);
     }
+    let (local, history) = match resumed {
+        Some(resumed) => resumed,
+        None => {
+            let mut job = NewJob::new(
+                piece_file
+                    .as_ref()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_else(|| piece.name.clone()),
+                task.clone(),
+                whoami(),
+            );
+            job.workspace = args
+                .workspace
+                .as_ref()
+                .map(|w| std::path::absolute(w).unwrap_or_else(|_| w.clone()))
+                .map(|w| w.display().to_string());
+            (LocalJob::start(store, job).await?, Vec::new())
+        }
+    };
     let cancel = engine.cancel_token();
     let stop = stop_signal()?;
+    let stop_run = local.stop_run();
     tokio::spawn(async move {
-        if stop.await {
-            cancel.cancel();
+        tokio::select! {
+            got = stop => if got { cancel.cancel() },
+            _ = stop_run.cancelled() => cancel.cancel(),
         }
     });
 
-    let record = match RunRecord::create(&config.paths.runs_dir, args.workspace.as_deref()) {
-        Ok(record) => record,
+    let workspace = local.job().workspace.as_ref().map(PathBuf::from);
+    let record = RunRecord::open(
+        &config.paths.runs_dir,
+        &local.id().to_string(),
+        workspace.as_deref(),
+    );
+    let (record, logs) = match record
+        .map_err(anyhow::Error::from)
+        .and_then(|r| Ok((r.clone(), local.logs(&r, &history)?)))
+    {
+        Ok(ready) => ready,
         Err(e) => {
             toolbox.shutdown().await;
-            return Err(e.into());
+            let _ = local.abandon(&e.to_string()).await;
+            return Err(e);
         }
     };
     let run_dir = record.dir.clone();
@@ -220,9 +285,12 @@ async fn run_async(args: Args) -> anyhow::Result<u8> {
         Some(progress) => Arc::clone(progress) as Arc<dyn EventSink>,
         None => Arc::new(JsonlSink::new(std::io::stdout())),
     };
-    let outcome = engine
-        .run(Arc::new(piece), &args.task, record, vec![observer])
-        .await;
+    let mut spec = RunSpec::new(Arc::new(piece), &task, record);
+    spec.logs = logs;
+    spec.observers = vec![observer];
+    spec.history = history;
+    spec.piece_file = piece_file;
+    let outcome = engine.run_spec(spec).await;
     if let Some(progress) = &progress {
         progress.finish();
     }
@@ -230,7 +298,18 @@ async fn run_async(args: Args) -> anyhow::Result<u8> {
     // hub holds the last handle on each connection and can wait for the servers to exit.
     drop(engine);
     toolbox.shutdown().await;
-    let report = outcome?;
+    let end = match outcome {
+        Ok(end) => end,
+        Err(e) => {
+            let _ = local.abandon(&e.to_string()).await;
+            return Err(e.into());
+        }
+    };
+    let cancelled_elsewhere = local.stop_run().is_cancelled();
+    local.finish(&end).await?;
+    let RunEnd::Finished(report) = end else {
+        return Err(anyhow!("the run stopped without an end"));
+    };
     if report.status == RunStatus::Failed && endpoint_unreachable(&config).await {
         eprintln!("error: {}", no_endpoint(&config.llm.base_url));
     }
@@ -239,32 +318,54 @@ async fn run_async(args: Args) -> anyhow::Result<u8> {
     if let Some(reason) = &report.reason {
         summary.push_str(&format!(" ({reason})"));
     }
+    if cancelled_elsewhere {
+        summary.push_str(" by `maestro jobs cancel`");
+    }
     eprintln!("{summary}; record in {}", run_dir.display());
+    if report.status == RunStatus::Failed {
+        eprintln!(
+            "continue it where it stopped with: maestro run --resume {}",
+            report.run_id
+        );
+    }
     if args.events.is_none() && !report.result.is_empty() {
         println!("{}", report.result);
     }
     Ok(report.status.exit_code() as u8)
 }
 
+/// Who submits a local run, for the audit log.
+fn whoami() -> String {
+    std::env::var("USER")
+        .ok()
+        .filter(|u| !u.is_empty())
+        .unwrap_or_else(|| "local".to_string())
+}
+
+/// Loads a piece file, printing its diagnostics when it does not load.
+pub(crate) fn load_piece_file(path: &std::path::Path, opts: &LoadOptions) -> anyhow::Result<Piece> {
+    maestro_app::load_piece(path, opts).map_err(explain_piece_error)
+}
+
+/// The piece `given` names and the file it came from.
+fn found_piece(
+    given: &str,
+    dirs: &[PathBuf],
+    opts: &LoadOptions,
+) -> anyhow::Result<(Piece, Option<PathBuf>)> {
+    match maestro_app::find_piece(given, dirs, opts) {
+        Ok(found) => {
+            note_skipped(&found.skipped);
+            Ok((found.piece, Some(found.path)))
+        }
+        Err(e) => Err(explain_piece_error(e)),
+    }
+}
+
 /// Prints the notes about piece files that were passed over because they do not load.
 pub(crate) fn note_skipped(skipped: &[Skipped]) {
     for skip in skipped {
         eprintln!("note: skipping {}: {}", skip.path.display(), skip.errors);
-    }
-}
-
-/// The piece `given` names, with the notes and diagnostics a person needs printed on stderr.
-pub(crate) fn find_piece(
-    given: &str,
-    dirs: &[PathBuf],
-    opts: &LoadOptions,
-) -> anyhow::Result<Piece> {
-    match maestro_app::find_piece(given, dirs, opts) {
-        Ok(found) => {
-            note_skipped(&found.skipped);
-            Ok(found.piece)
-        }
-        Err(e) => Err(explain_piece_error(e)),
     }
 }
 
@@ -288,14 +389,14 @@ async fn classified_piece(
     task: &str,
     dirs: &[PathBuf],
     opts: &LoadOptions,
-) -> anyhow::Result<Piece> {
+) -> anyhow::Result<(Piece, Option<PathBuf>)> {
     let available = available_pieces(dirs, opts);
     note_skipped(&available.skipped);
     let chosen = classify_piece(provider, model, task, available)
         .await
         .map_err(explain_piece_error)?;
     eprintln!("piece: {} ({})", chosen.choice.piece, chosen.choice.reason);
-    Ok(chosen.piece)
+    Ok((chosen.piece, Some(chosen.path)))
 }
 
 /// With no model configured anywhere, the endpoint's only model is used, and said so.

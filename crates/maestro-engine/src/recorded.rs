@@ -140,15 +140,16 @@ pub(crate) fn describe(event: &RunEvent) -> String {
 }
 
 impl Recorded {
-    /// In `Resume` mode a run that was stopped by its user (its record ends `cancelled`) goes
-    /// on past that end: the recorded end is not expected again.
+    /// In `Resume` mode a run that ended `failed` (stopped by its user, or by an error such as
+    /// an endpoint that went away) goes on past that end: the recorded end is not expected
+    /// again.
     pub fn new(mode: ReplayMode, mut history: Vec<EventRecord>) -> Recorded {
         if mode == ReplayMode::Resume
             && history.last().is_some_and(|r| {
                 matches!(
                     &r.event,
                     RunEvent::RunFinished {
-                        reason: Some(crate::end_reason::EndReason::Cancelled),
+                        status: maestro_protocol::RunStatus::Failed,
                         ..
                     }
                 )

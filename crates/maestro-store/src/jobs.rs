@@ -468,13 +468,36 @@ impl Store {
         lease_for: Duration,
         reopen: bool,
     ) -> StoreResult<Option<Claimed>> {
-        let now = self.now_ms();
-        let expires = now.saturating_add(duration_ms(lease_for));
         let reopened = if reopen {
             " OR status IN ('cancelled', 'failed')"
         } else {
             ""
         };
+        self.claim_by_id(id, worker, lease_for, reopened).await
+    }
+
+    /// Claims the running job `id` although its lease has not lapsed: for a caller that knows
+    /// the holder is gone (a local run whose process no longer exists). The holder is fenced out
+    /// like any stale worker.
+    pub async fn take_over_job(
+        &self,
+        id: JobId,
+        worker: &str,
+        lease_for: Duration,
+    ) -> StoreResult<Option<Claimed>> {
+        self.claim_by_id(id, worker, lease_for, " OR status = 'running'")
+            .await
+    }
+
+    async fn claim_by_id(
+        &self,
+        id: JobId,
+        worker: &str,
+        lease_for: Duration,
+        reopened: &str,
+    ) -> StoreResult<Option<Claimed>> {
+        let now = self.now_ms();
+        let expires = now.saturating_add(duration_ms(lease_for));
         let sql = format!(
             "UPDATE jobs SET status = 'running', \
              attempts = CASE WHEN status IN ('cancelled', 'failed') THEN 1 ELSE attempts + 1 END, \

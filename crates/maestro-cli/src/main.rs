@@ -6,6 +6,7 @@ mod logs;
 mod pieces;
 mod progress;
 mod prompt;
+mod replay;
 mod run;
 mod tools;
 mod validate;
@@ -33,6 +34,9 @@ enum Command {
     Pieces(pieces::Args),
     /// Run a task through a piece against an LLM endpoint.
     Run(run::Args),
+    /// Drive a finished run again from its record, with no model call and no tool run; exits 0
+    /// when it reaches the same movements, transitions and status.
+    Replay(replay::Args),
     /// List tools or call one by hand, through the same code path the engine uses.
     #[command(subcommand)]
     Tools(tools::Command),
@@ -62,6 +66,7 @@ fn main() -> ExitCode {
         Command::Prompt(args) => prompt::run(args),
         Command::Pieces(args) => pieces::run(args),
         Command::Run(args) => run::run(args),
+        Command::Replay(args) => replay::run(args),
         Command::Tools(cmd) => tools::run(cmd),
         Command::Submit(args) => jobs::submit(*args),
         Command::Worker(args) => worker::run(*args),

@@ -199,6 +199,9 @@ impl ProgressModel {
                 ))
             }
             RunEvent::ScratchUpdated { .. } => None,
+            RunEvent::UserInput { movement, text } => {
+                Some(format!("  answer for {movement}: {}", one_line(text)))
+            }
         };
         line.into_iter().collect()
     }
@@ -440,6 +443,15 @@ impl EventSink for Progress {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .text(text);
+    }
+}
+
+/// The first line of `text`, cut to 80 characters.
+fn one_line(text: &str) -> String {
+    let line = text.lines().next().unwrap_or_default();
+    match line.char_indices().nth(80) {
+        Some((i, _)) => format!("{}…", &line[..i]),
+        None => line.to_string(),
     }
 }
 

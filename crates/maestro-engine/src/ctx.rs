@@ -31,6 +31,11 @@ pub(crate) struct RunCtx {
     pub context_window: Option<u64>,
     /// Conversations kept for `session: continue` movements, by movement name.
     pub sessions: Mutex<HashMap<String, Vec<Message>>>,
+    /// The conversation of each movement whose visit ended asking the user, to go on with
+    /// when the answer comes.
+    pub asked: Mutex<HashMap<String, Vec<Message>>>,
+    /// Answers given since the record was written, not yet used.
+    pub answers: Mutex<std::collections::VecDeque<String>>,
     pub secrets: Vec<Secret>,
 }
 
@@ -43,6 +48,14 @@ impl RunCtx {
     /// Like [`RunCtx::emit`]; true when the run's record already held the event.
     pub async fn emit_replayed(&self, event: RunEvent) -> Result<bool, EngineError> {
         self.journal.emit(event).await
+    }
+
+    /// The answer to `movement`'s question: the one the record holds, else the next new one.
+    pub fn next_answer(&self, movement: &str) -> Option<String> {
+        if let Some(recorded) = self.journal.recorded().and_then(|r| r.user_input(movement)) {
+            return Some(recorded);
+        }
+        self.answers.lock().ok()?.pop_front()
     }
 
     /// True when the run only goes through its record (`maestro replay`): no model call and no

@@ -211,6 +211,10 @@ pub enum RunEvent {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reason: Option<EndReason>,
     },
+    /// A person answered the question the run ended with (`maestro jobs answer`): the movement
+    /// that asked goes on in the same conversation, the answer its next user message, and
+    /// `{user_inputs}` holds every answer so far.
+    UserInput { movement: String, text: String },
     /// The run goes on from its record after it stopped (a worker died, or `maestro run
     /// --resume` after a stop): the events before this one are reused, not repeated.
     RunResumed {
@@ -239,6 +243,7 @@ impl RunEvent {
             | RunEvent::Reminder { movement, .. }
             | RunEvent::LoopWarning { movement, .. }
             | RunEvent::CycleWarning { movement, .. }
+            | RunEvent::UserInput { movement, .. }
             | RunEvent::MovementFinished { movement, .. } => Some(movement),
             RunEvent::Warning { movement, .. } | RunEvent::ScratchUpdated { movement, .. } => {
                 movement.as_deref()
@@ -274,6 +279,7 @@ impl RunEvent {
             RunEvent::MovementFinished { .. } => "movement_finished",
             RunEvent::RunFinished { .. } => "run_finished",
             RunEvent::RunResumed { .. } => "run_resumed",
+            RunEvent::UserInput { .. } => "user_input",
         }
     }
 }

@@ -144,12 +144,27 @@ impl Recorded {
     /// an endpoint that went away) goes on past that end: the recorded end is not expected
     /// again.
     pub fn new(mode: ReplayMode, mut history: Vec<EventRecord>) -> Recorded {
+        // An end the run went on past (it was resumed after it) is not expected again, nor is
+        // the mark of the resume itself: a resumed run produces neither at that point.
+        let last_resume = history
+            .iter()
+            .rposition(|r| matches!(r.event, RunEvent::RunResumed { .. }));
+        if let Some(last_resume) = last_resume {
+            let mut index = 0;
+            history.retain(|r| {
+                let keep = !matches!(r.event, RunEvent::RunResumed { .. })
+                    && !(index < last_resume && matches!(r.event, RunEvent::RunFinished { .. }));
+                index += 1;
+                keep
+            });
+        }
         if mode == ReplayMode::Resume
             && history.last().is_some_and(|r| {
                 matches!(
                     &r.event,
                     RunEvent::RunFinished {
-                        status: maestro_protocol::RunStatus::Failed,
+                        status: maestro_protocol::RunStatus::Failed
+                            | maestro_protocol::RunStatus::NeedsUserInput,
                         ..
                     }
                 )
@@ -268,6 +283,30 @@ impl Recorded {
             }),
             _ => None,
         }
+    }
+
+    /// The answer the record holds for `movement`'s question, when the run reached it before.
+    pub fn user_input(&self, movement: &str) -> Option<String> {
+        let mut streams = self.inner.lock().ok()?;
+        streams.skip_passive(movement);
+        match &streams.by_movement.get(movement)?.front()?.event {
+            RunEvent::UserInput { text, .. } => Some(text.clone()),
+            _ => None,
+        }
+    }
+
+    /// How many answers the record holds.
+    pub fn answers_recorded(&self) -> usize {
+        self.inner
+            .lock()
+            .map(|s| {
+                s.by_movement
+                    .values()
+                    .flatten()
+                    .filter(|r| matches!(r.event, RunEvent::UserInput { .. }))
+                    .count()
+            })
+            .unwrap_or(0)
     }
 
     /// The recorded outcome of the tool call `call_id` whose `tool_call` was just matched.

@@ -67,6 +67,9 @@ pub struct RunSpec {
     /// Cancelling this stops the run where it is and records no end ([`RunEnd::Suspended`]):
     /// a worker shutting down hands the run back to be resumed.
     pub suspend: Option<CancellationToken>,
+    /// Every answer people gave to the run's questions, oldest first (those its record already
+    /// holds included): a run that ended asking goes on with the next one.
+    pub answers: Vec<String>,
 }
 
 impl RunSpec {
@@ -82,6 +85,7 @@ impl RunSpec {
             retry_infrastructure: false,
             piece_file: None,
             suspend: None,
+            answers: Vec::new(),
         }
     }
 }
@@ -229,7 +233,11 @@ impl Engine {
             retry_infrastructure,
             piece_file,
             suspend,
+            answers,
         } = spec;
+        let recorded_answers = recorded.as_ref().map_or(0, |r| r.answers_recorded());
+        let fresh_answers: std::collections::VecDeque<String> =
+            answers.into_iter().skip(recorded_answers).collect();
         let task = task.as_str();
         let resumed_after = recorded
             .as_ref()
@@ -252,6 +260,8 @@ impl Engine {
             scratch: Arc::default(),
             context_window,
             sessions: Mutex::default(),
+            asked: Mutex::default(),
+            answers: Mutex::new(fresh_answers),
             secrets: self.secrets.clone(),
         });
         if let Some(after_seq) = resumed_after {

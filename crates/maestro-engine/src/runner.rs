@@ -60,67 +60,76 @@ pub(crate) async fn drive(run: &Arc<RunCtx>) -> Result<Finish, EngineError> {
             }
             .into());
         };
-        let (movement, cycle_count, loop_warning) = match due_monitor(run, &state, &next) {
-            Some(index) => {
-                let monitor = &run.piece.loop_monitors[index];
-                let count = state.cycle_count(index);
-                run.emit(RunEvent::LoopMonitorTriggered {
-                    monitor: index,
-                    cycle_count: count,
-                    judge: monitor.judge.name.clone(),
-                })
-                .await?;
-                (&monitor.judge, count, None)
-            }
-            None => {
-                let consecutive = if state.current.as_deref() == Some(next.as_str()) {
-                    state.consecutive + 1
-                } else {
-                    1
-                };
-                let threshold = due
-                    .max_consecutive_revisits
-                    .unwrap_or(run.config.default_max_consecutive_revisits);
-                if consecutive > threshold {
-                    run.emit(RunEvent::Warning {
+        // A movement going on after its question was answered is not a revisit.
+        let due_checks = if state.answered {
+            None
+        } else {
+            Some(due_monitor(run, &state, &next))
+        };
+        let (movement, cycle_count, loop_warning) = match due_checks {
+            None => (due, 0, None),
+            Some(monitor) => match monitor {
+                Some(index) => {
+                    let monitor = &run.piece.loop_monitors[index];
+                    let count = state.cycle_count(index);
+                    run.emit(RunEvent::LoopMonitorTriggered {
+                        monitor: index,
+                        cycle_count: count,
+                        judge: monitor.judge.name.clone(),
+                    })
+                    .await?;
+                    (&monitor.judge, count, None)
+                }
+                None => {
+                    let consecutive = if state.current.as_deref() == Some(next.as_str()) {
+                        state.consecutive + 1
+                    } else {
+                        1
+                    };
+                    let threshold = due
+                        .max_consecutive_revisits
+                        .unwrap_or(run.config.default_max_consecutive_revisits);
+                    if consecutive > threshold {
+                        run.emit(RunEvent::Warning {
                         movement: Some(next.clone()),
                         message: format!("`{next}` was due for the {consecutive}th time in a row (limit {threshold})"),
                     }).await?;
-                    run.emit(RunEvent::LoopDetected {
-                        cycle: vec![next.clone()],
-                        rounds: consecutive,
-                        threshold,
-                    })
-                    .await?;
-                    return Ok(Finish {
-                        status: RunStatus::Aborted,
-                        result: last_answer,
-                        reason: Some(EndReason::LoopDetected),
-                    });
-                }
-                let mut warning =
-                    (consecutive >= 2).then(|| prompt::loop_warning(&next, consecutive, threshold));
-                if warning.is_some() {
-                    run.emit(RunEvent::LoopWarning {
-                        movement: next.clone(),
-                        consecutive,
-                        threshold,
-                    })
-                    .await?;
-                }
-                match check_cycle(run, &state, &next).await? {
-                    CycleCheck::Clear => {}
-                    CycleCheck::Warn(text) => warning = Some(text),
-                    CycleCheck::Abort => {
+                        run.emit(RunEvent::LoopDetected {
+                            cycle: vec![next.clone()],
+                            rounds: consecutive,
+                            threshold,
+                        })
+                        .await?;
                         return Ok(Finish {
                             status: RunStatus::Aborted,
                             result: last_answer,
                             reason: Some(EndReason::LoopDetected),
                         });
                     }
+                    let mut warning = (consecutive >= 2)
+                        .then(|| prompt::loop_warning(&next, consecutive, threshold));
+                    if warning.is_some() {
+                        run.emit(RunEvent::LoopWarning {
+                            movement: next.clone(),
+                            consecutive,
+                            threshold,
+                        })
+                        .await?;
+                    }
+                    match check_cycle(run, &state, &next).await? {
+                        CycleCheck::Clear => {}
+                        CycleCheck::Warn(text) => warning = Some(text),
+                        CycleCheck::Abort => {
+                            return Ok(Finish {
+                                status: RunStatus::Aborted,
+                                result: last_answer,
+                                reason: Some(EndReason::LoopDetected),
+                            });
+                        }
+                    }
+                    (due, 0, warning)
                 }
-                (due, 0, warning)
-            }
+            },
         };
         let ended = if movement.is_parallel() {
             run_parallel(run, movement).await?
@@ -128,6 +137,18 @@ pub(crate) async fn drive(run: &Arc<RunCtx>) -> Result<Finish, EngineError> {
             run_visit(run, movement, None, cycle_count, loop_warning).await?
         };
         if let Some(finish) = finish_of(&ended) {
+            // A question that has its answer: the movement goes on in its conversation.
+            if finish.status == RunStatus::NeedsUserInput
+                && !movement.is_parallel()
+                && let Some(text) = run.next_answer(&movement.name)
+            {
+                run.emit(RunEvent::UserInput {
+                    movement: movement.name.clone(),
+                    text,
+                })
+                .await?;
+                continue;
+            }
             return Ok(finish);
         }
     }
@@ -260,6 +281,10 @@ async fn run_visit(
     loop_warning: Option<String>,
 ) -> Result<Ended, EngineError> {
     let state = run.journal.state();
+    // The answer to this movement's question, when it goes on after one.
+    let answer = (state.answered && parent.is_none())
+        .then(|| state.user_inputs.last().cloned())
+        .flatten();
     let iteration = if parent.is_some() {
         state.iteration
     } else {
@@ -286,8 +311,33 @@ async fn run_visit(
         *prompt_log = write_prompt_log(run, &preview, movement, &first).await?;
     }
     run.emit(started).await?;
-    let messages = session_messages(run, movement, first);
+    let asked = answer.as_ref().and_then(|_| {
+        run.asked
+            .lock()
+            .ok()
+            .and_then(|mut asked| asked.remove(&movement.name))
+    });
+    let messages = match (asked, answer) {
+        (Some(mut conversation), Some(text)) => {
+            conversation.push(Message::User { content: text });
+            conversation
+        }
+        _ => session_messages(run, movement, first),
+    };
     let (ended, messages) = movement::visit(run, movement, messages).await?;
+    let asks = matches!(
+        ended.step,
+        Step::Finish {
+            status: RunStatus::NeedsUserInput,
+            ..
+        } | Step::Go(Target::Ask)
+    );
+    if asks
+        && parent.is_none()
+        && let Ok(mut asked) = run.asked.lock()
+    {
+        asked.insert(movement.name.clone(), messages.clone());
+    }
     let transcript = write_transcript(run, &preview, movement, &messages).await?;
     if movement.session == SessionMode::Continue
         && let Ok(mut sessions) = run.sessions.lock()

@@ -70,6 +70,10 @@ pub struct RunState {
     pub reports: BTreeMap<String, String>,
     pub scratch: RunScratch,
     pub user_inputs: Vec<String>,
+    /// The due movement was answered (`user_input`): it goes on in its conversation, and the
+    /// loop checks do not count it as a revisit.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub answered: bool,
     pub run_dir: String,
     pub workspace: String,
     /// The cycle of each loop monitor of the piece.
@@ -139,6 +143,7 @@ impl RunState {
             } => {
                 *self.visits.entry(movement.clone()).or_default() += 1;
                 if parent.is_none() {
+                    self.answered = false;
                     self.iteration = *iteration;
                     if self.current.as_deref() == Some(movement.as_str()) {
                         self.consecutive += 1;
@@ -191,6 +196,12 @@ impl RunState {
                 self.next = None;
             }
             RunEvent::RunResumed { .. } => self.phase = RunPhase::Running,
+            RunEvent::UserInput { movement, text } => {
+                self.user_inputs.push(text.clone());
+                self.next = Some(movement.clone());
+                self.answered = true;
+                self.phase = RunPhase::Running;
+            }
             RunEvent::LlmRequest { .. }
             | RunEvent::LlmRetry { .. }
             | RunEvent::ToolCall { .. }

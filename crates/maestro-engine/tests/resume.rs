@@ -460,3 +460,95 @@ async fn a_run_stopped_by_its_user_goes_on_past_its_recorded_end() {
         "the record read in order ends where the run did"
     );
 }
+
+/// Resumes `history` with `answers`, writing into the same run directory each round.
+async fn answer_round(
+    piece: &Piece,
+    history: &[EventRecord],
+    answers: &[&str],
+    turns: Vec<Turn>,
+    runs: &std::path::Path,
+) -> (RunEnd, Vec<EventRecord>, Vec<serde_json::Value>) {
+    let server = ScriptedLlm::start(turns).await;
+    let run_id = history
+        .iter()
+        .find_map(|r| match &r.event {
+            RunEvent::RunStarted { run_id, .. } => Some(run_id.clone()),
+            _ => None,
+        })
+        .unwrap();
+    let record = RunRecord::open(runs, &run_id, None).unwrap();
+    let log = JsonlLog::rewrite(&record.events_path(), history).unwrap();
+    let mut spec = RunSpec::new(Arc::new(piece.clone()), "Plan the dinner.", record.clone());
+    spec.logs = vec![Arc::new(log)];
+    spec.history = history.to_vec();
+    spec.answers = answers.iter().map(|a| a.to_string()).collect();
+    let end = engine_for(&server).run_spec(spec).await.unwrap();
+    (end, read_events(&record.events_path()).unwrap(), server.requests())
+}
+
+#[tokio::test]
+async fn questions_answered_later_go_on_in_the_same_movement_and_conversation() {
+    let mut plan = mv("plan", vec![rule("planned", "COMPLETE")]);
+    plan.instruction = Some(facet("Plan the dinner. Answers so far: {user_inputs}"));
+    let piece = piece(Dialect::Maestro, vec![plan]);
+    let ask = |q: &str| {
+        Turn::tool_call(
+            "complete",
+            json!({"status": "needs_user_input", "result": q}),
+        )
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let runs = dir.path().join("runs");
+    // round 0: the run asks
+    let server = ScriptedLlm::start(vec![ask("Which cuisine?")]).await;
+    let record = RunRecord::create(&runs, None).unwrap();
+    let path = record.events_path();
+    let report = engine_for(&server)
+        .run(Arc::new(piece.clone()), "Plan the dinner.", record, vec![])
+        .await
+        .unwrap();
+    assert_eq!(report.status.to_string(), "needs_user_input");
+    assert_eq!(report.result, "Which cuisine?");
+    let round0 = read_events(&path).unwrap();
+
+    // round 1: answered; the model asks again
+    let (end, round1, requests) =
+        answer_round(&piece, &round0, &["Italian"], vec![ask("How many guests?")], &runs).await;
+    let RunEnd::Finished(report) = end else { panic!() };
+    assert_eq!(
+        (report.status.to_string(), report.result.as_str()),
+        ("needs_user_input".into(), "How many guests?")
+    );
+    assert_eq!(requests.len(), 1, "the first question is not asked again");
+    assert_eq!(last_user_text(&requests[0]), "Italian");
+
+    // round 2 (another process: only the record and both answers): the run completes
+    let (end, round2, requests) = answer_round(
+        &piece,
+        &round1,
+        &["Italian", "Six"],
+        vec![Turn::tool_call(
+            "complete",
+            json!({"status": "success", "result": "Lasagne for six."}),
+        )],
+        &runs,
+    )
+    .await;
+    let RunEnd::Finished(report) = end else { panic!() };
+    assert_eq!(report.status.to_string(), "completed");
+    assert_eq!(report.state.user_inputs, vec!["Italian", "Six"]);
+    assert_eq!(requests.len(), 1);
+    // the final request carries the whole conversation: both questions, both answers
+    // (the questions are the arguments of the model's `complete` calls)
+    let text = requests[0]["messages"].to_string();
+    for part in ["Which cuisine?", "Italian", "How many guests?", "Six"] {
+        assert!(text.contains(part), "{part} missing from {text}");
+    }
+    let seqs: Vec<u64> = round2.iter().map(|r| r.seq).collect();
+    assert_eq!(seqs, (1..=round2.len() as u64).collect::<Vec<_>>());
+    assert_eq!(
+        maestro_engine::RunState::replay(&round2).user_inputs,
+        vec!["Italian", "Six"]
+    );
+}

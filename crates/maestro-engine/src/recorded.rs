@@ -152,8 +152,12 @@ impl Recorded {
         if let Some(last_resume) = last_resume {
             let mut index = 0;
             history.retain(|r| {
-                let keep = !matches!(r.event, RunEvent::RunResumed { .. })
-                    && !(index < last_resume && matches!(r.event, RunEvent::RunFinished { .. }));
+                let superseded = match r.event {
+                    RunEvent::RunResumed { .. } => true,
+                    RunEvent::RunFinished { .. } => index < last_resume,
+                    _ => false,
+                };
+                let keep = !superseded;
                 index += 1;
                 keep
             });

@@ -331,12 +331,17 @@ async fn run_prepared(
         cancel.cancel();
     });
     let workspace = claimed.job.workspace.as_ref().map(PathBuf::from);
+    let answers = match ctx.store.answers(claimed.job.id).await {
+        Ok(answers) => answers,
+        Err(e) => return Ended::Broken(format!("reading the job's answers failed: {e}")),
+    };
     let parts = RunParts {
         piece,
         piece_file,
         history,
         workspace,
         suspend,
+        answers,
     };
     let ended = match run_spec(ctx, claimed, parts, &config, fence) {
         Ok(spec) => match engine.run_spec(spec).await {
@@ -360,6 +365,7 @@ struct RunParts {
     history: Vec<EventRecord>,
     workspace: Option<PathBuf>,
     suspend: CancellationToken,
+    answers: Vec<String>,
 }
 
 /// The engine's run of the job: its directory named by the job id, its events in the store
@@ -378,6 +384,7 @@ fn run_spec(
         history,
         workspace,
         suspend,
+        answers,
     } = parts;
     let record = RunRecord::open(
         &config.paths.runs_dir,
@@ -399,6 +406,7 @@ fn run_spec(
     spec.retry_infrastructure = claimed.job.attempts < claimed.job.max_attempts;
     spec.piece_file = piece_file;
     spec.suspend = Some(suspend);
+    spec.answers = answers;
     Ok(spec)
 }
 

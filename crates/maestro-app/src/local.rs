@@ -40,6 +40,11 @@ pub enum LocalError {
     },
     #[error("run {id} already ended {status}; there is nothing to resume")]
     Ended { id: JobId, status: JobStatus },
+    #[error(
+        "run {id} is waiting for an answer to its question; answer it with `maestro jobs answer \
+         {id} \"…\"`, then resume it"
+    )]
+    Unanswered { id: JobId },
     #[error("the stored events of run {id} cannot be read: {source}")]
     Events {
         id: JobId,
@@ -173,6 +178,11 @@ impl LocalJob {
             .map_err(|source| LocalError::Events { id, source })
     }
 
+    /// The answers people gave to the run's questions, oldest first.
+    pub async fn answers(&self) -> Result<Vec<String>, LocalError> {
+        Ok(self.store.answers(self.id()).await?)
+    }
+
     /// Where the run's events go: the store first (the authority), then `events.jsonl`,
     /// rewritten to hold exactly `history` first.
     pub fn logs(
@@ -237,6 +247,7 @@ fn busy_or_ended(job: &Job) -> LocalError {
             owner: owner.clone(),
             until: until.to_string(),
         },
+        (JobStatus::WaitingInput, _, _) => LocalError::Unanswered { id: job.id },
         (status, _, _) => LocalError::Ended { id: job.id, status },
     }
 }

@@ -114,6 +114,16 @@ pub enum JobsCommand {
         #[command(flatten)]
         store: StoreArgs,
     },
+    /// Answer the question a job waiting for input asked: the answer is stored as a comment and
+    /// the job is queued again; its run goes on in the movement that asked, with the answer as
+    /// its next message (a worker picks it up, or `maestro run --resume ID` here).
+    Answer {
+        id: String,
+        /// The answer.
+        text: String,
+        #[command(flatten)]
+        store: StoreArgs,
+    },
 }
 
 #[derive(Debug, clap::Args)]
@@ -279,6 +289,14 @@ pub fn jobs(command: JobsCommand) -> anyhow::Result<u8> {
                 }
                 eprintln!("{line}");
                 Ok(u8::try_from(code).unwrap_or(1))
+            }
+            JobsCommand::Answer { id, text, store } => {
+                let job = parse_id(&id)?;
+                let config = store.configuration()?;
+                let store = store.open(&config).await?;
+                store.answer(job, &actor(), &text).await?;
+                println!("answered {job}; it is queued again");
+                Ok(0)
             }
             JobsCommand::Cancel { id, store } => {
                 let id = parse_id(&id)?;

@@ -290,6 +290,7 @@ async fn run_async(args: Args) -> anyhow::Result<u8> {
     spec.observers = vec![observer];
     spec.history = history;
     spec.piece_file = piece_file;
+    spec.answers = local.answers().await.unwrap_or_default();
     let outcome = engine.run_spec(spec).await;
     if let Some(progress) = &progress {
         progress.finish();
@@ -326,6 +327,13 @@ async fn run_async(args: Args) -> anyhow::Result<u8> {
         eprintln!(
             "continue it where it stopped with: maestro run --resume {}",
             report.run_id
+        );
+    }
+    if report.status == RunStatus::NeedsUserInput {
+        eprintln!(
+            "the run asks: {}\nanswer it, then go on, with:\n  maestro jobs answer {id} \"…\"\n  maestro run --resume {id}",
+            report.result,
+            id = report.run_id
         );
     }
     if args.events.is_none() && !report.result.is_empty() {

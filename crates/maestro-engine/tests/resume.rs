@@ -484,7 +484,11 @@ async fn answer_round(
     spec.history = history.to_vec();
     spec.answers = answers.iter().map(|a| a.to_string()).collect();
     let end = engine_for(&server).run_spec(spec).await.unwrap();
-    (end, read_events(&record.events_path()).unwrap(), server.requests())
+    (
+        end,
+        read_events(&record.events_path()).unwrap(),
+        server.requests(),
+    )
 }
 
 #[tokio::test]
@@ -513,9 +517,17 @@ async fn questions_answered_later_go_on_in_the_same_movement_and_conversation() 
     let round0 = read_events(&path).unwrap();
 
     // round 1: answered; the model asks again
-    let (end, round1, requests) =
-        answer_round(&piece, &round0, &["Italian"], vec![ask("How many guests?")], &runs).await;
-    let RunEnd::Finished(report) = end else { panic!() };
+    let (end, round1, requests) = answer_round(
+        &piece,
+        &round0,
+        &["Italian"],
+        vec![ask("How many guests?")],
+        &runs,
+    )
+    .await;
+    let RunEnd::Finished(report) = end else {
+        panic!()
+    };
     assert_eq!(
         (report.status.to_string(), report.result.as_str()),
         ("needs_user_input".into(), "How many guests?")
@@ -535,7 +547,9 @@ async fn questions_answered_later_go_on_in_the_same_movement_and_conversation() 
         &runs,
     )
     .await;
-    let RunEnd::Finished(report) = end else { panic!() };
+    let RunEnd::Finished(report) = end else {
+        panic!()
+    };
     assert_eq!(report.status.to_string(), "completed");
     assert_eq!(report.state.user_inputs, vec!["Italian", "Six"]);
     assert_eq!(requests.len(), 1);

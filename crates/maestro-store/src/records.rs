@@ -303,3 +303,62 @@ impl Store {
             .map_err(StoreError::query("count fired slots"))
     }
 }
+
+impl Store {
+    /// Answers the question a `waiting_input` job asked: stores the answer as a comment and
+    /// queues the job again (its run goes on where it asked), in one transaction, recorded in
+    /// the audit log. A job that is not waiting for input is refused.
+    pub async fn answer(&self, job: JobId, author: &str, text: &str) -> StoreResult<i64> {
+        let now = self.now_ms();
+        let mut tx = self.begin_write().await?;
+        let requeued = sqlx::query::<Any>(
+            // A park is not a failure: the attempts start over (the fencing token does not).
+            "UPDATE jobs SET status = 'queued', run_at = $2, updated_at = $2, reason = NULL, \
+             attempts = 0 WHERE id = $1 AND status = 'waiting_input'",
+        )
+        .bind(job.to_string())
+        .bind(now)
+        .execute(&mut *tx)
+        .await
+        .map_err(StoreError::query("requeue an answered job"))?;
+        if requeued.rows_affected() != 1 {
+            drop(tx);
+            let current = crate::JobQueue::job(self, job)
+                .await?
+                .ok_or(StoreError::NoSuchJob(job))?;
+            return Err(StoreError::InvalidTransition {
+                job,
+                action: "answer",
+                status: current.status,
+            });
+        }
+        let id = sqlx::query_scalar::<Any, i64>(
+            "INSERT INTO job_comments (job_id, author, kind, body, created_at) \
+             VALUES ($1, $2, 'answer', $3, $4) RETURNING id",
+        )
+        .bind(job.to_string())
+        .bind(author.to_string())
+        .bind(text.to_string())
+        .bind(now)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(StoreError::query("add an answer"))?;
+        self.audit_in(&mut tx, author, AuditAction::Answer, Some(job), None, None)
+            .await?;
+        tx.commit()
+            .await
+            .map_err(StoreError::query("commit an answer"))?;
+        Ok(id)
+    }
+
+    /// The answers given to a job's questions, oldest first.
+    pub async fn answers(&self, job: JobId) -> StoreResult<Vec<String>> {
+        Ok(self
+            .comments(job)
+            .await?
+            .into_iter()
+            .filter(|c| c.kind == CommentKind::Answer)
+            .map(|c| c.body)
+            .collect())
+    }
+}

@@ -66,6 +66,7 @@ on_both_backends!(
     cancel_reaches_descendants_and_stops_the_worker,
     comments_blobs_workers_and_audit,
     a_job_is_claimed_by_id_and_a_stopped_one_reopened,
+    an_answer_queues_a_waiting_job_again,
 );
 
 async fn migrations_are_idempotent(db: Db) {
@@ -651,4 +652,46 @@ async fn a_job_is_claimed_by_id_and_a_stopped_one_reopened(db: Db) {
         store.job(older).await.unwrap().unwrap().status,
         JobStatus::Queued
     );
+}
+
+async fn an_answer_queues_a_waiting_job_again(db: Db) {
+    let store = db.open().await;
+    let id = submit(&store, "plan", "alice").await;
+    assert!(matches!(
+        store.answer(id, "bob", "too early").await,
+        Err(StoreError::InvalidTransition { .. })
+    ));
+    for round in ["Italian", "Six"] {
+        let claimed = claim(&store, "w1").await.unwrap();
+        assert_eq!(claimed.job.attempts, 1, "a park is not a failed attempt");
+        store
+            .finish(
+                &claimed.lease,
+                Outcome {
+                    status: JobStatus::WaitingInput,
+                    result: None,
+                    reason: None,
+                },
+            )
+            .await
+            .unwrap();
+        assert!(
+            claim(&store, "w1").await.is_none(),
+            "a waiting job holds no slot"
+        );
+        store.answer(id, "bob", round).await.unwrap();
+        assert_eq!(
+            store.job(id).await.unwrap().unwrap().status,
+            JobStatus::Queued
+        );
+    }
+    assert_eq!(store.answers(id).await.unwrap(), vec!["Italian", "Six"]);
+    let answers = store
+        .audit_log(Some(id))
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.action == AuditAction::Answer)
+        .count();
+    assert_eq!(answers, 2);
 }

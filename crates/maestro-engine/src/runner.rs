@@ -324,7 +324,25 @@ async fn run_visit(
         }
         _ => session_messages(run, movement, first),
     };
-    let (ended, messages) = movement::visit(run, movement, messages).await?;
+    let (mut ended, messages) = movement::visit(run, movement, messages).await?;
+    // Subtasks are not available to this run: `WAIT_SUBTASKS` takes the movement's
+    // `default_next`, the specification's fallback (without one, the run ends
+    // `wait_subtasks_unsupported`).
+    if ended.step == Step::Go(Target::WaitSubtasks)
+        && let Some(fallback) = &movement.default_next
+    {
+        run.emit(RunEvent::Warning {
+            movement: Some(movement.name.clone()),
+            message: format!(
+                "subtasks are not available to this run: WAIT_SUBTASKS takes default_next `{}`",
+                fallback.label()
+            ),
+        })
+        .await?;
+        ended.step = Step::Go(fallback.clone());
+        ended.via = crate::event::OutcomeSource::DefaultNext;
+        ended.reason = Some(EndReason::WaitSubtasksUnsupported);
+    }
     let asks = matches!(
         ended.step,
         Step::Finish {

@@ -562,3 +562,48 @@ async fn a_plain_answer_under_auto_tool_mode_goes_again_in_json_mode_once() {
     );
     assert_eq!(ran.count("llm_request"), 2);
 }
+
+#[tokio::test]
+async fn wait_subtasks_without_subtasks_takes_default_next() {
+    let mut plan = mv("plan", vec![rule("split into subtasks", "WAIT_SUBTASKS")]);
+    plan.default_next = Some(target("write"));
+    let p = piece(
+        Dialect::Maestro,
+        vec![plan, mv("write", vec![rule("written", "COMPLETE")])],
+    );
+    let ran = run(
+        p,
+        vec![
+            Turn::tool_call("transition", json!({"next": "WAIT_SUBTASKS"})),
+            Turn::tool_call(
+                "complete",
+                json!({"status": "success", "result": "Done alone."}),
+            ),
+        ],
+    )
+    .await;
+    ran.assert_record_is_sound();
+    assert_eq!(ran.status(), ("completed".into(), None));
+    let plan_finished = ran
+        .events
+        .iter()
+        .find_map(|r| match &r.event {
+            RunEvent::MovementFinished {
+                movement,
+                next,
+                via,
+                reason,
+                ..
+            } if movement == "plan" => Some((next.clone(), *via, reason.clone())),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(
+        plan_finished,
+        (
+            "write".to_string(),
+            maestro_engine::OutcomeSource::DefaultNext,
+            Some(maestro_engine::EndReason::WaitSubtasksUnsupported)
+        )
+    );
+}

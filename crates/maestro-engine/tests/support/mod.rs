@@ -28,6 +28,7 @@ pub fn target(label: &str) -> Target {
         "COMPLETE" | "$END" => Target::Complete,
         "ABORT" => Target::Abort,
         "ASK" => Target::Ask,
+        "WAIT_SUBTASKS" => Target::WaitSubtasks,
         other => Target::Movement(other.into()),
     }
 }

@@ -1,25 +1,8 @@
-//! Marks the build `no_postgres` when PostgreSQL's `initdb` is not installed, so the PostgreSQL
-//! tests show as ignored (with the install command) instead of failing or passing unseen. Also
-//! the build script of `maestro-cli`, whose job command tests run on PostgreSQL too.
+//! The store's build script: see `build_pg.rs`.
 
-use std::path::Path;
+#[path = "build_pg.rs"]
+mod build_pg;
 
 fn main() {
-    println!("cargo::rustc-check-cfg=cfg(no_postgres)");
-    println!("cargo::rerun-if-env-changed=MAESTRO_PG_BIN");
-    println!("cargo::rerun-if-changed=/usr/lib/postgresql");
-    let from_env = std::env::var_os("MAESTRO_PG_BIN")
-        .is_some_and(|dir| Path::new(&dir).join("initdb").exists());
-    let from_debian = std::fs::read_dir("/usr/lib/postgresql").is_ok_and(|versions| {
-        versions
-            .flatten()
-            .any(|version| version.path().join("bin/initdb").exists())
-    });
-    if !(from_env || from_debian) {
-        println!("cargo::rustc-cfg=no_postgres");
-        println!(
-            "cargo::warning=PostgreSQL is not installed: the PostgreSQL tests will be \
-             ignored (apt-get install postgresql, or scripts/prerequisites.sh)"
-        );
-    }
+    build_pg::check_postgres();
 }

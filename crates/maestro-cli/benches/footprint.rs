@@ -7,6 +7,13 @@
 //! `wait4`, whose resource usage gives that process's peak resident set (`ru_maxrss`). It prints
 //! every run's figure and the median. `FOOTPRINT_BIN=path` measures another build of `maestro`;
 //! `FOOTPRINT_SERVE=1` only serves the script (see [`serve`]).
+//!
+//! Most of the resident set is the binary's own pages, and Linux maps a file's page cache a
+//! whole (large) folio per fault, so the figure depends on how the binary came into the cache:
+//! written by the linker or `cp`, read with `read` (`cat`), or paged in by running it. Unless
+//! `FOOTPRINT_CACHE=keep`, the bench first drops the binary's pages from the cache
+//! (`POSIX_FADV_DONTNEED`) and makes one run it does not count, so the counted runs see the
+//! binary as an installed one usually is: paged in by running it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::process::{Command, Stdio};
@@ -73,32 +80,13 @@ fn main() {
     // Another build of `maestro` (to compare), else this profile's.
     let binary = std::env::var("FOOTPRINT_BIN")
         .unwrap_or_else(|_| env!("CARGO_BIN_EXE_maestro").to_string());
+    if std::env::var("FOOTPRINT_CACHE").as_deref() != Ok("keep") {
+        drop_from_page_cache(&binary);
+        let _warm_up = measure(&runtime, &binary);
+    }
     let mut peaks_kb = Vec::new();
     for _ in 0..RUNS {
-        let server = runtime.block_on(ScriptedLlm::start(turns()));
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("piece.yaml"), PIECE).unwrap();
-        std::fs::write(dir.path().join("notes.md"), "# Notes\n".repeat(200)).unwrap();
-        let started = Instant::now();
-        // Reaped by `reap` with `wait4`, which std's `wait` cannot replace (no resource usage).
-        #[allow(clippy::zombie_processes)]
-        let child = Command::new(&binary)
-            .current_dir(dir.path())
-            .args(["run", "piece.yaml", "--task", "Summarise the notes"])
-            .args(["--workspace", "."])
-            .args(["--llm-base-url", &server.base_url(), "--model", "scripted"])
-            .args(["--tool-mode", "native"])
-            .env("HOME", dir.path())
-            .env_remove("MAESTRO_LLM_BASE_URL")
-            .env_remove("MAESTRO_MODEL")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let (status, maxrss_kb) = reap(child.id());
-        let wall = started.elapsed();
-        assert_eq!(status, 0, "the run did not complete");
-        assert_eq!(runtime.block_on(async { server.remaining() }), 0);
+        let (maxrss_kb, wall) = measure(&runtime, &binary);
         println!("run: peak RSS {maxrss_kb} KiB, wall {wall:.2?}");
         peaks_kb.push(maxrss_kb);
     }
@@ -111,9 +99,48 @@ fn main() {
     );
 }
 
+/// One scripted run of `binary` in a fresh directory: its peak RSS in KiB and its wall time.
+fn measure(runtime: &tokio::runtime::Runtime, binary: &str) -> (i64, std::time::Duration) {
+    let server = runtime.block_on(ScriptedLlm::start(turns()));
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("piece.yaml"), PIECE).unwrap();
+    std::fs::write(dir.path().join("notes.md"), "# Notes\n".repeat(200)).unwrap();
+    let started = Instant::now();
+    // Reaped by `reap` with `wait4`, which std's `wait` cannot replace (no resource usage).
+    #[allow(clippy::zombie_processes)]
+    let child = Command::new(binary)
+        .current_dir(dir.path())
+        .args(["run", "piece.yaml", "--task", "Summarise the notes"])
+        .args(["--workspace", "."])
+        .args(["--llm-base-url", &server.base_url()])
+        .args(["--model", "scripted-model", "--tool-mode", "native"])
+        .env("HOME", dir.path())
+        .env_remove("MAESTRO_LLM_BASE_URL")
+        .env_remove("MAESTRO_MODEL")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let (status, maxrss_kb) = reap(child.id());
+    let wall = started.elapsed();
+    assert_eq!(status, 0, "the run did not complete");
+    assert_eq!(runtime.block_on(async { server.remaining() }), 0);
+    (maxrss_kb, wall)
+}
+
+/// Asks the kernel to drop `path`'s clean pages from the page cache (nothing may map it).
+fn drop_from_page_cache(path: &str) {
+    use std::os::fd::AsRawFd;
+    let file = std::fs::File::open(path).unwrap();
+    // SAFETY: a plain system call on a descriptor that `file` keeps open; std has no wrapper.
+    #[allow(unsafe_code)]
+    let failed = unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    assert_eq!(failed, 0, "posix_fadvise failed");
+}
+
 /// `FOOTPRINT_SERVE=1`: serves the same script for 200 runs in a row and prints the base URL
 /// and the piece's path, so an outside tool can time `maestro run` itself:
-/// `maestro run PIECE --task t --workspace DIR --llm-base-url URL --model scripted --tool-mode native`.
+/// `maestro run PIECE --task t --workspace DIR --llm-base-url URL --model scripted-model --tool-mode native`.
 fn serve(runtime: &tokio::runtime::Runtime) {
     let server = runtime.block_on(ScriptedLlm::start((0..200).flat_map(|_| turns())));
     let dir = tempfile::tempdir().unwrap().keep();

@@ -26,6 +26,7 @@ mod graph;
 mod ir;
 mod load;
 mod maestro;
+mod names;
 mod options;
 pub mod prompt;
 mod prompt_context;

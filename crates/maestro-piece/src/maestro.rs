@@ -1,10 +1,6 @@
 //! The native maestro dialect: every rule of `maestro-piece-schema.md`, enforced with precise
 //! paths. Unknown keys are errors here (a typo must not silently drop a permission).
 
-use std::sync::LazyLock;
-
-use regex::Regex;
-
 use crate::check::{
     Fields, Str, Unknown, boolean, fields, known_list, list, nonempty_string, positive, string,
     string_list,
@@ -12,6 +8,7 @@ use crate::check::{
 use crate::cx::{Cx, initial_movement, movement_items};
 use crate::facets::FacetKind;
 use crate::ir::{Condition, Dialect, Movement, Piece, Rule, SessionMode, Target};
+use crate::names::{is_mcp_slug, is_piece_name, is_ssh_id, is_tool_name};
 use crate::yaml::{Node, join_index};
 
 pub(crate) const TOP_KEYS: &[&str] = &[
@@ -44,23 +41,12 @@ const RULE_KEYS: &[&str] = &["condition", "next"];
 /// Tools that reach a remote host and so need `allowed_ssh_connections`.
 pub(crate) const SSH_TOOLS: &[&str] = &["SshExec", "SshUpload", "SshDownload"];
 
-#[allow(clippy::unwrap_used)] // constant patterns
-static PIECE_NAME: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"^[a-z0-9-]+$").unwrap());
-#[allow(clippy::unwrap_used)]
-static MCP_SLUG: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"^[a-z0-9_-]{1,64}$").unwrap());
-#[allow(clippy::unwrap_used)]
-static SSH_ID: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"^[0-9a-f-]{8,}$").unwrap());
-#[allow(clippy::unwrap_used)]
-static TOOL_NAME: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"^(?:[A-Za-z0-9_-]+|mcp__\*|mcp__[a-z0-9_-]{1,64}__\*)$").unwrap()
-});
-
 pub(crate) fn load(cx: &mut Cx<'_>, top: &Fields<'_>) -> Option<Piece> {
     const WHAT: &str = "a maestro piece";
     let sink = &mut cx.sink;
     let name = top.required(sink, "name", WHAT).and_then(|(node, path)| {
         let name = string(sink, node, &path)?;
-        if !PIECE_NAME.is_match(name) {
+        if !is_piece_name(name) {
             sink.error(
                 &path,
                 node.span,
@@ -133,7 +119,7 @@ fn read_required_mcp(cx: &mut Cx<'_>, top: &Fields<'_>) -> Vec<String> {
     };
     let items = string_list(&mut cx.sink, node, &path).unwrap_or_default();
     for slug in &items {
-        if !MCP_SLUG.is_match(slug.text) {
+        if !is_mcp_slug(slug.text) {
             cx.sink.error(
                 &slug.path,
                 slug.span,
@@ -228,7 +214,7 @@ fn read_movement(cx: &mut Cx<'_>, item: &Node, path: &str, known: &[&str]) -> Op
         // Malformed names already have their error above.
         let well_formed: Vec<Str<'_>> = tools
             .iter()
-            .filter(|t| TOOL_NAME.is_match(t.text))
+            .filter(|t| is_tool_name(t.text))
             .cloned()
             .collect();
         crate::allowed_tools::check_tools(cx, &well_formed, crate::allowed_tools::Names::Maestro);
@@ -295,7 +281,7 @@ fn read_ssh_connections(cx: &mut Cx<'_>, m: &Fields<'_>) -> Option<Vec<String>> 
     let (node, path) = m.get("allowed_ssh_connections")?;
     let items = string_list(&mut cx.sink, node, &path)?;
     for id in &items {
-        if id.text != "*" && !SSH_ID.is_match(id.text) {
+        if id.text != "*" && !is_ssh_id(id.text) {
             cx.sink.error(
                 &id.path,
                 id.span,
@@ -311,7 +297,7 @@ fn read_ssh_connections(cx: &mut Cx<'_>, m: &Fields<'_>) -> Option<Vec<String>> 
 
 fn check_tools(cx: &mut Cx<'_>, tools: &[Str<'_>], has_ssh_list: bool) {
     for tool in tools {
-        if !TOOL_NAME.is_match(tool.text) {
+        if !is_tool_name(tool.text) {
             let message = if tool.text.contains('*') {
                 format!(
                     "invalid tool pattern `{}`; the only wildcards are `mcp__*` and `mcp__<server>__*`",

@@ -46,5 +46,5 @@ pub use pieces::{
     find_piece, load_piece,
 };
 pub use store_log::{AppendFailure, Fence, StoreLog};
-pub use toolbox::{McpSelection, Toolbox, ToolboxError, load_options, tool_catalog};
+pub use toolbox::{McpSelection, RequiredMcp, Toolbox, ToolboxError, load_options, tool_catalog};
 pub use worker::{Profile, Shutdown, Worker, WorkerError, WorkerOptions, WorkerStats, classes};

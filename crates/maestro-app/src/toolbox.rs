@@ -108,6 +108,28 @@ pub fn load_options(config: &Config) -> LoadOptions {
     }
 }
 
+/// A server a piece requires (`required_mcp`) that cannot serve it.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum RequiredMcp {
+    #[error(
+        "MCP server `{server}` is required but not configured (configured servers: {configured})\n  \
+         fix: configure `mcp.servers.{server}` in .maestro/config.yaml, with `command` (a stdio \
+         server) or `url` (a streamable HTTP server)"
+    )]
+    NotConfigured { server: String, configured: String },
+    #[error(
+        "MCP server `{server}` is required but was not started\n  fix: check \
+         `mcp.servers.{server}` in .maestro/config.yaml"
+    )]
+    NotStarted { server: String },
+    #[error(
+        "MCP server `{server}` is required but not available: {reason}\n  fix: check \
+         `mcp.servers.{server}` in .maestro/config.yaml (command, args, env or url) and that the \
+         server starts on its own"
+    )]
+    Unavailable { server: String, reason: String },
+}
+
 /// The registry with every configured tool, and the MCP servers behind some of them.
 pub struct Toolbox {
     pub registry: Registry,
@@ -167,32 +189,20 @@ impl Toolbox {
 
     /// Checks that every server in `required` is configured, was selected, started and is still
     /// connected. The error names the server, says why, and says what to change.
-    pub fn ensure_required(&self, required: &[String]) -> Result<(), String> {
-        let configured = || {
-            if self.configured.is_empty() {
-                "none".to_string()
-            } else {
-                self.configured.join(", ")
-            }
-        };
+    pub fn ensure_required(&self, required: &[String]) -> Result<(), RequiredMcp> {
         if let Some(server) = required.iter().find(|r| !self.configured.contains(r)) {
-            return Err(format!(
-                "MCP server `{server}` is required but not configured (configured servers: {})\n  \
-                 fix: configure `mcp.servers.{server}` in .maestro/config.yaml, with `command` \
-                 (a stdio server) or `url` (a streamable HTTP server)",
-                configured()
-            ));
+            return Err(RequiredMcp::NotConfigured {
+                server: server.clone(),
+                configured: if self.configured.is_empty() {
+                    "none".to_string()
+                } else {
+                    self.configured.join(", ")
+                },
+            });
         }
         self.hub.ensure_required(required).map_err(|e| match e {
-            McpError::NotConfigured { server, .. } => format!(
-                "MCP server `{server}` is required but was not started\n  \
-                     fix: check `mcp.servers.{server}` in .maestro/config.yaml"
-            ),
-            McpError::Unavailable { server, reason } => format!(
-                "MCP server `{server}` is required but not available: {reason}\n  \
-                     fix: check `mcp.servers.{server}` in .maestro/config.yaml (command, args, \
-                     env or url) and that the server starts on its own"
-            ),
+            McpError::NotConfigured { server, .. } => RequiredMcp::NotStarted { server },
+            McpError::Unavailable { server, reason } => RequiredMcp::Unavailable { server, reason },
         })
     }
 

@@ -197,7 +197,7 @@ fn call(args: CallArgs) -> anyhow::Result<u8> {
             .keys()
             .find(|slug| args.tool.starts_with(&format!("mcp__{slug}__")));
         let output = match server.map(|s| toolbox.ensure_required(std::slice::from_ref(s))) {
-            Some(Err(message)) => maestro_tools::ToolOutput::error(message),
+            Some(Err(missing)) => maestro_tools::ToolOutput::error(missing.to_string()),
             _ if toolbox.registry.get(&args.tool).is_none() => maestro_tools::ToolOutput::error(
                 unknown_tool(&args.tool, &toolbox.registry, &config, args.edit),
             ),

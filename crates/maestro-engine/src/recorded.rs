@@ -205,6 +205,16 @@ impl Recorded {
             })
     }
 
+    /// True when the record ends the run for good (a `run_finished` that is still expected).
+    pub fn holds_final_end(&self) -> bool {
+        self.inner.lock().is_ok_and(|streams| {
+            streams.by_movement.get("").is_some_and(|q| {
+                q.iter()
+                    .any(|r| matches!(r.event, RunEvent::RunFinished { .. }))
+            })
+        })
+    }
+
     pub fn mode(&self) -> ReplayMode {
         self.mode
     }

@@ -239,9 +239,11 @@ impl Engine {
         let fresh_answers: std::collections::VecDeque<String> =
             answers.into_iter().skip(recorded_answers).collect();
         let task = task.as_str();
+        // A run whose record already holds its end (its worker died before writing the job's
+        // end) is gone through without a `run_resumed`: nothing goes on after that end.
         let resumed_after = recorded
             .as_ref()
-            .filter(|r| r.mode() == ReplayMode::Resume)
+            .filter(|r| r.mode() == ReplayMode::Resume && !r.holds_final_end())
             .map(|_| last_seq);
         let recorded_window = recorded.as_ref().and_then(|r| r.context_window());
         let context_window = match (self.config.context_length, recorded_window) {

@@ -88,10 +88,11 @@ impl Project {
 
     pub fn worker(&self, base_url: &str, extra: &[&str]) -> Child {
         let mut cmd = self.command(&["worker", "--llm-base-url", base_url]);
-        cmd.args(["--model", "scripted-model", "--lease-secs", "3"])
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
+        cmd.args(["--model", "scripted-model"]);
+        if !extra.contains(&"--lease-secs") {
+            cmd.args(["--lease-secs", "3"]);
+        }
+        cmd.args(extra).stdout(Stdio::null()).stderr(Stdio::piped());
         cmd.spawn().unwrap()
     }
 

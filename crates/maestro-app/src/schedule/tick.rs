@@ -133,3 +133,221 @@ async fn tick_one(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use maestro_store::{Clock as _, JobQueue as _, JobStatus, ManualClock, NewSchedule, StoreUrl};
+    use pretty_assertions::assert_eq;
+
+    use super::*;
+
+    const T0: OffsetDateTime = time::macros::datetime!(2026-01-01 00:00:00 UTC);
+
+    async fn store(dir: &tempfile::TempDir, clock: &Arc<ManualClock>) -> Store {
+        let url: StoreUrl = format!("sqlite://{}", dir.path().join("m.db").display())
+            .parse()
+            .unwrap();
+        Store::open(&url)
+            .await
+            .unwrap()
+            .with_clock(Arc::clone(clock) as Arc<dyn maestro_store::Clock>)
+    }
+
+    async fn every_2s(store: &Store, misfire: Misfire) -> String {
+        store
+            .add_schedule(&NewSchedule {
+                piece: "default".into(),
+                task: "report".into(),
+                spec: Spec::every("2s").unwrap().to_string(),
+                tz: "UTC".into(),
+                misfire: misfire.as_str().into(),
+                created_by: "alice".into(),
+            })
+            .await
+            .unwrap()
+    }
+
+    /// The slots of the schedule's jobs, in seconds after T0.
+    async fn job_slots(store: &Store, id: &str) -> Vec<i64> {
+        let mut slots: Vec<i64> = store
+            .jobs(Some(JobStatus::Queued))
+            .await
+            .unwrap()
+            .iter()
+            .filter(|j| j.schedule_id.as_deref() == Some(id))
+            .map(|j| (j.scheduled_for.unwrap() - T0).whole_seconds())
+            .collect();
+        slots.sort_unstable();
+        slots
+    }
+
+    async fn tick_at(store: &Store, clock: &ManualClock) -> TickReport {
+        tick(store, clock.now(), GRACE).await.unwrap()
+    }
+
+    async fn downtime(misfire: Misfire) -> (TickReport, Vec<i64>, i64) {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = Arc::new(ManualClock::new(T0));
+        let store = store(&dir, &clock).await;
+        let id = every_2s(&store, misfire).await;
+        clock.advance(Duration::from_secs(2));
+        assert_eq!(
+            tick_at(&store, &clock).await,
+            TickReport {
+                fired: 1,
+                missed: 0
+            }
+        );
+        // All nodes down for 12 s: slots 4, 6 and 8 are more than GRACE late at 14.
+        clock.advance(Duration::from_secs(12));
+        let report = tick_at(&store, &clock).await;
+        assert_eq!(tick_at(&store, &clock).await, TickReport::default());
+        let missed = store.schedules().await.unwrap()[0].missed;
+        (report, job_slots(&store, &id).await, missed)
+    }
+
+    #[tokio::test]
+    async fn misfire_skip_fires_none_of_the_missed_slots() {
+        assert_eq!(
+            downtime(Misfire::Skip).await,
+            (
+                TickReport {
+                    fired: 3,
+                    missed: 3
+                },
+                vec![2, 10, 12, 14],
+                3
+            )
+        );
+    }
+
+    #[tokio::test]
+    async fn misfire_catch_up_once_fires_one_job_for_them_all() {
+        assert_eq!(
+            downtime(Misfire::CatchUpOnce).await,
+            (
+                TickReport {
+                    fired: 4,
+                    missed: 3
+                },
+                vec![2, 8, 10, 12, 14],
+                3
+            )
+        );
+    }
+
+    #[tokio::test]
+    async fn two_nodes_ticking_together_fire_each_slot_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = Arc::new(ManualClock::new(T0));
+        let a = store(&dir, &clock).await;
+        let b = store(&dir, &clock).await;
+        let id = every_2s(&a, Misfire::CatchUpOnce).await;
+        let mut fired = 0;
+        for _ in 0..20 {
+            clock.advance(Duration::from_secs(1));
+            let (ra, rb) = tokio::join!(tick_at(&a, &clock), tick_at(&b, &clock));
+            fired += ra.fired + rb.fired;
+        }
+        assert_eq!(fired, 10);
+        assert_eq!(
+            job_slots(&a, &id).await,
+            (1..=10).map(|n| n * 2).collect::<Vec<_>>()
+        );
+        assert_eq!(a.fired_slots(&id).await.unwrap(), 10);
+    }
+
+    #[tokio::test]
+    async fn a_paused_schedule_fires_nothing_and_resumes_without_missing() {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = Arc::new(ManualClock::new(T0));
+        let store = store(&dir, &clock).await;
+        let id = every_2s(&store, Misfire::CatchUpOnce).await;
+        crate::schedule::set_paused(&store, &id, true, "alice")
+            .await
+            .unwrap();
+        clock.advance(Duration::from_secs(20));
+        assert_eq!(tick_at(&store, &clock).await, TickReport::default());
+        crate::schedule::set_paused(&store, &id, false, "alice")
+            .await
+            .unwrap();
+        clock.advance(Duration::from_secs(2));
+        assert_eq!(
+            tick_at(&store, &clock).await,
+            TickReport {
+                fired: 1,
+                missed: 0
+            }
+        );
+        assert_eq!(job_slots(&store, &id).await, vec![22]);
+        crate::schedule::remove_schedule(&store, &id, "alice")
+            .await
+            .unwrap();
+        clock.advance(Duration::from_secs(10));
+        assert_eq!(tick_at(&store, &clock).await, TickReport::default());
+        assert!(matches!(
+            crate::schedule::remove_schedule(&store, &id, "alice").await,
+            Err(crate::schedule::ScheduleError::NoSuchSchedule(_))
+        ));
+    }
+
+    /// The slots a daily schedule in New York fires over three days from `start`, ticking every
+    /// 30 minutes with an hour's grace.
+    async fn daily_in_new_york(at: &str, start: OffsetDateTime) -> Vec<String> {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = Arc::new(ManualClock::new(start));
+        let store = store(&dir, &clock).await;
+        store
+            .add_schedule(&NewSchedule {
+                piece: "default".into(),
+                task: at.into(),
+                spec: Spec::daily(at).unwrap().to_string(),
+                tz: "America/New_York".into(),
+                misfire: "skip".into(),
+                created_by: "alice".into(),
+            })
+            .await
+            .unwrap();
+        for _ in 0..(3 * 48) {
+            clock.advance(Duration::from_secs(1800));
+            tick(&store, clock.now(), Duration::from_secs(3600))
+                .await
+                .unwrap();
+        }
+        let mut slots: Vec<String> = store
+            .jobs(Some(JobStatus::Queued))
+            .await
+            .unwrap()
+            .iter()
+            .map(|j| to_chrono(j.scheduled_for.unwrap()).to_rfc3339())
+            .collect();
+        slots.sort();
+        slots
+    }
+
+    #[tokio::test]
+    async fn a_daily_schedule_fires_once_on_a_spring_forward_day() {
+        assert_eq!(
+            daily_in_new_york("02:30", time::macros::datetime!(2026-03-07 00:00:00 UTC)).await,
+            [
+                "2026-03-07T07:30:00+00:00",
+                "2026-03-08T07:00:00+00:00",
+                "2026-03-09T06:30:00+00:00"
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_daily_schedule_fires_once_on_a_fall_back_day() {
+        assert_eq!(
+            daily_in_new_york("01:30", time::macros::datetime!(2026-10-31 00:00:00 UTC)).await,
+            [
+                "2026-10-31T05:30:00+00:00",
+                "2026-11-01T05:30:00+00:00",
+                "2026-11-02T06:30:00+00:00"
+            ]
+        );
+    }
+}

@@ -56,7 +56,7 @@ pub enum SpecError {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Spec {
     /// A cron expression: five fields, or six with seconds first.
-    Cron(CronExpr),
+    Cron(Box<CronExpr>),
     /// Every this long, at multiples of it since the Unix epoch (so every node agrees).
     Every(Duration),
     /// Every day at this wall-clock time.
@@ -100,7 +100,7 @@ impl Spec {
             .build()
             .parse(&text)
             .map_err(|e| refuse(e.to_string()))?;
-        Ok(Spec::Cron(CronExpr { text, cron }))
+        Ok(Spec::Cron(Box::new(CronExpr { text, cron })))
     }
 
     /// `--every DURATION`: `30s`, `5m`, `2h`, `1d`.
@@ -313,6 +313,7 @@ fn local_instant(tz: Tz, local: NaiveDateTime) -> Option<DateTime<Utc>> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -210,3 +210,34 @@ async fn add_refuses_a_bad_spec_and_an_unknown_piece_with_the_fix() {
             .is_empty()
     );
 }
+
+/// Every slot of a `*/2 * * * * *` schedule across a 10 s outage of the only worker is either
+/// fired or counted missed: `skip` fires no job for the missed ones, `catch_up_once` one.
+#[tokio::test(flavor = "multi_thread")]
+async fn misfire_after_all_workers_were_stopped_for_ten_seconds() {
+    let project = Project::new();
+    let skip = add(&project, &["--cron", "*/2 * * * * *"]).await;
+    let catch_up = add(
+        &project,
+        &["--cron", "*/2 * * * * *", "--misfire", "catch_up_once"],
+    )
+    .await;
+    for pause in [Duration::from_secs(10), Duration::ZERO] {
+        let worker = project.worker("http://127.0.0.1:9", &["--classes", "elsewhere"]);
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        signal(&worker, "TERM");
+        let (status, err) = exited(worker, Duration::from_secs(10)).await;
+        assert!(status.success(), "{err}");
+        tokio::time::sleep(pause).await;
+    }
+    let listed = json_lines(&project, &["schedules", "list", "--json"]).await;
+    for (id, jobs_for_missed) in [(&skip, 0), (&catch_up, 1)] {
+        let s = listed.iter().find(|s| s["id"] == id.as_str()).unwrap();
+        let (fired, missed) = (s["fired"].as_i64().unwrap(), s["missed"].as_i64().unwrap());
+        let slots = slots(&project, id).await;
+        assert!(missed >= 2, "{s}");
+        assert_eq!(i64::try_from(slots.len()).unwrap(), fired, "{s}");
+        let span = (*slots.last().unwrap() - slots[0]).whole_seconds() / 2 + 1;
+        assert_eq!(span, fired - jobs_for_missed + missed, "{s} {slots:?}");
+    }
+}

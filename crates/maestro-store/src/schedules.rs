@@ -217,6 +217,13 @@ impl Store {
     ) -> StoreResult<Option<Option<JobId>>> {
         let slot_ms = to_ms(slot);
         let mut tx = self.begin_write().await?;
+        // Locks the schedule's row (PostgreSQL; SQLite has one writer anyway), so of two nodes
+        // recording missed slots at once the second sees the first's row below.
+        sqlx::query::<Any>("UPDATE schedules SET updated_at = updated_at WHERE id = $1")
+            .bind(schedule_id.to_string())
+            .execute(&mut *tx)
+            .await
+            .map_err(StoreError::query("lock a schedule"))?;
         let claimed = sqlx::query::<Any>(
             "INSERT INTO schedule_fires (schedule_id, slot_time, fired_at) \
              SELECT $1, $2, $3 WHERE NOT EXISTS (SELECT 1 FROM schedule_fires \

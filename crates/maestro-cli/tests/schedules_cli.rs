@@ -241,3 +241,31 @@ async fn misfire_after_all_workers_were_stopped_for_ten_seconds() {
         assert_eq!(span, fired - jobs_for_missed + missed, "{s} {slots:?}");
     }
 }
+
+/// What `maestro schedules list` prints for a person, ids replaced.
+#[tokio::test(flavor = "multi_thread")]
+async fn list_prints_one_line_per_schedule() {
+    let project = Project::new();
+    let once = add(&project, &["--once", "2099-01-01T09:00:00+01:00"]).await;
+    let weekly = add(
+        &project,
+        &[
+            "--weekly",
+            "mon@09:00",
+            "--tz",
+            "Europe/Paris",
+            "--misfire",
+            "catch_up_once",
+        ],
+    )
+    .await;
+    let out = project.maestro(&["schedules", "pause", &weekly]).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = project.maestro(&["schedules", "list"]).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8(out.stdout)
+        .unwrap()
+        .replace(&once, "<once>")
+        .replace(&weekly, "<weekly>");
+    insta::assert_snapshot!("schedules_list_human", text);
+}

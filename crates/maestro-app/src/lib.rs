@@ -27,6 +27,7 @@ mod lease;
 mod local;
 mod models;
 mod pieces;
+mod schedule;
 mod store_log;
 mod toolbox;
 mod worker;
@@ -44,6 +45,10 @@ pub use models::{
 pub use pieces::{
     AUTO, Available, Chosen, Found, PieceError, Skipped, available_pieces, classify_piece,
     find_piece, load_piece,
+};
+pub use schedule::{
+    GRACE, Misfire, ScheduleError, ScheduleRequest, ScheduleSummary, Spec, SpecError, TICK,
+    TickReport, add_schedule, list_schedules, remove_schedule, set_paused, tick, zone,
 };
 pub use store_log::{AppendFailure, Fence, StoreLog};
 pub use toolbox::{McpSelection, RequiredMcp, Toolbox, ToolboxError, load_options, tool_catalog};

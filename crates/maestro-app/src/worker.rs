@@ -186,6 +186,10 @@ impl Worker {
             inner.options.lease / 3,
             done.clone(),
         ));
+        let ticker = tokio::spawn(scheduler_ticks(
+            inner.job.store.clone(),
+            shutdown.stop.clone(),
+        ));
         let counters = Arc::new(Counters::default());
         let mut slots = JoinSet::new();
         for (id, profile) in &ids {
@@ -217,6 +221,7 @@ impl Worker {
         }
         done.cancel();
         let _ = beat.await;
+        let _ = ticker.await;
         Ok(WorkerStats {
             finished: counters.finished.load(Ordering::Relaxed),
             failed: counters.failed.load(Ordering::Relaxed),
@@ -249,6 +254,20 @@ async fn worker_heartbeats(
             if let Err(e) = store.worker_heartbeat(id).await {
                 tracing::warn!("worker heartbeat failed: {e}");
             }
+        }
+    }
+}
+
+/// Ticks the scheduler until the worker stops claiming. Every worker does: the store makes
+/// each slot fire once, so no worker leads.
+async fn scheduler_ticks(store: Store, stop: CancellationToken) {
+    loop {
+        if let Err(e) = crate::schedule::tick(&store, store.now(), crate::schedule::GRACE).await {
+            tracing::warn!("scheduler tick failed: {e}");
+        }
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(crate::schedule::TICK) => {}
         }
     }
 }

@@ -8,6 +8,7 @@ mod progress;
 mod prompt;
 mod replay;
 mod run;
+mod schedules;
 mod tools;
 mod validate;
 mod worker;
@@ -49,6 +50,9 @@ enum Command {
     /// Inspect, follow, wait for and cancel jobs.
     #[command(subcommand)]
     Jobs(jobs::JobsCommand),
+    /// Add, list, pause, resume and remove schedules; every worker fires them.
+    #[command(subcommand)]
+    Schedules(schedules::Command),
 }
 
 fn main() -> ExitCode {
@@ -72,6 +76,7 @@ fn main() -> ExitCode {
         Command::Worker(args) => worker::run(*args),
         Command::Workers(args) => jobs::workers(args),
         Command::Jobs(cmd) => jobs::jobs(cmd),
+        Command::Schedules(cmd) => schedules::run(cmd),
     };
     match result {
         Ok(code) => ExitCode::from(code),

@@ -29,6 +29,7 @@ mod model;
 mod queue;
 mod records;
 mod rows;
+mod schedules;
 mod store;
 mod url;
 
@@ -36,7 +37,7 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{StoreError, StoreResult};
 pub use model::{
     AuditAction, AuditEntry, Claimed, Classes, Comment, CommentKind, FailDisposition, Job, JobId,
-    JobStatus, Lease, NewEvent, NewJob, NewSchedule, Outcome, StoredEvent, WorkerInfo,
+    JobStatus, Lease, NewEvent, NewJob, NewSchedule, Outcome, Schedule, StoredEvent, WorkerInfo,
 };
 pub use queue::JobQueue;
 pub use store::{Backend, Backoff, SCHEMA_VERSION, Store};

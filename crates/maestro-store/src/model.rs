@@ -355,6 +355,32 @@ pub struct NewSchedule {
     pub created_by: String,
 }
 
+/// A stored schedule and what it fired so far.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Schedule {
+    pub id: String,
+    pub piece: String,
+    pub task: String,
+    /// The rule as the scheduler wrote it (`cron …`, `every 30s`, `daily 02:30`, …).
+    pub spec: String,
+    pub tz: String,
+    pub misfire: String,
+    pub paused: bool,
+    /// Slots that passed with no node running (skipped, or caught up by one job).
+    pub missed: i64,
+    /// Slots that fired a job.
+    pub fired: i64,
+    /// The latest slot fired or recorded as missed.
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub last_slot: Option<OffsetDateTime>,
+    pub created_by: String,
+    #[serde(with = "time::serde::rfc3339")]
+    pub created_at: OffsetDateTime,
+    /// When it was added, paused or resumed last.
+    #[serde(with = "time::serde::rfc3339")]
+    pub updated_at: OffsetDateTime,
+}
+
 /// One entry of the audit log: who did what.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct AuditEntry {

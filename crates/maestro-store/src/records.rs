@@ -1,15 +1,12 @@
 //! What the store keeps beside the queue: the audit log, content-addressed blobs, workers and
-//! their heartbeats, comments on jobs, and schedules with the slots they fired.
+//! their heartbeats and comments on jobs.
 
 use sha2::{Digest, Sha256};
 use sqlx::{Any, Transaction};
-use uuid::Uuid;
 
 use crate::clock::{from_ms, to_ms};
 use crate::error::{StoreError, StoreResult};
-use crate::model::{
-    AuditAction, AuditEntry, Comment, CommentKind, JobId, NewJob, NewSchedule, WorkerInfo,
-};
+use crate::model::{AuditAction, AuditEntry, Comment, CommentKind, JobId, WorkerInfo};
 use crate::rows::{col, parse_id};
 use crate::store::Store;
 
@@ -214,93 +211,6 @@ impl Store {
             })
         })
         .collect()
-    }
-
-    /// Adds a schedule and records it in the audit log; returns its id (a UUIDv7).
-    pub async fn add_schedule(&self, schedule: &NewSchedule) -> StoreResult<String> {
-        let id = Uuid::now_v7().to_string();
-        let now = self.now_ms();
-        let mut tx = self.begin_write().await?;
-        sqlx::query::<Any>(
-            "INSERT INTO schedules (id, piece, task, spec, tz, misfire, created_by, created_at, \
-             updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8)",
-        )
-        .bind(id.clone())
-        .bind(schedule.piece.clone())
-        .bind(schedule.task.clone())
-        .bind(schedule.spec.clone())
-        .bind(schedule.tz.clone())
-        .bind(schedule.misfire.clone())
-        .bind(schedule.created_by.clone())
-        .bind(now)
-        .execute(&mut *tx)
-        .await
-        .map_err(StoreError::query("add a schedule"))?;
-        self.audit_in(
-            &mut tx,
-            &schedule.created_by,
-            AuditAction::ScheduleAdd,
-            None,
-            Some(&id),
-            Some(&schedule.spec),
-        )
-        .await?;
-        tx.commit()
-            .await
-            .map_err(StoreError::query("commit a schedule"))?;
-        Ok(id)
-    }
-
-    /// Fires one slot of a schedule: creates `job` for it unless the slot already fired.
-    /// Exactly-once is the database's doing: `(schedule_id, slot_time)` is the primary key of
-    /// `schedule_fires`, so of any number of nodes firing the same slot, one inserts the row and
-    /// its job, and the others get `None`.
-    pub async fn fire_slot(
-        &self,
-        schedule_id: &str,
-        slot: time::OffsetDateTime,
-        job: &NewJob,
-    ) -> StoreResult<Option<JobId>> {
-        let slot_ms = to_ms(slot);
-        let mut tx = self.begin_write().await?;
-        let claimed = sqlx::query::<Any>(
-            "INSERT INTO schedule_fires (schedule_id, slot_time, fired_at) VALUES ($1, $2, $3) \
-             ON CONFLICT (schedule_id, slot_time) DO NOTHING",
-        )
-        .bind(schedule_id.to_string())
-        .bind(slot_ms)
-        .bind(self.now_ms())
-        .execute(&mut *tx)
-        .await
-        .map_err(StoreError::query("claim a schedule slot"))?;
-        if claimed.rows_affected() == 0 {
-            return Ok(None);
-        }
-        let id = self
-            .insert_job(&mut tx, job, Some((schedule_id, slot_ms)))
-            .await?;
-        sqlx::query::<Any>(
-            "UPDATE schedule_fires SET job_id = $1 WHERE schedule_id = $2 AND slot_time = $3",
-        )
-        .bind(id.to_string())
-        .bind(schedule_id.to_string())
-        .bind(slot_ms)
-        .execute(&mut *tx)
-        .await
-        .map_err(StoreError::query("link a slot to its job"))?;
-        tx.commit()
-            .await
-            .map_err(StoreError::query("commit a fired slot"))?;
-        Ok(Some(id))
-    }
-
-    /// How many slots of the schedule have fired.
-    pub async fn fired_slots(&self, schedule_id: &str) -> StoreResult<i64> {
-        sqlx::query_scalar::<Any, i64>("SELECT COUNT(*) FROM schedule_fires WHERE schedule_id = $1")
-            .bind(schedule_id.to_string())
-            .fetch_one(&self.pool)
-            .await
-            .map_err(StoreError::query("count fired slots"))
     }
 }
 

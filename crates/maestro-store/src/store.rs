@@ -262,6 +262,11 @@ impl Store {
             .map_err(StoreError::query("begin a write transaction"))
     }
 
+    /// The current time by the store's clock.
+    pub fn now(&self) -> time::OffsetDateTime {
+        self.clock.now()
+    }
+
     pub(crate) fn now_ms(&self) -> i64 {
         crate::clock::to_ms(self.clock.now())
     }

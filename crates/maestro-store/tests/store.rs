@@ -62,6 +62,7 @@ on_both_backends!(
     a_rescue_past_max_attempts_fails_the_job,
     events_are_unique_per_seq_and_batches_are_atomic,
     a_schedule_slot_fires_once_across_connections,
+    missed_slots_are_recorded_once_across_connections,
     retryable_failures_back_off_then_fail,
     cancel_reaches_descendants_and_stops_the_worker,
     comments_blobs_workers_and_audit,
@@ -694,4 +695,41 @@ async fn an_answer_queues_a_waiting_job_again(db: Db) {
         .filter(|e| e.action == AuditAction::Answer)
         .count();
     assert_eq!(answers, 2);
+}
+
+/// Two nodes coming back at once see different last missed slots; one records them (and its
+/// catch-up job), the other records nothing.
+async fn missed_slots_are_recorded_once_across_connections(db: Db) {
+    let a = db.open().await;
+    let b = db.open().await;
+    let schedule = a
+        .add_schedule(&NewSchedule {
+            piece: "report".into(),
+            task: "tick".into(),
+            spec: "every 2s".into(),
+            tz: "UTC".into(),
+            misfire: "catch_up_once".into(),
+            created_by: "alice".into(),
+        })
+        .await
+        .unwrap();
+    let job = NewJob::new("report", "tick", "scheduler");
+    let at = |s: i64| OffsetDateTime::UNIX_EPOCH + time::Duration::seconds(1_800_000_000 + s);
+    for round in 0..5 {
+        let base = round * 100;
+        let (ra, rb) = tokio::join!(
+            a.record_missed(&schedule, Some(at(base)), at(base + 8), 4, Some(&job)),
+            b.record_missed(&schedule, Some(at(base)), at(base + 10), 5, Some(&job))
+        );
+        let recorded: Vec<_> = [ra.unwrap(), rb.unwrap()].into_iter().flatten().collect();
+        assert_eq!(recorded.len(), 1, "round {round}: {recorded:?}");
+        assert!(recorded[0].is_some());
+    }
+    let listed = a.schedules().await.unwrap();
+    assert_eq!(listed[0].fired, 5);
+    assert!(
+        (20..=25).contains(&listed[0].missed),
+        "{}",
+        listed[0].missed
+    );
 }

@@ -1,0 +1,139 @@
+//! The scheduler: schedule rules and their slots (`spec`), the use cases behind
+//! `maestro schedules …`, and the tick every worker runs (`tick`).
+
+mod spec;
+mod tick;
+
+use maestro_config::Config;
+use maestro_store::{NewSchedule, Store, StoreError};
+use serde::Serialize;
+use time::OffsetDateTime;
+
+use crate::pieces::{PieceError, find_piece};
+use crate::toolbox::load_options;
+
+pub use spec::{Misfire, Spec, SpecError, zone};
+pub use tick::{GRACE, TICK, TickReport, tick};
+
+/// Why a schedule command failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ScheduleError {
+    /// The spec, zone or misfire policy is not understood.
+    #[error(transparent)]
+    Spec(#[from] SpecError),
+    /// The piece cannot be found or does not load.
+    #[error(transparent)]
+    Piece(#[from] PieceError),
+    /// The store refused or failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// No schedule has this id.
+    #[error("no schedule with id {0}; `maestro schedules list` shows the ids")]
+    NoSuchSchedule(String),
+}
+
+/// A schedule to add, as the command line gives it.
+#[derive(Debug, Clone)]
+pub struct ScheduleRequest {
+    pub piece: String,
+    pub task: String,
+    pub spec: Spec,
+    pub tz: String,
+    pub misfire: Misfire,
+    pub created_by: String,
+}
+
+/// Adds a schedule after checking that its piece loads and its zone exists; returns its id.
+pub async fn add_schedule(
+    store: &Store,
+    config: &Config,
+    request: ScheduleRequest,
+) -> Result<String, ScheduleError> {
+    zone(&request.tz)?;
+    find_piece(
+        &request.piece,
+        &config.paths.pieces_dirs,
+        &load_options(config),
+    )?;
+    Ok(store
+        .add_schedule(&NewSchedule {
+            piece: request.piece,
+            task: request.task,
+            spec: request.spec.to_string(),
+            tz: request.tz,
+            misfire: request.misfire.as_str().to_string(),
+            created_by: request.created_by,
+        })
+        .await?)
+}
+
+/// What `maestro schedules list` prints about a schedule.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ScheduleSummary {
+    pub id: String,
+    pub piece: String,
+    pub task: String,
+    pub spec: String,
+    pub tz: String,
+    pub misfire: String,
+    pub paused: bool,
+    /// The next slot (None when paused, or a `once` that has fired).
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub next_fire: Option<OffsetDateTime>,
+    pub fired: i64,
+    pub missed: i64,
+}
+
+/// Every schedule with its next slot after `now`.
+pub async fn list_schedules(
+    store: &Store,
+    now: OffsetDateTime,
+) -> Result<Vec<ScheduleSummary>, ScheduleError> {
+    let mut out = Vec::new();
+    for s in store.schedules().await? {
+        let next_fire = if s.paused {
+            None
+        } else {
+            let spec: Spec = s.spec.parse()?;
+            let floor = s.last_slot.map_or(s.updated_at, |l| l.max(s.updated_at));
+            spec.next_after(spec::to_chrono(floor.max(now)), zone(&s.tz)?)
+                .map(spec::to_time)
+        };
+        out.push(ScheduleSummary {
+            id: s.id,
+            piece: s.piece,
+            task: s.task,
+            spec: s.spec,
+            tz: s.tz,
+            misfire: s.misfire,
+            paused: s.paused,
+            next_fire,
+            fired: s.fired,
+            missed: s.missed,
+        });
+    }
+    Ok(out)
+}
+
+/// Pauses (`true`) or resumes (`false`) a schedule.
+pub async fn set_paused(
+    store: &Store,
+    id: &str,
+    paused: bool,
+    actor: &str,
+) -> Result<(), ScheduleError> {
+    if store.set_schedule_paused(id, paused, actor).await? {
+        Ok(())
+    } else {
+        Err(ScheduleError::NoSuchSchedule(id.to_string()))
+    }
+}
+
+/// Removes a schedule; the jobs it fired stay.
+pub async fn remove_schedule(store: &Store, id: &str, actor: &str) -> Result<(), ScheduleError> {
+    if store.remove_schedule(id, actor).await? {
+        Ok(())
+    } else {
+        Err(ScheduleError::NoSuchSchedule(id.to_string()))
+    }
+}

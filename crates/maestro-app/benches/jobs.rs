@@ -111,8 +111,10 @@ impl Project {
         std::fs::create_dir_all(&pieces).unwrap();
         std::fs::write(pieces.join("one.yaml"), ONE).unwrap();
         std::fs::write(pieces.join("three.yaml"), THREE).unwrap();
-        let mut config = Config::default();
-        config.root = dir.path().to_path_buf();
+        let mut config = Config {
+            root: dir.path().to_path_buf(),
+            ..Config::default()
+        };
         config.llm.base_url = base_url.to_string();
         config.llm.model = Some("scripted-model".into());
         config.paths.runs_dir = dir.path().join(".maestro/runs");

@@ -12,6 +12,7 @@ use std::time::Duration;
 use maestro_config::{Config, WorkerProfile};
 use maestro_store::{Classes, JobQueue, Store, StoreError, WorkerInfo};
 use time::OffsetDateTime;
+use tokio::sync::Notify;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -132,6 +133,8 @@ pub struct Worker {
 struct Inner {
     job: JobContext,
     options: WorkerOptions,
+    /// Wakes one idle slot before its next poll ([`Worker::wake`]).
+    wake: Notify,
 }
 
 impl Worker {
@@ -145,8 +148,16 @@ impl Worker {
                     model_from_flag: options.model_from_flag,
                 },
                 options,
+                wake: Notify::new(),
             }),
         }
+    }
+
+    /// A job was just queued in this process: one idle slot looks for it now instead of at
+    /// its next poll. When no slot is idle, the next slot to become idle looks at once. Jobs
+    /// queued elsewhere are found by polling, every [`WorkerOptions::idle_poll`].
+    pub fn wake(&self) {
+        self.inner.wake.notify_one();
     }
 
     /// Registers the profiles and runs until `shutdown`, then drains and hands back.
@@ -300,6 +311,7 @@ async fn slot(
             Ok(None) => {
                 tokio::select! {
                     _ = shutdown.stop.cancelled() => {}
+                    _ = inner.wake.notified() => {}
                     _ = tokio::time::sleep(inner.options.idle_poll) => {}
                 }
             }

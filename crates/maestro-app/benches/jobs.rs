@@ -1,0 +1,308 @@
+//! Job benchmarks on the embedded store (results in docs/benchmarks.md). Everything is real: a
+//! WAL-mode SQLite file in a temporary directory, an in-process [`Worker`], the engine, and the
+//! scripted model server answering over HTTP on 127.0.0.1.
+//!
+//! - `submit_to_first_movement`: one idle worker (one slot, polling every 200 ms as `maestro
+//!   worker` does); a job is submitted and the time runs until its first `movement_started`
+//!   event can be read from the store. With `wake` the submitter calls [`Worker::wake`], as a
+//!   process that queues and runs its own jobs does; with `poll` it does not, and the worker
+//!   finds the job at its next poll.
+//! - `thousand_runs`: 1,000 queued jobs of a 3-movement takt piece, each movement one model
+//!   call answered after 200 ms; one worker with 1,000 slots runs them all. The critical path is
+//!   3 × 200 ms = 600 ms; the time runs from the worker's start to the last job's end.
+//!
+//! Each bench prints what divan cannot: the latency from the event's own timestamp, the wall
+//! time over the critical path, and the process's peak resident set (`VmHWM`) at the end.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use divan::Bencher;
+use maestro_app::{Profile, Shutdown, Submission, Worker, WorkerOptions, submit};
+use maestro_config::Config;
+use maestro_store::{Classes, JobId, JobQueue, JobStatus, NewJob, Store, StoreUrl};
+use maestro_testkit::{ScriptedLlm, Turn};
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+
+fn main() {
+    divan::main();
+    println!("peak RSS of the whole process (VmHWM): {}", peak_rss());
+}
+
+const ONE: &str = "\
+name: one
+description: one movement
+max_movements: 3
+initial_movement: work
+movements:
+  - name: work
+    edit: false
+    persona: You work.
+    instruction: \"{task}\"
+    rules:
+      - condition: done
+        next: COMPLETE
+";
+
+const THREE: &str = "\
+name: three
+description: three movements, one model call each
+max_movements: 5
+initial_movement: plan
+movements:
+  - name: plan
+    edit: false
+    persona: You plan.
+    instruction: \"Plan {task}.\"
+    rules:
+      - condition: planned
+        next: build
+  - name: build
+    edit: false
+    persona: You build.
+    instruction: \"Build {task}.\"
+    rules:
+      - condition: built
+        next: check
+  - name: check
+    edit: false
+    persona: You check.
+    instruction: \"Check {task}.\"
+    rules:
+      - condition: checked
+        next: COMPLETE
+";
+
+/// The answer every call gets: each movement finds its own tag in it.
+const ANSWER: &str = "Done. [WORK:1] [PLAN:1] [BUILD:1] [CHECK:1]";
+
+fn peak_rss() -> String {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .map(|l| l.trim_start_matches("VmHWM:").trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown".into())
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// A project directory with both pieces, its store, and the configuration a worker runs with.
+struct Project {
+    dir: tempfile::TempDir,
+    store: Store,
+    config: Config,
+}
+
+impl Project {
+    async fn new(base_url: &str) -> Project {
+        let dir = tempfile::tempdir().unwrap();
+        let pieces = dir.path().join("pieces");
+        std::fs::create_dir_all(&pieces).unwrap();
+        std::fs::write(pieces.join("one.yaml"), ONE).unwrap();
+        std::fs::write(pieces.join("three.yaml"), THREE).unwrap();
+        let mut config = Config {
+            root: dir.path().to_path_buf(),
+            ..Config::default()
+        };
+        config.llm.base_url = base_url.to_string();
+        config.llm.model = Some("scripted-model".into());
+        config.paths.runs_dir = dir.path().join(".maestro/runs");
+        config.paths.pieces_dirs = vec![pieces];
+        let url = StoreUrl::Sqlite {
+            path: dir.path().join(".maestro/maestro.db"),
+        };
+        let store = Store::open(&url).await.unwrap();
+        Project { dir, store, config }
+    }
+
+    fn worker(&self, slots: usize, idle_poll: Duration) -> Worker {
+        Worker::new(
+            self.store.clone(),
+            self.config.clone(),
+            WorkerOptions {
+                name: "bench".into(),
+                profiles: vec![Profile {
+                    name: "default".into(),
+                    concurrency: slots,
+                    classes: Classes::Any,
+                }],
+                lease: WorkerOptions::LEASE,
+                drain: Duration::from_secs(5),
+                idle_poll,
+                model_from_flag: true,
+            },
+        )
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+fn ended(status: JobStatus) -> bool {
+    !matches!(
+        status,
+        JobStatus::Queued | JobStatus::Running | JobStatus::WaitingSubtasks
+    )
+}
+
+async fn until_ended(store: &Store, id: JobId) {
+    loop {
+        let job = store.job(id).await.unwrap().unwrap();
+        if ended(job.status) {
+            assert_eq!(job.status, JobStatus::Completed, "{:?}", job.reason);
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+/// The idle poll of `maestro worker`.
+const IDLE_POLL: Duration = Duration::from_millis(200);
+
+/// Submit to the first `movement_started` in the store, one idle single-slot worker.
+#[divan::bench(args = ["wake", "poll"], sample_count = 30, sample_size = 1)]
+fn submit_to_first_movement(bencher: Bencher, how: &str) {
+    let rt = runtime();
+    let server = rt.block_on(ScriptedLlm::start([]));
+    let project = rt.block_on(Project::new(&server.base_url()));
+    let worker = project.worker(1, IDLE_POLL);
+    let shutdown = Shutdown::new();
+    let running = rt.spawn({
+        let worker = worker.clone();
+        let shutdown = shutdown.clone();
+        async move { worker.run(shutdown).await }
+    });
+    let wake = how == "wake";
+    let last: Mutex<Option<JobId>> = Mutex::new(None);
+    // From the submit call to the event's own timestamp (set when the engine emitted it).
+    let stamped: Mutex<Vec<f64>> = Mutex::new(Vec::new());
+    bencher
+        .with_inputs(|| {
+            // The previous job has ended and the worker is idle again, polling.
+            if let Some(id) = last.lock().unwrap().take() {
+                rt.block_on(until_ended(&project.store, id));
+            }
+            server.push(Turn::text(ANSWER));
+            std::thread::sleep(Duration::from_millis(20));
+        })
+        .bench_local_values(|()| {
+            rt.block_on(async {
+                let submitted = OffsetDateTime::now_utc();
+                let id = submit(
+                    &project.store,
+                    &project.config,
+                    Submission {
+                        piece: "one".into(),
+                        task: "measure the latency".into(),
+                        workspace: Some(project.path().to_path_buf()),
+                        class: None,
+                        priority: 0,
+                        max_attempts: None,
+                        submitted_by: "bench".into(),
+                    },
+                )
+                .await
+                .unwrap();
+                if wake {
+                    worker.wake();
+                }
+                let started = loop {
+                    let events = project.store.events(id, 0).await.unwrap();
+                    if let Some(e) = events.iter().find(|e| e.kind == "movement_started") {
+                        break e.payload["ts"].as_str().unwrap().to_string();
+                    }
+                    tokio::task::yield_now().await;
+                };
+                let at = OffsetDateTime::parse(&started, &Rfc3339).unwrap();
+                let ms = (at - submitted).as_seconds_f64() * 1e3;
+                stamped.lock().unwrap().push(ms);
+                *last.lock().unwrap() = Some(id);
+            })
+        });
+    if let Some(id) = last.lock().unwrap().take() {
+        rt.block_on(until_ended(&project.store, id));
+    }
+    shutdown.stop_claiming();
+    let stats = rt.block_on(running).unwrap().unwrap();
+    let mut ms = stamped.into_inner().unwrap();
+    if !ms.is_empty() {
+        ms.sort_by(f64::total_cmp);
+        println!(
+            "submit_to_first_movement/{how}: submit → movement_started's own timestamp over {} \
+             jobs: fastest {:.2} ms, median {:.2} ms, slowest {:.2} ms ({} runs finished)",
+            ms.len(),
+            ms[0],
+            ms[ms.len() / 2],
+            ms[ms.len() - 1],
+            stats.finished,
+        );
+    }
+}
+
+const RUNS: usize = 1_000;
+const DELAY: Duration = Duration::from_millis(200);
+const CRITICAL_PATH: Duration = Duration::from_millis(600);
+
+/// 1,000 queued 3-movement runs, 200 ms per model call, one worker with 1,000 slots.
+#[divan::bench(sample_count = 3, sample_size = 1)]
+fn thousand_runs(bencher: Bencher) {
+    let rt = runtime();
+    let server = rt.block_on(ScriptedLlm::start([]));
+    let project = rt.block_on(Project::new(&server.base_url()));
+    let walls: Mutex<Vec<Duration>> = Mutex::new(Vec::new());
+    bencher
+        .with_inputs(|| {
+            for _ in 0..RUNS * 3 {
+                server.push(Turn::text(ANSWER).with_delay(DELAY));
+            }
+            rt.block_on(async {
+                let mut ids = Vec::with_capacity(RUNS);
+                for i in 0..RUNS {
+                    let mut job = NewJob::new("three", format!("job {i}"), "bench");
+                    job.workspace = Some(project.path().display().to_string());
+                    ids.push(project.store.submit(job).await.unwrap());
+                }
+                ids
+            })
+        })
+        .bench_local_values(|ids| {
+            rt.block_on(async {
+                let start = Instant::now();
+                let worker = project.worker(RUNS, IDLE_POLL);
+                let shutdown = Shutdown::new();
+                let running = tokio::spawn({
+                    let shutdown = shutdown.clone();
+                    async move { worker.run(shutdown).await }
+                });
+                for id in &ids {
+                    until_ended(&project.store, *id).await;
+                }
+                let wall = start.elapsed();
+                walls.lock().unwrap().push(wall);
+                shutdown.stop_claiming();
+                let stats = running.await.unwrap().unwrap();
+                assert_eq!(stats.finished, RUNS as u64);
+            })
+        });
+    for wall in walls.into_inner().unwrap() {
+        println!(
+            "thousand_runs: {RUNS} runs in {:.0} ms, {:.2} × the critical path of {} ms",
+            wall.as_secs_f64() * 1e3,
+            wall.as_secs_f64() / CRITICAL_PATH.as_secs_f64(),
+            CRITICAL_PATH.as_millis(),
+        );
+    }
+    assert_eq!(server.remaining(), 0);
+}

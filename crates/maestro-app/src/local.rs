@@ -76,12 +76,15 @@ impl std::fmt::Debug for LocalJob {
     }
 }
 
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_default()
+}
+
 /// This process's name as a lease owner.
 fn owner() -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .unwrap_or_default();
-    format!("local:{host}:{}", std::process::id())
+    format!("local:{}:{}", hostname(), std::process::id())
 }
 
 /// True when `owner` names a local run on this host whose process is gone.
@@ -90,10 +93,7 @@ fn owner_is_gone(owner: &str) -> bool {
     let (Some("local"), Some(host), Some(pid)) = (parts.next(), parts.next(), parts.next()) else {
         return false;
     };
-    let here = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .unwrap_or_default();
-    host == here && !Path::new("/proc").join(pid).exists()
+    host == hostname() && !Path::new("/proc").join(pid).exists()
 }
 
 impl LocalJob {

@@ -183,13 +183,18 @@ pub fn submit(args: SubmitArgs) -> anyhow::Result<u8> {
             Err(JobError::Piece(e)) => return Err(crate::run::explain_piece_error(e)),
             Err(e) => return Err(e.into()),
         };
-        if args.json {
-            println!("{}", serde_json::json!({"id": id}));
-        } else {
-            println!("{id}");
-        }
+        print_id(&id, args.json);
         Ok(0)
     })
+}
+
+/// Prints a new id: bare, or as `{"id": …}` with `--json`.
+pub(crate) fn print_id(id: &impl std::fmt::Display, json: bool) {
+    if json {
+        println!("{}", serde_json::json!({"id": id.to_string()}));
+    } else {
+        println!("{id}");
+    }
 }
 
 fn human(job: &JobSummary) -> String {

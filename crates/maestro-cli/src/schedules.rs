@@ -186,11 +186,7 @@ async fn add(args: AddArgs) -> anyhow::Result<u8> {
         Err(ScheduleError::Piece(e)) => return Err(crate::run::explain_piece_error(e)),
         Err(e) => return Err(e.into()),
     };
-    if args.json {
-        println!("{}", serde_json::json!({"id": id}));
-    } else {
-        println!("{id}");
-    }
+    crate::jobs::print_id(&id, args.json);
     Ok(0)
 }
 

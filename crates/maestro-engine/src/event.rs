@@ -423,28 +423,6 @@ impl<W: Write + Send> EventSink for JsonlSink<W> {
     }
 }
 
-/// Keeps every record in memory; for tests and benchmarks.
-#[derive(Default)]
-pub struct MemorySink {
-    records: Mutex<Vec<EventRecord>>,
-}
-
-impl MemorySink {
-    pub fn records(&self) -> Vec<EventRecord> {
-        self.records.lock().map(|r| r.clone()).unwrap_or_default()
-    }
-}
-
-impl EventSink for MemorySink {
-    fn record(&self, record: &EventRecord) -> std::io::Result<()> {
-        self.records
-            .lock()
-            .map_err(|_| std::io::Error::other("event sink poisoned"))?
-            .push(record.clone());
-        Ok(())
-    }
-}
-
 /// Reads an `events.jsonl` file back, naming the line that cannot be read.
 pub fn read_events(path: &Path) -> Result<Vec<EventRecord>, String> {
     let text = std::fs::read_to_string(path)

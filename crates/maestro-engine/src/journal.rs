@@ -36,7 +36,8 @@ struct Inner {
 }
 
 struct Pending {
-    record: EventRecord,
+    /// `None` for a flush: nothing to write, only the acknowledgement.
+    record: Option<EventRecord>,
     done: Option<oneshot::Sender<Result<(), Arc<AppendError>>>>,
 }
 
@@ -124,7 +125,10 @@ impl Journal {
             (None, None)
         };
         self.writer
-            .send(Pending { record, done })
+            .send(Pending {
+                record: Some(record),
+                done,
+            })
             .map_err(|_| EngineError::from(InternalError::WriterStopped))?;
         Ok(receiver)
     }
@@ -134,14 +138,7 @@ impl Journal {
         let (tx, rx) = oneshot::channel();
         self.writer
             .send(Pending {
-                record: EventRecord {
-                    seq: 0,
-                    ts: String::new(),
-                    event: RunEvent::Warning {
-                        movement: None,
-                        message: String::new(),
-                    },
-                },
+                record: None,
                 done: Some(tx),
             })
             .map_err(|_| EngineError::from(InternalError::WriterStopped))?;
@@ -200,12 +197,7 @@ async fn write_loop(
     let mut failed: Option<Arc<AppendError>> = None;
     let mut batch = Vec::new();
     while queue.recv_many(&mut batch, MAX_BATCH).await > 0 {
-        // A flush marker (seq 0) carries no event.
-        let records: Vec<EventRecord> = batch
-            .iter()
-            .filter(|p| p.record.seq > 0)
-            .map(|p| p.record.clone())
-            .collect();
+        let records: Vec<EventRecord> = batch.iter().filter_map(|p| p.record.clone()).collect();
         if failed.is_none() && !records.is_empty() {
             for log in &logs {
                 if let Err(e) = log.append(&records).await {

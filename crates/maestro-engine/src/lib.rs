@@ -37,8 +37,8 @@ pub use control::{COMPLETE, TRANSITION, WRITE_REPORT};
 pub use end_reason::{EndReason, UnknownEndReason};
 pub use error::{EngineError, InternalError, RecordError, UnrunnablePiece};
 pub use event::{
-    CallPurpose, ContextLevel, EventRecord, EventSink, JsonlSink, JudgeKind, MemorySink,
-    OutcomeSource, RecordedAnswer, ReminderKind, RunEvent, read_events,
+    CallPurpose, ContextLevel, EventRecord, EventSink, JsonlSink, JudgeKind, OutcomeSource,
+    RecordedAnswer, ReminderKind, RunEvent, read_events,
 };
 pub use journal::Journal;
 pub use log::{AppendError, AppendFuture, EventLog, JsonlLog, MemoryLog};

@@ -75,13 +75,20 @@ async fn replay(args: Args) -> anyhow::Result<u8> {
         config.paths.pieces_dirs = args.pieces_dir.clone();
     }
     let history = history(&args, &config).await?;
-    let finished = history.iter().rev().find_map(|r| match &r.event {
-        RunEvent::RunFinished { status, .. } => Some(*status),
+    // A run stopped by its user ended where it was, not where its piece led: it has nothing to
+    // replay until it is continued.
+    let last_end = history.iter().rev().find_map(|r| match &r.event {
+        RunEvent::RunFinished { status, reason, .. } => Some((*status, reason.clone())),
         _ => None,
     });
-    let Some(status) = finished else {
+    let status = match last_end {
+        Some((_, Some(maestro_engine::EndReason::Cancelled))) | None => None,
+        Some((status, _)) => Some(status),
+    };
+    let Some(status) = status else {
         eprintln!(
-            "error: run {} has not finished; continue it with `maestro run --resume {}`",
+            "error: run {} has not finished (it was stopped, or is still running); continue it with \
+             `maestro run --resume {}`",
             args.id, args.id
         );
         return Ok(1);

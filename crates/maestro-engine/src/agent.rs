@@ -138,12 +138,30 @@ impl<'a> Agent<'a> {
     /// still finding out how this model takes tools (`tool_mode: auto`), it now offers them in
     /// JSON mode: the plain answer is dropped and the same request goes again (returns true).
     pub async fn resend_with_json_tools(&mut self) -> Result<bool, EngineError> {
-        if self.tools.is_empty()
-            || !self
+        if self.tools.is_empty() {
+            return Ok(false);
+        }
+        // A resumed or replayed run switches where its record did (the provider may have
+        // settled on a mode since); past the record, the provider decides.
+        let recorded = self
+            .run
+            .journal
+            .recorded()
+            .and_then(|r| r.switched_tool_mode(self.name()));
+        let switch = match recorded {
+            Some(false) => false,
+            Some(true) => {
+                self.run
+                    .provider
+                    .switch_to_json_tools(&self.run.config.model);
+                true
+            }
+            None => self
                 .run
                 .provider
-                .switch_to_json_tools(&self.run.config.model)
-        {
+                .switch_to_json_tools(&self.run.config.model),
+        };
+        if !switch {
             return Ok(false);
         }
         if let Some(Message::Assistant { tool_calls, .. }) = self.messages.last()

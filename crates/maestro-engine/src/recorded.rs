@@ -53,10 +53,7 @@ impl Divergence {
                 "the run left its record at seq {seq}: the record has {expected}, this run produced {}",
                 self.got
             ),
-            _ => format!(
-                "the run left its record: it produced {}, which the record does not hold",
-                self.got
-            ),
+            _ => format!("the run left its record: it produced {}", self.got),
         }
     }
 }
@@ -265,7 +262,7 @@ impl Recorded {
                         Matched::Diverged(Divergence {
                             seq: None,
                             expected: None,
-                            got: describe(event),
+                            got: format!("{}, which the record does not hold", describe(event)),
                         })
                     }
                     _ => Matched::New,
@@ -307,6 +304,18 @@ impl Recorded {
             RunEvent::UserInput { text, .. } => Some(text.clone()),
             _ => None,
         }
+    }
+
+    /// Whether the record has `movement` switch to JSON tool mode next (after a plain answer
+    /// where a control tool was required); `None` past the end of its record.
+    pub fn switched_tool_mode(&self, movement: &str) -> Option<bool> {
+        let streams = self.inner.lock().ok()?;
+        let next = streams
+            .by_movement
+            .get(movement)?
+            .iter()
+            .find(|r| !matches!(r.event, RunEvent::LlmRetry { .. }))?;
+        Some(matches!(next.event, RunEvent::ToolModeChanged { .. }))
     }
 
     /// How many answers the record holds.

@@ -607,3 +607,46 @@ async fn wait_subtasks_without_subtasks_takes_default_next() {
         )
     );
 }
+
+/// A replay follows the record's switch to JSON tool mode even when the provider has settled
+/// on a mode since (here: it starts in JSON mode and would not switch again).
+#[tokio::test]
+async fn a_replay_switches_tool_mode_where_the_record_did() {
+    let server = maestro_testkit::ScriptedLlm::start([
+        Turn::text("I would now write the cookbook."),
+        Turn::json(
+            json!({"tool": "complete", "arguments": {"status": "success", "result": "Written."}}),
+        ),
+    ])
+    .await;
+    let ran = run_against(
+        server,
+        two_steps(),
+        engine_config(),
+        None,
+        maestro_llm::ToolMode::Auto,
+    )
+    .await;
+    assert_eq!(ran.count("tool_mode_changed"), 1);
+    let settled = maestro_testkit::ScriptedLlm::start([]).await;
+    let provider: std::sync::Arc<dyn maestro_llm::Provider> = std::sync::Arc::new(
+        maestro_llm::OpenAiCompat::new(
+            maestro_llm::OpenAiConfig::new(settled.base_url())
+                .with_tool_mode(maestro_llm::ToolMode::Json),
+        )
+        .unwrap(),
+    );
+    let engine = maestro_engine::Engine::new(
+        provider,
+        maestro_tools::Registry::builtin(maestro_tools::ToolsConfig::default()),
+        engine_config(),
+    );
+    let scratch = tempfile::tempdir().unwrap();
+    let record = maestro_engine::RunRecord::open(scratch.path(), "replay", None).unwrap();
+    let report = engine
+        .replay(std::sync::Arc::new(two_steps()), ran.events.clone(), record)
+        .await
+        .unwrap();
+    assert_eq!(report.status.to_string(), "completed");
+    assert_eq!(settled.requests().len(), 0);
+}

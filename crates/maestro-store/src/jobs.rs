@@ -18,7 +18,7 @@ use crate::store::Store;
 
 pub(crate) const JOB_COLUMNS: &str = "id, piece, task, status, parent_id, priority, task_class, \
     workspace, submitted_by, attempts, max_attempts, fence, lease_owner, lease_expires_at, run_at, \
-    result, reason, created_at, updated_at, schedule_id, scheduled_for";
+    result, reason, created_at, updated_at, schedule_id, scheduled_for, depth, title, child_index";
 
 /// How often a store fails the jobs whose workers vanished on their last attempt. Such a job
 /// is never claimed again in between (the claim skips it), so the sweep only sets its status.
@@ -26,7 +26,7 @@ const SWEEP_EVERY_MS: i64 = 1_000;
 
 /// The condition every fenced write carries: the lease's token is the job's newest and the
 /// job is still running.
-const FENCED: &str = "id = $1 AND fence = $2 AND status = 'running'";
+pub(crate) const FENCED: &str = "id = $1 AND fence = $2 AND status = 'running'";
 
 /// Why a job's worker vanished, written when a rescue finds its attempts used up.
 const LOST_WORKER: &str = "the worker running this job stopped renewing its lease (it crashed or \
@@ -63,6 +63,9 @@ pub(crate) fn job_from_row(row: &AnyRow) -> StoreResult<Job> {
         updated_at: from_ms(col(row, "updated_at")?),
         schedule_id: col(row, "schedule_id")?,
         scheduled_for: col::<Option<i64>>(row, "scheduled_for")?.map(from_ms),
+        depth: col(row, "depth")?,
+        title: col(row, "title")?,
+        child_index: col(row, "child_index")?,
     })
 }
 
@@ -126,7 +129,7 @@ impl Store {
     }
 
     /// Why a fenced write matched no row: the job is gone, cancelled, or owned by a newer claim.
-    async fn lease_error(&self, lease: &Lease) -> StoreError {
+    pub(crate) async fn lease_error(&self, lease: &Lease) -> StoreError {
         let row = sqlx::query::<Any>("SELECT fence, status FROM jobs WHERE id = $1")
             .bind(lease.job_id.to_string())
             .fetch_optional(&self.pool)
@@ -312,19 +315,33 @@ impl JobQueue for Store {
             }
         };
         let now = self.now_ms();
-        self.fenced_update(
-            lease,
-            "status = $3, result = $4, reason = $5, lease_owner = NULL, lease_expires_at = NULL, \
-             updated_at = $6, finished_at = NULLIF($7, 0)",
-            &[
-                Some(outcome.status.as_str().to_string()),
-                outcome.result.map(|r| r.to_string()),
-                outcome.reason,
-            ],
-            &[now, if finished { now } else { 0 }],
-            "finish a job",
-        )
-        .await
+        let sql = format!(
+            "UPDATE jobs SET status = $3, result = $4, reason = $5, lease_owner = NULL, \
+             lease_expires_at = NULL, updated_at = $6, finished_at = NULLIF($7, 0) \
+             WHERE {FENCED} RETURNING parent_id"
+        );
+        let row = sqlx::query::<Any>(sqlx::AssertSqlSafe(sql))
+            .bind(lease.job_id.to_string())
+            .bind(lease.fence)
+            .bind(outcome.status.as_str().to_string())
+            .bind(outcome.result.map(|r| r.to_string()))
+            .bind(outcome.reason)
+            .bind(now)
+            .bind(if finished { now } else { 0 })
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(StoreError::query("finish a job"))?;
+        let Some(row) = row else {
+            return Err(self.lease_error(lease).await);
+        };
+        // A park for subtasks that all ended already, or the last child of a waiting parent:
+        // the parent goes back to the queue.
+        if outcome.status == JobStatus::WaitingSubtasks {
+            self.wake_parent(lease.job_id).await?;
+        } else if let (true, Some(parent)) = (finished, col::<Option<String>>(&row, "parent_id")?) {
+            self.wake_parent(parse_id(&parent)?).await?;
+        }
+        Ok(())
     }
 
     async fn fail(&self, lease: &Lease, reason: &str) -> StoreResult<FailDisposition> {
@@ -357,6 +374,9 @@ impl JobQueue for Store {
                 "fail a job",
             )
             .await?;
+            if let Some(parent) = job.parent_id {
+                self.wake_parent(parent).await?;
+            }
             Ok(FailDisposition::Failed)
         }
     }
@@ -411,6 +431,10 @@ impl JobQueue for Store {
         tx.commit()
             .await
             .map_err(StoreError::query("commit a cancel"))?;
+        // A subtask cancelled on its own: its parent may have been waiting for it alone.
+        if let Some(parent) = job.parent_id {
+            self.wake_parent(parent).await?;
+        }
         Ok(cancelled)
     }
 
@@ -563,6 +587,7 @@ impl Store {
             .execute(&mut *tx)
             .await
             .map_err(StoreError::query("fail jobs whose workers vanished"))?;
+            self.wake_parents_in(&mut tx, now).await?;
             self.last_sweep.store(now, Ordering::Relaxed);
         }
         let sql = format!(

@@ -31,6 +31,7 @@ mod records;
 mod rows;
 mod schedules;
 mod store;
+mod subtasks;
 mod url;
 
 pub use clock::{Clock, ManualClock, SystemClock};
@@ -41,4 +42,5 @@ pub use model::{
 };
 pub use queue::JobQueue;
 pub use store::{Backend, Backoff, SCHEMA_VERSION, Store};
+pub use subtasks::{NewChild, Spawned, child_workspace};
 pub use url::{StoreUrl, UrlOrigin};

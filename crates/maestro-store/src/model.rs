@@ -219,6 +219,13 @@ pub struct Job {
     pub schedule_id: Option<String>,
     #[serde(with = "time::serde::rfc3339::option")]
     pub scheduled_for: Option<OffsetDateTime>,
+    /// How far below its root job: 0 for a job someone submitted, 1 for its subtasks, ….
+    pub depth: i64,
+    /// A subtask's title, as its parent gave it.
+    pub title: Option<String>,
+    /// A subtask's number among its parent's children, from 1 (its workspace is
+    /// `subtasks/<n>/` in the parent's).
+    pub child_index: Option<i64>,
 }
 
 /// Which task classes a worker claims.

@@ -50,6 +50,15 @@ impl Backend {
             Backend::Postgres => " FOR SHARE",
         }
     }
+
+    /// Appended to a read of a row the transaction then writes beside (a parent spawning a
+    /// child): PostgreSQL writers of the same row go one at a time; SQLite's do anyway.
+    pub(crate) fn row_lock(self) -> &'static str {
+        match self {
+            Backend::Sqlite => "",
+            Backend::Postgres => " FOR UPDATE",
+        }
+    }
 }
 
 /// One embedded migration: version, description, and the SQL for each backend.
@@ -75,10 +84,16 @@ const MIGRATIONS: &[EmbeddedMigration] = &[
         sqlite: include_str!("../migrations/sqlite/0002_comments_schedules.sql"),
         postgres: include_str!("../migrations/postgres/0002_comments_schedules.sql"),
     },
+    EmbeddedMigration {
+        version: 3,
+        description: "subtasks",
+        sqlite: include_str!("../migrations/sqlite/0003_subtasks.sql"),
+        postgres: include_str!("../migrations/postgres/0003_subtasks.sql"),
+    },
 ];
 
 /// The newest schema version this build knows.
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 fn migrator(backend: Backend, up_to: i64) -> Migrator {
     let migrations = MIGRATIONS

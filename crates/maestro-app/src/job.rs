@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use maestro_config::Config;
 use maestro_engine::{
-    Engine, EventRecord, JsonlLog, RunEnd, RunEvent, RunRecord, RunReport, RunSpec,
+    Engine, EventRecord, JsonlLog, RunEnd, RunEvent, RunRecord, RunReport, RunSpec, SubtaskHost,
 };
 use maestro_llm::Provider;
 use maestro_piece::Piece;
@@ -23,6 +23,7 @@ use crate::local::outcome;
 use crate::models::{ModelError, check_served, client, served_model};
 use crate::pieces::{AUTO, PieceError, available_pieces, classify_piece, find_piece, load_piece};
 use crate::store_log::{Fence, StoreLog};
+use crate::subtasks::{LocalChildren, StoreSubtasks};
 use crate::toolbox::{McpSelection, Toolbox, load_options};
 
 /// What running one job needs from its worker.
@@ -35,6 +36,8 @@ pub(crate) struct JobContext {
     pub lease: Duration,
     /// The model was chosen on the command line: it wins over a piece's `model`.
     pub model_from_flag: bool,
+    /// Set for a local run's children: the subtasks they spawn run in this process too.
+    pub local: Option<std::sync::Weak<LocalChildren>>,
 }
 
 /// How one claimed job left this worker.
@@ -407,6 +410,15 @@ fn run_spec(
     spec.piece_file = piece_file;
     spec.suspend = Some(suspend);
     spec.answers = answers;
+    spec.subtasks = StoreSubtasks::for_job(
+        &ctx.store,
+        &claimed.lease,
+        &claimed.job,
+        spec.record.workspace.clone(),
+        config,
+        ctx.local.as_ref().and_then(std::sync::Weak::upgrade),
+    )
+    .map(|host| Arc::new(host) as Arc<dyn SubtaskHost>);
     Ok(spec)
 }
 

@@ -29,6 +29,7 @@ mod models;
 mod pieces;
 mod schedule;
 mod store_log;
+mod subtasks;
 mod toolbox;
 mod worker;
 
@@ -51,5 +52,6 @@ pub use schedule::{
     TickReport, add_schedule, list_schedules, remove_schedule, set_paused, tick, zone,
 };
 pub use store_log::{AppendFailure, Fence, StoreLog};
+pub use subtasks::LocalChildren;
 pub use toolbox::{McpSelection, RequiredMcp, Toolbox, ToolboxError, load_options, tool_catalog};
 pub use worker::{Profile, Shutdown, Worker, WorkerError, WorkerOptions, WorkerStats, classes};

@@ -7,7 +7,10 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use maestro_engine::{EndReason, EventLog, EventRecord, JsonlLog, RunEnd, RunRecord, RunReport};
+use maestro_config::Config;
+use maestro_engine::{
+    EndReason, EventLog, EventRecord, JsonlLog, RunEnd, RunRecord, RunReport, SubtaskHost,
+};
 use maestro_protocol::RunStatus;
 use maestro_store::{
     Claimed, FailDisposition, Job, JobId, JobQueue, JobStatus, NewJob, Outcome, Store, StoreError,
@@ -15,8 +18,10 @@ use maestro_store::{
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use crate::job::JobContext;
 use crate::lease::keep_lease;
 use crate::store_log::{Fence, StoreLog};
+use crate::subtasks::{LocalChildren, StoreSubtasks};
 
 /// How long a local run's claim holds between heartbeats. Short, so that after a kill -9 the
 /// run can be continued soon even from another process.
@@ -83,12 +88,12 @@ fn hostname() -> String {
 }
 
 /// This process's name as a lease owner.
-fn owner() -> String {
+pub(crate) fn owner() -> String {
     format!("local:{}:{}", hostname(), std::process::id())
 }
 
 /// True when `owner` names a local run on this host whose process is gone.
-fn owner_is_gone(owner: &str) -> bool {
+pub(crate) fn owner_is_gone(owner: &str) -> bool {
     let mut parts = owner.splitn(3, ':');
     let (Some("local"), Some(host), Some(pid)) = (parts.next(), parts.next(), parts.next()) else {
         return false;
@@ -178,6 +183,36 @@ impl LocalJob {
             .map_err(|source| LocalError::Events { id, source })
     }
 
+    /// The run's side of subtasks (`SpawnSubTask`, `WAIT_SUBTASKS`), with the children running
+    /// in this process; `None` when subtasks are off. Call [`LocalChildren::finish`] after
+    /// the run.
+    pub fn subtasks(
+        &self,
+        record: &RunRecord,
+        config: &Config,
+        model_from_flag: bool,
+    ) -> Option<(Arc<dyn SubtaskHost>, Arc<LocalChildren>)> {
+        let children = LocalChildren::new(
+            JobContext {
+                store: self.store.clone(),
+                config: config.clone(),
+                lease: LOCAL_LEASE,
+                model_from_flag,
+                local: None,
+            },
+            owner(),
+        );
+        let host = StoreSubtasks::for_job(
+            &self.store,
+            &self.claimed.lease,
+            &self.claimed.job,
+            record.workspace.clone(),
+            config,
+            Some(Arc::clone(&children)),
+        )?;
+        Some((Arc::new(host), children))
+    }
+
     /// The answers people gave to the run's questions, oldest first.
     pub async fn answers(&self) -> Result<Vec<String>, LocalError> {
         Ok(self.store.answers(self.id()).await?)
@@ -259,6 +294,7 @@ pub(crate) fn outcome(report: &RunReport) -> Outcome {
         RunStatus::Aborted => JobStatus::Aborted,
         RunStatus::Exceeded => JobStatus::Exceeded,
         RunStatus::NeedsUserInput => JobStatus::WaitingInput,
+        RunStatus::WaitingSubtasks => JobStatus::WaitingSubtasks,
         RunStatus::Failed if report.reason == Some(EndReason::Cancelled) => JobStatus::Cancelled,
         RunStatus::Failed => JobStatus::Failed,
     };

@@ -92,6 +92,7 @@ pub fn tool_catalog(config: &Config) -> ToolCatalog {
         tools: &config.tools,
         web: &config.web,
         ssh_connections: config.ssh.connections.len(),
+        subtasks: config.subtasks.max_depth > 0,
     })
 }
 

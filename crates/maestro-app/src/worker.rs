@@ -146,6 +146,7 @@ impl Worker {
                     config,
                     lease: options.lease,
                     model_from_flag: options.model_from_flag,
+                    local: None,
                 },
                 options,
                 wake: Notify::new(),

@@ -202,6 +202,14 @@ impl ProgressModel {
             RunEvent::UserInput { movement, text } => {
                 Some(format!("  answer for {movement}: {}", one_line(text)))
             }
+            RunEvent::SubtasksEnded { movement, children } => Some(format!(
+                "  subtasks for {movement} ended: {}",
+                children
+                    .iter()
+                    .map(|c| format!("{} {}", c.title, c.status))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )),
         };
         line.into_iter().collect()
     }

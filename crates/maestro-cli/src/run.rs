@@ -285,13 +285,21 @@ async fn run_async(args: Args) -> anyhow::Result<u8> {
         Some(progress) => Arc::clone(progress) as Arc<dyn EventSink>,
         None => Arc::new(JsonlSink::new(std::io::stdout())),
     };
+    // Subtasks run in this process, each as a job of its own in the same store.
+    let subtasks = local.subtasks(&record, &config, args.model.is_some());
     let mut spec = RunSpec::new(Arc::new(piece), &task, record);
+    spec.subtasks = subtasks.as_ref().map(|(host, _)| Arc::clone(host));
     spec.logs = logs;
     spec.observers = vec![observer];
     spec.history = history;
     spec.piece_file = piece_file;
     spec.answers = local.answers().await.unwrap_or_default();
     let outcome = engine.run_spec(spec).await;
+    if let Some((_, children)) = &subtasks {
+        let stopped = matches!(&outcome, Ok(RunEnd::Finished(report))
+            if report.reason == Some(maestro_engine::EndReason::Cancelled));
+        children.finish(local.id(), stopped).await;
+    }
     if let Some(progress) = &progress {
         progress.finish();
     }

@@ -299,7 +299,7 @@ movements:
     edit: false
     persona: You research.
     instruction: Find out.
-    allowed_tools: [Read, Glbo, WebSearch, SshExec, SpawnSubTask]
+    allowed_tools: [Read, Glbo, WebSearch, SshExec, BrowseWeb]
     allowed_ssh_connections: ['*']
     rules: []
 ";
@@ -345,7 +345,7 @@ movements:
     assert_eq!(
         warnings,
         vec![
-            "`SpawnSubTask` is not available here, so it is not offered: the Maestro specification names it, but this version does not have it yet"
+            "`BrowseWeb` is not available here, so it is not offered: the Maestro specification names it, but this version does not have it yet"
         ]
     );
 }

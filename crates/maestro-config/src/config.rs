@@ -30,6 +30,7 @@ pub struct Config {
     pub safety: SafetyConfig,
     pub store: StoreConfig,
     pub workers: Vec<WorkerProfile>,
+    pub subtasks: SubtasksConfig,
     /// The project root: the directory holding the project's `.maestro/` (the current
     /// directory when there is none). Defaults that name project files start here.
     #[serde(skip)]
@@ -43,6 +44,26 @@ pub struct StoreConfig {
     /// `sqlite://PATH` or `postgres://…`; unset means `sqlite://.maestro/maestro.db` in the
     /// project. `--db` and `MAESTRO_DB` win over it.
     pub url: Option<String>,
+}
+
+/// `subtasks:` — how far runs may split into child runs (`SpawnSubTask`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SubtasksConfig {
+    /// How many levels of subtasks below a submitted job (its children are level 1). 0 turns
+    /// subtasks off: `SpawnSubTask` is not offered and `WAIT_SUBTASKS` takes `default_next`.
+    pub max_depth: u32,
+    /// How many children one run may spawn in all.
+    pub max_children: u32,
+}
+
+impl Default for SubtasksConfig {
+    fn default() -> Self {
+        SubtasksConfig {
+            max_depth: 2,
+            max_children: 10,
+        }
+    }
 }
 
 /// One entry of `workers:` — a worker profile: how many jobs of which task classes one
@@ -286,6 +307,13 @@ impl Config {
                     "name the profile, e.g. `default`",
                 );
             }
+        }
+        if self.subtasks.max_depth > 0 && self.subtasks.max_children == 0 {
+            fail(
+                &["subtasks", "max_children"],
+                "must be at least 1 while subtasks are on".into(),
+                "give the number of subtasks one run may spawn, e.g. 10, or set `subtasks.max_depth: 0` to turn them off",
+            );
         }
         for (index, connection) in self.ssh.connections.iter().enumerate() {
             let earlier = &self.ssh.connections[..index];

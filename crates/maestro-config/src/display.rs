@@ -32,6 +32,7 @@ impl Config {
             "safety": to_value(&self.safety),
             "store": to_value(&self.store),
             "workers": to_value(&self.workers),
+            "subtasks": to_value(&self.subtasks),
         })
     }
 

@@ -22,6 +22,7 @@ use crate::event::{CallPurpose, ContextLevel, ReminderKind, RunEvent};
 use crate::outcome::last_tag;
 use crate::prompt;
 use crate::recorded::{self, ToolRecord};
+use crate::subtasks::{self, SPAWN_SUBTASK, SpawnArgs, SpawnRequest, SubtaskError};
 
 /// How a turn of the model ended.
 #[derive(Debug, Clone, PartialEq)]
@@ -69,6 +70,9 @@ impl<'a> Agent<'a> {
             run.tools.offered(&movement.allowed_tools, movement.edit)
         };
         tools.extend(control::control_tools(run.piece.dialect, movement));
+        if run.subtasks.is_some() && movement.allowed_tools.iter().any(|t| t == SPAWN_SUBTASK) {
+            tools.push(subtasks::spawn_spec());
+        }
         Agent {
             run,
             movement,
@@ -506,6 +510,9 @@ impl<'a> Agent<'a> {
     }
 
     async fn run_registry_tool(&self, call: &ToolCall) -> Result<ToolOutput, EngineError> {
+        if call.name == SPAWN_SUBTASK && self.tools.iter().any(|t| t.name == SPAWN_SUBTASK) {
+            return self.spawn_subtask(call).await;
+        }
         let ctx = ToolContext {
             workspace: self.run.record.workspace.clone(),
             edit: self.movement.edit,
@@ -535,6 +542,37 @@ impl<'a> Agent<'a> {
                 .await?;
         }
         Ok(output)
+    }
+
+    /// Spawns a child run through the host, keyed by this call so that a spawn repeated after
+    /// a crash finds the child it made. A limit or an unknown piece is the model's to fix.
+    async fn spawn_subtask(&self, call: &ToolCall) -> Result<ToolOutput, EngineError> {
+        let Some(host) = &self.run.subtasks else {
+            return Ok(ToolOutput::error("subtasks are not available to this run"));
+        };
+        let input = serde_json::from_str(&call.arguments)
+            .unwrap_or_else(|_| serde_json::Value::String(call.arguments.clone()));
+        let args: SpawnArgs = match maestro_tools::input::parse_input(SPAWN_SUBTASK, input) {
+            Ok(args) => args,
+            Err(refused) => return Ok(refused),
+        };
+        if args.task.trim().is_empty() {
+            return Ok(ToolOutput::error(
+                "invalid input for `SpawnSubTask`: `task` is empty; say what the subtask must do",
+            ));
+        }
+        let visit = self.run.journal.state().visits_of(self.name());
+        let request = SpawnRequest {
+            key: format!("{}/{visit}/{}/{}", self.name(), self.calls, call.id),
+            title: subtasks::title_of(&args),
+            task: args.task,
+            piece: args.piece.filter(|p| !p.trim().is_empty()),
+        };
+        match host.spawn(request).await {
+            Ok(spawned) => Ok(ToolOutput::ok(subtasks::spawned_output(&spawned))),
+            Err(SubtaskError::Refused(why)) => Ok(ToolOutput::error(why)),
+            Err(e) => Err(e.into()),
+        }
     }
 
     async fn write_report(&mut self, name: &str, content: &str) -> Result<ToolOutput, EngineError> {

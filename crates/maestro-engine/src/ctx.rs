@@ -17,6 +17,7 @@ use crate::event::{CallPurpose, RecordedAnswer, RunEvent};
 use crate::journal::Journal;
 use crate::record::RunRecord;
 use crate::recorded::{Divergence, ReplayMode};
+use crate::subtasks::{SubtaskHost, SubtaskOutcome};
 
 /// What every part of one run shares.
 pub(crate) struct RunCtx {
@@ -37,6 +38,8 @@ pub(crate) struct RunCtx {
     /// Answers given since the record was written, not yet used.
     pub answers: Mutex<std::collections::VecDeque<String>>,
     pub secrets: Vec<Secret>,
+    /// The job system's side of subtasks; `None` where there is none (subtasks off).
+    pub subtasks: Option<Arc<dyn SubtaskHost>>,
 }
 
 impl RunCtx {
@@ -56,6 +59,37 @@ impl RunCtx {
             return Some(recorded);
         }
         self.answers.lock().ok()?.pop_front()
+    }
+
+    /// How the subtasks `movement` waits for ended: as the record holds it, else from the
+    /// host once every pending one has ended. `None`: some are still open (the run parks), or
+    /// in a replay past the record.
+    pub async fn subtasks_ended(
+        &self,
+        movement: &str,
+    ) -> Result<Option<Vec<SubtaskOutcome>>, EngineError> {
+        if let Some(recorded) = self
+            .journal
+            .recorded()
+            .and_then(|r| r.subtasks_ended(movement))
+        {
+            return Ok(Some(recorded));
+        }
+        let Some(host) = &self.subtasks else {
+            return Ok(None);
+        };
+        if self.verifying() {
+            return Ok(None);
+        }
+        let pending = self.journal.state().pending_subtasks();
+        // A host that runs the children itself waits here; the run's stop ends the wait.
+        tokio::select! {
+            ended = host.ended(&pending) => Ok(ended?),
+            _ = self.cancel.cancelled() => Err(crate::subtasks::SubtaskError::Failed(
+                "stopped while waiting for subtasks".into(),
+            )
+            .into()),
+        }
     }
 
     /// True when the run only goes through its record (`maestro replay`): no model call and no

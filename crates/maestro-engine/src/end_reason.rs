@@ -35,7 +35,8 @@ pub enum EndReason {
     AbortRule,
     /// A rule led to `ASK`.
     Ask,
-    /// A rule led to `WAIT_SUBTASKS`, which this engine does not run yet.
+    /// A rule led to `WAIT_SUBTASKS` where the run has no subtasks to wait for (subtasks are
+    /// off, or none is pending) and the movement has no `default_next`.
     WaitSubtasksUnsupported,
     /// A graph role's frontmatter stayed invalid after the retries; the problem.
     InvalidFrontmatter(String),
@@ -47,6 +48,8 @@ pub enum EndReason {
     PieceError(String),
     /// A broken engine invariant; what broke.
     InternalError(String),
+    /// The job system failed to spawn or report a subtask; the error.
+    SubtaskError(String),
 }
 
 impl EndReason {
@@ -70,6 +73,7 @@ impl EndReason {
             EndReason::RecordError(_) => "record_error",
             EndReason::PieceError(_) => "piece_error",
             EndReason::InternalError(_) => "internal_error",
+            EndReason::SubtaskError(_) => "subtask_error",
         }
     }
 
@@ -80,7 +84,8 @@ impl EndReason {
             | EndReason::LlmError(d)
             | EndReason::RecordError(d)
             | EndReason::PieceError(d)
-            | EndReason::InternalError(d) => Some(d),
+            | EndReason::InternalError(d)
+            | EndReason::SubtaskError(d) => Some(d),
             _ => None,
         }
     }
@@ -93,6 +98,7 @@ impl EndReason {
             EndReason::RecordError(d) => EndReason::RecordError(redact(&d)),
             EndReason::PieceError(d) => EndReason::PieceError(redact(&d)),
             EndReason::InternalError(d) => EndReason::InternalError(redact(&d)),
+            EndReason::SubtaskError(d) => EndReason::SubtaskError(redact(&d)),
             plain => plain,
         }
     }
@@ -124,6 +130,7 @@ impl FromStr for EndReason {
                 "record_error" => Ok(EndReason::RecordError(detail)),
                 "piece_error" => Ok(EndReason::PieceError(detail)),
                 "internal_error" => Ok(EndReason::InternalError(detail)),
+                "subtask_error" => Ok(EndReason::SubtaskError(detail)),
                 _ => Err(UnknownEndReason(s.to_string())),
             };
         }
@@ -195,6 +202,10 @@ mod tests {
             (
                 EndReason::PieceError("no movement `x`".into()),
                 "piece_error: no movement `x`",
+            ),
+            (
+                EndReason::SubtaskError("store closed".into()),
+                "subtask_error: store closed",
             ),
             (
                 EndReason::InternalError("no movement is due".into()),

@@ -26,6 +26,9 @@ pub enum EngineError {
     /// engine changed since it was recorded).
     #[error(transparent)]
     Diverged(#[from] Divergence),
+    /// The job system failed to spawn or report a subtask.
+    #[error(transparent)]
+    Subtasks(#[from] crate::subtasks::SubtaskError),
 }
 
 /// The run record cannot be written.
@@ -95,6 +98,7 @@ impl EngineError {
             EngineError::Llm(LlmError::Http { status, .. }) => {
                 *status >= 500 || *status == 429 || *status == 408
             }
+            EngineError::Subtasks(crate::subtasks::SubtaskError::Failed(_)) => true,
             _ => false,
         }
     }
@@ -107,6 +111,7 @@ impl EngineError {
             EngineError::Piece(e) => EndReason::PieceError(e.to_string()),
             EngineError::Internal(e) => EndReason::InternalError(e.to_string()),
             EngineError::Diverged(e) => EndReason::RecordError(e.to_string()),
+            EngineError::Subtasks(e) => EndReason::SubtaskError(e.to_string()),
         }
     }
 }

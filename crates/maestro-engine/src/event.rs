@@ -215,6 +215,12 @@ pub enum RunEvent {
     /// that asked goes on in the same conversation, the answer its next user message, and
     /// `{user_inputs}` holds every answer so far.
     UserInput { movement: String, text: String },
+    /// Every subtask the run was waiting for (`WAIT_SUBTASKS`) has ended: the movement that
+    /// waited goes on in the same conversation, told how each child ended.
+    SubtasksEnded {
+        movement: String,
+        children: Vec<crate::subtasks::SubtaskOutcome>,
+    },
     /// The run goes on from its record after it stopped (a worker died, or `maestro run
     /// --resume` after a stop): the events before this one are reused, not repeated.
     RunResumed {
@@ -244,6 +250,7 @@ impl RunEvent {
             | RunEvent::LoopWarning { movement, .. }
             | RunEvent::CycleWarning { movement, .. }
             | RunEvent::UserInput { movement, .. }
+            | RunEvent::SubtasksEnded { movement, .. }
             | RunEvent::MovementFinished { movement, .. } => Some(movement),
             RunEvent::Warning { movement, .. } | RunEvent::ScratchUpdated { movement, .. } => {
                 movement.as_deref()
@@ -280,6 +287,7 @@ impl RunEvent {
             RunEvent::RunFinished { .. } => "run_finished",
             RunEvent::RunResumed { .. } => "run_resumed",
             RunEvent::UserInput { .. } => "user_input",
+            RunEvent::SubtasksEnded { .. } => "subtasks_ended",
         }
     }
 }

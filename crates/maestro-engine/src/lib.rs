@@ -29,6 +29,7 @@ mod recorded;
 mod run;
 mod runner;
 mod state;
+mod subtasks;
 
 pub use classifier::{Classified, ClassifyError, PieceSummary, classify};
 pub use config::EngineConfig;
@@ -50,3 +51,7 @@ pub use record::{RunRecord, new_run_id};
 pub use recorded::{Divergence, ReplayMode};
 pub use run::{Engine, RunEnd, RunReport, RunSpec};
 pub use state::{PieceIdentity, RunPhase, RunState};
+pub use subtasks::{
+    HostFuture, SPAWN_SUBTASK, SpawnArgs, SpawnRequest, SpawnedSubtask, SubtaskError, SubtaskHost,
+    SubtaskOutcome,
+};

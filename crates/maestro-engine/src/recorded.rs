@@ -14,6 +14,7 @@ use maestro_llm::ChatResponse;
 use maestro_tools::RunScratch;
 
 use crate::event::{EventRecord, RecordedAnswer, RunEvent};
+use crate::subtasks::SubtaskOutcome;
 
 /// How the record is used.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -165,7 +166,8 @@ impl Recorded {
                     &r.event,
                     RunEvent::RunFinished {
                         status: maestro_protocol::RunStatus::Failed
-                            | maestro_protocol::RunStatus::NeedsUserInput,
+                            | maestro_protocol::RunStatus::NeedsUserInput
+                            | maestro_protocol::RunStatus::WaitingSubtasks,
                         ..
                     }
                 )
@@ -306,6 +308,16 @@ impl Recorded {
         }
     }
 
+    /// How the subtasks `movement` waited for ended, when the record holds it.
+    pub fn subtasks_ended(&self, movement: &str) -> Option<Vec<SubtaskOutcome>> {
+        let mut streams = self.inner.lock().ok()?;
+        streams.skip_passive(movement);
+        match &streams.by_movement.get(movement)?.front()?.event {
+            RunEvent::SubtasksEnded { children, .. } => Some(children.clone()),
+            _ => None,
+        }
+    }
+
     /// Whether the record has `movement` switch to JSON tool mode next (after a plain answer
     /// where a control tool was required); `None` past the end of its record.
     pub fn switched_tool_mode(&self, movement: &str) -> Option<bool> {
@@ -411,6 +423,8 @@ pub(crate) fn safe_to_repeat(tool: &str, edit: bool) -> bool {
         | "GetPiece" | "ReadToolDoc" | "ReadSkill" | "ListSkills" => true,
         // Without `edit`, SQLite opens the database read-only.
         "SQLite" => !edit,
+        // A spawn is keyed by the call: repeated, it finds the child it made.
+        crate::subtasks::SPAWN_SUBTASK => true,
         _ => false,
     }
 }

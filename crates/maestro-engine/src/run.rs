@@ -22,6 +22,7 @@ use crate::record::RunRecord;
 use crate::recorded::{Divergence, Recorded, ReplayMode};
 use crate::runner;
 use crate::state::{RunPhase, RunState};
+use crate::subtasks::SubtaskHost;
 
 /// Runs pieces. Cheap to share; one engine can run many pieces one after another or at once.
 ///
@@ -70,6 +71,9 @@ pub struct RunSpec {
     /// Every answer people gave to the run's questions, oldest first (those its record already
     /// holds included): a run that ended asking goes on with the next one.
     pub answers: Vec<String>,
+    /// The job system's side of subtasks (`SpawnSubTask`, `WAIT_SUBTASKS`); without one,
+    /// `SpawnSubTask` is not offered and `WAIT_SUBTASKS` takes the movement's `default_next`.
+    pub subtasks: Option<Arc<dyn SubtaskHost>>,
 }
 
 impl RunSpec {
@@ -86,6 +90,7 @@ impl RunSpec {
             piece_file: None,
             suspend: None,
             answers: Vec::new(),
+            subtasks: None,
         }
     }
 }
@@ -234,6 +239,7 @@ impl Engine {
             piece_file,
             suspend,
             answers,
+            subtasks,
         } = spec;
         let recorded_answers = recorded.as_ref().map_or(0, |r| r.answers_recorded());
         let fresh_answers: std::collections::VecDeque<String> =
@@ -265,6 +271,7 @@ impl Engine {
             asked: Mutex::default(),
             answers: Mutex::new(fresh_answers),
             secrets: self.secrets.clone(),
+            subtasks,
         });
         if let Some(after_seq) = resumed_after {
             run.emit(RunEvent::RunResumed { after_seq }).await?;

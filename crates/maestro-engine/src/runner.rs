@@ -149,6 +149,17 @@ pub(crate) async fn drive(run: &Arc<RunCtx>) -> Result<Finish, EngineError> {
                 .await?;
                 continue;
             }
+            // Subtasks that ended: the movement goes on in its conversation, told how.
+            if finish.status == RunStatus::WaitingSubtasks
+                && let Some(children) = run.subtasks_ended(&movement.name).await?
+            {
+                run.emit(RunEvent::SubtasksEnded {
+                    movement: movement.name.clone(),
+                    children,
+                })
+                .await?;
+                continue;
+            }
             return Ok(finish);
         }
     }
@@ -242,10 +253,7 @@ fn finish_of(ended: &Ended) -> Option<Finish> {
         Step::Go(Target::Complete) => Some(finish(RunStatus::Completed, None)),
         Step::Go(Target::Abort) => Some(finish(RunStatus::Aborted, Some(EndReason::AbortRule))),
         Step::Go(Target::Ask) => Some(finish(RunStatus::NeedsUserInput, Some(EndReason::Ask))),
-        Step::Go(Target::WaitSubtasks) => Some(finish(
-            RunStatus::Aborted,
-            Some(EndReason::WaitSubtasksUnsupported),
-        )),
+        Step::Go(Target::WaitSubtasks) => Some(finish(RunStatus::WaitingSubtasks, None)),
         Step::Finish {
             status,
             result,
@@ -268,6 +276,7 @@ fn next_label(step: &Step) -> String {
             RunStatus::NeedsUserInput => Target::Ask.label().into(),
             RunStatus::Aborted | RunStatus::Exceeded => Target::Abort.label().into(),
             RunStatus::Failed => "FAIL".into(),
+            RunStatus::WaitingSubtasks => Target::WaitSubtasks.label().into(),
         },
     }
 }
@@ -281,9 +290,10 @@ async fn run_visit(
     loop_warning: Option<String>,
 ) -> Result<Ended, EngineError> {
     let state = run.journal.state();
-    // The answer to this movement's question, when it goes on after one.
+    // The answer to this movement's question, or how its subtasks ended, when it goes on
+    // after one.
     let answer = (state.answered && parent.is_none())
-        .then(|| state.user_inputs.last().cloned())
+        .then(|| state.resume_message.clone())
         .flatten();
     let iteration = if parent.is_some() {
         state.iteration
@@ -325,30 +335,15 @@ async fn run_visit(
         _ => session_messages(run, movement, first),
     };
     let (mut ended, messages) = movement::visit(run, movement, messages).await?;
-    // Subtasks are not available to this run: `WAIT_SUBTASKS` takes the movement's
-    // `default_next`, the specification's fallback (without one, the run ends
-    // `wait_subtasks_unsupported`).
-    if ended.step == Step::Go(Target::WaitSubtasks)
-        && let Some(fallback) = &movement.default_next
-    {
-        run.emit(RunEvent::Warning {
-            movement: Some(movement.name.clone()),
-            message: format!(
-                "subtasks are not available to this run: WAIT_SUBTASKS takes default_next `{}`",
-                fallback.label()
-            ),
-        })
-        .await?;
-        ended.step = Step::Go(fallback.clone());
-        ended.via = crate::event::OutcomeSource::DefaultNext;
-        ended.reason = Some(EndReason::WaitSubtasksUnsupported);
-    }
+    wait_or_fall_back(run, movement, parent, &mut ended).await?;
+    // A visit that parks (a question, or subtasks to wait for) keeps its conversation to go
+    // on with.
     let asks = matches!(
         ended.step,
         Step::Finish {
             status: RunStatus::NeedsUserInput,
             ..
-        } | Step::Go(Target::Ask)
+        } | Step::Go(Target::Ask | Target::WaitSubtasks)
     );
     if asks
         && parent.is_none()
@@ -429,12 +424,60 @@ async fn run_parallel(run: &Arc<RunCtx>, parent: &Movement) -> Result<Ended, Eng
         })
         .collect::<Vec<_>>()
         .join("\n\n");
-    let ended = match decide_rule(run, parent, &combined, Some(&sub_results)).await? {
+    let mut ended = match decide_rule(run, parent, &combined, Some(&sub_results)).await? {
         Some((index, via)) => Ended::by_rule(parent, combined, via, index),
         None => Ended::no_rule_matched(combined),
     };
+    wait_or_fall_back(run, parent, Some(&parent.name), &mut ended).await?;
     record_finished(run, parent, None, &ended, None).await?;
     Ok(ended)
+}
+
+/// `WAIT_SUBTASKS` waits when the run is a top-level movement's with subtasks pending; otherwise
+/// (subtasks off, none spawned, or a parallel movement or sub-movement, which has no one
+/// conversation to go on with) it takes the movement's `default_next`, the specification's
+/// fallback, and without one the run ends `wait_subtasks_unsupported`.
+async fn wait_or_fall_back(
+    run: &RunCtx,
+    movement: &Movement,
+    parent: Option<&str>,
+    ended: &mut Ended,
+) -> Result<(), EngineError> {
+    if ended.step != Step::Go(Target::WaitSubtasks) {
+        return Ok(());
+    }
+    let why = if run.subtasks.is_none() {
+        "subtasks are not available to this run"
+    } else if parent.is_some() || movement.is_parallel() {
+        "a parallel movement cannot wait for subtasks"
+    } else if run.journal.state().pending_subtasks().is_empty() {
+        "no subtask is running"
+    } else {
+        return Ok(());
+    };
+    match &movement.default_next {
+        Some(fallback) => {
+            run.emit(RunEvent::Warning {
+                movement: Some(movement.name.clone()),
+                message: format!(
+                    "{why}: WAIT_SUBTASKS takes default_next `{}`",
+                    fallback.label()
+                ),
+            })
+            .await?;
+            ended.step = Step::Go(fallback.clone());
+            ended.via = crate::event::OutcomeSource::DefaultNext;
+        }
+        None => {
+            ended.step = Step::Finish {
+                status: RunStatus::Aborted,
+                result: None,
+                reason: Some(EndReason::WaitSubtasksUnsupported),
+            };
+        }
+    }
+    ended.reason = Some(EndReason::WaitSubtasksUnsupported);
+    Ok(())
 }
 
 async fn record_finished(

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::end_reason::EndReason;
 use crate::event::{EventRecord, RunEvent};
+use crate::subtasks::{self, SPAWN_SUBTASK, SpawnedSubtask};
 
 /// Where a run stands.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
@@ -74,6 +75,16 @@ pub struct RunState {
     /// loop checks do not count it as a revisit.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub answered: bool,
+    /// What the answered movement's conversation goes on with: the answer, or how its
+    /// subtasks ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume_message: Option<String>,
+    /// The subtasks the run spawned, in the order their spawns were recorded.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub subtasks: Vec<SpawnedSubtask>,
+    /// The ids of the subtasks whose ends the run was told (`subtasks_ended`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub subtasks_reported: Vec<String>,
     pub run_dir: String,
     pub workspace: String,
     /// The cycle of each loop monitor of the piece.
@@ -98,6 +109,15 @@ impl RunState {
     /// Visits of `movement` so far.
     pub fn visits_of(&self, movement: &str) -> u32 {
         self.visits.get(movement).copied().unwrap_or(0)
+    }
+
+    /// The ids of the subtasks spawned and not reported yet: what `WAIT_SUBTASKS` waits for.
+    pub fn pending_subtasks(&self) -> Vec<String> {
+        self.subtasks
+            .iter()
+            .map(|s| s.id.clone())
+            .filter(|id| !self.subtasks_reported.contains(id))
+            .collect()
     }
 
     /// Completed cycles of loop monitor `index`.
@@ -144,6 +164,7 @@ impl RunState {
                 *self.visits.entry(movement.clone()).or_default() += 1;
                 if parent.is_none() {
                     self.answered = false;
+                    self.resume_message = None;
                     self.iteration = *iteration;
                     if self.current.as_deref() == Some(movement.as_str()) {
                         self.consecutive += 1;
@@ -200,7 +221,28 @@ impl RunState {
                 self.user_inputs.push(text.clone());
                 self.next = Some(movement.clone());
                 self.answered = true;
+                self.resume_message = Some(text.clone());
                 self.phase = RunPhase::Running;
+            }
+            RunEvent::SubtasksEnded { movement, children } => {
+                self.subtasks_reported
+                    .extend(children.iter().map(|c| c.id.clone()));
+                self.next = Some(movement.clone());
+                self.answered = true;
+                self.resume_message = Some(subtasks::ended_message(children));
+                self.phase = RunPhase::Running;
+            }
+            RunEvent::ToolResult {
+                tool,
+                ok: true,
+                output: Some(output),
+                ..
+            } if tool == SPAWN_SUBTASK => {
+                if let Ok(spawned) = serde_json::from_str::<SpawnedSubtask>(output)
+                    && !self.subtasks.iter().any(|s| s.id == spawned.id)
+                {
+                    self.subtasks.push(spawned);
+                }
             }
             RunEvent::LlmRequest { .. }
             | RunEvent::LlmRetry { .. }

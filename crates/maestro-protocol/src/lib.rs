@@ -64,6 +64,9 @@ pub enum RunStatus {
     Exceeded,
     /// An error the run could not recover from.
     Failed,
+    /// `WAIT_SUBTASKS` with subtasks still running: the run parks until they end (a job
+    /// then waits as `waiting_subtasks`), and goes on in the same movement after.
+    WaitingSubtasks,
 }
 
 impl RunStatus {
@@ -75,6 +78,7 @@ impl RunStatus {
             RunStatus::NeedsUserInput => 4,
             RunStatus::Exceeded => 5,
             RunStatus::Failed => 1,
+            RunStatus::WaitingSubtasks => 6,
         }
     }
 
@@ -86,6 +90,7 @@ impl RunStatus {
             RunStatus::NeedsUserInput => "needs_user_input",
             RunStatus::Exceeded => "exceeded",
             RunStatus::Failed => "failed",
+            RunStatus::WaitingSubtasks => "waiting_subtasks",
         }
     }
 }
@@ -108,6 +113,7 @@ mod tests {
             RunStatus::NeedsUserInput,
             RunStatus::Exceeded,
             RunStatus::Failed,
+            RunStatus::WaitingSubtasks,
         ];
         let names: Vec<String> = all
             .iter()
@@ -120,7 +126,8 @@ mod tests {
                 "\"aborted\"",
                 "\"needs_user_input\"",
                 "\"exceeded\"",
-                "\"failed\""
+                "\"failed\"",
+                "\"waiting_subtasks\""
             ]
         );
         for s in all {

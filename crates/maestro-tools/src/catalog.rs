@@ -36,9 +36,11 @@ const SKILLS_TOOLS: &[&str] = &["ListSkills", "ReadSkill"];
 /// The SSH tools, which need `ssh.connections`.
 pub const SSH_TOOLS: &[&str] = &["SshExec", "SshUpload", "SshDownload"];
 
+/// Tools the engine itself provides to a run that is a job (not in this crate's registry).
+pub const ENGINE_TOOLS: &[&str] = &["SpawnSubTask"];
+
 /// Tools the Maestro specification names that this version does not implement yet.
 pub const PLANNED_TOOLS: &[&str] = &[
-    "SpawnSubTask",
     "InstallSkill",
     "ReadImage",
     "AnnotateImage",
@@ -62,6 +64,8 @@ pub struct ToolSetup<'a> {
     pub web: &'a WebConfig,
     /// How many SSH connections are configured (`ssh.connections`).
     pub ssh_connections: usize,
+    /// Subtasks are on (`subtasks.max_depth` above 0).
+    pub subtasks: bool,
 }
 
 /// Every tool name, available or with the reason it is not, under `setup`.
@@ -90,6 +94,12 @@ pub fn tool_catalog(setup: ToolSetup<'_>) -> ToolCatalog {
             "no search provider is configured; set `web.search.searxng_url` in .maestro/config.yaml",
         );
     }
+    if !setup.subtasks {
+        unavailable(
+            ENGINE_TOOLS,
+            "subtasks are off; set `subtasks.max_depth` above 0 in .maestro/config.yaml",
+        );
+    }
     if setup.ssh_connections == 0 {
         unavailable(
             SSH_TOOLS,
@@ -109,6 +119,7 @@ pub fn names_only() -> ToolCatalog {
         .chain(SKILLS_TOOLS)
         .chain(SSH_TOOLS)
         .chain(&["WebSearch"])
+        .chain(ENGINE_TOOLS)
     {
         catalog.add(*name, Availability::Available);
     }
@@ -161,10 +172,12 @@ mod tests {
             tools: &tools,
             web: &web,
             ssh_connections: 1,
+            subtasks: true,
         });
         let available: Vec<&str> = catalog
             .names()
             .filter(|n| catalog.get(n) == Some(&Availability::Available))
+            .filter(|n| !ENGINE_TOOLS.contains(n))
             .collect();
         assert_eq!(available, registered);
         let planned: Vec<&str> = catalog
@@ -182,6 +195,7 @@ mod tests {
             tools: &ToolsConfig::default(),
             web: &WebConfig::default(),
             ssh_connections: 0,
+            subtasks: false,
         });
         let why = |name: &str| match catalog.get(name) {
             Some(Availability::Unavailable(why)) => why.clone(),
@@ -190,7 +204,8 @@ mod tests {
         assert!(why("WebSearch").contains("web.search.searxng_url"));
         assert!(why("SshExec").contains("ssh.connections"));
         assert!(why("CreatePiece").contains("tools.pieces_dir"));
-        assert!(why("SpawnSubTask").contains("does not have it yet"));
+        assert!(why("SpawnSubTask").contains("subtasks.max_depth"));
+        assert!(why("BrowseWeb").contains("does not have it yet"));
         assert_eq!(catalog.get("Read"), Some(&Availability::Available));
         assert_eq!(catalog.get("WebFetch"), Some(&Availability::Available));
     }

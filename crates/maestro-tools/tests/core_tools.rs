@@ -448,6 +448,7 @@ async fn created_pieces_name_real_tools() {
                 tools: &tools,
                 web: &maestro_tools::WebConfig::default(),
                 ssh_connections: 0,
+                subtasks: true,
             },
         )),
         ..tools.clone()

@@ -1,0 +1,265 @@
+//! Subtasks through the `maestro` binary, on SQLite and on a real PostgreSQL cluster: a
+//! parent spawns three children that run in parallel, parks as `waiting_subtasks` holding no
+//! slot, and completes with all three results in its prompt; a cancelled parent cancels its
+//! children; the depth and fan-out limits are tool errors the model sees; with subtasks off
+//! the wait takes `default_next`; and a local `maestro run` runs its children itself.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use maestro_testkit::{ScriptedLlm, Turn};
+use pretty_assertions::assert_eq;
+use serde_json::{Value, json};
+
+mod support;
+
+use support::jobs::{Project, complete, stderr, stop_worker};
+
+const SPLIT: &str = "\
+name: split
+description: splits the task into subtasks and waits for them
+max_movements: 6
+initial_movement: plan
+movements:
+  - name: plan
+    edit: false
+    persona: You plan.
+    instruction: \"Split this into parts: {task}\"
+    allowed_tools: [SpawnSubTask]
+    rules:
+      - condition: the parts are spawned
+        next: WAIT_SUBTASKS
+    default_next: write
+  - name: write
+    edit: false
+    persona: You write.
+    instruction: Write it up alone.
+    allowed_tools: [Read]
+    rules: []
+";
+
+/// A child piece that tries to split further.
+const NESTED: &str = "\
+name: nested
+description: a subtask that would split again
+max_movements: 3
+initial_movement: work
+movements:
+  - name: work
+    edit: false
+    persona: You nest.
+    instruction: \"{task}\"
+    allowed_tools: [SpawnSubTask]
+    rules: []
+";
+
+fn project_with(config: &str) -> Project {
+    let project = Project::new();
+    std::fs::write(project.path().join("pieces/split.yaml"), SPLIT).unwrap();
+    std::fs::write(project.path().join("pieces/nested.yaml"), NESTED).unwrap();
+    std::fs::write(
+        project.path().join(".maestro/config.yaml"),
+        format!("llm:\n  tool_mode: native\n{config}"),
+    )
+    .unwrap();
+    project
+}
+
+fn spawn_parts(piece: &str, parts: &[&str]) -> Turn {
+    Turn::tool_calls(parts.iter().map(|part| {
+        (
+            "SpawnSubTask",
+            json!({"task": format!("Write part {part}"), "title": format!("part {part}"), "piece": piece}),
+        )
+    }))
+}
+
+fn wait() -> Turn {
+    Turn::tool_call("transition", json!({"next": "WAIT_SUBTASKS"}))
+}
+
+/// The parent's three turns (unconditional, in order) and one answer per child (children are
+/// the requests with the child piece's persona), each child's answer slowed down so that the
+/// three overlap.
+fn parent_and_children(delay: Duration) -> Vec<Turn> {
+    let mut turns: Vec<Turn> = (1..=3)
+        .map(|n| {
+            Turn::when_contains(
+                "You work.",
+                complete(&format!("child result {n}")).with_delay(delay),
+            )
+        })
+        .collect();
+    turns.extend([
+        spawn_parts("one", &["A", "B", "C"]),
+        wait(),
+        complete("Report from three parts."),
+    ]);
+    turns
+}
+
+async fn jobs(project: &Project) -> Vec<Value> {
+    let out = project.maestro(&["jobs", "list", "--json"]).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// `maestro jobs events ID`: the job's events as JSON.
+async fn events_of(project: &Project, id: &str) -> Vec<Value> {
+    let out = project.maestro(&["jobs", "events", id]).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// When the first event of `kind` was recorded.
+fn time_of(events: &[Value], kind: &str) -> time::OffsetDateTime {
+    let ts = events
+        .iter()
+        .find(|e| e["type"] == json!(kind))
+        .unwrap_or_else(|| panic!("no {kind} in {events:?}"))["ts"]
+        .as_str()
+        .unwrap();
+    time::OffsetDateTime::parse(ts, &time::format_description::well_known::Rfc3339).unwrap()
+}
+
+fn children_of<'a>(jobs: &'a [Value], parent: &str) -> Vec<&'a Value> {
+    jobs.iter()
+        .filter(|j| j["parent_id"] == json!(parent))
+        .collect()
+}
+
+async fn three_children_run_in_parallel_and_the_parent_completes_with_their_results(
+    project: &Project,
+) {
+    let server = ScriptedLlm::start(parent_and_children(Duration::from_millis(1500))).await;
+    let id = project.submit_piece("split", "Plan the report", &[]).await;
+    let worker = project.worker(&server.base_url(), &["--concurrency", "4"]);
+    // While the children run, the parent waits and holds no slot.
+    let parked = project
+        .until(&id, "waiting for its subtasks", |j| {
+            j["status"] == json!("waiting_subtasks")
+        })
+        .await;
+    assert_eq!(parked["attempt"], json!(1), "{parked}");
+    let done = project
+        .until_completed(&id, 1, "Report from three parts.")
+        .await;
+    assert_eq!(done["status"], json!("completed"));
+    // The parent twice (its park, then its end) and the three children.
+    stop_worker(worker, "5 finished").await;
+
+    let all = jobs(project).await;
+    let children = children_of(&all, &id);
+    assert_eq!(children.len(), 3, "{all:?}");
+    let mut results: Vec<String> = children
+        .iter()
+        .map(|c| {
+            assert_eq!(c["status"], json!("completed"), "{c}");
+            c["result"]["result"].as_str().unwrap().to_string()
+        })
+        .collect();
+    results.sort();
+    assert_eq!(
+        results,
+        vec!["child result 1", "child result 2", "child result 3"]
+    );
+
+    // The three children overlapped: each had asked the model before any got its answer.
+    let requests = server.requests();
+    assert_eq!(
+        requests.len(),
+        6,
+        "3 parent turns and 3 children, none repeated"
+    );
+    let mut asked = Vec::new();
+    let mut answered = Vec::new();
+    for child in &children {
+        let events = events_of(project, child["id"].as_str().unwrap()).await;
+        asked.push(time_of(&events, "llm_request"));
+        answered.push(time_of(&events, "llm_response"));
+    }
+    let last_asked = asked.iter().max().unwrap();
+    let first_answered = answered.iter().min().unwrap();
+    assert!(
+        last_asked < first_answered,
+        "the children ran one after another: asked {asked:?}, answered {answered:?}"
+    );
+    // Their workspaces are inside the parent's, numbered in spawn order.
+    let parent_events = events_of(project, &id).await;
+    let parent_workspace = parent_events
+        .iter()
+        .find(|e| e["type"] == json!("run_started"))
+        .unwrap()["workspace"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let mut workspaces: Vec<String> = Vec::new();
+    for child in &children {
+        let events = events_of(project, child["id"].as_str().unwrap()).await;
+        let started = events
+            .iter()
+            .find(|e| e["type"] == json!("run_started"))
+            .unwrap();
+        workspaces.push(started["workspace"].as_str().unwrap().to_string());
+    }
+    workspaces.sort();
+    assert_eq!(
+        workspaces,
+        (1..=3)
+            .map(|n| format!("{parent_workspace}/subtasks/{n}"))
+            .collect::<Vec<_>>()
+    );
+
+    // The parent's last request goes on with plan's conversation and holds all three results,
+    // titles and workspaces.
+    let last = requests
+        .iter()
+        .rfind(|r| r.to_string().contains("You plan."))
+        .unwrap();
+    let told = last["messages"].as_array().unwrap().last().unwrap()["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    for needle in [
+        "Your 3 subtasks have ended",
+        "child result 1",
+        "child result 2",
+        "child result 3",
+        "part A",
+        "part B",
+        "part C",
+        "- workspace: subtasks/1/",
+        "- workspace: subtasks/3/",
+        "- status: completed",
+    ] {
+        assert!(told.contains(needle), "{needle} missing from {told}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_parent_with_three_children_completes_with_their_results() {
+    let project = project_with("");
+    three_children_run_in_parallel_and_the_parent_completes_with_their_results(&project).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[cfg_attr(
+    no_postgres,
+    ignore = "PostgreSQL is not installed: apt-get install postgresql (scripts/prerequisites.sh)"
+)]
+async fn a_parent_with_three_children_completes_with_their_results_on_postgres() {
+    let cluster = tokio::task::spawn_blocking(maestro_testkit::PgCluster::start)
+        .await
+        .unwrap();
+    let mut project = project_with("");
+    project.db = Some(cluster.url());
+    three_children_run_in_parallel_and_the_parent_completes_with_their_results(&project).await;
+}

@@ -263,3 +263,249 @@ async fn a_parent_with_three_children_completes_with_their_results_on_postgres()
     project.db = Some(cluster.url());
     three_children_run_in_parallel_and_the_parent_completes_with_their_results(&project).await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cancelled_parent_cancels_its_children() {
+    let project = project_with("");
+    // The children would take a minute each: they are still running when the parent is
+    // cancelled.
+    let mut turns = parent_and_children(Duration::from_secs(60));
+    turns.pop(); // the parent never goes on
+    let server = ScriptedLlm::start(turns).await;
+    let id = project.submit_piece("split", "Plan the report", &[]).await;
+    let worker = project.worker(&server.base_url(), &["--concurrency", "4"]);
+    project
+        .until(&id, "waiting for its subtasks", |j| {
+            j["status"] == json!("waiting_subtasks")
+        })
+        .await;
+    // Every child has asked the model (and waits for its answer).
+    support::jobs::until_requests(&server, 5).await;
+    let out = project.maestro(&["jobs", "cancel", &id]).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let all = jobs(&project).await;
+    let children = children_of(&all, &id);
+    assert_eq!(children.len(), 3);
+    for child in &children {
+        assert_eq!(child["status"], json!("cancelled"), "{child}");
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains(child["id"].as_str().unwrap()),
+            "the cancel names every job it cancelled"
+        );
+    }
+    assert_eq!(project.show(&id).await["status"], json!("cancelled"));
+    // The worker stopped the three runs and is free again: a new job runs at once.
+    let next = project.submit("Something else", &[]).await;
+    server.push(complete("Done next."));
+    project.until_completed(&next, 1, "Done next.").await;
+    stop_worker(worker, "lost or cancelled").await;
+    assert_eq!(
+        server.requests().len(),
+        6,
+        "only the new job asked after the cancel"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_depth_and_fan_out_limits_are_tool_errors_the_model_sees() {
+    let project = project_with("subtasks:\n  max_depth: 1\n  max_children: 2\n");
+    let server = ScriptedLlm::start([
+        // A child's second request holds its refused spawn: it completes.
+        Turn::when_contains("subtasks may go 1 level deep", complete("nested done")),
+        Turn::when_contains("subtasks may go 1 level deep", complete("nested done")),
+        // A child's first request: it tries to split again.
+        Turn::when_contains(
+            "You nest.",
+            Turn::tool_call("SpawnSubTask", json!({"task": "deeper"})),
+        ),
+        Turn::when_contains(
+            "You nest.",
+            Turn::tool_call("SpawnSubTask", json!({"task": "deeper"})),
+        ),
+        spawn_parts("nested", &["A", "B", "C"]),
+        wait(),
+        complete("Two parts were enough."),
+    ])
+    .await;
+    let id = project.submit_piece("split", "Plan the report", &[]).await;
+    let worker = project.worker(&server.base_url(), &["--concurrency", "3"]);
+    project
+        .until_completed(&id, 1, "Two parts were enough.")
+        .await;
+    stop_worker(worker, "finished").await;
+
+    let all = jobs(&project).await;
+    let children = children_of(&all, &id);
+    assert_eq!(children.len(), 2, "the third spawn was refused");
+    for child in &children {
+        assert_eq!(child["status"], json!("completed"), "{child}");
+        assert!(children_of(&all, child["id"].as_str().unwrap()).is_empty());
+    }
+    let requests = server.requests();
+    assert_eq!(requests.len(), 7);
+    // The parent's second request shows the fan-out refusal as the third call's error.
+    let parent_second = requests
+        .iter()
+        .filter(|r| r.to_string().contains("You plan."))
+        .nth(1)
+        .unwrap()
+        .to_string();
+    assert!(
+        parent_second.contains(
+            "error: this run already has 2 subtasks, the most one run may spawn (`subtasks.max_children`)"
+        ),
+        "{parent_second}"
+    );
+    // Each child saw the depth refusal.
+    let refused = requests
+        .iter()
+        .filter(|r| {
+            r.to_string()
+                .contains("error: this run is itself a subtask 1 level deep")
+        })
+        .count();
+    assert_eq!(refused, 2);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_subtasks_off_the_wait_takes_default_next() {
+    let project = project_with("subtasks:\n  max_depth: 0\n");
+    let server = ScriptedLlm::start([wait(), complete("Written alone.")]).await;
+    let id = project.submit_piece("split", "Plan the report", &[]).await;
+    let worker = project.worker(&server.base_url(), &[]);
+    project.until_completed(&id, 1, "Written alone.").await;
+    stop_worker(worker, "1 finished").await;
+    let requests = server.requests();
+    assert!(
+        !requests[0]["tools"].to_string().contains("SpawnSubTask"),
+        "not offered: {}",
+        requests[0]["tools"]
+    );
+    assert!(requests[1].to_string().contains("You write."));
+    let events = events_of(&project, &id).await;
+    let warnings: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == json!("warning"))
+        .map(|e| &e["message"])
+        .collect();
+    assert!(
+        warnings.contains(&&json!(
+            "subtasks are not available to this run: WAIT_SUBTASKS takes default_next `write`"
+        )),
+        "{warnings:?}"
+    );
+    assert!(children_of(&jobs(&project).await, &id).is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_local_run_runs_its_children_itself() {
+    let project = project_with("");
+    let server = ScriptedLlm::start(parent_and_children(Duration::from_millis(300))).await;
+    let out = project
+        .maestro(&[
+            "run",
+            "split",
+            "--task",
+            "Plan the report",
+            "--llm-base-url",
+            &server.base_url(),
+            "--model",
+            "scripted-model",
+        ])
+        .await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "Report from three parts."
+    );
+    let all = jobs(&project).await;
+    let parent = all.iter().find(|j| j["parent_id"].is_null()).unwrap();
+    assert_eq!(parent["status"], json!("completed"));
+    let children = children_of(&all, parent["id"].as_str().unwrap());
+    assert_eq!(children.len(), 3);
+    assert!(children.iter().all(|c| c["status"] == json!("completed")));
+    let last = server
+        .requests()
+        .into_iter()
+        .rfind(|r| r.to_string().contains("You plan."))
+        .unwrap()
+        .to_string();
+    for n in 1..=3 {
+        assert!(last.contains(&format!("child result {n}")), "{last}");
+    }
+    // The local run never parked: its children ran while it waited.
+    let events = events_of(&project, parent["id"].as_str().unwrap()).await;
+    assert!(
+        !events
+            .iter()
+            .any(|e| e["status"] == json!("waiting_subtasks")),
+        "{events:?}"
+    );
+}
+
+/// kill -9 of a local run while its children run: `maestro run --resume` takes the children
+/// over (their process is gone), asks again only the model calls that were in flight, and
+/// spawns nothing twice.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_killed_local_run_resumes_with_its_children() {
+    let project = project_with("");
+    let mut turns: Vec<Turn> = (1..=3)
+        .map(|_| {
+            Turn::when_contains(
+                "You work.",
+                complete("never sent").with_delay(Duration::from_secs(60)),
+            )
+        })
+        .collect();
+    turns.extend([spawn_parts("one", &["A", "B", "C"]), wait()]);
+    let server = ScriptedLlm::start(turns).await;
+    let base_url = server.base_url();
+    let args = |extra: &[&str]| {
+        let mut all: Vec<String> = vec!["run".into()];
+        all.extend(extra.iter().map(|s| s.to_string()));
+        all.extend(["--llm-base-url".into(), base_url.clone()]);
+        all.extend(["--model".into(), "scripted-model".into()]);
+        all
+    };
+    let first = args(&["split", "--task", "Plan the report"]);
+    let first: Vec<&str> = first.iter().map(String::as_str).collect();
+    let mut run = project.command(&first);
+    run.stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let mut child = run.spawn().unwrap();
+    // The parent spawned and waits; every child has asked the model.
+    support::jobs::until_requests(&server, 5).await;
+    child.kill().unwrap();
+    child.wait().unwrap();
+
+    let all = jobs(&project).await;
+    let parent = all.iter().find(|j| j["parent_id"].is_null()).unwrap();
+    let parent_id = parent["id"].as_str().unwrap().to_string();
+    assert_eq!(parent["status"], json!("running"));
+    assert_eq!(children_of(&all, &parent_id).len(), 3);
+
+    for n in 1..=3 {
+        server.push(Turn::when_contains(
+            "You work.",
+            complete(&format!("child result {n}")),
+        ));
+    }
+    server.push(complete("Report from three parts."));
+    let resume = args(&["--resume", &parent_id]);
+    let resume: Vec<&str> = resume.iter().map(String::as_str).collect();
+    let out = project.maestro(&resume).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "Report from three parts."
+    );
+    let all = jobs(&project).await;
+    let children = children_of(&all, &parent_id);
+    assert_eq!(children.len(), 3, "no spawn was repeated");
+    assert!(
+        children.iter().all(|c| c["status"] == json!("completed")),
+        "{children:?}"
+    );
+    // 2 parent turns, 3 children cut off, 3 children again, the parent's end.
+    assert_eq!(server.requests().len(), 9);
+}

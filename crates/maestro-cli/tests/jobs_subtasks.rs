@@ -509,3 +509,46 @@ async fn a_killed_local_run_resumes_with_its_children() {
     // 2 parent turns, 3 children cut off, 3 children again, the parent's end.
     assert_eq!(server.requests().len(), 9);
 }
+
+/// Ctrl-C of a local run while its children run cancels them with it.
+#[tokio::test(flavor = "multi_thread")]
+async fn ctrl_c_of_a_local_run_cancels_its_children() {
+    let project = project_with("");
+    let mut turns: Vec<Turn> = (1..=3)
+        .map(|_| {
+            Turn::when_contains(
+                "You work.",
+                complete("never sent").with_delay(Duration::from_secs(60)),
+            )
+        })
+        .collect();
+    turns.extend([spawn_parts("one", &["A", "B", "C"]), wait()]);
+    let server = ScriptedLlm::start(turns).await;
+    let mut run = project.command(&[
+        "run",
+        "split",
+        "--task",
+        "Plan the report",
+        "--llm-base-url",
+        &server.base_url(),
+        "--model",
+        "scripted-model",
+    ]);
+    run.stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    let child = run.spawn().unwrap();
+    support::jobs::until_requests(&server, 5).await;
+    support::jobs::signal(&child, "INT");
+    let (status, err) = support::jobs::exited(child, Duration::from_secs(15)).await;
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert!(err.contains("failed (cancelled)"), "{err}");
+    let all = jobs(&project).await;
+    let parent = all.iter().find(|j| j["parent_id"].is_null()).unwrap();
+    assert_eq!(parent["status"], json!("cancelled"));
+    let children = children_of(&all, parent["id"].as_str().unwrap());
+    assert_eq!(children.len(), 3);
+    for child in children {
+        assert_eq!(child["status"], json!("cancelled"), "{child}");
+    }
+    assert_eq!(server.requests().len(), 5);
+}

@@ -266,7 +266,24 @@ async fn a_parent_with_three_children_completes_with_their_results_on_postgres()
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_cancelled_parent_cancels_its_children() {
-    let project = project_with("");
+    cancel_cascades(&project_with("")).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[cfg_attr(
+    no_postgres,
+    ignore = "PostgreSQL is not installed: apt-get install postgresql (scripts/prerequisites.sh)"
+)]
+async fn a_cancelled_parent_cancels_its_children_on_postgres() {
+    let cluster = tokio::task::spawn_blocking(maestro_testkit::PgCluster::start)
+        .await
+        .unwrap();
+    let mut project = project_with("");
+    project.db = Some(cluster.url());
+    cancel_cascades(&project).await;
+}
+
+async fn cancel_cascades(project: &Project) {
     // The children would take a minute each: they are still running when the parent is
     // cancelled.
     let mut turns = parent_and_children(Duration::from_secs(60));
@@ -283,7 +300,7 @@ async fn a_cancelled_parent_cancels_its_children() {
     support::jobs::until_requests(&server, 5).await;
     let out = project.maestro(&["jobs", "cancel", &id]).await;
     assert!(out.status.success(), "{}", stderr(&out));
-    let all = jobs(&project).await;
+    let all = jobs(project).await;
     let children = children_of(&all, &id);
     assert_eq!(children.len(), 3);
     for child in &children {
@@ -308,7 +325,26 @@ async fn a_cancelled_parent_cancels_its_children() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_depth_and_fan_out_limits_are_tool_errors_the_model_sees() {
-    let project = project_with("subtasks:\n  max_depth: 1\n  max_children: 2\n");
+    limits(&project_with(LIMITS)).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[cfg_attr(
+    no_postgres,
+    ignore = "PostgreSQL is not installed: apt-get install postgresql (scripts/prerequisites.sh)"
+)]
+async fn the_depth_and_fan_out_limits_are_tool_errors_the_model_sees_on_postgres() {
+    let cluster = tokio::task::spawn_blocking(maestro_testkit::PgCluster::start)
+        .await
+        .unwrap();
+    let mut project = project_with(LIMITS);
+    project.db = Some(cluster.url());
+    limits(&project).await;
+}
+
+const LIMITS: &str = "subtasks:\n  max_depth: 1\n  max_children: 2\n";
+
+async fn limits(project: &Project) {
     let server = ScriptedLlm::start([
         // A child's second request holds its refused spawn: it completes.
         Turn::when_contains("subtasks may go 1 level deep", complete("nested done")),
@@ -334,7 +370,7 @@ async fn the_depth_and_fan_out_limits_are_tool_errors_the_model_sees() {
         .await;
     stop_worker(worker, "finished").await;
 
-    let all = jobs(&project).await;
+    let all = jobs(project).await;
     let children = children_of(&all, &id);
     assert_eq!(children.len(), 2, "the third spawn was refused");
     for child in &children {

@@ -120,45 +120,6 @@ pub fn ended_message(children: &[SubtaskOutcome]) -> String {
     text
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn outcome(index: i64, status: &str, result: &str) -> SubtaskOutcome {
-        SubtaskOutcome {
-            id: format!("id-{index}"),
-            index,
-            title: format!("part {index}"),
-            status: status.into(),
-            result: result.into(),
-            workspace: format!("subtasks/{index}/"),
-        }
-    }
-
-    #[test]
-    fn the_message_gives_each_childs_title_status_result_and_workspace() {
-        let text = ended_message(&[
-            outcome(1, "completed", "found 3 files"),
-            outcome(2, "failed", "endpoint down"),
-        ]);
-        assert!(text.starts_with("Your 2 subtasks have ended."), "{text}");
-        for needle in [
-            "## Subtask 1: part 1",
-            "- status: completed",
-            "found 3 files",
-            "- workspace: subtasks/2/",
-            "- status: failed",
-            "endpoint down",
-            "- id: id-2",
-        ] {
-            assert!(text.contains(needle), "{needle} missing from {text}");
-        }
-        let long = ended_message(&[outcome(1, "completed", &"x".repeat(50_000))]);
-        assert!(long.len() < 6_000, "{}", long.len());
-        assert!(long.starts_with("Your subtask has ended."));
-    }
-}
-
 /// `SpawnSubTask` as offered to the model.
 pub(crate) fn spawn_spec() -> maestro_protocol::ToolSpec {
     let mut spec = maestro_tools::input::spec_for::<SpawnArgs>(
@@ -202,4 +163,43 @@ pub(crate) fn spawned_output(spawned: &SpawnedSubtask) -> String {
         );
     }
     value.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outcome(index: i64, status: &str, result: &str) -> SubtaskOutcome {
+        SubtaskOutcome {
+            id: format!("id-{index}"),
+            index,
+            title: format!("part {index}"),
+            status: status.into(),
+            result: result.into(),
+            workspace: format!("subtasks/{index}/"),
+        }
+    }
+
+    #[test]
+    fn the_message_gives_each_childs_title_status_result_and_workspace() {
+        let text = ended_message(&[
+            outcome(1, "completed", "found 3 files"),
+            outcome(2, "failed", "endpoint down"),
+        ]);
+        assert!(text.starts_with("Your 2 subtasks have ended."), "{text}");
+        for needle in [
+            "## Subtask 1: part 1",
+            "- status: completed",
+            "found 3 files",
+            "- workspace: subtasks/2/",
+            "- status: failed",
+            "endpoint down",
+            "- id: id-2",
+        ] {
+            assert!(text.contains(needle), "{needle} missing from {text}");
+        }
+        let long = ended_message(&[outcome(1, "completed", &"x".repeat(50_000))]);
+        assert!(long.len() < 6_000, "{}", long.len());
+        assert!(long.starts_with("Your subtask has ended."));
+    }
 }

@@ -108,6 +108,11 @@ pub struct JobSummary {
     pub schedule_id: Option<String>,
     #[serde(with = "time::serde::rfc3339::option")]
     pub scheduled_for: Option<OffsetDateTime>,
+    /// A subtask's title, as its parent gave it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// Levels below the submitted job it descends from (0 for a submitted job).
+    pub depth: i64,
 }
 
 async fn summary(store: &Store, job: Job) -> Result<JobSummary, JobError> {
@@ -135,6 +140,8 @@ async fn summary(store: &Store, job: Job) -> Result<JobSummary, JobError> {
         question,
         schedule_id: job.schedule_id,
         scheduled_for: job.scheduled_for,
+        title: job.title,
+        depth: job.depth,
     })
 }
 

@@ -68,7 +68,8 @@ async fn a_job_runs_to_completed(project: &Project) -> String {
             "reason",
             "question",
             "schedule_id",
-            "scheduled_for"
+            "scheduled_for",
+            "depth"
         ]
     );
     assert_eq!(

@@ -251,6 +251,25 @@ fn read_movement(cx: &mut Cx<'_>, item: &Node, path: &str, known: &[&str]) -> Op
             }
         }
     });
+    let waits = rules.as_ref().is_some_and(|rules| {
+        rules
+            .iter()
+            .any(|r| r.next.as_ref() == Some(&Target::WaitSubtasks))
+    });
+    let spawns = tools
+        .as_ref()
+        .is_some_and(|tools| tools.iter().any(|t| t.text == "SpawnSubTask"));
+    if waits
+        && !spawns
+        && let Some((node, path)) = m.get("rules")
+    {
+        sink.warn(
+            &path,
+            node.span,
+            "a rule leads to `WAIT_SUBTASKS`, but this movement cannot start subtasks, so the wait \
+             always takes `default_next`; add `SpawnSubTask` to `allowed_tools`",
+        );
+    }
     let max_consecutive_revisits = m
         .get("max_consecutive_revisits")
         .and_then(|(node, path)| positive(sink, node, &path));

@@ -6,7 +6,7 @@ mod support;
 
 use maestro_piece::{Dialect, Target};
 use pretty_assertions::assert_eq;
-use support::{edit, errors, f, valid};
+use support::{edit, errors, f, valid, warnings};
 
 const PIECE: &str = "\
 name: demo
@@ -163,8 +163,27 @@ fn next_must_name_a_movement_or_wait_subtasks() {
             "unknown movement `deploy`; known: plan, execute, WAIT_SUBTASKS"
         )]
     );
-    let piece = valid(&edit(PIECE, "next: execute", "next: WAIT_SUBTASKS")).piece;
-    assert_eq!(piece.movements[0].rules[0].next, Some(Target::WaitSubtasks));
+    let waiting = edit(PIECE, "next: execute", "next: WAIT_SUBTASKS");
+    let loaded = valid(&waiting);
+    assert_eq!(
+        loaded.piece.movements[0].rules[0].next,
+        Some(Target::WaitSubtasks)
+    );
+    // A movement that waits for subtasks it cannot start is told so.
+    assert_eq!(
+        warnings(&loaded),
+        vec![f(
+            "movements[0].rules",
+            12,
+            "a rule leads to `WAIT_SUBTASKS`, but this movement cannot start subtasks, so the wait always takes `default_next`; add `SpawnSubTask` to `allowed_tools`"
+        )]
+    );
+    let spawning = edit(
+        &waiting,
+        "allowed_tools: [Read, Glob]",
+        "allowed_tools: [Read, Glob, SpawnSubTask]",
+    );
+    assert_eq!(warnings(&valid(&spawning)), vec![]);
 }
 
 #[test]

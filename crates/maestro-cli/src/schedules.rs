@@ -118,6 +118,56 @@ impl When {
     }
 }
 
+/// The schedules as a table, each column as wide as its widest cell.
+fn table(schedules: &[maestro_app::ScheduleSummary]) -> String {
+    let header = [
+        "ID", "PIECE", "SCHEDULE", "TZ", "MISFIRE", "STATE", "NEXT", "FIRED", "MISSED",
+    ];
+    let rows: Vec<[String; 9]> = schedules
+        .iter()
+        .map(|s| {
+            [
+                s.id.clone(),
+                s.piece.clone(),
+                s.spec.clone(),
+                s.tz.clone(),
+                s.misfire.clone(),
+                if s.paused { "paused" } else { "active" }.to_string(),
+                s.next_fire
+                    .and_then(|at| {
+                        at.format(&time::format_description::well_known::Rfc3339)
+                            .ok()
+                    })
+                    .unwrap_or_else(|| "-".to_string()),
+                s.fired.to_string(),
+                s.missed.to_string(),
+            ]
+        })
+        .collect();
+    let mut widths = header.map(|h| h.chars().count());
+    for row in &rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let mut text = String::new();
+        for (i, (cell, width)) in cells.iter().zip(widths).enumerate() {
+            if i + 1 == cells.len() {
+                text.push_str(cell);
+            } else {
+                text.push_str(&format!("{cell:<width$}  "));
+            }
+        }
+        text.trim_end().to_string() + "\n"
+    };
+    let mut out = line(header.to_vec());
+    for row in &rows {
+        out.push_str(&line(row.iter().map(String::as_str).collect()));
+    }
+    out
+}
+
 pub fn run(command: Command) -> anyhow::Result<u8> {
     block_on(async move {
         match command {
@@ -126,30 +176,12 @@ pub fn run(command: Command) -> anyhow::Result<u8> {
                 let config = store.configuration()?;
                 let store = store.open(&config).await?;
                 let schedules = maestro_app::list_schedules(&store, store.now()).await?;
-                for s in &schedules {
-                    if json {
+                if json {
+                    for s in &schedules {
                         println!("{}", serde_json::to_string(s)?);
-                    } else {
-                        let next = s
-                            .next_fire
-                            .and_then(|at| {
-                                at.format(&time::format_description::well_known::Rfc3339)
-                                    .ok()
-                            })
-                            .unwrap_or_else(|| "-".to_string());
-                        println!(
-                            "{}  {:<16} {:<24} {:<16} {:<13} {:<6}  next {}  fired {}  missed {}",
-                            s.id,
-                            s.piece,
-                            s.spec,
-                            s.tz,
-                            s.misfire,
-                            if s.paused { "paused" } else { "active" },
-                            next,
-                            s.fired,
-                            s.missed
-                        );
                     }
+                } else if !schedules.is_empty() {
+                    print!("{}", table(&schedules));
                 }
                 Ok(0)
             }

@@ -265,7 +265,7 @@ async fn list_prints_one_line_per_schedule() {
     assert!(out.status.success(), "{}", stderr(&out));
     let text = String::from_utf8(out.stdout)
         .unwrap()
-        .replace(&once, "<once>")
-        .replace(&weekly, "<weekly>");
+        .replace(&once, &format!("{:<36}", "<once>"))
+        .replace(&weekly, &format!("{:<36}", "<weekly>"));
     insta::assert_snapshot!("schedules_list_human", text);
 }

@@ -496,4 +496,105 @@ mod tests {
         assert!(zone("Mars/Olympus").is_err());
         assert!("sometimes".parse::<Misfire>().is_err());
     }
+
+    mod properties {
+        use chrono::{Datelike, NaiveTime, TimeDelta, Timelike};
+        use proptest::prelude::*;
+
+        use super::super::*;
+
+        fn time() -> impl Strategy<Value = NaiveTime> {
+            (0u32..24, 0u32..60).prop_map(|(h, m)| NaiveTime::from_hms_opt(h, m, 0).unwrap())
+        }
+
+        fn weekday() -> impl Strategy<Value = Weekday> {
+            (0u8..7).prop_map(|d| Weekday::try_from(d).unwrap())
+        }
+
+        /// Every kind of rule but cron (whose text round-trips as written).
+        fn spec() -> impl Strategy<Value = Spec> {
+            prop_oneof![
+                (1u64..10_000_000).prop_map(|s| Spec::Every(Duration::from_secs(s))),
+                time().prop_map(Spec::Daily),
+                (weekday(), time()).prop_map(|(d, t)| Spec::Weekly(d, t)),
+                (1u32..=31, time()).prop_map(|(n, t)| Spec::Monthly(n, t)),
+                (0i64..4_000_000_000)
+                    .prop_map(|s| Spec::Once(DateTime::from_timestamp(s, 0).unwrap())),
+            ]
+        }
+
+        fn zone_name() -> impl Strategy<Value = &'static str> {
+            prop::sample::select(vec![
+                "UTC",
+                "Europe/Paris",
+                "America/New_York",
+                "Asia/Tokyo",
+                "Australia/Lord_Howe",
+                "Asia/Kathmandu",
+            ])
+        }
+
+        proptest! {
+            #[test]
+            fn a_stored_rule_reads_back_as_itself(spec in spec()) {
+                let stored = spec.to_string();
+                prop_assert_eq!(stored.parse::<Spec>().unwrap(), spec);
+            }
+
+            #[test]
+            fn the_parsers_refuse_garbage_without_panicking(text in "\\PC{0,40}") {
+                let _ = text.parse::<Spec>();
+                let _ = Spec::every(&text);
+                let _ = Spec::daily(&text);
+                let _ = Spec::weekly(&text);
+                let _ = Spec::monthly(&text);
+                let _ = Spec::once(&text);
+                let _ = Spec::cron(&text);
+            }
+
+            /// The next slot is after the instant asked about, at the rule's wall-clock time
+            /// (when that time exists that day), and no slot lies between.
+            #[test]
+            fn the_next_slot_is_the_first_one_after(
+                spec in spec(),
+                after in 0i64..3_000_000_000,
+                tz in zone_name(),
+            ) {
+                let zone = zone(tz).unwrap();
+                let after = DateTime::from_timestamp(after, 0).unwrap();
+                let Some(next) = spec.next_after(after, zone) else {
+                    prop_assert!(matches!(spec, Spec::Once(at) if at <= after));
+                    return Ok(());
+                };
+                prop_assert!(next > after);
+                let local = next.with_timezone(&zone);
+                match &spec {
+                    Spec::Daily(at) | Spec::Weekly(_, at) | Spec::Monthly(_, at) => {
+                        // A time a DST gap skips fires at the first instant after the gap.
+                        if local.time() != *at {
+                            let before = (next - TimeDelta::minutes(1)).with_timezone(&zone);
+                            prop_assert!(before.time() < *at || before.date_naive() != local.date_naive(),
+                                "{spec} fired at {local}");
+                        }
+                        prop_assert_eq!(local.second(), 0);
+                    }
+                    Spec::Every(every) => {
+                        prop_assert_eq!(next.timestamp() % every.as_secs() as i64, 0);
+                    }
+                    Spec::Once(at) => prop_assert_eq!(next, *at),
+                    Spec::Cron(_) => {}
+                }
+                match &spec {
+                    Spec::Weekly(day, _) => prop_assert_eq!(local.weekday(), *day),
+                    Spec::Monthly(n, _) => prop_assert_eq!(local.day(), *n),
+                    _ => {}
+                }
+                // Nothing between: the slot before `next`, asked from just before it, is `next`.
+                let just_before = next - TimeDelta::seconds(1);
+                if just_before > after {
+                    prop_assert_eq!(spec.next_after(just_before, zone), Some(next));
+                }
+            }
+        }
+    }
 }

@@ -497,6 +497,7 @@ mod tests {
                     loop_monitors: vec![],
                     context_window: None,
                     piece_file: None,
+                    subtasks: false,
                 },
             ),
             Event(

@@ -228,6 +228,11 @@ async fn three_children_run_in_parallel_and_the_parent_completes_with_their_resu
         .as_str()
         .unwrap()
         .to_string();
+    // `maestro replay` goes through the whole parent again, park and wait included, with no
+    // model call.
+    let out = project.maestro(&["replay", &id]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(server.requests().len(), 6);
     for needle in [
         "Your 3 subtasks have ended",
         "child result 1",

@@ -43,6 +43,10 @@ pub enum RunEvent {
         /// The piece file the run was started from, when it came from one.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         piece_file: Option<String>,
+        /// The run could spawn subtasks (it was offered `SpawnSubTask` where a movement allows
+        /// it); a replay offers the same tools.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        subtasks: bool,
     },
     MovementStarted {
         movement: String,

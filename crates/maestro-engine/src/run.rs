@@ -189,9 +189,17 @@ impl Engine {
                 _ => None,
             })
             .unwrap_or_default();
+        let had_subtasks = history
+            .iter()
+            .any(|r| matches!(r.event, RunEvent::RunStarted { subtasks: true, .. }));
         let recorded = Recorded::new(ReplayMode::Verify, history);
         let mut spec = RunSpec::new(piece, &task, record);
         spec.retry_infrastructure = false;
+        // The run offered `SpawnSubTask`: so does its replay, whose spawns and waits all come
+        // from the record.
+        if had_subtasks {
+            spec.subtasks = Some(Arc::new(crate::subtasks::RecordOnly));
+        }
         let report = match self.drive_spec(spec, Some(recorded), 0).await? {
             (RunEnd::Finished(report), run) => {
                 let report = *report;
@@ -362,6 +370,7 @@ impl Engine {
                 .collect(),
             context_window,
             piece_file: piece_file.map(|p| p.display().to_string()),
+            subtasks: run.subtasks.is_some(),
         })
         .await?;
         if self.tools.get("Bash").is_some()

@@ -91,6 +91,24 @@ pub enum SubtaskError {
     Failed(String),
 }
 
+/// The host of a replay: every spawn and every wait is in the record, so it is never asked
+/// for a new one (and would refuse).
+pub(crate) struct RecordOnly;
+
+impl SubtaskHost for RecordOnly {
+    fn spawn(&self, _request: SpawnRequest) -> HostFuture<'_, SpawnedSubtask> {
+        Box::pin(async {
+            Err(SubtaskError::Failed(
+                "a replay spawns no subtask that its record does not hold".into(),
+            ))
+        })
+    }
+
+    fn ended<'a>(&'a self, _ids: &'a [String]) -> HostFuture<'a, Option<Vec<SubtaskOutcome>>> {
+        Box::pin(async { Ok(None) })
+    }
+}
+
 /// The most characters of one child's result the waiting movement is told; the whole result
 /// stays in the child's own run.
 const RESULT_CHARS: usize = 4_000;

@@ -287,6 +287,16 @@ async fn a_run_parks_on_its_subtasks_and_goes_on_in_the_same_conversation() {
     let keys = host.keys();
     assert_eq!(keys.len(), 3);
     assert!(keys.iter().all(|k| k.starts_with("plan/1/1/")), "{keys:?}");
+
+    // A replay of the whole run (park, wait and all) needs no model and no host.
+    let scratch = RunRecord::create(&dir.path().join("replay"), None).unwrap();
+    let replayed = engine(&server)
+        .replay(Arc::new(piece), events, scratch)
+        .await
+        .unwrap();
+    assert_eq!(replayed.status, RunStatus::Completed);
+    assert_eq!(server.requests().len(), 4, "the replay asked nothing");
+    assert_eq!(host.spawned.lock().unwrap().len(), 3);
 }
 
 #[tokio::test]

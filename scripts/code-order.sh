@@ -39,7 +39,8 @@ cp "$dir/piece.yaml" "$dir/notes.md" "$work/run/"
   >/dev/null 2>"$work/valgrind.log") || { tail -n 20 "$work/valgrind.log" >&2; exit 1; }
 
 # Every function with a cost line (`fn=`) while the object (`ob=`) is the binary. Callgrind
-# names an object or function once, as `(id) name`, and by `(id)` alone afterwards.
+# names an object or function once, as `(id) name`, and by `(id)` alone afterwards; it marks a
+# function's second context in a recursive cycle with `'2`.
 awk -v bin="$bin" '
   function name(line, table,   s, id) {
     s = substr(line, index(line, "=") + 1)
@@ -51,7 +52,11 @@ awk -v bin="$bin" '
     return s
   }
   /^c?ob=/ { o = name($0, objects); if ($0 ~ /^ob=/) current = o; next }
-  /^c?fn=/ { f = name($0, functions); if ($0 ~ /^fn=/ && current == bin && f !~ /^0x/) hot[f] = 1 }
+  /^c?fn=/ {
+    f = name($0, functions)
+    sub(/'"'"'[0-9]+$/, "", f)
+    if ($0 ~ /^fn=/ && current == bin && f !~ /^(0x|[(]|$)/) hot[f] = 1
+  }
   END { for (f in hot) print f }
 ' "$work/callgrind.out" | LC_ALL=C sort >"$out"
 echo "$(wc -l <"$out") functions in $out"

@@ -1,9 +1,17 @@
 //! Link flags for the `maestro` binary, and the store's PostgreSQL check for the job tests.
 //!
-//! On GNU/Linux the binary's relative relocations are packed (`DT_RELR`, glibc 2.36 or newer):
-//! the dynamic loader otherwise reads about 1.2 MB of relocation entries at every start, and
-//! those pages stay in the process's resident set (docs/benchmarks.md, "Footprint of a run").
-//! `MAESTRO_NO_RELR=1` turns it off, for a linker or a target glibc without `DT_RELR`.
+//! A run's resident set is mostly the binary's code pages it touches (docs/benchmarks.md,
+//! "Footprint of a run"), so on GNU/Linux:
+//! - the binary's relative relocations are packed (`DT_RELR`, glibc 2.36 or newer): the dynamic
+//!   loader otherwise reads about 1.2 MB of relocation entries at every start, and those pages
+//!   stay resident. `MAESTRO_NO_RELR=1` turns it off, for a linker or a target glibc without
+//!   `DT_RELR`.
+//! - in optimised builds on x86-64, the linker (rust-lld, rustc's default there) lays out the
+//!   functions a run executes together, in the order `code-order.txt` lists them
+//!   (`scripts/code-order.sh` writes it from a `--profile dist` build), instead of spreading them
+//!   over the whole code. Names the list has that the build lacks are skipped. An older rustc,
+//!   or a linker set in the configuration, links without it.
+//!   `MAESTRO_NO_CODE_ORDER=1` turns it off, for a linker without `--symbol-ordering-file`.
 
 #[path = "../maestro-store/build_pg.rs"]
 mod build_pg;
@@ -12,10 +20,48 @@ fn main() {
     // The PostgreSQL job tests show as ignored when initdb is missing.
     build_pg::check_postgres();
     println!("cargo:rerun-if-env-changed=MAESTRO_NO_RELR");
-    let target_os = std::env::var("CARGO_CFG_TARGET_OS").unwrap_or_default();
-    let target_env = std::env::var("CARGO_CFG_TARGET_ENV").unwrap_or_default();
-    if target_os == "linux" && target_env == "gnu" && std::env::var_os("MAESTRO_NO_RELR").is_none()
-    {
+    println!("cargo:rerun-if-env-changed=MAESTRO_NO_CODE_ORDER");
+    let var = |name: &str| std::env::var(name).unwrap_or_default();
+    if var("CARGO_CFG_TARGET_OS") != "linux" || var("CARGO_CFG_TARGET_ENV") != "gnu" {
+        return;
+    }
+    if std::env::var_os("MAESTRO_NO_RELR").is_none() {
         println!("cargo:rustc-link-arg-bins=-Wl,-z,pack-relative-relocs");
     }
+    let order = std::path::Path::new(&var("CARGO_MANIFEST_DIR")).join("code-order.txt");
+    println!("cargo:rerun-if-changed={}", order.display());
+    if var("CARGO_CFG_TARGET_ARCH") == "x86_64"
+        && var("PROFILE") == "release"
+        && order.is_file()
+        && std::env::var_os("MAESTRO_NO_CODE_ORDER").is_none()
+        && links_with_rust_lld()
+    {
+        println!(
+            "cargo:rustc-link-arg-bins=-Wl,--symbol-ordering-file={}",
+            order.display()
+        );
+        println!("cargo:rustc-link-arg-bins=-Wl,--no-warn-symbol-ordering");
+    }
+}
+
+/// True when the binary is linked by rust-lld, which takes `--symbol-ordering-file`: rustc 1.90
+/// or newer links x86-64 GNU/Linux with it by default, unless a linker is configured (GNU ld,
+/// the default before, refuses the flag).
+fn links_with_rust_lld() -> bool {
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".to_string());
+    let version = std::process::Command::new(rustc)
+        .arg("-V")
+        .output()
+        .map(|out| String::from_utf8_lossy(&out.stdout).into_owned())
+        .unwrap_or_default();
+    let minor = version
+        .split_whitespace()
+        .nth(1)
+        .and_then(|v| v.split('.').nth(1))
+        .and_then(|m| m.parse::<u32>().ok())
+        .unwrap_or(0);
+    let flags = std::env::var("CARGO_ENCODED_RUSTFLAGS").unwrap_or_default();
+    minor >= 90
+        && !flags.contains("linker")
+        && std::env::var_os("CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_LINKER").is_none()
 }

@@ -2,7 +2,7 @@
 //! project's `.maestro/maestro.db`.
 
 use maestro_config::Config;
-use maestro_store::{Store, StoreError, StoreUrl, UrlOrigin};
+use maestro_store::{PoolSize, Store, StoreError, StoreUrl, UrlOrigin};
 
 /// The environment variable naming the store.
 pub const ENV_DB: &str = "MAESTRO_DB";
@@ -27,10 +27,14 @@ pub fn store_url(flag: Option<&str>, config: &Config) -> Result<(StoreUrl, UrlOr
     Ok((url, origin))
 }
 
-/// Opens (and migrates) the store [`store_url`] names.
-pub async fn open_store(flag: Option<&str>, config: &Config) -> Result<Store, StoreError> {
+/// Opens (and migrates) the store [`store_url`] names, with a pool of `size`.
+pub async fn open_store(
+    flag: Option<&str>,
+    config: &Config,
+    size: PoolSize,
+) -> Result<Store, StoreError> {
     let (url, _origin) = store_url(flag, config)?;
-    Store::open(&url).await
+    Store::open_with(&url, size).await
 }
 
 #[cfg(test)]

@@ -9,8 +9,9 @@
 //! ```no_run
 //! # async fn demo(config: maestro_config::Config) -> Result<(), Box<dyn std::error::Error>> {
 //! use maestro_app::{Submission, open_store, submit};
+//! use maestro_store::PoolSize;
 //!
-//! let store = open_store(None, &config).await?;
+//! let store = open_store(None, &config, PoolSize::Shared).await?;
 //! let id = submit(&store, &config, Submission {
 //!     piece: "default".into(), task: "fix the tests".into(), workspace: None, class: None,
 //!     priority: 0, max_attempts: None, submitted_by: "alice".into(),

@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::{Context as _, anyhow};
 use maestro_app::{JobError, JobSummary, POLL, Submission};
 use maestro_config::{Config, LoadFrom};
-use maestro_store::{JobId, JobQueue, JobStatus, Store};
+use maestro_store::{JobId, JobQueue, JobStatus, PoolSize, Store};
 
 /// Where the store and the configuration come from.
 #[derive(Debug, Clone, clap::Args)]
@@ -31,7 +31,7 @@ impl StoreArgs {
     }
 
     pub async fn open(&self, config: &Config) -> anyhow::Result<Store> {
-        Ok(maestro_app::open_store(self.db.as_deref(), config).await?)
+        Ok(maestro_app::open_store(self.db.as_deref(), config, PoolSize::Shared).await?)
     }
 }
 

@@ -10,7 +10,7 @@ use maestro_config::{Config, LoadFrom};
 use maestro_engine::{Engine, EventRecord, RunEvent, RunRecord, read_events};
 use maestro_llm::Provider;
 use maestro_piece::LoadOptions;
-use maestro_store::{JobId, JobQueue};
+use maestro_store::{JobId, JobQueue, PoolSize};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -45,7 +45,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
 /// The run's events: from the store when it holds the run, else from its `events.jsonl`.
 async fn history(args: &Args, config: &Config) -> anyhow::Result<Vec<EventRecord>> {
     if let Ok(id) = args.id.parse::<JobId>() {
-        let store = open_store(args.db.as_deref(), config).await?;
+        let store = open_store(args.db.as_deref(), config, PoolSize::Shared).await?;
         let stored = store.events(id, 0).await?;
         if !stored.is_empty() {
             return stored

@@ -14,7 +14,7 @@ use maestro_engine::{Engine, EventSink, JsonlSink, RunEnd, RunRecord, RunSpec};
 use maestro_llm::{Provider, ToolMode};
 use maestro_piece::{LoadOptions, Piece, render_diagnostics};
 use maestro_protocol::RunStatus;
-use maestro_store::NewJob;
+use maestro_store::{NewJob, PoolSize};
 
 use crate::progress::Progress;
 
@@ -166,7 +166,8 @@ async fn run_async(args: Args) -> anyhow::Result<u8> {
         tools: Some(tool_catalog(&config)),
         ..crate::validate::load_options(None, &config.paths.facets_dirs)
     };
-    let store = open_store(args.db.as_deref(), &config).await?;
+    // One connection: a run's queries come one at a time (docs/benchmarks.md, "Footprint").
+    let store = open_store(args.db.as_deref(), &config, PoolSize::Single).await?;
     // A resumed run takes its job, its record and its piece from the store.
     let resumed = match &args.resume {
         Some(id) => {

@@ -61,6 +61,29 @@ impl Backend {
     }
 }
 
+/// How many connections a store's pool opens at most.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PoolSize {
+    /// For a worker or a server, which runs several jobs and queries at once: up to 4 SQLite
+    /// connections (in WAL mode readers never wait for the writer) or 8 PostgreSQL ones.
+    Shared,
+    /// For one process running one job (`maestro run`): a single connection, which its
+    /// queries (the run's events, the lease's heartbeat) take in turn. Each SQLite connection
+    /// is a thread of its own with its own caches and malloc arena (docs/benchmarks.md,
+    /// "Footprint of a run").
+    Single,
+}
+
+impl PoolSize {
+    fn max_connections(self, backend: Backend) -> u32 {
+        match (self, backend) {
+            (PoolSize::Single, _) => 1,
+            (PoolSize::Shared, Backend::Sqlite) => 4,
+            (PoolSize::Shared, Backend::Postgres) => 8,
+        }
+    }
+}
+
 /// One embedded migration: version, description, and the SQL for each backend.
 struct EmbeddedMigration {
     version: i64,
@@ -163,13 +186,22 @@ impl Store {
     /// Opens the store and brings its schema up to date (migrations are idempotent: an
     /// up-to-date database is left alone, an older one is upgraded in place).
     pub async fn open(url: &StoreUrl) -> StoreResult<Store> {
-        let store = Store::connect(url).await?;
+        Store::open_with(url, PoolSize::Shared).await
+    }
+
+    /// [`Store::open`] with a pool of `size`.
+    pub async fn open_with(url: &StoreUrl, size: PoolSize) -> StoreResult<Store> {
+        let store = Store::connect_with(url, size).await?;
         store.migrate_to(SCHEMA_VERSION).await?;
         Ok(store)
     }
 
     /// Opens the store without migrating it.
     pub async fn connect(url: &StoreUrl) -> StoreResult<Store> {
+        Store::connect_with(url, PoolSize::Shared).await
+    }
+
+    async fn connect_with(url: &StoreUrl, size: PoolSize) -> StoreResult<Store> {
         install_default_drivers();
         let backend = match url {
             StoreUrl::Sqlite { path } => {
@@ -184,10 +216,7 @@ impl Store {
             StoreUrl::Postgres { .. } => Backend::Postgres,
         };
         let mut options = AnyPoolOptions::new()
-            .max_connections(match backend {
-                Backend::Sqlite => 4,
-                Backend::Postgres => 8,
-            })
+            .max_connections(size.max_connections(backend))
             .acquire_timeout(Duration::from_secs(30));
         if backend == Backend::Sqlite {
             options = options.after_connect(|conn, _meta| {

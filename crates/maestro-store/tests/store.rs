@@ -11,8 +11,8 @@ use std::time::Duration;
 use common::Db;
 use maestro_store::{
     AuditAction, Backoff, Claimed, Classes, Clock, CommentKind, FailDisposition, JobId, JobQueue,
-    JobStatus, ManualClock, NewEvent, NewJob, NewSchedule, Outcome, SCHEMA_VERSION, Store,
-    StoreError,
+    JobStatus, ManualClock, NewEvent, NewJob, NewSchedule, Outcome, PoolSize, SCHEMA_VERSION,
+    Store, StoreError,
 };
 use pretty_assertions::assert_eq;
 use serde_json::json;
@@ -49,6 +49,12 @@ async fn claim(store: &Store, worker: &str) -> Option<Claimed> {
     store.claim(worker, &Classes::Any, LEASE).await.unwrap()
 }
 
+/// The sequence numbers of the job's stored events after `after`.
+async fn stored_seqs(store: &Store, id: JobId, after: i64) -> Vec<i64> {
+    let events = store.events(id, after).await.unwrap();
+    events.iter().map(|e| e.seq).collect()
+}
+
 fn manual_clock() -> Arc<ManualClock> {
     Arc::new(ManualClock::new(OffsetDateTime::now_utc()))
 }
@@ -61,6 +67,7 @@ on_both_backends!(
     a_stale_worker_is_fenced_out_after_a_takeover,
     a_rescue_past_max_attempts_fails_the_job,
     events_are_unique_per_seq_and_batches_are_atomic,
+    one_connection_serves_concurrent_queries_in_turn,
     a_schedule_slot_fires_once_across_connections,
     missed_slots_are_recorded_once_across_connections,
     retryable_failures_back_off_then_fail,
@@ -343,23 +350,34 @@ async fn events_are_unique_per_seq_and_batches_are_atomic(db: Db) {
         matches!(batch, Err(StoreError::EventExists { seq: 1, .. })),
         "{batch:?}"
     );
-    let seqs: Vec<_> = store
-        .events(id, 0)
-        .await
-        .unwrap()
-        .iter()
-        .map(|e| e.seq)
-        .collect();
-    assert_eq!(seqs, vec![1, 2]);
-    let after: Vec<_> = store
-        .events(id, 1)
-        .await
-        .unwrap()
-        .iter()
-        .map(|e| e.seq)
-        .collect();
-    assert_eq!(after, vec![2]);
+    assert_eq!(stored_seqs(&store, id, 0).await, vec![1, 2]);
+    assert_eq!(stored_seqs(&store, id, 1).await, vec![2]);
     store.append_events(&lease, &[event(3)]).await.unwrap();
+}
+
+/// `maestro run` opens its store with a single connection: the run's events, the lease's
+/// heartbeat and reads take it in turn, and a rejected batch hands its transaction back before
+/// it reads the stored events (with one connection, holding it would wait forever).
+async fn one_connection_serves_concurrent_queries_in_turn(db: Db) {
+    let store = Store::open_with(&db.url, PoolSize::Single).await.unwrap();
+    let id = submit(&store, "t", "alice").await;
+    let lease = claim(&store, "w").await.unwrap().lease;
+    let (first, next, again) = ([event(1)], [event(2), event(3)], [event(1)]);
+    store.append_events(&lease, &first).await.unwrap();
+    let (appended, renewed, replayed, read) = tokio::join!(
+        store.append_events(&lease, &next),
+        store.heartbeat(&lease, LEASE),
+        store.append_events(&lease, &again),
+        store.events(id, 0),
+    );
+    appended.unwrap();
+    assert_eq!(renewed.unwrap().fence, lease.fence);
+    assert!(
+        matches!(replayed, Err(StoreError::EventExists { seq: 1, .. })),
+        "{replayed:?}"
+    );
+    assert!(!read.unwrap().is_empty());
+    assert_eq!(stored_seqs(&store, id, 0).await, vec![1, 2, 3]);
 }
 
 async fn a_schedule_slot_fires_once_across_connections(db: Db) {

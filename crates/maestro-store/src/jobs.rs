@@ -229,8 +229,11 @@ impl JobQueue for Store {
     }
 
     async fn finish(&self, lease: &Lease, outcome: Outcome) -> StoreResult<()> {
-        let mut answers = self.finish_batch(&[(lease.clone(), outcome)]).await?;
-        answers.pop().unwrap_or(Ok(()))
+        // A batch of one: one answer, for this lease.
+        match self.finish_batch(&[(lease.clone(), outcome)]).await?.pop() {
+            Some(answer) => answer,
+            None => Err(self.lease_error(lease).await),
+        }
     }
 
     async fn fail(&self, lease: &Lease, reason: &str) -> StoreResult<FailDisposition> {

@@ -3,12 +3,12 @@
 
 use std::collections::HashSet;
 
-use sqlx::Any;
+use sqlx::{Any, AnyConnection};
 
 use crate::error::{StoreError, StoreResult};
 use crate::model::{JobId, JobStatus, Lease, Outcome};
 use crate::rows::{col, parse_id};
-use crate::store::Store;
+use crate::store::{Backend, Store};
 
 /// The most finishes one statement carries (seven parameters each, well under either engine's
 /// limit); a longer batch is several statements in the same transaction.
@@ -80,17 +80,36 @@ impl Store {
         }
         if !rows.is_empty() {
             let now = self.now_ms();
-            let mut tx = self.begin_write().await?;
-            for statement in statements(&rows) {
-                for id in self.finish_rows(&mut tx, &statement, now).await? {
-                    for row in statement.iter().filter(|row| row.lease.job_id == id) {
-                        answers[row.at] = Some(Ok(()));
-                    }
+            let statements = statements(&rows);
+            // Per statement, the jobs it changed.
+            let mut written = Vec::with_capacity(statements.len());
+            if let ([statement], Backend::Postgres) = (statements.as_slice(), self.backend) {
+                // One statement is atomic by itself: PostgreSQL saves the BEGIN and COMMIT
+                // round trips. (SQLite keeps `BEGIN IMMEDIATE`, so that the write lock is
+                // waited for rather than refused.)
+                let mut conn = self
+                    .pool
+                    .acquire()
+                    .await
+                    .map_err(StoreError::query("finish jobs"))?;
+                written.push(finish_rows(&mut conn, statement, now).await?);
+            } else {
+                let mut tx = self.begin_write().await?;
+                for statement in &statements {
+                    written.push(finish_rows(&mut tx, statement, now).await?);
+                }
+                tx.commit()
+                    .await
+                    .map_err(StoreError::query("commit finished jobs"))?;
+            }
+            for (statement, ids) in statements.iter().zip(written) {
+                for row in statement
+                    .iter()
+                    .filter(|row| ids.contains(&row.lease.job_id))
+                {
+                    answers[row.at] = Some(Ok(()));
                 }
             }
-            tx.commit()
-                .await
-                .map_err(StoreError::query("commit finished jobs"))?;
         }
         let mut out = Vec::with_capacity(answers.len());
         for (answer, (lease, _)) in answers.into_iter().zip(finishes) {
@@ -102,32 +121,32 @@ impl Store {
         }
         Ok(out)
     }
+}
 
-    /// One statement: the fenced UPDATE of every row, joined to their values; the ids of the
-    /// jobs it changed.
-    async fn finish_rows(
-        &self,
-        tx: &mut sqlx::Transaction<'static, Any>,
-        rows: &[&Row<'_>],
-        now: i64,
-    ) -> StoreResult<Vec<JobId>> {
-        let values: Vec<String> = (0..rows.len())
-            .map(|i| {
-                let p = 2 + i * 6;
-                format!(
-                    "(${p}, ${}, ${}, ${}, ${}, ${})",
-                    p + 1,
-                    p + 2,
-                    p + 3,
-                    p + 4,
-                    p + 5
-                )
-            })
-            .collect();
-        // The fence is checked per row: a stale lease matches no row of `jobs`, and only its
-        // own job is left out.
-        let sql = format!(
-            "WITH finished (job_id, held, new_status, new_result, new_reason, ends) AS \
+/// One statement: the fenced UPDATE of every row, joined to their values; the ids of the jobs
+/// it changed.
+async fn finish_rows(
+    conn: &mut AnyConnection,
+    rows: &[&Row<'_>],
+    now: i64,
+) -> StoreResult<Vec<JobId>> {
+    let values: Vec<String> = (0..rows.len())
+        .map(|i| {
+            let p = 2 + i * 6;
+            format!(
+                "(${p}, ${}, ${}, ${}, ${}, ${})",
+                p + 1,
+                p + 2,
+                p + 3,
+                p + 4,
+                p + 5
+            )
+        })
+        .collect();
+    // The fence is checked per row: a stale lease matches no row of `jobs`, and only its
+    // own job is left out.
+    let sql = format!(
+        "WITH finished (job_id, held, new_status, new_result, new_reason, ends) AS \
                (VALUES {}) \
              UPDATE jobs SET status = finished.new_status, result = finished.new_result, \
                reason = finished.new_reason, lease_owner = NULL, lease_expires_at = NULL, \
@@ -136,26 +155,25 @@ impl Store {
              WHERE jobs.id = finished.job_id AND jobs.fence = finished.held \
                AND jobs.status = 'running' \
              RETURNING id",
-            values.join(", ")
-        );
-        let mut query = sqlx::query::<Any>(sqlx::AssertSqlSafe(sql)).bind(now);
-        for row in rows {
-            query = query
-                .bind(row.lease.job_id.to_string())
-                .bind(row.lease.fence)
-                .bind(row.status.to_string())
-                .bind(row.result.clone())
-                .bind(row.reason.clone())
-                .bind(if row.ends { now } else { 0 });
-        }
-        query
-            .fetch_all(&mut **tx)
-            .await
-            .map_err(StoreError::query("finish jobs"))?
-            .iter()
-            .map(|row| parse_id(&col::<String>(row, "id")?))
-            .collect()
+        values.join(", ")
+    );
+    let mut query = sqlx::query::<Any>(sqlx::AssertSqlSafe(sql)).bind(now);
+    for row in rows {
+        query = query
+            .bind(row.lease.job_id.to_string())
+            .bind(row.lease.fence)
+            .bind(row.status.to_string())
+            .bind(row.result.clone())
+            .bind(row.reason.clone())
+            .bind(if row.ends { now } else { 0 });
     }
+    query
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(StoreError::query("finish jobs"))?
+        .iter()
+        .map(|row| parse_id(&col::<String>(row, "id")?))
+        .collect()
 }
 
 /// Splits the rows into statements of at most [`PER_STATEMENT`], none naming a job twice (a

@@ -18,6 +18,7 @@ use maestro_store::{
 };
 use tokio_util::sync::CancellationToken;
 
+use crate::completer::Completer;
 use crate::lease::keep_lease;
 use crate::local::outcome;
 use crate::models::{ModelError, check_served, client, served_model};
@@ -176,6 +177,7 @@ pub(crate) async fn run_job(
     ctx: &JobContext,
     claimed: Claimed,
     hand_back: &CancellationToken,
+    completer: &Completer,
 ) -> JobEnd {
     let store = &ctx.store;
     let lease = claimed.lease.clone();
@@ -221,7 +223,7 @@ pub(crate) async fn run_job(
             return fail(store, &lease, &reason).await;
         }
         Ended::Unstarted(Unstartable::Permanent(reason)) => {
-            store
+            completer
                 .finish(
                     &lease,
                     Outcome {
@@ -233,7 +235,7 @@ pub(crate) async fn run_job(
                 .await
         }
         Ended::Report(report) => {
-            let finished = store.finish(&lease, outcome(&report)).await;
+            let finished = completer.finish(&lease, outcome(&report)).await;
             if finished.is_ok() && report.status == RunStatus::NeedsUserInput {
                 // The run's question, for `maestro jobs show` and whoever answers it.
                 let asked = store

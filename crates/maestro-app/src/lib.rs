@@ -20,6 +20,7 @@
 //! # Ok(()) }
 //! ```
 
+mod completer;
 mod db;
 mod job;
 pub use job::recorded_piece;

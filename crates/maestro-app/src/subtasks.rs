@@ -22,6 +22,7 @@ use maestro_store::{
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+use crate::completer::Completer;
 use crate::job::{JobContext, run_job};
 use crate::pieces::{AUTO, find_piece};
 use crate::toolbox::load_options;
@@ -219,6 +220,8 @@ pub struct LocalChildren {
     tasks: Mutex<JoinSet<()>>,
     /// Cancelled to hand the children back (the parent stopped without an end).
     hand_back: CancellationToken,
+    /// Writes the children's ends.
+    completer: Completer,
 }
 
 impl std::fmt::Debug for LocalChildren {
@@ -232,6 +235,7 @@ impl std::fmt::Debug for LocalChildren {
 impl LocalChildren {
     /// Children run with `context` (the grandchildren they spawn run here too).
     pub(crate) fn new(mut context: JobContext, owner: String) -> Arc<LocalChildren> {
+        let (completer, _writing) = Completer::start(context.store.clone());
         Arc::new_cyclic(|me| {
             context.local = Some(me.clone());
             LocalChildren {
@@ -241,6 +245,7 @@ impl LocalChildren {
                 told: Mutex::default(),
                 tasks: Mutex::default(),
                 hand_back: CancellationToken::new(),
+                completer,
             }
         })
     }
@@ -274,7 +279,13 @@ impl LocalChildren {
                     return;
                 }
             };
-            let _ = Box::pin(run_job(&this.context, claimed, &this.hand_back)).await;
+            let _ = Box::pin(run_job(
+                &this.context,
+                claimed,
+                &this.hand_back,
+                &this.completer,
+            ))
+            .await;
             if let Ok(mut running) = this.running.lock() {
                 running.remove(&id);
             }

@@ -10,12 +10,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use maestro_config::{Config, WorkerProfile};
-use maestro_store::{Classes, JobQueue, Store, StoreError, WorkerInfo};
+use maestro_store::{Classes, Store, StoreError, WorkerInfo};
 use time::OffsetDateTime;
 use tokio::sync::Notify;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+use crate::completer::Completer;
 use crate::job::{JobContext, JobEnd, run_job};
 
 /// One worker profile: a name, how many jobs at once, which task classes.
@@ -203,18 +204,23 @@ impl Worker {
             shutdown.stop.clone(),
         ));
         let counters = Arc::new(Counters::default());
+        let (completer, completing) = Completer::start(inner.job.store.clone());
         let mut slots = JoinSet::new();
         for (id, profile) in &ids {
-            for _ in 0..profile.concurrency {
-                slots.spawn(slot(
-                    Arc::clone(&self.inner),
-                    id.clone(),
-                    profile.classes.clone(),
-                    shutdown.clone(),
-                    Arc::clone(&counters),
-                ));
-            }
+            slots.spawn(profile_slots(
+                Arc::clone(&self.inner),
+                ProfileRun {
+                    worker_id: id.clone(),
+                    classes: profile.classes.clone(),
+                    concurrency: profile.concurrency,
+                    shutdown: shutdown.clone(),
+                    counters: Arc::clone(&counters),
+                    completer: completer.clone(),
+                },
+            ));
         }
+        // The slots hold the other clones: the completer stops once they are done.
+        drop(completer);
         let drain = inner.options.drain;
         let deadline = {
             let shutdown = shutdown.clone();
@@ -231,6 +237,9 @@ impl Worker {
                 join_all(&mut slots).await;
             }
         }
+        if let Err(e) = completing.await {
+            tracing::error!("writing run ends stopped: {e}");
+        }
         done.cancel();
         let _ = beat.await;
         let _ = ticker.await;
@@ -246,7 +255,7 @@ impl Worker {
 async fn join_all(set: &mut JoinSet<()>) {
     while let Some(joined) = set.join_next().await {
         if let Err(e) = joined {
-            tracing::error!("a worker slot stopped: {e}");
+            tracing::error!("a worker profile's slots stopped: {e}");
         }
     }
 }
@@ -284,45 +293,88 @@ async fn scheduler_ticks(store: Store, stop: CancellationToken) {
     }
 }
 
-/// One unit of concurrency: claim, run, repeat, until shutdown.
-async fn slot(
-    inner: Arc<Inner>,
-    worker_id: String,
-    classes: Classes,
-    shutdown: Shutdown,
-    counters: Arc<Counters>,
-) {
+/// One profile's slots: one transaction claims a job for every idle slot, each job runs on its
+/// own task, and a slot that frees up is filled at once; slots left idle look again when woken
+/// ([`Worker::wake`]) or at the next poll. At shutdown it claims nothing more and waits for
+/// its runs (which the hand-back stops).
+async fn profile_slots(inner: Arc<Inner>, profile: ProfileRun) {
+    let ProfileRun {
+        worker_id,
+        classes,
+        concurrency,
+        shutdown,
+        counters,
+        completer,
+    } = profile;
+    let mut runs = JoinSet::new();
     while !shutdown.stop.is_cancelled() {
+        let idle = concurrency.saturating_sub(runs.len());
+        if idle == 0 {
+            tokio::select! {
+                _ = shutdown.stop.cancelled() => {}
+                Some(joined) = runs.join_next() => report(joined),
+            }
+            continue;
+        }
         match inner
             .job
             .store
-            .claim(&worker_id, &classes, inner.options.lease)
+            .claim_batch(&worker_id, &classes, inner.options.lease, idle)
             .await
         {
-            Ok(Some(claimed)) => {
-                let end = run_job(&inner.job, claimed, &shutdown.hand_back).await;
-                let counter = match end {
-                    JobEnd::Recorded => &counters.finished,
-                    JobEnd::Failed => &counters.failed,
-                    JobEnd::Fenced => &counters.fenced,
-                    JobEnd::HandedBack => &counters.handed_back,
-                };
-                counter.fetch_add(1, Ordering::Relaxed);
-            }
-            Ok(None) => {
-                tokio::select! {
-                    _ = shutdown.stop.cancelled() => {}
-                    _ = inner.wake.notified() => {}
-                    _ = tokio::time::sleep(inner.options.idle_poll) => {}
+            Ok(batch) => {
+                let filled = batch.len() == idle;
+                for claimed in batch {
+                    let inner = Arc::clone(&inner);
+                    let hand_back = shutdown.hand_back.clone();
+                    let counters = Arc::clone(&counters);
+                    let completer = completer.clone();
+                    runs.spawn(async move {
+                        let end = run_job(&inner.job, claimed, &hand_back, &completer).await;
+                        let counter = match end {
+                            JobEnd::Recorded => &counters.finished,
+                            JobEnd::Failed => &counters.failed,
+                            JobEnd::Fenced => &counters.fenced,
+                            JobEnd::HandedBack => &counters.handed_back,
+                        };
+                        counter.fetch_add(1, Ordering::Relaxed);
+                    });
+                }
+                if !filled {
+                    tokio::select! {
+                        _ = shutdown.stop.cancelled() => {}
+                        _ = inner.wake.notified() => {}
+                        _ = tokio::time::sleep(inner.options.idle_poll) => {}
+                        Some(joined) = runs.join_next() => report(joined),
+                    }
                 }
             }
             Err(e) => {
-                tracing::warn!("claiming a job failed: {e}");
+                tracing::warn!("claiming jobs failed: {e}");
                 tokio::select! {
                     _ = shutdown.stop.cancelled() => {}
                     _ = tokio::time::sleep(Duration::from_secs(1)) => {}
                 }
             }
         }
+    }
+    while let Some(joined) = runs.join_next().await {
+        report(joined);
+    }
+}
+
+/// What one profile's slots run with.
+struct ProfileRun {
+    worker_id: String,
+    classes: Classes,
+    concurrency: usize,
+    shutdown: Shutdown,
+    counters: Arc<Counters>,
+    completer: Completer,
+}
+
+fn report(joined: Result<(), tokio::task::JoinError>) {
+    if let Err(e) = joined {
+        tracing::error!("a run stopped: {e}");
     }
 }

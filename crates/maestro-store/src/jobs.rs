@@ -8,6 +8,7 @@ use sqlx::{Any, Transaction};
 
 use crate::clock::{duration_ms, from_ms};
 use crate::error::{StoreError, StoreResult};
+use crate::fence::FENCED;
 use crate::model::{
     AuditAction, Claimed, Classes, FailDisposition, Job, JobId, JobStatus, Lease, NewEvent, NewJob,
     Outcome, StoredEvent,
@@ -23,10 +24,6 @@ pub(crate) const JOB_COLUMNS: &str = "id, piece, task, status, parent_id, priori
 /// How often a store fails the jobs whose workers vanished on their last attempt. Such a job
 /// is never claimed again in between (the claim skips it), so the sweep only sets its status.
 const SWEEP_EVERY_MS: i64 = 1_000;
-
-/// The condition every fenced write carries: the lease's token is the job's newest and the
-/// job is still running.
-pub(crate) const FENCED: &str = "id = $1 AND fence = $2 AND status = 'running'";
 
 /// Why a job's worker vanished, written when a rescue finds its attempts used up.
 const LOST_WORKER: &str = "the worker running this job stopped renewing its lease (it crashed or \
@@ -126,68 +123,6 @@ impl Store {
         )
         .await?;
         Ok(id)
-    }
-
-    /// Why a fenced write matched no row: the job is gone, cancelled, or owned by a newer claim.
-    pub(crate) async fn lease_error(&self, lease: &Lease) -> StoreError {
-        let row = sqlx::query::<Any>("SELECT fence, status FROM jobs WHERE id = $1")
-            .bind(lease.job_id.to_string())
-            .fetch_optional(&self.pool)
-            .await;
-        let row = match row {
-            Ok(Some(row)) => row,
-            Ok(None) => return StoreError::NoSuchJob(lease.job_id),
-            Err(source) => {
-                return StoreError::Query {
-                    context: "read a job's fence",
-                    source,
-                };
-            }
-        };
-        let status = col::<String>(&row, "status")
-            .and_then(|s| s.parse::<JobStatus>().map_err(StoreError::from));
-        let current = col::<i64>(&row, "fence");
-        match (status, current) {
-            (Ok(JobStatus::Cancelled), _) => StoreError::JobCancelled(lease.job_id),
-            (Ok(status), Ok(current)) => StoreError::LeaseLost {
-                job: lease.job_id,
-                held: lease.fence,
-                current,
-                status,
-            },
-            (Err(e), _) | (_, Err(e)) => e,
-        }
-    }
-
-    /// Runs a fenced UPDATE (parameters $1 = job id, $2 = fence, then `extra`); a write that
-    /// matched no row becomes the lease error.
-    async fn fenced_update(
-        &self,
-        lease: &Lease,
-        set: &str,
-        extra: &[Option<String>],
-        ints: &[i64],
-        context: &'static str,
-    ) -> StoreResult<()> {
-        let sql = format!("UPDATE jobs SET {set} WHERE {FENCED}");
-        let mut query = sqlx::query::<Any>(sqlx::AssertSqlSafe(sql))
-            .bind(lease.job_id.to_string())
-            .bind(lease.fence);
-        for text in extra {
-            query = query.bind(text.clone());
-        }
-        for int in ints {
-            query = query.bind(*int);
-        }
-        let done = query
-            .execute(&self.pool)
-            .await
-            .map_err(StoreError::query(context))?;
-        if done.rows_affected() == 1 {
-            Ok(())
-        } else {
-            Err(self.lease_error(lease).await)
-        }
     }
 }
 
@@ -297,51 +232,11 @@ impl JobQueue for Store {
     }
 
     async fn finish(&self, lease: &Lease, outcome: Outcome) -> StoreResult<()> {
-        let finished = match outcome.status {
-            // A run that ended `failed` (not an infrastructure failure, which goes through
-            // `fail`) or was stopped by its own user (`cancelled`) ends the job so.
-            JobStatus::Completed
-            | JobStatus::Aborted
-            | JobStatus::Exceeded
-            | JobStatus::Failed
-            | JobStatus::Cancelled => true,
-            JobStatus::WaitingInput | JobStatus::WaitingSubtasks => false,
-            status @ (JobStatus::Queued | JobStatus::Running) => {
-                return Err(StoreError::InvalidTransition {
-                    job: lease.job_id,
-                    action: "finish a run as",
-                    status,
-                });
-            }
-        };
-        let now = self.now_ms();
-        let sql = format!(
-            "UPDATE jobs SET status = $3, result = $4, reason = $5, lease_owner = NULL, \
-             lease_expires_at = NULL, updated_at = $6, finished_at = NULLIF($7, 0) \
-             WHERE {FENCED} RETURNING parent_id"
-        );
-        let row = sqlx::query::<Any>(sqlx::AssertSqlSafe(sql))
-            .bind(lease.job_id.to_string())
-            .bind(lease.fence)
-            .bind(outcome.status.as_str().to_string())
-            .bind(outcome.result.map(|r| r.to_string()))
-            .bind(outcome.reason)
-            .bind(now)
-            .bind(if finished { now } else { 0 })
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(StoreError::query("finish a job"))?;
-        let Some(row) = row else {
-            return Err(self.lease_error(lease).await);
-        };
-        // A park for subtasks that all ended already, or the last child of a waiting parent:
-        // the parent goes back to the queue.
-        if outcome.status == JobStatus::WaitingSubtasks {
-            self.wake_parent(lease.job_id).await?;
-        } else if let (true, Some(parent)) = (finished, col::<Option<String>>(&row, "parent_id")?) {
-            self.wake_parent(parse_id(&parent)?).await?;
+        // A batch of one: one answer, for this lease.
+        match self.finish_batch(&[(lease.clone(), outcome)]).await?.pop() {
+            Some(answer) => answer,
+            None => Err(self.lease_error(lease).await),
         }
-        Ok(())
     }
 
     async fn fail(&self, lease: &Lease, reason: &str) -> StoreResult<FailDisposition> {

@@ -24,6 +24,8 @@
 
 mod clock;
 mod error;
+mod fence;
+mod finish;
 mod jobs;
 mod model;
 mod queue;

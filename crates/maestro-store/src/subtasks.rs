@@ -8,7 +8,8 @@
 use sqlx::Any;
 
 use crate::error::{StoreError, StoreResult};
-use crate::jobs::{FENCED, JOB_COLUMNS, job_from_row};
+use crate::fence::FENCED;
+use crate::jobs::{JOB_COLUMNS, job_from_row};
 use crate::model::{Job, JobId, Lease, NewJob};
 use crate::rows::col;
 use crate::store::Store;

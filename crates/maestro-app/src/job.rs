@@ -22,13 +22,15 @@ use crate::lease::keep_lease;
 use crate::local::outcome;
 use crate::models::{ModelError, check_served, client, served_model};
 use crate::pieces::{AUTO, PieceError, available_pieces, classify_piece, find_piece, load_piece};
-use crate::store_log::{Fence, StoreLog};
+use crate::store_log::{EventWriter, Fence, StoreLog};
 use crate::toolbox::{McpSelection, Toolbox, load_options};
 
 /// What running one job needs from its worker.
 #[derive(Debug)]
 pub(crate) struct JobContext {
     pub store: Store,
+    /// Commits the events of all of the worker's runs.
+    pub events: EventWriter,
     /// The configuration with the worker's flags applied.
     pub config: Config,
     /// How long a claim holds.
@@ -398,7 +400,7 @@ fn run_spec(
             record.events_path().display()
         ))
     })?;
-    let store_log = StoreLog::new(ctx.store.clone(), claimed.lease.clone(), Arc::clone(fence));
+    let store_log = StoreLog::new(ctx.events.clone(), claimed.lease.clone(), Arc::clone(fence));
     let mut spec = RunSpec::new(Arc::new(piece), &claimed.job.task, record);
     spec.logs = vec![Arc::new(store_log), Arc::new(jsonl)];
     spec.history = history;

@@ -16,7 +16,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::lease::keep_lease;
-use crate::store_log::{Fence, StoreLog};
+use crate::store_log::{EventWriter, Fence, StoreLog};
 
 /// How long a local run's claim holds between heartbeats. Short, so that after a kill -9 the
 /// run can be continued soon even from another process.
@@ -194,7 +194,7 @@ impl LocalJob {
         let jsonl = JsonlLog::rewrite(&path, history)
             .map_err(|source| LocalError::Jsonl { path, source })?;
         let store = StoreLog::new(
-            self.store.clone(),
+            EventWriter::new(self.store.clone()),
             self.claimed.lease.clone(),
             Arc::clone(&self.fence),
         );

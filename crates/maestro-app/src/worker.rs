@@ -17,6 +17,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::job::{JobContext, JobEnd, run_job};
+use crate::store_log::EventWriter;
 
 /// One worker profile: a name, how many jobs at once, which task classes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -142,6 +143,7 @@ impl Worker {
         Worker {
             inner: Arc::new(Inner {
                 job: JobContext {
+                    events: EventWriter::new(store.clone()),
                     store,
                     config,
                     lease: options.lease,

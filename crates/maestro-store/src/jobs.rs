@@ -8,6 +8,7 @@ use sqlx::{Any, Transaction};
 
 use crate::clock::{duration_ms, from_ms};
 use crate::error::{StoreError, StoreResult};
+use crate::fence::FENCED;
 use crate::model::{
     AuditAction, Claimed, Classes, FailDisposition, Job, JobId, JobStatus, Lease, NewEvent, NewJob,
     Outcome, StoredEvent,
@@ -23,10 +24,6 @@ pub(crate) const JOB_COLUMNS: &str = "id, piece, task, status, parent_id, priori
 /// How often a store fails the jobs whose workers vanished on their last attempt. Such a job
 /// is never claimed again in between (the claim skips it), so the sweep only sets its status.
 const SWEEP_EVERY_MS: i64 = 1_000;
-
-/// The condition every fenced write carries: the lease's token is the job's newest and the
-/// job is still running.
-const FENCED: &str = "id = $1 AND fence = $2 AND status = 'running'";
 
 /// Why a job's worker vanished, written when a rescue finds its attempts used up.
 const LOST_WORKER: &str = "the worker running this job stopped renewing its lease (it crashed or \
@@ -77,10 +74,6 @@ fn event_from_row(row: &AnyRow) -> StoreResult<StoredEvent> {
     })
 }
 
-fn is_unique_violation(err: &sqlx::Error) -> bool {
-    matches!(err, sqlx::Error::Database(db) if db.is_unique_violation())
-}
-
 impl Store {
     /// Inserts a job inside `tx` (shared by submit and the scheduler's slot firing).
     pub(crate) async fn insert_job(
@@ -123,37 +116,6 @@ impl Store {
         )
         .await?;
         Ok(id)
-    }
-
-    /// Why a fenced write matched no row: the job is gone, cancelled, or owned by a newer claim.
-    async fn lease_error(&self, lease: &Lease) -> StoreError {
-        let row = sqlx::query::<Any>("SELECT fence, status FROM jobs WHERE id = $1")
-            .bind(lease.job_id.to_string())
-            .fetch_optional(&self.pool)
-            .await;
-        let row = match row {
-            Ok(Some(row)) => row,
-            Ok(None) => return StoreError::NoSuchJob(lease.job_id),
-            Err(source) => {
-                return StoreError::Query {
-                    context: "read a job's fence",
-                    source,
-                };
-            }
-        };
-        let status = col::<String>(&row, "status")
-            .and_then(|s| s.parse::<JobStatus>().map_err(StoreError::from));
-        let current = col::<i64>(&row, "fence");
-        match (status, current) {
-            (Ok(JobStatus::Cancelled), _) => StoreError::JobCancelled(lease.job_id),
-            (Ok(status), Ok(current)) => StoreError::LeaseLost {
-                job: lease.job_id,
-                held: lease.fence,
-                current,
-                status,
-            },
-            (Err(e), _) | (_, Err(e)) => e,
-        }
     }
 
     /// Runs a fenced UPDATE (parameters $1 = job id, $2 = fence, then `extra`); a write that
@@ -229,68 +191,7 @@ impl JobQueue for Store {
     }
 
     async fn append_events(&self, lease: &Lease, events: &[NewEvent]) -> StoreResult<()> {
-        if events.is_empty() {
-            return Ok(());
-        }
-        let now = self.now_ms();
-        let mut tx = self.begin_write().await?;
-        let check = format!(
-            "SELECT fence FROM jobs WHERE {FENCED}{}",
-            self.backend.share_lock()
-        );
-        let owned = sqlx::query::<Any>(sqlx::AssertSqlSafe(check))
-            .bind(lease.job_id.to_string())
-            .bind(lease.fence)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(StoreError::query("check a lease before appending events"))?;
-        if owned.is_none() {
-            drop(tx);
-            return Err(self.lease_error(lease).await);
-        }
-        let rows: Vec<String> = (0..events.len())
-            .map(|i| {
-                let p = 4 + i * 3;
-                format!("($1, ${p}, $2, ${}, ${}, $3)", p + 1, p + 2)
-            })
-            .collect();
-        let sql = format!(
-            "INSERT INTO job_events (job_id, seq, fence, kind, payload, created_at) VALUES {}",
-            rows.join(", ")
-        );
-        let mut query = sqlx::query::<Any>(sqlx::AssertSqlSafe(sql))
-            .bind(lease.job_id.to_string())
-            .bind(lease.fence)
-            .bind(now);
-        for event in events {
-            query = query
-                .bind(event.seq)
-                .bind(event.kind.clone())
-                .bind(event.payload.to_string());
-        }
-        match query.execute(&mut *tx).await {
-            Ok(_) => tx
-                .commit()
-                .await
-                .map_err(StoreError::query("commit appended events")),
-            Err(err) if is_unique_violation(&err) => {
-                drop(tx);
-                let stored = self.events(lease.job_id, 0).await?;
-                let seq = events
-                    .iter()
-                    .map(|e| e.seq)
-                    .find(|seq| stored.iter().any(|s| s.seq == *seq))
-                    .unwrap_or(events[0].seq);
-                Err(StoreError::EventExists {
-                    job: lease.job_id,
-                    seq,
-                })
-            }
-            Err(source) => Err(StoreError::Query {
-                context: "append events",
-                source,
-            }),
-        }
+        self.append_alone(lease, events).await
     }
 
     async fn finish(&self, lease: &Lease, outcome: Outcome) -> StoreResult<()> {

@@ -24,6 +24,8 @@
 
 mod clock;
 mod error;
+mod events;
+mod fence;
 mod jobs;
 mod model;
 mod queue;
@@ -35,6 +37,7 @@ mod url;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{StoreError, StoreResult};
+pub use events::EventBatch;
 pub use model::{
     AuditAction, AuditEntry, Claimed, Classes, Comment, CommentKind, FailDisposition, Job, JobId,
     JobStatus, Lease, NewEvent, NewJob, NewSchedule, Outcome, Schedule, StoredEvent, WorkerInfo,

@@ -118,10 +118,8 @@ async fn stale_run_is_refused_alone(url: StoreUrl) {
     );
 
     // The next commit goes on for the others.
-    let (ra, rc) = tokio::join!(
-        log_a.append_records(&[started(3, "check")]),
-        log_c.append_records(&[started(2, "build")]),
-    );
+    let (check, build) = ([started(3, "check")], [started(2, "build")]);
+    let (ra, rc) = tokio::join!(log_a.append_records(&check), log_c.append_records(&build));
     assert_eq!(
         [ra, rc].map(appended),
         [Appended::Written, Appended::Written]

@@ -18,9 +18,10 @@ use maestro_store::{
 };
 use tokio_util::sync::CancellationToken;
 
+use crate::clients::ModelClients;
 use crate::lease::keep_lease;
 use crate::local::outcome;
-use crate::models::{ModelError, check_served, client, served_model};
+use crate::models::ModelError;
 use crate::pieces::{AUTO, PieceError, available_pieces, classify_piece, find_piece, load_piece};
 use crate::store_log::{EventWriter, Fence, StoreLog};
 use crate::toolbox::{McpSelection, Toolbox, load_options};
@@ -31,6 +32,8 @@ pub(crate) struct JobContext {
     pub store: Store,
     /// Commits the events of all of the worker's runs.
     pub events: EventWriter,
+    /// The model clients and endpoint model lists the worker's runs share.
+    pub models: ModelClients,
     /// The configuration with the worker's flags applied.
     pub config: Config,
     /// How long a claim holds.
@@ -120,12 +123,12 @@ async fn prepare(
         }
     } else if claimed.job.piece == AUTO {
         if config.llm.model.is_none() {
-            config.llm.model = Some(served_model(&config).await?);
+            config.llm.model = Some(ctx.models.served_model(&config).await?);
         }
         let model = config.llm.model.clone().unwrap_or_default();
-        let provider = client(&config)?;
+        let provider = ctx.models.client(&config)?;
         let chosen = classify_piece(
-            &provider,
+            &*provider,
             &model,
             &claimed.job.task,
             available_pieces(&dirs, &opts),
@@ -143,8 +146,8 @@ async fn prepare(
     // A run started against an endpoint that does not answer would only wait for it: an
     // unreachable endpoint sends the job back to the queue instead.
     match &config.llm.model {
-        Some(model) => check_served(&config, model).await?,
-        None => config.llm.model = Some(served_model(&config).await?),
+        Some(model) => ctx.models.check_served(&config, model).await?,
+        None => config.llm.model = Some(ctx.models.served_model(&config).await?),
     }
     Ok(Prepared {
         piece,
@@ -305,8 +308,8 @@ async fn run_prepared(
         Ok(c) => c,
         Err(e) => return Ended::Unstarted(Unstartable::Permanent(e.to_string())),
     };
-    let provider: Arc<dyn Provider> = match client(&config) {
-        Ok(c) => Arc::new(c),
+    let provider: Arc<dyn Provider> = match ctx.models.client(&config) {
+        Ok(c) => c,
         Err(e) => return Ended::Unstarted(e.into()),
     };
     let toolbox = match Toolbox::build(&config, &McpSelection::for_piece(&piece)).await {

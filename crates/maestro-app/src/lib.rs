@@ -19,6 +19,7 @@
 //! # Ok(()) }
 //! ```
 
+mod clients;
 mod db;
 mod job;
 pub use job::recorded_piece;

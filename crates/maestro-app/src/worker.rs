@@ -16,6 +16,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+use crate::clients::ModelClients;
 use crate::job::{JobContext, JobEnd, run_job};
 use crate::store_log::EventWriter;
 
@@ -144,6 +145,7 @@ impl Worker {
             inner: Arc::new(Inner {
                 job: JobContext {
                     events: EventWriter::new(store.clone()),
+                    models: ModelClients::default(),
                     store,
                     config,
                     lease: options.lease,

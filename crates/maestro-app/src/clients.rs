@@ -31,13 +31,16 @@ struct Listing {
     answer: Result<Vec<String>, LlmError>,
 }
 
+/// Where one endpoint's last listing is kept; locked while the endpoint is asked.
+type ListingSlot = Arc<tokio::sync::Mutex<Option<Listing>>>;
+
 /// Clients and model lists, shared by the runs of one worker.
 #[derive(Debug, Default)]
 pub(crate) struct ModelClients {
     clients: Mutex<Vec<(LlmConfig, Arc<OpenAiCompat>)>>,
     /// One lock per endpoint, held while it is asked, so that a thousand jobs starting at once
     /// ask once.
-    listings: Mutex<Vec<(Endpoint, Arc<tokio::sync::Mutex<Option<Listing>>>)>>,
+    listings: Mutex<Vec<(Endpoint, ListingSlot)>>,
 }
 
 /// How fresh a list of models must be.
@@ -126,5 +129,52 @@ impl ModelClients {
             answer: answer.clone(),
         });
         Ok(answer)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use maestro_testkit::ScriptedLlm;
+
+    use super::*;
+
+    fn config(base_url: &str) -> Config {
+        let mut config = Config::default();
+        config.llm.base_url = base_url.to_string();
+        config
+    }
+
+    fn listings(server: &ScriptedLlm) -> usize {
+        server
+            .recorded()
+            .iter()
+            .filter(|r| r.path == "/v1/models")
+            .count()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn runs_starting_together_ask_the_endpoint_once_and_share_a_client() {
+        let server = ScriptedLlm::builder().also_serves("other").start().await;
+        let clients = ModelClients::default();
+        let config = config(&server.base_url());
+        let checks = (0..20).map(|_| clients.check_served(&config, "scripted-model"));
+        for checked in futures::future::join_all(checks).await {
+            checked.unwrap();
+        }
+        assert_eq!(listings(&server), 1);
+        assert!(Arc::ptr_eq(
+            &clients.client(&config).unwrap(),
+            &clients.client(&config).unwrap()
+        ));
+
+        // A model the kept list does not name is looked up again before it is refused.
+        let refused = clients.check_served(&config, "missing").await;
+        assert!(
+            matches!(&refused, Err(ModelError::NotServed { model, .. }) if model == "missing"),
+            "{refused:?}"
+        );
+        assert_eq!(listings(&server), 2);
     }
 }

@@ -12,7 +12,9 @@
 //!   3 × 200 ms = 600 ms; the time runs from the worker's start to the last job's end.
 //!
 //! Each bench prints what divan cannot: the latency from the event's own timestamp, the wall
-//! time over the critical path, and the process's peak resident set (`VmHWM`) at the end.
+//! time over the critical path (and where it went), and the process's peak resident set
+//! (`VmHWM`) at the end. In `thousand_runs` the scripted server keeps no record of the requests
+//! (`MAESTRO_BENCH_KEEP_REQUESTS=1` makes it keep them).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;
@@ -255,13 +257,77 @@ const RUNS: usize = 1_000;
 const DELAY: Duration = Duration::from_millis(200);
 const CRITICAL_PATH: Duration = Duration::from_millis(600);
 
+/// Where a sample's time went, in ms from the worker's start (by the wall clock): when the
+/// last run wrote its first event (all claimed and started), its last event (all runs done),
+/// and when the last job's end was written.
+/// Also, the median run's span from its first to its last event, and the part of it spent
+/// waiting for model answers (`llm_request` to `llm_response`).
+struct Phases {
+    last_first_event: f64,
+    last_last_event: f64,
+    last_end: f64,
+    median_span: f64,
+    median_model: f64,
+}
+
+impl Phases {
+    async fn read(store: &Store, ids: &[JobId], started_at: OffsetDateTime) -> Phases {
+        let ms = |at: OffsetDateTime| (at - started_at).as_seconds_f64() * 1e3;
+        let stamp = |event: &maestro_store::StoredEvent| {
+            OffsetDateTime::parse(event.payload["ts"].as_str().unwrap(), &Rfc3339).unwrap()
+        };
+        let mut phases = Phases {
+            last_first_event: 0.0,
+            last_last_event: 0.0,
+            last_end: 0.0,
+            median_span: 0.0,
+            median_model: 0.0,
+        };
+        let (mut spans, mut models) = (Vec::new(), Vec::new());
+        for id in ids {
+            let events = store.events(*id, 0).await.unwrap();
+            let job = store.job(*id).await.unwrap().unwrap();
+            let (first, last) = (events.first().unwrap(), events.last().unwrap());
+            phases.last_first_event = phases.last_first_event.max(ms(stamp(first)));
+            phases.last_last_event = phases.last_last_event.max(ms(stamp(last)));
+            phases.last_end = phases.last_end.max(ms(job.updated_at));
+            spans.push(ms(stamp(last)) - ms(stamp(first)));
+            let mut model = 0.0;
+            let mut asked = None;
+            for event in &events {
+                match event.kind.as_str() {
+                    "llm_request" => asked = Some(ms(stamp(event))),
+                    "llm_response" => model += ms(stamp(event)) - asked.take().unwrap_or(0.0),
+                    _ => {}
+                }
+            }
+            models.push(model);
+        }
+        let median = |mut v: Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        phases.median_span = median(spans);
+        phases.median_model = median(models);
+        phases
+    }
+}
+
 /// 1,000 queued 3-movement runs, 200 ms per model call, one worker with 1,000 slots.
 #[divan::bench(sample_count = 3, sample_size = 1)]
 fn thousand_runs(bencher: Bencher) {
     let rt = runtime();
-    let server = rt.block_on(ScriptedLlm::start([]));
+    // The server's record of every request (3,000 prompts a sample) is not the worker's memory;
+    // `MAESTRO_BENCH_KEEP_REQUESTS=1` keeps it, to see what it adds.
+    let keep = std::env::var_os("MAESTRO_BENCH_KEEP_REQUESTS").is_some_and(|v| v == "1");
+    let server = if keep {
+        rt.block_on(ScriptedLlm::start([]))
+    } else {
+        rt.block_on(ScriptedLlm::builder().forget_requests().start())
+    };
     let project = rt.block_on(Project::new(&server.base_url()));
     let walls: Mutex<Vec<Duration>> = Mutex::new(Vec::new());
+    let phases: Mutex<Vec<Phases>> = Mutex::new(Vec::new());
     bencher
         .with_inputs(|| {
             for _ in 0..RUNS * 3 {
@@ -280,6 +346,7 @@ fn thousand_runs(bencher: Bencher) {
         .bench_local_values(|ids| {
             rt.block_on(async {
                 let start = Instant::now();
+                let started_at = OffsetDateTime::now_utc();
                 let worker = project.worker(RUNS, IDLE_POLL);
                 let shutdown = Shutdown::new();
                 let running = tokio::spawn({
@@ -294,14 +361,28 @@ fn thousand_runs(bencher: Bencher) {
                 shutdown.stop_claiming();
                 let stats = running.await.unwrap().unwrap();
                 assert_eq!(stats.finished, RUNS as u64);
+                let read = Phases::read(&project.store, &ids, started_at).await;
+                phases.lock().unwrap().push(read);
             })
         });
-    for wall in walls.into_inner().unwrap() {
+    for (wall, phases) in walls
+        .into_inner()
+        .unwrap()
+        .into_iter()
+        .zip(phases.into_inner().unwrap())
+    {
         println!(
-            "thousand_runs: {RUNS} runs in {:.0} ms, {:.2} × the critical path of {} ms",
+            "thousand_runs: {RUNS} runs in {:.0} ms, {:.2} × the critical path of {} ms; \
+             last first event {:.0} ms, last last event {:.0} ms, last job end {:.0} ms; \
+             median run {:.0} ms from first to last event, {:.0} ms of it waiting for the model",
             wall.as_secs_f64() * 1e3,
             wall.as_secs_f64() / CRITICAL_PATH.as_secs_f64(),
             CRITICAL_PATH.as_millis(),
+            phases.last_first_event,
+            phases.last_last_event,
+            phases.last_end,
+            phases.median_span,
+            phases.median_model,
         );
     }
     assert_eq!(server.remaining(), 0);

@@ -18,12 +18,13 @@ use maestro_store::{
 };
 use tokio_util::sync::CancellationToken;
 
+use crate::clients::ModelClients;
 use crate::completer::Completer;
 use crate::lease::keep_lease;
 use crate::local::outcome;
-use crate::models::{ModelError, check_served, client, served_model};
+use crate::models::ModelError;
 use crate::pieces::{AUTO, PieceError, available_pieces, classify_piece, find_piece, load_piece};
-use crate::store_log::{Fence, StoreLog};
+use crate::store_log::{EventWriter, Fence, StoreLog};
 use crate::subtasks::{LocalChildren, StoreSubtasks};
 use crate::toolbox::{McpSelection, Toolbox, load_options};
 
@@ -31,6 +32,10 @@ use crate::toolbox::{McpSelection, Toolbox, load_options};
 #[derive(Debug)]
 pub(crate) struct JobContext {
     pub store: Store,
+    /// Commits the events of all of the worker's runs.
+    pub events: EventWriter,
+    /// The model clients and endpoint model lists the worker's runs share.
+    pub models: ModelClients,
     /// The configuration with the worker's flags applied.
     pub config: Config,
     /// How long a claim holds.
@@ -122,12 +127,12 @@ async fn prepare(
         }
     } else if claimed.job.piece == AUTO {
         if config.llm.model.is_none() {
-            config.llm.model = Some(served_model(&config).await?);
+            config.llm.model = Some(ctx.models.served_model(&config).await?);
         }
         let model = config.llm.model.clone().unwrap_or_default();
-        let provider = client(&config)?;
+        let provider = ctx.models.client(&config)?;
         let chosen = classify_piece(
-            &provider,
+            &*provider,
             &model,
             &claimed.job.task,
             available_pieces(&dirs, &opts),
@@ -145,8 +150,8 @@ async fn prepare(
     // A run started against an endpoint that does not answer would only wait for it: an
     // unreachable endpoint sends the job back to the queue instead.
     match &config.llm.model {
-        Some(model) => check_served(&config, model).await?,
-        None => config.llm.model = Some(served_model(&config).await?),
+        Some(model) => ctx.models.check_served(&config, model).await?,
+        None => config.llm.model = Some(ctx.models.served_model(&config).await?),
     }
     Ok(Prepared {
         piece,
@@ -308,8 +313,8 @@ async fn run_prepared(
         Ok(c) => c,
         Err(e) => return Ended::Unstarted(Unstartable::Permanent(e.to_string())),
     };
-    let provider: Arc<dyn Provider> = match client(&config) {
-        Ok(c) => Arc::new(c),
+    let provider: Arc<dyn Provider> = match ctx.models.client(&config) {
+        Ok(c) => c,
         Err(e) => return Ended::Unstarted(e.into()),
     };
     let toolbox = match Toolbox::build(&config, &McpSelection::for_piece(&piece)).await {
@@ -403,7 +408,7 @@ fn run_spec(
             record.events_path().display()
         ))
     })?;
-    let store_log = StoreLog::new(ctx.store.clone(), claimed.lease.clone(), Arc::clone(fence));
+    let store_log = StoreLog::new(ctx.events.clone(), claimed.lease.clone(), Arc::clone(fence));
     let mut spec = RunSpec::new(Arc::new(piece), &claimed.job.task, record);
     spec.logs = vec![Arc::new(store_log), Arc::new(jsonl)];
     spec.history = history;

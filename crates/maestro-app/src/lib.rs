@@ -20,6 +20,7 @@
 //! # Ok(()) }
 //! ```
 
+mod clients;
 mod completer;
 mod db;
 mod job;
@@ -53,7 +54,7 @@ pub use schedule::{
     GRACE, Misfire, ScheduleError, ScheduleRequest, ScheduleSummary, Spec, SpecError, TICK,
     TickReport, add_schedule, list_schedules, remove_schedule, set_paused, tick, zone,
 };
-pub use store_log::{AppendFailure, Fence, StoreLog};
+pub use store_log::{AppendFailure, EventWriter, Fence, StoreLog};
 pub use subtasks::LocalChildren;
 pub use toolbox::{McpSelection, RequiredMcp, Toolbox, ToolboxError, load_options, tool_catalog};
 pub use worker::{Profile, Shutdown, Worker, WorkerError, WorkerOptions, WorkerStats, classes};

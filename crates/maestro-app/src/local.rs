@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::job::JobContext;
 use crate::lease::keep_lease;
-use crate::store_log::{Fence, StoreLog};
+use crate::store_log::{EventWriter, Fence, StoreLog};
 use crate::subtasks::{LocalChildren, StoreSubtasks};
 
 /// How long a local run's claim holds between heartbeats. Short, so that after a kill -9 the
@@ -195,6 +195,8 @@ impl LocalJob {
         let children = LocalChildren::new(
             JobContext {
                 store: self.store.clone(),
+                events: EventWriter::new(self.store.clone()),
+                models: crate::clients::ModelClients::default(),
                 config: config.clone(),
                 lease: LOCAL_LEASE,
                 model_from_flag,
@@ -229,7 +231,7 @@ impl LocalJob {
         let jsonl = JsonlLog::rewrite(&path, history)
             .map_err(|source| LocalError::Jsonl { path, source })?;
         let store = StoreLog::new(
-            self.store.clone(),
+            EventWriter::new(self.store.clone()),
             self.claimed.lease.clone(),
             Arc::clone(&self.fence),
         );

@@ -78,12 +78,23 @@ pub async fn ensure_served(config: &Config, model: &str) -> Result<(), ModelErro
 /// [`ModelError::Unreachable`]: a worker waits for it rather than starting a run that can only
 /// fail.
 pub async fn check_served(config: &Config, model: &str) -> Result<(), ModelError> {
-    let base = &config.llm.base_url;
-    let served = match client(config)?.list_models().await {
+    let listed = client(config)?.list_models().await;
+    judge_served(&config.llm.base_url, model, listed)
+}
+
+/// Whether `model` is among the models `listed` (the answer to `GET /v1/models` at `base`): an
+/// endpoint that cannot list its models is not held to it, one that does not answer is
+/// [`ModelError::Unreachable`].
+pub(crate) fn judge_served(
+    base: &str,
+    model: &str,
+    listed: Result<Vec<String>, LlmError>,
+) -> Result<(), ModelError> {
+    let served = match listed {
         Ok(served) => served,
         Err(cause @ LlmError::Connect { .. }) => {
             return Err(ModelError::Unreachable {
-                base_url: base.clone(),
+                base_url: base.to_string(),
                 cause,
             });
         }
@@ -96,7 +107,7 @@ pub async fn check_served(config: &Config, model: &str) -> Result<(), ModelError
     }
     Err(ModelError::NotServed {
         model: model.to_string(),
-        base_url: base.clone(),
+        base_url: base.to_string(),
         served,
     })
 }
@@ -104,20 +115,26 @@ pub async fn check_served(config: &Config, model: &str) -> Result<(), ModelError
 /// With no model configured anywhere, the endpoint's only model is used; several (or none) is an
 /// error that lists what the endpoint serves.
 pub async fn served_model(config: &Config) -> Result<String, ModelError> {
-    let base_url = config.llm.base_url.clone();
-    let models = client(config)?
-        .list_models()
-        .await
-        .map_err(|cause| match cause {
-            LlmError::Connect { .. } => ModelError::Unreachable {
-                base_url: base_url.clone(),
-                cause,
-            },
-            cause => ModelError::ListFailed {
-                base_url: base_url.clone(),
-                cause,
-            },
-        })?;
+    let listed = client(config)?.list_models().await;
+    only_model(&config.llm.base_url, listed)
+}
+
+/// The only model in `listed` (the answer to `GET /v1/models` at `base`).
+pub(crate) fn only_model(
+    base: &str,
+    listed: Result<Vec<String>, LlmError>,
+) -> Result<String, ModelError> {
+    let base_url = base.to_string();
+    let models = listed.map_err(|cause| match cause {
+        LlmError::Connect { .. } => ModelError::Unreachable {
+            base_url: base_url.clone(),
+            cause,
+        },
+        cause => ModelError::ListFailed {
+            base_url: base_url.clone(),
+            cause,
+        },
+    })?;
     match models.as_slice() {
         [only] => Ok(only.clone()),
         [] => Err(ModelError::NoneServed { base_url }),

@@ -1,11 +1,17 @@
 //! A run's events into the job store, under the worker's lease: the durable log a resumed run
-//! is rebuilt from.
+//! is rebuilt from. The events of all of a worker's runs go through one [`EventWriter`], which
+//! commits whatever is queued together.
 
-use std::sync::{Arc, Mutex};
+use std::fmt;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use maestro_engine::{AppendError, AppendFuture, EventLog, EventRecord};
-use maestro_store::{JobQueue, Lease, NewEvent, Store, StoreError};
+use maestro_store::{EventBatch, JobQueue, Lease, NewEvent, Store, StoreError, StoreResult};
+use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
+
+/// At most this many runs' batches go into one transaction.
+const MAX_GROUP: usize = 512;
 
 /// Why the worker must stop writing about a job, shared by the heartbeat, the event log and the
 /// job's runner: once set, nothing more is written under this lease.
@@ -42,20 +48,117 @@ pub enum AppendFailure {
     /// The store failed.
     #[error("appending events to the job store failed")]
     Store(#[source] StoreError),
+    /// The worker's [`EventWriter`] stopped before it confirmed the commit: whether the events
+    /// were written is unknown.
+    #[error("the event writer stopped before confirming the events of job {0}")]
+    Unconfirmed(maestro_store::JobId),
 }
 
-/// The run's events as rows of `job_events`, written under `lease`.
+/// The one writer of a worker's events. Every run hands it its batches, and it commits
+/// whatever is queued in one transaction ([`Store::append_batches`]): concurrent runs share a
+/// commit instead of queueing one by one for SQLite's single writer (or paying a PostgreSQL
+/// commit each). Each run still waits for its own batch's commit before the side effect that
+/// follows, and each batch is fenced by its own run's lease, so a stale attempt's batch is
+/// refused without failing the others'.
+///
+/// Cheap to clone. Its task starts with the first append and ends when the last clone is
+/// dropped.
+#[derive(Clone)]
+pub struct EventWriter {
+    inner: Arc<WriterInner>,
+}
+
+struct WriterInner {
+    store: Store,
+    queue: OnceLock<mpsc::UnboundedSender<Queued>>,
+}
+
+/// A batch waiting for the next commit, and who waits for it.
+struct Queued {
+    batch: EventBatch,
+    done: oneshot::Sender<StoreResult<()>>,
+}
+
+impl fmt::Debug for EventWriter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EventWriter")
+            .field("store", self.inner.store.url())
+            .finish_non_exhaustive()
+    }
+}
+
+impl EventWriter {
+    /// A writer for `store`'s events.
+    pub fn new(store: Store) -> EventWriter {
+        EventWriter {
+            inner: Arc::new(WriterInner {
+                store,
+                queue: OnceLock::new(),
+            }),
+        }
+    }
+
+    /// Appends `events` under `lease` with the next commit, all or none, and resolves with the
+    /// store's answer once that commit is done. Must be called inside a Tokio runtime (the first
+    /// call starts the writer task).
+    pub async fn append(
+        &self,
+        lease: &Lease,
+        events: Vec<NewEvent>,
+    ) -> Result<StoreResult<()>, AppendFailure> {
+        let queue = self.inner.queue.get_or_init(|| {
+            let (queue, queued) = mpsc::unbounded_channel();
+            tokio::spawn(commit_queued(self.inner.store.clone(), queued));
+            queue
+        });
+        let (done, committed) = oneshot::channel();
+        let batch = EventBatch {
+            lease: lease.clone(),
+            events,
+        };
+        if let Err(mpsc::error::SendError(unsent)) = queue.send(Queued { batch, done }) {
+            // The writer task is gone (its runtime shut down): write alone.
+            let Queued { batch, .. } = unsent;
+            return Ok(self
+                .inner
+                .store
+                .append_events(&batch.lease, &batch.events)
+                .await);
+        }
+        // The writer task stopped before answering (its runtime shut down): the batch may or
+        // may not have been committed.
+        committed
+            .await
+            .map_err(|_| AppendFailure::Unconfirmed(lease.job_id))
+    }
+}
+
+/// The writer task: commits everything queued since the last commit, together.
+async fn commit_queued(store: Store, mut queue: mpsc::UnboundedReceiver<Queued>) {
+    let mut queued = Vec::new();
+    while queue.recv_many(&mut queued, MAX_GROUP).await > 0 {
+        let (batches, done): (Vec<EventBatch>, Vec<_>) =
+            queued.drain(..).map(|q| (q.batch, q.done)).unzip();
+        let results = store.append_batches(&batches).await;
+        for (done, result) in done.into_iter().zip(results) {
+            let _ = done.send(result);
+        }
+    }
+}
+
+/// The run's events as rows of `job_events`, written under `lease` through the worker's
+/// [`EventWriter`].
 #[derive(Debug, Clone)]
 pub struct StoreLog {
-    store: Store,
+    writer: EventWriter,
     lease: Lease,
     fence: Arc<Fence>,
 }
 
 impl StoreLog {
-    pub fn new(store: Store, lease: Lease, fence: Arc<Fence>) -> StoreLog {
+    pub fn new(writer: EventWriter, lease: Lease, fence: Arc<Fence>) -> StoreLog {
         StoreLog {
-            store,
+            writer,
             lease,
             fence,
         }
@@ -71,8 +174,8 @@ impl StoreLog {
         })
     }
 
-    /// Appends `records` in one transaction, fenced by the lease. A lost lease or a cancelled
-    /// job closes the [`Fence`] (which stops the run).
+    /// Appends `records` with the writer's next commit, fenced by the lease. A lost lease or a
+    /// cancelled job closes the [`Fence`] (which stops the run).
     pub async fn append_records(&self, records: &[EventRecord]) -> Result<(), AppendFailure> {
         if let Some(why) = self.fence.closed() {
             return Err(AppendFailure::Fenced(why));
@@ -86,7 +189,7 @@ impl StoreLog {
                     what: format!("an event does not serialise: {e}"),
                 })
             })?;
-        match self.store.append_events(&self.lease, &rows).await {
+        match self.writer.append(&self.lease, rows).await? {
             Ok(()) => Ok(()),
             Err(e @ (StoreError::LeaseLost { .. } | StoreError::JobCancelled(_))) => {
                 let why = e.to_string();
@@ -104,6 +207,7 @@ impl EventLog for StoreLog {
             self.append_records(records).await.map_err(|e| match e {
                 AppendFailure::Fenced(why) => AppendError::Fenced(why),
                 AppendFailure::Store(e) => AppendError::Store(Box::new(e)),
+                e @ AppendFailure::Unconfirmed(_) => AppendError::Store(Box::new(e)),
             })
         })
     }

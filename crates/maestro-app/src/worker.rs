@@ -16,8 +16,10 @@ use tokio::sync::Notify;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+use crate::clients::ModelClients;
 use crate::completer::Completer;
 use crate::job::{JobContext, JobEnd, run_job};
+use crate::store_log::EventWriter;
 
 /// One worker profile: a name, how many jobs at once, which task classes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -143,6 +145,8 @@ impl Worker {
         Worker {
             inner: Arc::new(Inner {
                 job: JobContext {
+                    events: EventWriter::new(store.clone()),
+                    models: ModelClients::default(),
                     store,
                     config,
                     lease: options.lease,

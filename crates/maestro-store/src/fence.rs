@@ -15,9 +15,18 @@ pub(crate) const FENCED: &str = "id = $1 AND fence = $2 AND status = 'running'";
 impl Store {
     /// Why a fenced write matched no row: the job is gone, cancelled, or owned by a newer claim.
     pub(crate) async fn lease_error(&self, lease: &Lease) -> StoreError {
+        self.lease_error_in(&self.pool, lease).await
+    }
+
+    /// [`Store::lease_error`], read through `executor` (inside a transaction, say).
+    pub(crate) async fn lease_error_in<'e>(
+        &self,
+        executor: impl sqlx::Executor<'e, Database = Any>,
+        lease: &Lease,
+    ) -> StoreError {
         let row = sqlx::query::<Any>("SELECT fence, status FROM jobs WHERE id = $1")
             .bind(lease.job_id.to_string())
-            .fetch_optional(&self.pool)
+            .fetch_optional(executor)
             .await;
         let row = match row {
             Ok(Some(row)) => row,

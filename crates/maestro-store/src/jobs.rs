@@ -8,7 +8,6 @@ use sqlx::{Any, Transaction};
 
 use crate::clock::{duration_ms, from_ms};
 use crate::error::{StoreError, StoreResult};
-use crate::fence::FENCED;
 use crate::model::{
     AuditAction, Claimed, Classes, FailDisposition, Job, JobId, JobStatus, Lease, NewEvent, NewJob,
     Outcome, StoredEvent,
@@ -75,10 +74,6 @@ fn event_from_row(row: &AnyRow) -> StoreResult<StoredEvent> {
         payload: parse_json(&col::<String>(row, "payload")?, "event payload")?,
         created_at: from_ms(col(row, "created_at")?),
     })
-}
-
-fn is_unique_violation(err: &sqlx::Error) -> bool {
-    matches!(err, sqlx::Error::Database(db) if db.is_unique_violation())
 }
 
 impl Store {
@@ -167,68 +162,7 @@ impl JobQueue for Store {
     }
 
     async fn append_events(&self, lease: &Lease, events: &[NewEvent]) -> StoreResult<()> {
-        if events.is_empty() {
-            return Ok(());
-        }
-        let now = self.now_ms();
-        let mut tx = self.begin_write().await?;
-        let check = format!(
-            "SELECT fence FROM jobs WHERE {FENCED}{}",
-            self.backend.share_lock()
-        );
-        let owned = sqlx::query::<Any>(sqlx::AssertSqlSafe(check))
-            .bind(lease.job_id.to_string())
-            .bind(lease.fence)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(StoreError::query("check a lease before appending events"))?;
-        if owned.is_none() {
-            drop(tx);
-            return Err(self.lease_error(lease).await);
-        }
-        let rows: Vec<String> = (0..events.len())
-            .map(|i| {
-                let p = 4 + i * 3;
-                format!("($1, ${p}, $2, ${}, ${}, $3)", p + 1, p + 2)
-            })
-            .collect();
-        let sql = format!(
-            "INSERT INTO job_events (job_id, seq, fence, kind, payload, created_at) VALUES {}",
-            rows.join(", ")
-        );
-        let mut query = sqlx::query::<Any>(sqlx::AssertSqlSafe(sql))
-            .bind(lease.job_id.to_string())
-            .bind(lease.fence)
-            .bind(now);
-        for event in events {
-            query = query
-                .bind(event.seq)
-                .bind(event.kind.clone())
-                .bind(event.payload.to_string());
-        }
-        match query.execute(&mut *tx).await {
-            Ok(_) => tx
-                .commit()
-                .await
-                .map_err(StoreError::query("commit appended events")),
-            Err(err) if is_unique_violation(&err) => {
-                drop(tx);
-                let stored = self.events(lease.job_id, 0).await?;
-                let seq = events
-                    .iter()
-                    .map(|e| e.seq)
-                    .find(|seq| stored.iter().any(|s| s.seq == *seq))
-                    .unwrap_or(events[0].seq);
-                Err(StoreError::EventExists {
-                    job: lease.job_id,
-                    seq,
-                })
-            }
-            Err(source) => Err(StoreError::Query {
-                context: "append events",
-                source,
-            }),
-        }
+        self.append_alone(lease, events).await
     }
 
     async fn finish(&self, lease: &Lease, outcome: Outcome) -> StoreResult<()> {

@@ -24,6 +24,7 @@
 
 mod clock;
 mod error;
+mod events;
 mod fence;
 mod finish;
 mod jobs;
@@ -38,6 +39,7 @@ mod url;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{StoreError, StoreResult};
+pub use events::EventBatch;
 pub use model::{
     AuditAction, AuditEntry, Claimed, Classes, Comment, CommentKind, FailDisposition, Job, JobId,
     JobStatus, Lease, NewEvent, NewJob, NewSchedule, Outcome, Schedule, StoredEvent, WorkerInfo,

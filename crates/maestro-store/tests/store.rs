@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use common::Db;
 use maestro_store::{
-    AuditAction, Backoff, Claimed, Classes, Clock, CommentKind, FailDisposition, JobId, JobQueue,
-    JobStatus, ManualClock, NewEvent, NewJob, NewSchedule, Outcome, PoolSize, SCHEMA_VERSION,
-    Store, StoreError,
+    AuditAction, Backoff, Claimed, Classes, Clock, CommentKind, EventBatch, FailDisposition, JobId,
+    JobQueue, JobStatus, ManualClock, NewEvent, NewJob, NewSchedule, Outcome, PoolSize,
+    SCHEMA_VERSION, Store, StoreError,
 };
 use pretty_assertions::assert_eq;
 use serde_json::json;
@@ -68,6 +68,7 @@ on_both_backends!(
     a_rescue_past_max_attempts_fails_the_job,
     events_are_unique_per_seq_and_batches_are_atomic,
     one_connection_serves_concurrent_queries_in_turn,
+    batches_appended_together_are_fenced_one_by_one,
     a_schedule_slot_fires_once_across_connections,
     missed_slots_are_recorded_once_across_connections,
     retryable_failures_back_off_then_fail,
@@ -378,6 +379,118 @@ async fn one_connection_serves_concurrent_queries_in_turn(db: Db) {
     );
     assert!(!read.unwrap().is_empty());
     assert_eq!(stored_seqs(&store, id, 0).await, vec![1, 2, 3]);
+}
+
+/// How one batch of a group fared, comparable as a whole.
+#[derive(Debug, PartialEq)]
+enum Appended {
+    Written,
+    LeaseLost { held: i64, current: i64 },
+    Cancelled,
+    Exists { seq: i64 },
+}
+
+fn appended(result: &Result<(), StoreError>) -> Appended {
+    match result {
+        Ok(()) => Appended::Written,
+        Err(StoreError::LeaseLost { held, current, .. }) => Appended::LeaseLost {
+            held: *held,
+            current: *current,
+        },
+        Err(StoreError::JobCancelled(_)) => Appended::Cancelled,
+        Err(StoreError::EventExists { seq, .. }) => Appended::Exists { seq: *seq },
+        Err(other) => panic!("unexpected store error: {other}"),
+    }
+}
+
+/// The batches of several runs in one transaction: a stale attempt's batch, a cancelled job's
+/// and a batch with a `seq` already stored are refused, each alone, and every other batch
+/// (before and after them in the group) is written.
+async fn batches_appended_together_are_fenced_one_by_one(db: Db) {
+    let clock = manual_clock();
+    let store = db.open().await.with_clock(clock.clone());
+    let ids: Vec<JobId> = {
+        let mut ids = Vec::new();
+        for task in ["a", "b", "c", "d"] {
+            ids.push(submit(&store, task, "alice").await);
+        }
+        ids
+    };
+    let mut leases = Vec::new();
+    for _ in &ids {
+        let claimed = store
+            .claim("first", &Classes::Any, Duration::from_secs(5))
+            .await
+            .unwrap()
+            .unwrap();
+        leases.push(claimed.lease);
+    }
+    leases.sort_by_key(|l| ids.iter().position(|id| *id == l.job_id));
+    let [a, b_stale, c, d] = <[_; 4]>::try_from(leases).unwrap();
+    // b's attempt 1 stalls past its lease and attempt 2 takes over; the others keep theirs.
+    clock.advance(Duration::from_secs(6));
+    for lease in [&a, &c, &d] {
+        store.heartbeat(lease, LEASE).await.unwrap();
+    }
+    let b_new = claim(&store, "second").await.unwrap();
+    assert_eq!((b_new.job.id, b_new.lease.fence), (ids[1], 2));
+    let b_new = b_new.lease;
+    store.cancel(ids[2], "carol").await.unwrap();
+    store.append_events(&d, &[event(1)]).await.unwrap();
+
+    let batch = |lease: &maestro_store::Lease, seqs: &[i64]| EventBatch {
+        lease: lease.clone(),
+        events: seqs.iter().map(|s| event(*s)).collect(),
+    };
+    let results = store
+        .append_batches(&[
+            batch(&a, &[1, 2]),
+            batch(&b_stale, &[1]),
+            batch(&b_new, &[1]),
+            batch(&c, &[1]),
+            batch(&d, &[2, 1]),
+            batch(&d, &[2]),
+            batch(&a, &[3]),
+        ])
+        .await;
+    assert_eq!(
+        results.iter().map(appended).collect::<Vec<_>>(),
+        vec![
+            Appended::Written,
+            Appended::LeaseLost {
+                held: 1,
+                current: 2
+            },
+            Appended::Written,
+            Appended::Cancelled,
+            Appended::Exists { seq: 1 },
+            Appended::Written,
+            Appended::Written,
+        ]
+    );
+    let mut stored = Vec::new();
+    for id in &ids {
+        let events = store.events(*id, 0).await.unwrap();
+        stored.push(events.iter().map(|e| (e.seq, e.fence)).collect::<Vec<_>>());
+    }
+    assert_eq!(
+        stored,
+        vec![
+            vec![(1, 1), (2, 1), (3, 1)],
+            vec![(1, 2)],
+            vec![],
+            vec![(1, 1), (2, 1)],
+        ]
+    );
+    // An empty group, and a group of one, behave as single appends do.
+    assert!(store.append_batches(&[]).await.is_empty());
+    assert_eq!(
+        appended(&store.append_batches(&[batch(&b_stale, &[2])]).await[0]),
+        Appended::LeaseLost {
+            held: 1,
+            current: 2
+        }
+    );
 }
 
 async fn a_schedule_slot_fires_once_across_connections(db: Db) {

@@ -85,6 +85,7 @@ pub struct ScriptedLlmBuilder {
     reject_streaming: bool,
     reject_tools: bool,
     also_served: Vec<String>,
+    forget_requests: bool,
 }
 
 struct Shared {
@@ -159,6 +160,14 @@ impl ScriptedLlmBuilder {
         self
     }
 
+    /// Keeps no record of the requests ([`ScriptedLlm::requests`] and
+    /// [`ScriptedLlm::recorded`] stay empty): a benchmark serving thousands of requests then
+    /// measures its own memory, not the server's record of every prompt.
+    pub fn forget_requests(mut self) -> Self {
+        self.forget_requests = true;
+        self
+    }
+
     /// Lists a further model id in `/v1/models` (after [`model_id`](Self::model_id)).
     pub fn also_serves(mut self, id: impl Into<String>) -> Self {
         self.also_served.push(id.into());
@@ -218,6 +227,7 @@ impl ScriptedLlm {
             reject_streaming: false,
             reject_tools: false,
             also_served: Vec::new(),
+            forget_requests: false,
         }
     }
 
@@ -285,11 +295,13 @@ impl Shared {
                 )
             })
             .collect();
-        lock(&self.recorded).push(RecordedRequest {
-            path: uri.path().to_string(),
-            headers,
-            body: body.clone(),
-        });
+        if !self.options.forget_requests {
+            lock(&self.recorded).push(RecordedRequest {
+                path: uri.path().to_string(),
+                headers,
+                body: body.clone(),
+            });
+        }
         body
     }
 

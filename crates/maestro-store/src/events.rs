@@ -1,0 +1,217 @@
+//! Appending runs' events: one run's batch in a transaction of its own
+//! ([`JobQueue::append_events`](crate::JobQueue::append_events)), or the batches of many runs in
+//! one transaction ([`Store::append_batches`]), each batch fenced by its own lease.
+
+use sqlx::{Any, Transaction};
+
+use crate::error::{StoreError, StoreResult};
+use crate::fence::FENCED;
+use crate::model::{Lease, NewEvent};
+use crate::store::Store;
+
+/// One run's events to append under its lease, as part of [`Store::append_batches`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct EventBatch {
+    pub lease: Lease,
+    pub events: Vec<NewEvent>,
+}
+
+/// An insert refused because one of its `seq`s is already stored.
+struct Duplicate;
+
+/// The savepoint around one batch's rows in a group: a refused insert (which aborts a
+/// PostgreSQL transaction) is undone alone.
+const SAVEPOINT: &str = "SAVEPOINT append_batch";
+const RELEASE: &str = "RELEASE SAVEPOINT append_batch";
+const ROLLBACK_TO: &str = "ROLLBACK TO SAVEPOINT append_batch";
+
+fn is_unique_violation(err: &sqlx::Error) -> bool {
+    matches!(err, sqlx::Error::Database(db) if db.is_unique_violation())
+}
+
+impl Store {
+    /// Appends `events` under `lease` in a transaction of its own, all or none.
+    pub(crate) async fn append_alone(&self, lease: &Lease, events: &[NewEvent]) -> StoreResult<()> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        let now = self.now_ms();
+        let mut tx = self.begin_write().await?;
+        if let Some(refused) = self.fence_refusal(&mut tx, lease).await? {
+            return Err(refused);
+        }
+        match self.insert_events(&mut tx, lease, events, now).await? {
+            Ok(()) => tx
+                .commit()
+                .await
+                .map_err(StoreError::query("commit appended events")),
+            Err(Duplicate) => {
+                // A refused insert aborts a PostgreSQL transaction: read outside it.
+                drop(tx);
+                Err(self.duplicate(&self.pool, lease, events).await)
+            }
+        }
+    }
+
+    /// Appends several runs' batches in one transaction (one commit, so one disk flush, for all
+    /// of them), in order. Each batch is fenced by its own lease and written whole or not at
+    /// all, exactly as [`crate::JobQueue::append_events`] would write it alone; a batch that is refused
+    /// (a lost lease, a cancelled job, a `seq` already stored) leaves the others written. The
+    /// result at index `i` is batch `i`'s.
+    ///
+    /// When the transaction fails as a whole (a PostgreSQL deadlock with a concurrent cancel,
+    /// say), each batch is appended again in a transaction of its own, so that no batch fails
+    /// for another's sake.
+    pub async fn append_batches(&self, batches: &[EventBatch]) -> Vec<StoreResult<()>> {
+        match self.append_together(batches).await {
+            Ok(results) => results,
+            Err(_) => {
+                let mut results = Vec::with_capacity(batches.len());
+                for batch in batches {
+                    results.push(self.append_alone(&batch.lease, &batch.events).await);
+                }
+                results
+            }
+        }
+    }
+
+    /// Every batch in one transaction, each behind its own fence check and savepoint; the
+    /// outer error is the transaction's, the inner ones the batches'.
+    async fn append_together(&self, batches: &[EventBatch]) -> StoreResult<Vec<StoreResult<()>>> {
+        let now = self.now_ms();
+        let mut tx = self.begin_write().await?;
+        let mut placed = Vec::with_capacity(batches.len());
+        for batch in batches {
+            if batch.events.is_empty() {
+                placed.push(Ok(()));
+                continue;
+            }
+            if let Some(refused) = self.fence_refusal(&mut tx, &batch.lease).await? {
+                placed.push(Err(refused));
+                continue;
+            }
+            run(&mut tx, SAVEPOINT).await?;
+            match self
+                .insert_events(&mut tx, &batch.lease, &batch.events, now)
+                .await?
+            {
+                Ok(()) => {
+                    run(&mut tx, RELEASE).await?;
+                    placed.push(Ok(()));
+                }
+                Err(Duplicate) => {
+                    run(&mut tx, ROLLBACK_TO).await?;
+                    run(&mut tx, RELEASE).await?;
+                    let refused = self.duplicate(&mut *tx, &batch.lease, &batch.events).await;
+                    placed.push(Err(refused));
+                }
+            }
+        }
+        tx.commit()
+            .await
+            .map_err(StoreError::query("commit appended events"))?;
+        Ok(placed)
+    }
+
+    /// Why `lease` may not write now, read inside `tx`; `None` when it may. On PostgreSQL the
+    /// job's row is then share-locked until `tx` ends, so a takeover waits for the commit.
+    async fn fence_refusal(
+        &self,
+        tx: &mut Transaction<'static, Any>,
+        lease: &Lease,
+    ) -> StoreResult<Option<StoreError>> {
+        let check = format!(
+            "SELECT fence FROM jobs WHERE {}{}",
+            FENCED,
+            self.backend.share_lock()
+        );
+        let owned = sqlx::query::<Any>(sqlx::AssertSqlSafe(check))
+            .bind(lease.job_id.to_string())
+            .bind(lease.fence)
+            .fetch_optional(&mut **tx)
+            .await
+            .map_err(StoreError::query("check a lease before appending events"))?;
+        Ok(match owned {
+            Some(_) => None,
+            None => Some(self.lease_error_in(&mut **tx, lease).await),
+        })
+    }
+
+    /// Inserts `events` (one statement: all rows or none).
+    async fn insert_events(
+        &self,
+        tx: &mut Transaction<'static, Any>,
+        lease: &Lease,
+        events: &[NewEvent],
+        now: i64,
+    ) -> StoreResult<Result<(), Duplicate>> {
+        let rows: Vec<String> = (0..events.len())
+            .map(|i| {
+                let p = 4 + i * 3;
+                format!("($1, ${p}, $2, ${}, ${}, $3)", p + 1, p + 2)
+            })
+            .collect();
+        let sql = format!(
+            "INSERT INTO job_events (job_id, seq, fence, kind, payload, created_at) VALUES {}",
+            rows.join(", ")
+        );
+        let mut query = sqlx::query::<Any>(sqlx::AssertSqlSafe(sql))
+            .bind(lease.job_id.to_string())
+            .bind(lease.fence)
+            .bind(now);
+        for event in events {
+            query = query
+                .bind(event.seq)
+                .bind(event.kind.clone())
+                .bind(event.payload.to_string());
+        }
+        match query.execute(&mut **tx).await {
+            Ok(_) => Ok(Ok(())),
+            Err(err) if is_unique_violation(&err) => Ok(Err(Duplicate)),
+            Err(source) => Err(StoreError::Query {
+                context: "append events",
+                source,
+            }),
+        }
+    }
+
+    /// The error for a batch one of whose `seq`s is already stored: the first such `seq`, read
+    /// through `executor` (inside the transaction that refused it, or after).
+    async fn duplicate<'e>(
+        &self,
+        executor: impl sqlx::Executor<'e, Database = Any>,
+        lease: &Lease,
+        events: &[NewEvent],
+    ) -> StoreError {
+        let stored = sqlx::query_scalar::<Any, i64>("SELECT seq FROM job_events WHERE job_id = $1")
+            .bind(lease.job_id.to_string())
+            .fetch_all(executor)
+            .await;
+        let stored = match stored {
+            Ok(stored) => stored,
+            Err(source) => {
+                return StoreError::Query {
+                    context: "read a job's event numbers",
+                    source,
+                };
+            }
+        };
+        let seq = events
+            .iter()
+            .map(|e| e.seq)
+            .find(|seq| stored.contains(seq))
+            .unwrap_or_else(|| events.first().map_or(0, |e| e.seq));
+        StoreError::EventExists {
+            job: lease.job_id,
+            seq,
+        }
+    }
+}
+
+async fn run(tx: &mut Transaction<'static, Any>, statement: &'static str) -> StoreResult<()> {
+    sqlx::query::<Any>(statement)
+        .execute(&mut **tx)
+        .await
+        .map_err(StoreError::query("mark a batch of events"))?;
+    Ok(())
+}

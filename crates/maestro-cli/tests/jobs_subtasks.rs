@@ -98,6 +98,14 @@ fn parent_and_children(delay: Duration) -> Vec<Turn> {
     turns
 }
 
+/// The parent spawns and waits; its children would take a minute to answer, so they are still
+/// running whatever the test does next (the parent never goes on).
+fn children_outlasting_the_parent() -> Vec<Turn> {
+    let mut turns = parent_and_children(Duration::from_secs(60));
+    turns.pop();
+    turns
+}
+
 async fn jobs(project: &Project) -> Vec<Value> {
     let out = project.maestro(&["jobs", "list", "--json"]).await;
     assert!(out.status.success(), "{}", stderr(&out));
@@ -291,9 +299,7 @@ async fn a_cancelled_parent_cancels_its_children_on_postgres() {
 async fn cancel_cascades(project: &Project) {
     // The children would take a minute each: they are still running when the parent is
     // cancelled.
-    let mut turns = parent_and_children(Duration::from_secs(60));
-    turns.pop(); // the parent never goes on
-    let server = ScriptedLlm::start(turns).await;
+    let server = ScriptedLlm::start(children_outlasting_the_parent()).await;
     let id = project.submit_piece("split", "Plan the report", &[]).await;
     let worker = project.worker(&server.base_url(), &["--concurrency", "4"]);
     project
@@ -490,16 +496,7 @@ async fn a_local_run_runs_its_children_itself() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_killed_local_run_resumes_with_its_children() {
     let project = project_with("");
-    let mut turns: Vec<Turn> = (1..=3)
-        .map(|_| {
-            Turn::when_contains(
-                "You work.",
-                complete("never sent").with_delay(Duration::from_secs(60)),
-            )
-        })
-        .collect();
-    turns.extend([spawn_parts("one", &["A", "B", "C"]), wait()]);
-    let server = ScriptedLlm::start(turns).await;
+    let server = ScriptedLlm::start(children_outlasting_the_parent()).await;
     let base_url = server.base_url();
     let args = |extra: &[&str]| {
         let mut all: Vec<String> = vec!["run".into()];
@@ -555,16 +552,7 @@ async fn a_killed_local_run_resumes_with_its_children() {
 #[tokio::test(flavor = "multi_thread")]
 async fn ctrl_c_of_a_local_run_cancels_its_children() {
     let project = project_with("");
-    let mut turns: Vec<Turn> = (1..=3)
-        .map(|_| {
-            Turn::when_contains(
-                "You work.",
-                complete("never sent").with_delay(Duration::from_secs(60)),
-            )
-        })
-        .collect();
-    turns.extend([spawn_parts("one", &["A", "B", "C"]), wait()]);
-    let server = ScriptedLlm::start(turns).await;
+    let server = ScriptedLlm::start(children_outlasting_the_parent()).await;
     let mut run = project.command(&[
         "run",
         "split",

@@ -4,7 +4,6 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use maestro_config::Config;
 use maestro_engine::{
@@ -20,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::clients::ModelClients;
 use crate::completer::Completer;
-use crate::lease::keep_lease;
+use crate::lease::LeaseKeeper;
 use crate::local::outcome;
 use crate::models::ModelError;
 use crate::pieces::{AUTO, PieceError, available_pieces, classify_piece, find_piece, load_piece};
@@ -38,8 +37,8 @@ pub(crate) struct JobContext {
     pub models: ModelClients,
     /// The configuration with the worker's flags applied.
     pub config: Config,
-    /// How long a claim holds.
-    pub lease: Duration,
+    /// Keeps the leases of the runs, and says how long a claim holds.
+    pub leases: LeaseKeeper,
     /// The model was chosen on the command line: it wins over a piece's `model`.
     pub model_from_flag: bool,
     /// Set for a local run's children: the subtasks they spawn run in this process too.
@@ -188,14 +187,7 @@ pub(crate) async fn run_job(
     let lease = claimed.lease.clone();
     let job_id = claimed.job.id;
     let fence = Arc::new(Fence::default());
-    let done = CancellationToken::new();
-    let keeper = tokio::spawn(keep_lease(
-        store.clone(),
-        lease.clone(),
-        ctx.lease,
-        Arc::clone(&fence),
-        done.clone(),
-    ));
+    let kept = ctx.leases.keep(lease.clone(), Arc::clone(&fence));
     // A hand-back suspends the run: it stops where it is and records no end, so that the
     // worker that claims the job next resumes it.
     let suspend = hand_back.child_token();
@@ -208,8 +200,7 @@ pub(crate) async fn run_job(
         },
         Err(ended) => ended,
     };
-    done.cancel();
-    let _ = keeper.await;
+    drop(kept);
     if suspend.is_cancelled() && !matches!(end, Ended::Report(_)) {
         return match store.release(&lease).await {
             Ok(()) => JobEnd::HandedBack,

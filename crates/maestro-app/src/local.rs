@@ -15,11 +15,10 @@ use maestro_protocol::RunStatus;
 use maestro_store::{
     Claimed, FailDisposition, Job, JobId, JobQueue, JobStatus, NewJob, Outcome, Store, StoreError,
 };
-use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::job::JobContext;
-use crate::lease::keep_lease;
+use crate::lease::{Kept, LeaseKeeper};
 use crate::store_log::{EventWriter, Fence, StoreLog};
 use crate::subtasks::{LocalChildren, StoreSubtasks};
 
@@ -69,8 +68,10 @@ pub struct LocalJob {
     store: Store,
     claimed: Claimed,
     fence: Arc<Fence>,
-    done: CancellationToken,
-    keeper: JoinHandle<()>,
+    /// Its lease, kept until the run's end is written.
+    kept: Option<Kept>,
+    /// Also keeps the leases of the children it runs.
+    leases: LeaseKeeper,
 }
 
 impl std::fmt::Debug for LocalJob {
@@ -140,20 +141,14 @@ impl LocalJob {
 
     fn keep(store: Store, claimed: Claimed) -> LocalJob {
         let fence = Arc::new(Fence::default());
-        let done = CancellationToken::new();
-        let keeper = tokio::spawn(keep_lease(
-            store.clone(),
-            claimed.lease.clone(),
-            LOCAL_LEASE,
-            Arc::clone(&fence),
-            done.clone(),
-        ));
+        let leases = LeaseKeeper::new(store.clone(), LOCAL_LEASE);
+        let kept = leases.keep(claimed.lease.clone(), Arc::clone(&fence));
         LocalJob {
             store,
             claimed,
             fence,
-            done,
-            keeper,
+            kept: Some(kept),
+            leases,
         }
     }
 
@@ -198,7 +193,7 @@ impl LocalJob {
                 events: EventWriter::new(self.store.clone()),
                 models: crate::clients::ModelClients::default(),
                 config: config.clone(),
-                lease: LOCAL_LEASE,
+                leases: self.leases.clone(),
                 model_from_flag,
                 local: None,
             },
@@ -240,9 +235,8 @@ impl LocalJob {
 
     /// Writes how the run ended. A run stopped by its user ends the job `cancelled`; a run that
     /// stopped without an end (suspended, or the endpoint down) leaves the job to be resumed.
-    pub async fn finish(self, end: &RunEnd) -> Result<(), LocalError> {
-        self.done.cancel();
-        let _ = self.keeper.await;
+    pub async fn finish(mut self, end: &RunEnd) -> Result<(), LocalError> {
+        drop(self.kept.take());
         if self.fence.closed().is_some() {
             return Ok(());
         }
@@ -260,9 +254,8 @@ impl LocalJob {
     }
 
     /// Hands the job back untouched (the run could not start).
-    pub async fn abandon(self, reason: &str) -> Result<(), LocalError> {
-        self.done.cancel();
-        let _ = self.keeper.await;
+    pub async fn abandon(mut self, reason: &str) -> Result<(), LocalError> {
+        drop(self.kept.take());
         self.store
             .finish(
                 &self.claimed.lease,

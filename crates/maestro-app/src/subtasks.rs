@@ -298,7 +298,7 @@ impl LocalChildren {
     async fn claim(&self, id: JobId) -> Result<Option<maestro_store::Claimed>, StoreError> {
         let store = &self.context.store;
         if let Some(claimed) = store
-            .claim_job(id, &self.owner, self.context.lease, false)
+            .claim_job(id, &self.owner, self.context.leases.lease_for(), false)
             .await?
         {
             return Ok(Some(claimed));
@@ -312,7 +312,7 @@ impl LocalChildren {
         });
         if gone {
             return store
-                .take_over_job(id, &self.owner, self.context.lease)
+                .take_over_job(id, &self.owner, self.context.leases.lease_for())
                 .await;
         }
         Ok(None)

@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 use crate::clients::ModelClients;
 use crate::completer::Completer;
 use crate::job::{JobContext, JobEnd, run_job};
+use crate::lease::LeaseKeeper;
 use crate::store_log::EventWriter;
 
 /// One worker profile: a name, how many jobs at once, which task classes.
@@ -147,9 +148,9 @@ impl Worker {
                 job: JobContext {
                     events: EventWriter::new(store.clone()),
                     models: ModelClients::default(),
+                    leases: LeaseKeeper::new(store.clone(), options.lease),
                     store,
                     config,
-                    lease: options.lease,
                     model_from_flag: options.model_from_flag,
                     local: None,
                 },
@@ -345,12 +346,7 @@ async fn profile_slots(inner: Arc<Inner>, profile: ProfileRun) {
                     });
                 }
                 if !filled {
-                    tokio::select! {
-                        _ = shutdown.stop.cancelled() => {}
-                        _ = inner.wake.notified() => {}
-                        _ = tokio::time::sleep(inner.options.idle_poll) => {}
-                        Some(joined) = runs.join_next() => report(joined),
-                    }
+                    idle_wait(&inner, &shutdown, &mut runs).await;
                 }
             }
             Err(e) => {
@@ -364,6 +360,32 @@ async fn profile_slots(inner: Arc<Inner>, profile: ProfileRun) {
     }
     while let Some(joined) = runs.join_next().await {
         report(joined);
+    }
+}
+
+/// The least time between two claims while the queue has nothing for this profile's idle
+/// slots: when many runs end together, their freed slots are filled by one claim rather than
+/// one claim each, and a parent queued by its last subtask's end still starts at once.
+const RECLAIM_GAP: Duration = Duration::from_millis(20);
+
+/// Waits after a claim that left slots idle: until the worker is woken, the idle poll comes
+/// round, or a run ends (and [`RECLAIM_GAP`] has passed since the claim).
+async fn idle_wait(inner: &Inner, shutdown: &Shutdown, runs: &mut JoinSet<()>) {
+    let claimed_at = tokio::time::Instant::now();
+    let poll = tokio::time::sleep(inner.options.idle_poll);
+    tokio::pin!(poll);
+    let mut freed = false;
+    loop {
+        tokio::select! {
+            _ = shutdown.stop.cancelled() => return,
+            _ = inner.wake.notified() => return,
+            _ = &mut poll => return,
+            _ = tokio::time::sleep_until(claimed_at + RECLAIM_GAP), if freed => return,
+            Some(joined) = runs.join_next() => {
+                report(joined);
+                freed = true;
+            }
+        }
     }
 }
 

@@ -4,7 +4,6 @@
 //! Everything here is a pure function so each rule of engine-semantics.md is testable alone.
 
 use maestro_piece::{Condition, Movement, Rule};
-use regex::RegexBuilder;
 
 /// The rules a run may take: `interactive_only` ones are dropped outside interactive use.
 /// Indices stay those of the piece (1-based in tags), so a returned index is the rule's place.
@@ -21,18 +20,41 @@ pub fn eligible_rules(movement: &Movement, interactive: bool) -> Vec<(usize, &Ru
 /// The last `[MOVEMENT_NAME:N]` tag in `answer` (case-insensitive, the name as written in the
 /// piece, upper-cased), as the 1-based rule number. Tags outside `1..=rule_count` are ignored.
 pub fn last_tag(movement_name: &str, answer: &str, rule_count: usize) -> Option<usize> {
-    let pattern = format!(
-        r"\[{}:(\d+)\]",
-        regex::escape(&movement_name.to_uppercase())
-    );
-    let re = RegexBuilder::new(&pattern)
-        .case_insensitive(true)
-        .build()
-        .ok()?;
-    re.captures_iter(answer)
-        .filter_map(|c| c.get(1)?.as_str().parse::<usize>().ok())
-        .filter(|n| (1..=rule_count).contains(n))
-        .last()
+    let name: Vec<char> = movement_name.chars().flat_map(char::to_uppercase).collect();
+    answer
+        .match_indices('[')
+        .rev()
+        .filter_map(|(at, _)| tag_number(&name, &answer[at + 1..]))
+        .find(|n| (1..=rule_count).contains(n))
+}
+
+/// The `N` of `NAME:N]` at the start of `rest`, `name` upper-cased and matched regardless of
+/// case. A scan, not a regex: it runs on every answer, and building a regex per movement name
+/// cost more than the match.
+fn tag_number(name: &[char], rest: &str) -> Option<usize> {
+    let mut wanted = name.iter();
+    let mut chars = rest.char_indices();
+    let mut after = 0;
+    if !name.is_empty() {
+        loop {
+            let (at, c) = chars.next()?;
+            for upper in c.to_uppercase() {
+                if wanted.next() != Some(&upper) {
+                    return None;
+                }
+            }
+            if wanted.len() == 0 {
+                after = at + c.len_utf8();
+                break;
+            }
+        }
+    }
+    let tail = rest[after..].strip_prefix(':')?;
+    let digits = tail.len() - tail.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+    if digits == 0 || !tail[digits..].starts_with(']') {
+        return None;
+    }
+    tail[..digits].parse().ok()
 }
 
 /// The first `all()` / `any()` rule (1-based) that the sub-results satisfy. `sub_results[i]` is
@@ -258,6 +280,16 @@ mod tests {
         assert_eq!(last_tag("arch-review", "ok [ARCH-REVIEW:2]", 2), Some(2));
         assert_eq!(last_tag("plan", "no tag here", 3), None);
         assert_eq!(last_tag("plan", "[PLAN:0]", 3), None);
+        assert_eq!(
+            last_tag("plan", "[PLAN:2 ] [PLANS:1] [PLAN:] [PLAN:x1] [PLAN:1", 3),
+            None
+        );
+        assert_eq!(
+            last_tag("plan", "[[Plan:3]] [plan:99999999999999999999999]", 3),
+            Some(3)
+        );
+        assert_eq!(last_tag("straße", "[STRASSE:1]", 1), Some(1));
+        assert_eq!(last_tag("a.b", "[AXB:1]", 1), None);
     }
 
     #[test]

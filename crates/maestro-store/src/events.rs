@@ -2,12 +2,19 @@
 //! ([`JobQueue::append_events`](crate::JobQueue::append_events)), or the batches of many runs in
 //! one transaction ([`Store::append_batches`]), each batch fenced by its own lease.
 
+use std::collections::HashSet;
+
 use sqlx::{Any, Transaction};
 
 use crate::error::{StoreError, StoreResult};
 use crate::fence::FENCED;
-use crate::model::{Lease, NewEvent};
+use crate::model::{JobId, Lease, NewEvent};
+use crate::rows::{col, parse_id};
 use crate::store::Store;
+
+/// The most rows one INSERT of [`Store::append_batches`] carries (five parameters each, well
+/// under either engine's limit), and the most leases one fence check reads.
+const ROWS_PER_INSERT: usize = 500;
 
 /// One run's events to append under its lease, as part of [`Store::append_batches`].
 #[derive(Debug, Clone, PartialEq)]
@@ -75,9 +82,104 @@ impl Store {
         }
     }
 
-    /// Every batch in one transaction, each behind its own fence check and savepoint; the
+    /// Every batch in one transaction: one read checks every batch's fence, and the rows of
+    /// all the batches that may write go in as few INSERTs as the parameters allow. When one of
+    /// them holds a `seq` already stored (rare: a resumed run's writer that repeats itself), the
+    /// transaction is undone and [`Store::append_each`] sorts the batches out one by one. The
     /// outer error is the transaction's, the inner ones the batches'.
     async fn append_together(&self, batches: &[EventBatch]) -> StoreResult<Vec<StoreResult<()>>> {
+        let now = self.now_ms();
+        let mut tx = self.begin_write().await?;
+        let writing: Vec<&EventBatch> = batches.iter().filter(|b| !b.events.is_empty()).collect();
+        let held = self.fences_held(&mut tx, &writing).await?;
+        let mut placed = Vec::with_capacity(batches.len());
+        let mut rows = Vec::new();
+        for batch in batches {
+            let lease = &batch.lease;
+            if batch.events.is_empty() || held.contains(&(lease.job_id, lease.fence)) {
+                rows.extend(batch.events.iter().map(|event| (lease, event)));
+                placed.push(Ok(()));
+            } else {
+                placed.push(Err(self.lease_error_in(&mut *tx, lease).await));
+            }
+        }
+        for chunk in rows.chunks(ROWS_PER_INSERT) {
+            let values: Vec<String> = (0..chunk.len())
+                .map(|i| {
+                    let p = 2 + i * 5;
+                    format!("(${p}, ${}, ${}, ${}, ${}, $1)", p + 1, p + 2, p + 3, p + 4)
+                })
+                .collect();
+            let sql = format!(
+                "INSERT INTO job_events (job_id, seq, fence, kind, payload, created_at) VALUES {}",
+                values.join(", ")
+            );
+            let mut query = sqlx::query::<Any>(sqlx::AssertSqlSafe(sql)).bind(now);
+            for (lease, event) in chunk {
+                query = query
+                    .bind(lease.job_id.to_string())
+                    .bind(event.seq)
+                    .bind(lease.fence)
+                    .bind(event.kind.clone())
+                    .bind(event.payload.to_string());
+            }
+            match query.execute(&mut *tx).await {
+                Ok(_) => {}
+                Err(err) if is_unique_violation(&err) => {
+                    drop(tx);
+                    return self.append_each(batches).await;
+                }
+                Err(source) => {
+                    return Err(StoreError::Query {
+                        context: "append events",
+                        source,
+                    });
+                }
+            }
+        }
+        tx.commit()
+            .await
+            .map_err(StoreError::query("commit appended events"))?;
+        Ok(placed)
+    }
+
+    /// The leases among `batches` that may write now, read inside `tx` in one query per
+    /// [`ROWS_PER_INSERT`] batches. On PostgreSQL their jobs' rows are then share-locked until
+    /// `tx` ends, so a takeover waits for the commit.
+    async fn fences_held(
+        &self,
+        tx: &mut Transaction<'static, Any>,
+        batches: &[&EventBatch],
+    ) -> StoreResult<HashSet<(JobId, i64)>> {
+        let mut held = HashSet::with_capacity(batches.len());
+        for chunk in batches.chunks(ROWS_PER_INSERT) {
+            let marks: Vec<String> = (1..=chunk.len()).map(|i| format!("${i}")).collect();
+            let sql = format!(
+                "SELECT id, fence FROM jobs WHERE status = 'running' AND id IN ({}){}",
+                marks.join(", "),
+                self.backend.share_lock()
+            );
+            let mut query = sqlx::query::<Any>(sqlx::AssertSqlSafe(sql));
+            for batch in chunk {
+                query = query.bind(batch.lease.job_id.to_string());
+            }
+            for row in query
+                .fetch_all(&mut **tx)
+                .await
+                .map_err(StoreError::query("check leases before appending events"))?
+            {
+                held.insert((
+                    parse_id(&col::<String>(&row, "id")?)?,
+                    col::<i64>(&row, "fence")?,
+                ));
+            }
+        }
+        Ok(held)
+    }
+
+    /// Every batch in one transaction, each behind its own fence check and savepoint, so that a
+    /// batch refused for a `seq` already stored leaves the others written.
+    async fn append_each(&self, batches: &[EventBatch]) -> StoreResult<Vec<StoreResult<()>>> {
         let now = self.now_ms();
         let mut tx = self.begin_write().await?;
         let mut placed = Vec::with_capacity(batches.len());

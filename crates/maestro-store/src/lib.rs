@@ -28,6 +28,7 @@ mod events;
 mod fence;
 mod finish;
 mod jobs;
+mod leases;
 mod model;
 mod queue;
 mod records;

@@ -18,6 +18,7 @@ const LEASE: Duration = Duration::from_secs(30);
 on_both_backends!(
     a_stale_lease_in_a_batch_finishes_nothing_and_the_others_finish,
     a_batch_longer_than_one_statement_finishes_every_job,
+    leases_renewed_and_checked_together_answer_each_alone,
 );
 
 fn outcome(status: JobStatus, result: serde_json::Value) -> Outcome {
@@ -71,10 +72,10 @@ async fn state(
     (job.status, job.fence, job.lease_owner, job.result)
 }
 
-async fn a_stale_lease_in_a_batch_finishes_nothing_and_the_others_finish(db: Db) {
-    let store = db.open().await;
+/// `n` jobs submitted, then claimed by worker `w` in one batch: their ids and leases, in order.
+async fn submitted_and_claimed(store: &Store, n: usize) -> (Vec<JobId>, Vec<Lease>) {
     let mut ids = Vec::new();
-    for i in 0..5 {
+    for i in 0..n {
         ids.push(
             store
                 .submit(NewJob::new("default", format!("job {i}"), "alice"))
@@ -83,10 +84,15 @@ async fn a_stale_lease_in_a_batch_finishes_nothing_and_the_others_finish(db: Db)
         );
     }
     let claimed = store
-        .claim_batch("w", &Classes::Any, LEASE, 5)
+        .claim_batch("w", &Classes::Any, LEASE, n)
         .await
         .unwrap();
-    let leases: Vec<Lease> = claimed.iter().map(|c| c.lease.clone()).collect();
+    (ids, claimed.iter().map(|c| c.lease.clone()).collect())
+}
+
+async fn a_stale_lease_in_a_batch_finishes_nothing_and_the_others_finish(db: Db) {
+    let store = db.open().await;
+    let (ids, leases) = submitted_and_claimed(&store, 5).await;
     assert_eq!(
         leases
             .iter()
@@ -244,4 +250,100 @@ async fn a_batch_longer_than_one_statement_finishes_every_job(db: Db) {
         );
     }
     assert_eq!(store.jobs(Some(JobStatus::Running)).await.unwrap().len(), 1);
+}
+
+/// `renew_leases` and `check_leases` over 250 leases (two statements): a taken, a cancelled
+/// and an ended job are refused with the same errors a single heartbeat gives, and every other
+/// lease is renewed.
+async fn leases_renewed_and_checked_together_answer_each_alone(db: Db) {
+    let store = db.open().await;
+    let (ids, leases) = submitted_and_claimed(&store, 250).await;
+    assert!(store.check_leases(&leases).await.unwrap().is_empty());
+
+    let taken = leases[7].job_id;
+    store
+        .take_over_job(taken, "other", LEASE)
+        .await
+        .unwrap()
+        .unwrap();
+    let cancelled = leases[120].job_id;
+    store.cancel(cancelled, "carol").await.unwrap();
+    let ended = leases[230].job_id;
+    store
+        .finish(&leases[230], outcome(JobStatus::Completed, json!("done")))
+        .await
+        .unwrap();
+    let refused = |e: &StoreError| match e {
+        StoreError::LeaseLost {
+            job,
+            held,
+            current,
+            status,
+        } => Answer::LeaseLost {
+            job: *job,
+            held: *held,
+            current: *current,
+            status: *status,
+        },
+        StoreError::JobCancelled(job) => Answer::Cancelled(*job),
+        other => panic!("unexpected error: {other:?}"),
+    };
+    let expected = vec![
+        (
+            taken,
+            Answer::LeaseLost {
+                job: taken,
+                held: 1,
+                current: 2,
+                status: JobStatus::Running,
+            },
+        ),
+        (cancelled, Answer::Cancelled(cancelled)),
+        (
+            ended,
+            Answer::LeaseLost {
+                job: ended,
+                held: 1,
+                current: 1,
+                status: JobStatus::Completed,
+            },
+        ),
+    ];
+    let mut checked: Vec<(JobId, Answer)> = store
+        .check_leases(&leases)
+        .await
+        .unwrap()
+        .iter()
+        .map(|(id, e)| (*id, refused(e)))
+        .collect();
+    checked.sort_by_key(|(id, _)| ids.iter().position(|i| i == id));
+    assert_eq!(checked, expected);
+
+    let before = store.job(leases[0].job_id).await.unwrap().unwrap();
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let answers = store
+        .renew_leases(&leases, Duration::from_secs(90))
+        .await
+        .unwrap();
+    assert_eq!(answers.len(), 250);
+    let mut refusals = Vec::new();
+    for (lease, answer) in leases.iter().zip(&answers) {
+        match answer {
+            Ok(renewed) => {
+                assert_eq!((renewed.job_id, renewed.fence), (lease.job_id, lease.fence));
+                assert!(renewed.expires_at > lease.expires_at);
+                let job = store.job(lease.job_id).await.unwrap().unwrap();
+                assert_eq!(job.lease_expires_at, Some(renewed.expires_at));
+            }
+            Err(e) => refusals.push((lease.job_id, refused(e))),
+        }
+    }
+    assert_eq!(refusals, expected);
+    let after = store.job(leases[0].job_id).await.unwrap().unwrap();
+    assert!(after.updated_at > before.updated_at);
+    // The refused jobs were not touched: the taken one keeps its new owner's lease.
+    let job = store.job(taken).await.unwrap().unwrap();
+    assert_eq!(job.lease_owner.as_deref(), Some("other"));
+    let renewed_to = answers[0].as_ref().unwrap().expires_at;
+    assert!(job.lease_expires_at.unwrap() < renewed_to);
 }

@@ -69,6 +69,7 @@ on_both_backends!(
     events_are_unique_per_seq_and_batches_are_atomic,
     one_connection_serves_concurrent_queries_in_turn,
     batches_appended_together_are_fenced_one_by_one,
+    a_large_group_without_repeats_is_written_whole_and_fenced,
     a_schedule_slot_fires_once_across_connections,
     missed_slots_are_recorded_once_across_connections,
     retryable_failures_back_off_then_fail,
@@ -491,6 +492,54 @@ async fn batches_appended_together_are_fenced_one_by_one(db: Db) {
             current: 2
         }
     );
+}
+
+/// A group with no `seq` stored twice (the common case, written with one fence read and as
+/// few INSERTs as the parameters allow): 30 runs of 40 events, more rows than one INSERT
+/// carries, with one cancelled job among them, are written in order and the cancelled job's
+/// batch alone is refused.
+async fn a_large_group_without_repeats_is_written_whole_and_fenced(db: Db) {
+    let store = db.open().await;
+    let mut ids = Vec::new();
+    for i in 0..30 {
+        ids.push(submit(&store, format!("run {i}"), "alice").await);
+    }
+    let leases: Vec<maestro_store::Lease> = store
+        .claim_batch("w", &Classes::Any, LEASE, 30)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|c| c.lease)
+        .collect();
+    let cancelled = leases[11].job_id;
+    store.cancel(cancelled, "carol").await.unwrap();
+    let batches: Vec<EventBatch> = leases
+        .iter()
+        .map(|lease| EventBatch {
+            lease: lease.clone(),
+            events: (1..=40).map(event).collect(),
+        })
+        .collect();
+    let results = store.append_batches(&batches).await;
+    let expected: Vec<Appended> = leases
+        .iter()
+        .map(|l| {
+            if l.job_id == cancelled {
+                Appended::Cancelled
+            } else {
+                Appended::Written
+            }
+        })
+        .collect();
+    assert_eq!(results.iter().map(appended).collect::<Vec<_>>(), expected);
+    for lease in &leases {
+        let seqs = stored_seqs(&store, lease.job_id, 0).await;
+        if lease.job_id == cancelled {
+            assert_eq!(seqs, Vec::<i64>::new());
+        } else {
+            assert_eq!(seqs, (1..=40).collect::<Vec<i64>>());
+        }
+    }
 }
 
 async fn a_schedule_slot_fires_once_across_connections(db: Db) {

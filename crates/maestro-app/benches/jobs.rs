@@ -29,6 +29,10 @@ use maestro_testkit::{ScriptedLlm, Turn};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
+/// The shipped binary's allocator.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() {
     divan::main();
     println!("peak RSS of the whole process (VmHWM): {}", peak_rss());

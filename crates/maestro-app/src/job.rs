@@ -15,6 +15,7 @@ use maestro_protocol::RunStatus;
 use maestro_store::{
     Claimed, CommentKind, FailDisposition, JobId, JobQueue, JobStatus, Lease, Outcome, Store,
 };
+use maestro_tools::Registry;
 use tokio_util::sync::CancellationToken;
 
 use crate::clients::ModelClients;
@@ -25,7 +26,7 @@ use crate::models::ModelError;
 use crate::pieces::{AUTO, PieceError, available_pieces, classify_piece, find_piece, load_piece};
 use crate::store_log::{EventWriter, Fence, StoreLog};
 use crate::subtasks::{LocalChildren, StoreSubtasks};
-use crate::toolbox::{McpSelection, Toolbox, load_options};
+use crate::toolbox::{McpSelection, Toolbox, ToolboxError, load_options};
 
 /// What running one job needs from its worker.
 #[derive(Debug)]
@@ -43,6 +44,24 @@ pub(crate) struct JobContext {
     pub model_from_flag: bool,
     /// Set for a local run's children: the subtasks they spawn run in this process too.
     pub local: Option<std::sync::Weak<LocalChildren>>,
+    /// The tools of runs whose piece uses no MCP server, built once for all of them.
+    pub tools: Arc<tokio::sync::OnceCell<Registry>>,
+}
+
+impl JobContext {
+    /// The built-in, web and SSH tools of the worker's configuration, built by the first run
+    /// that needs them.
+    async fn shared_tools(&self, config: &Config) -> Result<Registry, ToolboxError> {
+        self.tools
+            .get_or_try_init(|| async {
+                let toolbox = Toolbox::build(config, &McpSelection::none()).await?;
+                let registry = toolbox.registry.clone();
+                toolbox.shutdown().await;
+                Ok(registry)
+            })
+            .await
+            .cloned()
+    }
 }
 
 /// How one claimed job left this worker.
@@ -308,20 +327,35 @@ async fn run_prepared(
         Ok(c) => c,
         Err(e) => return Ended::Unstarted(e.into()),
     };
-    let toolbox = match Toolbox::build(&config, &McpSelection::for_piece(&piece)).await {
-        Ok(t) => t,
-        Err(e) => {
-            return Ended::Unstarted(Unstartable::Permanent(format!("{e}: {}", source_of(&e))));
+    let selection = McpSelection::for_piece(&piece);
+    let uses_mcp = !piece.required_mcp.is_empty()
+        || config.mcp.servers.keys().any(|slug| selection.wants(slug));
+    // A piece that uses no MCP server runs with the worker's shared tools; one that does starts
+    // its servers for this run.
+    let (registry, toolbox) = if uses_mcp {
+        let toolbox = match Toolbox::build(&config, &selection).await {
+            Ok(t) => t,
+            Err(e) => {
+                return Ended::Unstarted(Unstartable::Permanent(format!("{e}: {}", source_of(&e))));
+            }
+        };
+        if let Err(message) = toolbox.ensure_required(&piece.required_mcp) {
+            toolbox.shutdown().await;
+            return Ended::Unstarted(Unstartable::Permanent(format!(
+                "piece `{}` cannot run: {message}",
+                piece.name
+            )));
+        }
+        (toolbox.registry.clone(), Some(toolbox))
+    } else {
+        match ctx.shared_tools(&config).await {
+            Ok(registry) => (registry, None),
+            Err(e) => {
+                return Ended::Unstarted(Unstartable::Permanent(format!("{e}: {}", source_of(&e))));
+            }
         }
     };
-    if let Err(message) = toolbox.ensure_required(&piece.required_mcp) {
-        toolbox.shutdown().await;
-        return Ended::Unstarted(Unstartable::Permanent(format!(
-            "piece `{}` cannot run: {message}",
-            piece.name
-        )));
-    }
-    let mut engine = Engine::new(provider, toolbox.registry.clone(), engine_config);
+    let mut engine = Engine::new(provider, registry, engine_config);
     if let Some(key) = config.llm.api_key.clone() {
         engine = engine.with_secret(key);
     }
@@ -355,7 +389,9 @@ async fn run_prepared(
     };
     forward.abort();
     drop(engine);
-    toolbox.shutdown().await;
+    if let Some(toolbox) = toolbox {
+        toolbox.shutdown().await;
+    }
     ended
 }
 

@@ -196,6 +196,7 @@ impl LocalJob {
                 leases: self.leases.clone(),
                 model_from_flag,
                 local: None,
+                tools: Arc::default(),
             },
             owner(),
         );

@@ -54,6 +54,14 @@ impl McpSelection {
     }
 
     /// Only the server that `tool` (a tool name) belongs to, if it is an MCP tool.
+    /// No MCP server.
+    pub fn none() -> McpSelection {
+        McpSelection::Only {
+            required: Vec::new(),
+            allowed_tools: Vec::new(),
+        }
+    }
+
     pub fn for_tool(tool: &str) -> McpSelection {
         McpSelection::Only {
             required: Vec::new(),

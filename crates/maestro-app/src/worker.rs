@@ -153,6 +153,7 @@ impl Worker {
                     config,
                     model_from_flag: options.model_from_flag,
                     local: None,
+                    tools: Arc::default(),
                 },
                 options,
                 wake: Notify::new(),

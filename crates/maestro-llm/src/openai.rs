@@ -75,7 +75,14 @@ struct Learned {
     streaming_refused: bool,
     tool_modes: HashMap<String, ToolMode>,
     context_lengths: HashMap<String, u64>,
+    /// Models whose context length the endpoint did not tell, and when it was asked: not asked
+    /// again for [`UNKNOWN_CONTEXT_KEPT`], so that runs sharing the client do not each spend
+    /// a request on it.
+    context_unknown: HashMap<String, std::time::Instant>,
 }
+
+/// How long a context length the endpoint did not tell stays unknown before it is asked again.
+const UNKNOWN_CONTEXT_KEPT: Duration = Duration::from_secs(60);
 
 impl fmt::Debug for OpenAiCompat {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -470,11 +477,27 @@ impl OpenAiCompat {
         if let Some(configured) = self.config.context_length {
             return Some(configured);
         }
-        if let Some(known) = self.learned().context_lengths.get(model) {
-            return Some(*known);
+        {
+            let learned = self.learned();
+            if let Some(known) = learned.context_lengths.get(model) {
+                return Some(*known);
+            }
+            if learned
+                .context_unknown
+                .get(model)
+                .is_some_and(|asked| asked.elapsed() < UNKNOWN_CONTEXT_KEPT)
+            {
+                return None;
+            }
         }
-        let found =
-            context::detect(&self.client, &self.endpoints, model, self.side_timeout()).await?;
+        let Some(found) =
+            context::detect(&self.client, &self.endpoints, model, self.side_timeout()).await
+        else {
+            self.learned()
+                .context_unknown
+                .insert(model.to_string(), std::time::Instant::now());
+            return None;
+        };
         tracing::info!(model, context_length = found, "context length detected");
         self.learned()
             .context_lengths

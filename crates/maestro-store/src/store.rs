@@ -219,18 +219,22 @@ impl Store {
             .max_connections(size.max_connections(backend))
             .acquire_timeout(Duration::from_secs(30));
         if backend == Backend::Sqlite {
-            options = options.after_connect(|conn, _meta| {
-                Box::pin(async move {
-                    // WAL: readers never block the writer. NORMAL is durable across process
-                    // crashes (a power cut may lose the last commits, never corrupt).
-                    conn.execute("PRAGMA journal_mode = WAL").await?;
-                    conn.execute("PRAGMA synchronous = NORMAL").await?;
-                    conn.execute("PRAGMA foreign_keys = ON").await?;
-                    let busy = format!("PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}");
-                    conn.execute(sqlx::AssertSqlSafe(busy)).await?;
-                    Ok(())
-                })
-            });
+            // A connection to a file does not go stale: no ping before each use (a round
+            // trip to the connection's thread per query).
+            options = options
+                .test_before_acquire(false)
+                .after_connect(|conn, _meta| {
+                    Box::pin(async move {
+                        // WAL: readers never block the writer. NORMAL is durable across process
+                        // crashes (a power cut may lose the last commits, never corrupt).
+                        conn.execute("PRAGMA journal_mode = WAL").await?;
+                        conn.execute("PRAGMA synchronous = NORMAL").await?;
+                        conn.execute("PRAGMA foreign_keys = ON").await?;
+                        let busy = format!("PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}");
+                        conn.execute(sqlx::AssertSqlSafe(busy)).await?;
+                        Ok(())
+                    })
+                });
         }
         let pool =
             options

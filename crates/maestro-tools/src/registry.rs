@@ -27,7 +27,8 @@ pub const EDIT_TOOLS: &[&str] = &["Write", "Edit"];
 /// from the tool's input type, and the registry is asked for specs on every model request.
 #[derive(Clone)]
 pub struct Registry {
-    tools: Vec<Registered>,
+    /// Shared by clones (every run of a worker holds one): registering copies it first.
+    tools: Arc<Vec<Registered>>,
     config: Arc<ToolsConfig>,
 }
 
@@ -50,7 +51,7 @@ impl Registry {
     /// An empty registry (useful for tests and for embedding only some tools).
     pub fn empty(config: ToolsConfig) -> Registry {
         Registry {
-            tools: Vec::new(),
+            tools: Arc::new(Vec::new()),
             config: Arc::new(config),
         }
     }
@@ -71,8 +72,9 @@ impl Registry {
     /// Adds a tool; a tool with the same name replaces the earlier one.
     pub fn register(&mut self, tool: Arc<dyn Tool>) {
         let spec = tool.spec();
-        self.tools.retain(|t| t.spec.name != spec.name);
-        self.tools.push(Registered { spec, tool });
+        let tools = Arc::make_mut(&mut self.tools);
+        tools.retain(|t| t.spec.name != spec.name);
+        tools.push(Registered { spec, tool });
     }
 
     /// Every registered tool's spec, in registration order.

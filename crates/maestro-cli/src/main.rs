@@ -55,6 +55,11 @@ enum Command {
     Schedules(schedules::Command),
 }
 
+/// mimalloc: a worker's runs allocate and free many small objects across a few threads, where
+/// glibc's allocator spent a quarter of the CPU of 1,000 concurrent runs (docs/benchmarks.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,

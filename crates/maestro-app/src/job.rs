@@ -13,7 +13,7 @@ use maestro_llm::Provider;
 use maestro_piece::Piece;
 use maestro_protocol::RunStatus;
 use maestro_store::{
-    Claimed, CommentKind, FailDisposition, JobId, JobQueue, JobStatus, Lease, Outcome, Store,
+    Claimed, CommentKind, FailDisposition, JobQueue, JobStatus, Lease, Outcome, Store,
 };
 use maestro_tools::Registry;
 use tokio_util::sync::CancellationToken;
@@ -179,7 +179,11 @@ async fn prepare(
 }
 
 /// The job's stored events, to resume from (none for a new run).
-async fn history(store: &Store, job: JobId) -> Result<Vec<EventRecord>, Ended> {
+async fn history(store: &Store, lease: &Lease) -> Result<Vec<EventRecord>, Ended> {
+    if first_claim(lease) {
+        return Ok(Vec::new());
+    }
+    let job = lease.job_id;
     let stored = store
         .events(job, 0)
         .await
@@ -193,6 +197,12 @@ async fn history(store: &Store, job: JobId) -> Result<Vec<EventRecord>, Ended> {
                 "the job's stored events cannot be read: {e}"
             )))
         })
+}
+
+/// Whether `lease` is the job's first claim. Events are written only under a lease and a
+/// question is answered only once a run asked it, so such a job has neither: nothing to read.
+fn first_claim(lease: &Lease) -> bool {
+    lease.fence == 1
 }
 
 /// Runs one claimed job to its end, a park, a retry, a lost lease or a hand-back.
@@ -210,7 +220,7 @@ pub(crate) async fn run_job(
     // A hand-back suspends the run: it stops where it is and records no end, so that the
     // worker that claims the job next resumes it.
     let suspend = hand_back.child_token();
-    let end = match history(store, job_id).await {
+    let end = match history(store, &lease).await {
         Ok(history) => match prepare(ctx, &claimed, &history).await {
             Ok(prepared) => {
                 run_prepared(ctx, &claimed, prepared, history, &fence, suspend.clone()).await
@@ -366,9 +376,13 @@ async fn run_prepared(
         cancel.cancel();
     });
     let workspace = claimed.job.workspace.as_ref().map(PathBuf::from);
-    let answers = match ctx.store.answers(claimed.job.id).await {
-        Ok(answers) => answers,
-        Err(e) => return Ended::Broken(format!("reading the job's answers failed: {e}")),
+    let answers = if first_claim(&claimed.lease) {
+        Vec::new()
+    } else {
+        match ctx.store.answers(claimed.job.id).await {
+            Ok(answers) => answers,
+            Err(e) => return Ended::Broken(format!("reading the job's answers failed: {e}")),
+        }
     };
     let parts = RunParts {
         piece,

@@ -167,11 +167,11 @@ impl StoreLog {
     /// The row of one event: its `seq`, its type, and the whole record as `payload` (so that
     /// `maestro jobs events` prints exactly the `events.jsonl` line).
     pub fn row(record: &EventRecord) -> Result<NewEvent, serde_json::Error> {
-        Ok(NewEvent {
-            seq: i64::try_from(record.seq).unwrap_or(i64::MAX),
-            kind: record.event.kind().to_string(),
-            payload: serde_json::to_value(record)?,
-        })
+        NewEvent::new(
+            i64::try_from(record.seq).unwrap_or(i64::MAX),
+            record.event.kind(),
+            record,
+        )
     }
 
     /// Appends `records` with the writer's next commit, fenced by the lease. A lost lease or a

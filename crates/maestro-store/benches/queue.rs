@@ -111,10 +111,13 @@ fn append_events(bencher: Bencher, n: i64) {
     let payload = json!({"tool": "Read", "output": "x".repeat(400)});
     bencher.bench_local(|| {
         let events: Vec<NewEvent> = (0..n)
-            .map(|_| NewEvent {
-                seq: seq.fetch_add(1, Ordering::Relaxed) + 1,
-                kind: "tool_result".into(),
-                payload: payload.clone(),
+            .map(|_| {
+                NewEvent::new(
+                    seq.fetch_add(1, Ordering::Relaxed) + 1,
+                    "tool_result",
+                    &payload,
+                )
+                .unwrap()
             })
             .collect();
         f.rt.block_on(f.store.append_events(&lease, &events))

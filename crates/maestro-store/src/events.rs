@@ -121,7 +121,7 @@ impl Store {
                     .bind(event.seq)
                     .bind(lease.fence)
                     .bind(event.kind.clone())
-                    .bind(event.payload.to_string());
+                    .bind(event.payload.get().to_string());
             }
             match query.execute(&mut *tx).await {
                 Ok(_) => {}
@@ -265,7 +265,7 @@ impl Store {
             query = query
                 .bind(event.seq)
                 .bind(event.kind.clone())
-                .bind(event.payload.to_string());
+                .bind(event.payload.get().to_string());
         }
         match query.execute(&mut **tx).await {
             Ok(_) => Ok(Ok(())),

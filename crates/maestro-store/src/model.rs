@@ -257,11 +257,37 @@ pub struct Claimed {
 
 /// An event to append to a job's stream. `seq` is chosen by the writer (one more than the last
 /// stored), so a replayed append collides instead of duplicating.
-#[derive(Debug, Clone, PartialEq)]
+///
+/// The payload is JSON text, serialised once by whoever makes the event
+/// ([`NewEvent::new`]) and stored as it is.
+#[derive(Debug, Clone)]
 pub struct NewEvent {
     pub seq: i64,
     pub kind: String,
-    pub payload: serde_json::Value,
+    pub payload: Box<serde_json::value::RawValue>,
+}
+
+impl NewEvent {
+    /// An event whose payload is `payload` as JSON.
+    pub fn new(
+        seq: i64,
+        kind: impl Into<String>,
+        payload: &impl serde::Serialize,
+    ) -> Result<NewEvent, serde_json::Error> {
+        Ok(NewEvent {
+            seq,
+            kind: kind.into(),
+            payload: serde_json::value::to_raw_value(payload)?,
+        })
+    }
+}
+
+impl PartialEq for NewEvent {
+    fn eq(&self, other: &NewEvent) -> bool {
+        self.seq == other.seq
+            && self.kind == other.kind
+            && self.payload.get() == other.payload.get()
+    }
 }
 
 /// An event as stored.

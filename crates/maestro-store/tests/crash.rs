@@ -104,11 +104,7 @@ async fn a_killed_worker_leaves_only_committed_events_and_its_job_is_rescued(db:
         worker: "doomed".into(),
         ..rescued.lease.clone()
     };
-    let next = NewEvent {
-        seq: stored + 1,
-        kind: "tool_result".into(),
-        payload: json!("after rescue"),
-    };
+    let next = NewEvent::new(stored + 1, "tool_result", &json!("after rescue")).unwrap();
     assert!(matches!(
         store
             .append_events(&stale, std::slice::from_ref(&next))

@@ -22,11 +22,7 @@ use time::OffsetDateTime;
 const LEASE: Duration = Duration::from_secs(30);
 
 fn event(seq: i64) -> NewEvent {
-    NewEvent {
-        seq,
-        kind: "tool_result".into(),
-        payload: json!({ "seq": seq }),
-    }
+    NewEvent::new(seq, "tool_result", &json!({ "seq": seq })).unwrap()
 }
 
 fn completed(result: serde_json::Value) -> Outcome {

@@ -31,12 +31,14 @@ async fn main() -> Result<(), Box<dyn Error>> {
     for pair in 1i64.. {
         let events: Vec<NewEvent> = [2 * pair - 1, 2 * pair]
             .into_iter()
-            .map(|seq| NewEvent {
-                seq,
-                kind: "tool_result".into(),
-                payload: serde_json::json!({ "seq": seq, "by": worker }),
+            .map(|seq| {
+                NewEvent::new(
+                    seq,
+                    "tool_result",
+                    &serde_json::json!({ "seq": seq, "by": worker }),
+                )
             })
-            .collect();
+            .collect::<Result<_, _>>()?;
         store.append_events(&lease, &events).await?;
         writeln!(out, "committed {}", 2 * pair)?;
         out.flush()?;

@@ -198,12 +198,28 @@ pub(crate) fn parse_usage(value: &Value) -> Option<Usage> {
 }
 
 /// About four characters per token: good enough for context budgeting when the endpoint is mute.
+/// The length of `value` as JSON text, counted without building the text.
+fn json_len(value: &Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    match serde_json::to_writer(&mut count, value) {
+        Ok(()) => count.0,
+        Err(_) => 0,
+    }
+}
+
 pub(crate) fn estimate_usage(sent: &Value, answer: &RawAnswer) -> Usage {
-    let prompt_chars = sent
-        .get("messages")
-        .map(|m| m.to_string().len())
-        .unwrap_or(0)
-        + sent.get("tools").map(|t| t.to_string().len()).unwrap_or(0);
+    let prompt_chars = sent.get("messages").map(json_len).unwrap_or(0)
+        + sent.get("tools").map(json_len).unwrap_or(0);
     let completion_chars = answer.content.len()
         + answer
             .tool_calls
@@ -225,6 +241,13 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
     use super::*;
+
+    #[test]
+    fn json_len_is_the_length_of_the_text() {
+        let value = serde_json::json!({"messages": [{"role": "user", "content": "é \"quoted\"\n"}], "n": 1.5});
+        assert_eq!(json_len(&value), value.to_string().len());
+        assert_eq!(json_len(&Value::Null), 4);
+    }
 
     #[test]
     fn assistant_tool_calls_and_tool_results_use_native_roles() {

@@ -403,22 +403,8 @@ impl Store {
                 format!(" AND task_class IN ({})", marks.join(", "))
             }
         };
-        let mut tx = self.begin_write().await?;
         let last_sweep = self.last_sweep.load(Ordering::Relaxed);
-        if now.saturating_sub(last_sweep) >= SWEEP_EVERY_MS || now < last_sweep {
-            sqlx::query::<Any>(
-                "UPDATE jobs SET status = 'failed', reason = $1, lease_owner = NULL, \
-                 lease_expires_at = NULL, finished_at = $2, updated_at = $2 \
-                 WHERE status = 'running' AND lease_expires_at < $2 AND attempts >= max_attempts",
-            )
-            .bind(LOST_WORKER)
-            .bind(now)
-            .execute(&mut *tx)
-            .await
-            .map_err(StoreError::query("fail jobs whose workers vanished"))?;
-            self.wake_parents_in(&mut tx, now).await?;
-            self.last_sweep.store(now, Ordering::Relaxed);
-        }
+        let sweep = now.saturating_sub(last_sweep) >= SWEEP_EVERY_MS || now < last_sweep;
         let sql = format!(
             "UPDATE jobs SET status = 'running', attempts = attempts + 1, fence = fence + 1, \
              lease_owner = $1, lease_expires_at = $2, updated_at = $3, \
@@ -441,13 +427,17 @@ impl Store {
                 query = query.bind(name.clone());
             }
         }
-        let rows = query
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(StoreError::query("claim jobs"))?;
-        tx.commit()
-            .await
-            .map_err(StoreError::query("commit a claim"))?;
+        let rows = if !sweep && self.backend == crate::store::Backend::Postgres {
+            // One statement is atomic by itself: PostgreSQL saves the BEGIN and COMMIT round
+            // trips. (SQLite keeps `BEGIN IMMEDIATE`, so that the write lock is waited for
+            // rather than refused.)
+            query
+                .fetch_all(&self.pool)
+                .await
+                .map_err(StoreError::query("claim jobs"))?
+        } else {
+            self.claim_in_transaction(query, sweep, now).await?
+        };
         let mut claimed = rows
             .iter()
             .map(|row| {
@@ -465,5 +455,39 @@ impl Store {
             (b.job.priority, a.job.run_at, a.job.id).cmp(&(a.job.priority, b.job.run_at, b.job.id))
         });
         Ok(claimed)
+    }
+
+    /// The claim inside a write transaction, after the sweep when one is due: jobs whose
+    /// worker vanished on their last attempt end `failed`, and parents whose subtasks all
+    /// ended go back to the queue.
+    async fn claim_in_transaction<'q>(
+        &self,
+        claim: sqlx::query::Query<'q, Any, sqlx::any::AnyArguments>,
+        sweep: bool,
+        now: i64,
+    ) -> StoreResult<Vec<sqlx::any::AnyRow>> {
+        let mut tx = self.begin_write().await?;
+        if sweep {
+            sqlx::query::<Any>(
+                "UPDATE jobs SET status = 'failed', reason = $1, lease_owner = NULL, \
+                 lease_expires_at = NULL, finished_at = $2, updated_at = $2 \
+                 WHERE status = 'running' AND lease_expires_at < $2 AND attempts >= max_attempts",
+            )
+            .bind(LOST_WORKER)
+            .bind(now)
+            .execute(&mut *tx)
+            .await
+            .map_err(StoreError::query("fail jobs whose workers vanished"))?;
+            self.wake_parents_in(&mut tx, now).await?;
+            self.last_sweep.store(now, Ordering::Relaxed);
+        }
+        let rows = claim
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(StoreError::query("claim jobs"))?;
+        tx.commit()
+            .await
+            .map_err(StoreError::query("commit a claim"))?;
+        Ok(rows)
     }
 }

@@ -123,7 +123,14 @@ impl Project {
         };
         config.llm.base_url = base_url.to_string();
         config.llm.model = Some("scripted-model".into());
-        config.paths.runs_dir = dir.path().join(".maestro/runs");
+        // `MAESTRO_BENCH_RUNS_DIR` puts the run directories elsewhere (a tmpfs, say): on ext4,
+        // creating files just after many were deleted (an earlier sample's, a build's) makes the
+        // kernel skip every recently deleted inode, and that can take most of the CPU
+        // (docs/benchmarks.md).
+        config.paths.runs_dir = match std::env::var_os("MAESTRO_BENCH_RUNS_DIR") {
+            Some(runs) => Path::new(&runs).join(dir.path().file_name().unwrap()),
+            None => dir.path().join(".maestro/runs"),
+        };
         config.paths.pieces_dirs = vec![pieces];
         let url = StoreUrl::Sqlite {
             path: dir.path().join(".maestro/maestro.db"),
@@ -153,6 +160,15 @@ impl Project {
 
     fn path(&self) -> &Path {
         self.dir.path()
+    }
+}
+
+impl Drop for Project {
+    fn drop(&mut self) {
+        // Run directories put outside the project by `MAESTRO_BENCH_RUNS_DIR`.
+        if !self.config.paths.runs_dir.starts_with(self.dir.path()) {
+            let _ = std::fs::remove_dir_all(&self.config.paths.runs_dir);
+        }
     }
 }
 

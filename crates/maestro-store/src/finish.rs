@@ -10,9 +10,10 @@ use crate::model::{JobId, JobStatus, Lease, Outcome};
 use crate::rows::{col, parse_id};
 use crate::store::{Backend, Store};
 
-/// The most finishes one statement carries (seven parameters each, well under either engine's
-/// limit); a longer batch is several statements in the same transaction.
-const PER_STATEMENT: usize = 100;
+/// The most finishes one statement carries (six parameters each); a longer batch is several
+/// statements in the same transaction. Kept small: SQLite's parameter lookup grows with the
+/// square of a statement's parameters (see `ROWS_PER_INSERT` in events.rs).
+const PER_STATEMENT: usize = 50;
 
 /// Whether finishing as `status` ends the job (`true`) or parks it (`false`); `queued` and
 /// `running` are not a run's end.

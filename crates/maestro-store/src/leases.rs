@@ -12,8 +12,9 @@ use crate::model::{JobId, JobStatus, Lease};
 use crate::rows::{col, parse_id};
 use crate::store::Store;
 
-/// The most leases one statement carries.
-const PER_STATEMENT: usize = 200;
+/// The most leases one statement carries (SQLite's parameter lookup grows with the square of a
+/// statement's parameters; see `ROWS_PER_INSERT` in events.rs).
+const PER_STATEMENT: usize = 64;
 
 impl Store {
     /// Renews every lease in `leases` for `lease_for` from now, as [`JobQueue::heartbeat`]
@@ -84,7 +85,7 @@ impl Store {
     }
 
     /// Which of `leases` no longer hold, and why: the job was cancelled, another claim took
-    /// it, it ended, or it is gone. A lease that still holds has no entry. One query per 200
+    /// it, it ended, or it is gone. A lease that still holds has no entry. One query per 64
     /// leases; nothing is written.
     pub async fn check_leases(&self, leases: &[Lease]) -> StoreResult<HashMap<JobId, StoreError>> {
         let refs: Vec<&Lease> = leases.iter().collect();

@@ -252,7 +252,7 @@ async fn a_batch_longer_than_one_statement_finishes_every_job(db: Db) {
     assert_eq!(store.jobs(Some(JobStatus::Running)).await.unwrap().len(), 1);
 }
 
-/// `renew_leases` and `check_leases` over 250 leases (two statements): a taken, a cancelled
+/// `renew_leases` and `check_leases` over 250 leases (several statements): a taken, a cancelled
 /// and an ended job are refused with the same errors a single heartbeat gives, and every other
 /// lease is renewed.
 async fn leases_renewed_and_checked_together_answer_each_alone(db: Db) {

@@ -345,9 +345,7 @@ async fn run_prepared(
     let (registry, toolbox) = if uses_mcp {
         let toolbox = match Toolbox::build(&config, &selection).await {
             Ok(t) => t,
-            Err(e) => {
-                return Ended::Unstarted(Unstartable::Permanent(format!("{e}: {}", source_of(&e))));
-            }
+            Err(e) => return unbuildable(&e),
         };
         if let Err(message) = toolbox.ensure_required(&piece.required_mcp) {
             toolbox.shutdown().await;
@@ -360,9 +358,7 @@ async fn run_prepared(
     } else {
         match ctx.shared_tools(&config).await {
             Ok(registry) => (registry, None),
-            Err(e) => {
-                return Ended::Unstarted(Unstartable::Permanent(format!("{e}: {}", source_of(&e))));
-            }
+            Err(e) => return unbuildable(&e),
         }
     };
     let mut engine = Engine::new(provider, registry, engine_config);
@@ -468,6 +464,11 @@ fn run_spec(
     )
     .map(|host| Arc::new(host) as Arc<dyn SubtaskHost>);
     Ok(spec)
+}
+
+/// A run whose tools cannot be set up (`ssh.connections` is wrong, say) never starts.
+fn unbuildable(e: &ToolboxError) -> Ended {
+    Ended::Unstarted(Unstartable::Permanent(format!("{e}: {}", source_of(e))))
 }
 
 fn source_of(e: &dyn std::error::Error) -> String {

@@ -147,7 +147,7 @@ impl KeeperInner {
             match self.store.check_leases(&others).await {
                 Ok(refused) => {
                     for lease in &others {
-                        if let Some(e) = refused.get(&lease.job_id) {
+                        if let Some(e) = refused.get(&(lease.job_id, lease.fence)) {
                             self.refused(lease, e);
                         }
                     }

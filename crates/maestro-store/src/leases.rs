@@ -42,7 +42,7 @@ impl Store {
                  UPDATE jobs SET lease_expires_at = $1, updated_at = $2 FROM kept \
                  WHERE jobs.id = kept.job_id AND jobs.fence = kept.held \
                    AND jobs.status = 'running' \
-                 RETURNING id",
+                 RETURNING id, fence",
                 values.join(", ")
             );
             let mut query = sqlx::query::<Any>(sqlx::AssertSqlSafe(sql))
@@ -56,19 +56,22 @@ impl Store {
                 .await
                 .map_err(StoreError::query("renew leases"))?
             {
-                renewed.insert(parse_id(&col::<String>(&row, "id")?)?);
+                renewed.insert((
+                    parse_id(&col::<String>(&row, "id")?)?,
+                    col::<i64>(&row, "fence")?,
+                ));
             }
         }
         let refused: Vec<&Lease> = leases
             .iter()
-            .filter(|lease| !renewed.contains(&lease.job_id))
+            .filter(|lease| !renewed.contains(&(lease.job_id, lease.fence)))
             .collect();
         let mut why = self.refusals(&refused).await?;
         Ok(leases
             .iter()
-            .map(|lease| match why.remove(&lease.job_id) {
+            .map(|lease| match why.remove(&(lease.job_id, lease.fence)) {
                 Some(e) => Err(e),
-                None if renewed.contains(&lease.job_id) => Ok(Lease {
+                None if renewed.contains(&(lease.job_id, lease.fence)) => Ok(Lease {
                     expires_at: from_ms(expires),
                     ..lease.clone()
                 }),
@@ -84,15 +87,19 @@ impl Store {
             .collect())
     }
 
-    /// Which of `leases` no longer hold, and why: the job was cancelled, another claim took
-    /// it, it ended, or it is gone. A lease that still holds has no entry. One query per 64
-    /// leases; nothing is written.
-    pub async fn check_leases(&self, leases: &[Lease]) -> StoreResult<HashMap<JobId, StoreError>> {
+    /// Which of `leases` no longer hold, by job and fencing token (two leases on one job, an
+    /// old claim winding down and a new one, are told apart), and why: the job was cancelled,
+    /// another claim took it, it ended, or it is gone. A lease that still holds has no entry.
+    /// One query per 64 leases; nothing is written.
+    pub async fn check_leases(
+        &self,
+        leases: &[Lease],
+    ) -> StoreResult<HashMap<(JobId, i64), StoreError>> {
         let refs: Vec<&Lease> = leases.iter().collect();
         self.refusals(&refs).await
     }
 
-    async fn refusals(&self, leases: &[&Lease]) -> StoreResult<HashMap<JobId, StoreError>> {
+    async fn refusals(&self, leases: &[&Lease]) -> StoreResult<HashMap<(JobId, i64), StoreError>> {
         let mut now_held = HashMap::with_capacity(leases.len());
         for chunk in leases.chunks(PER_STATEMENT) {
             let marks: Vec<String> = (1..=chunk.len()).map(|i| format!("${i}")).collect();
@@ -128,7 +135,7 @@ impl Store {
                         status: *status,
                     },
                 };
-                Some((lease.job_id, why))
+                Some(((lease.job_id, lease.fence), why))
             })
             .collect())
     }

@@ -19,6 +19,7 @@ on_both_backends!(
     a_stale_lease_in_a_batch_finishes_nothing_and_the_others_finish,
     a_batch_longer_than_one_statement_finishes_every_job,
     leases_renewed_and_checked_together_answer_each_alone,
+    an_old_and_a_new_lease_on_one_job_are_told_apart,
 );
 
 fn outcome(status: JobStatus, result: serde_json::Value) -> Outcome {
@@ -314,7 +315,7 @@ async fn leases_renewed_and_checked_together_answer_each_alone(db: Db) {
         .await
         .unwrap()
         .iter()
-        .map(|(id, e)| (*id, refused(e)))
+        .map(|((id, _), e)| (*id, refused(e)))
         .collect();
     checked.sort_by_key(|(id, _)| ids.iter().position(|i| i == id));
     assert_eq!(checked, expected);
@@ -346,4 +347,35 @@ async fn leases_renewed_and_checked_together_answer_each_alone(db: Db) {
     assert_eq!(job.lease_owner.as_deref(), Some("other"));
     let renewed_to = answers[0].as_ref().unwrap().expires_at;
     assert!(job.lease_expires_at.unwrap() < renewed_to);
+}
+
+/// A worker may hold an old lease (a run winding down after losing it) and a new claim on the
+/// same job: kept together, the old one is refused and the new one renewed.
+async fn an_old_and_a_new_lease_on_one_job_are_told_apart(db: Db) {
+    let store = db.open().await;
+    let (ids, leases) = submitted_and_claimed(&store, 1).await;
+    let new = store
+        .take_over_job(ids[0], "w", LEASE)
+        .await
+        .unwrap()
+        .unwrap()
+        .lease;
+    let both = [leases[0].clone(), new.clone()];
+    let refused: Vec<(JobId, i64)> = store
+        .check_leases(&both)
+        .await
+        .unwrap()
+        .into_keys()
+        .collect();
+    assert_eq!(refused, vec![(ids[0], 1)]);
+    let answers = store.renew_leases(&both, LEASE).await.unwrap();
+    assert!(matches!(
+        answers[0],
+        Err(StoreError::LeaseLost {
+            held: 1,
+            current: 2,
+            ..
+        })
+    ));
+    assert_eq!(answers[1].as_ref().unwrap().fence, 2);
 }

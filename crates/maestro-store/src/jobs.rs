@@ -4,7 +4,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use sqlx::any::AnyRow;
-use sqlx::{Any, Transaction};
+use sqlx::{Any, Executor, Transaction};
 
 use crate::clock::{duration_ms, from_ms};
 use crate::error::{StoreError, StoreResult};
@@ -20,8 +20,10 @@ pub(crate) const JOB_COLUMNS: &str = "id, piece, task, status, parent_id, priori
     workspace, submitted_by, attempts, max_attempts, fence, lease_owner, lease_expires_at, run_at, \
     result, reason, created_at, updated_at, schedule_id, scheduled_for, depth, title, child_index";
 
-/// How often a store fails the jobs whose workers vanished on their last attempt. Such a job
-/// is never claimed again in between (the claim skips it), so the sweep only sets its status.
+/// How often a store sweeps the jobs whose worker vanished (their lease lapsed): those with
+/// attempts left go back to the queue, the others end `failed`. The claim itself reads only
+/// queued jobs, down one index in claim order; a lapsed job waits for the next sweep (at most
+/// this long after a claim finds it due) rather than making every claim look for it.
 const SWEEP_EVERY_MS: i64 = 1_000;
 
 /// Why a job's worker vanished, written when a rescue finds its attempts used up.
@@ -396,37 +398,9 @@ impl Store {
     ) -> StoreResult<Vec<Claimed>> {
         let now = self.now_ms();
         let expires = now.saturating_add(duration_ms(lease_for));
-        let class_filter = match classes {
-            Classes::Any => String::new(),
-            Classes::Only(names) => {
-                let marks: Vec<String> = (0..names.len()).map(|i| format!("${}", i + 4)).collect();
-                format!(" AND task_class IN ({})", marks.join(", "))
-            }
-        };
         let last_sweep = self.last_sweep.load(Ordering::Relaxed);
         let sweep = now.saturating_sub(last_sweep) >= SWEEP_EVERY_MS || now < last_sweep;
-        let sql = format!(
-            "UPDATE jobs SET status = 'running', attempts = attempts + 1, fence = fence + 1, \
-             lease_owner = $1, lease_expires_at = $2, updated_at = $3, \
-             started_at = COALESCE(started_at, $3) \
-             WHERE id IN (SELECT id FROM jobs \
-               WHERE ((status = 'queued' AND run_at <= $3) \
-                  OR (status = 'running' AND lease_expires_at < $3 \
-                      AND attempts < max_attempts)){class_filter} \
-               ORDER BY priority DESC, run_at, id LIMIT {max}{lock}) \
-             RETURNING {JOB_COLUMNS}",
-            lock = self.backend.skip_locked(),
-            max = max.clamp(1, 1_000)
-        );
-        let mut query = sqlx::query::<Any>(sqlx::AssertSqlSafe(sql))
-            .bind(worker.to_string())
-            .bind(expires)
-            .bind(now);
-        if let Classes::Only(names) = classes {
-            for name in names {
-                query = query.bind(name.clone());
-            }
-        }
+        let query = claim_query(&self.claim_sql(classes, max), worker, expires, now, classes);
         let rows = if !sweep && self.backend == crate::store::Backend::Postgres {
             // One statement is atomic by itself: PostgreSQL saves the BEGIN and COMMIT round
             // trips. (SQLite keeps `BEGIN IMMEDIATE`, so that the write lock is waited for
@@ -457,9 +431,93 @@ impl Store {
         Ok(claimed)
     }
 
+    /// The claim's statement: queued jobs of `classes`, due, in claim order, at most `max`.
+    fn claim_sql(&self, classes: &Classes, max: usize) -> String {
+        let class_filter = match classes {
+            Classes::Any => String::new(),
+            Classes::Only(names) => {
+                let marks: Vec<String> = (0..names.len()).map(|i| format!("${}", i + 4)).collect();
+                format!(" AND task_class IN ({})", marks.join(", "))
+            }
+        };
+        format!(
+            "UPDATE jobs SET status = 'running', attempts = attempts + 1, fence = fence + 1, \
+             lease_owner = $1, lease_expires_at = $2, updated_at = $3, \
+             started_at = COALESCE(started_at, $3) \
+             WHERE id IN (SELECT id FROM jobs \
+               WHERE status = 'queued' AND run_at <= $3{class_filter} \
+               ORDER BY priority DESC, run_at, id LIMIT {max}{lock}) \
+             RETURNING {JOB_COLUMNS}",
+            lock = self.backend.skip_locked(),
+            max = max.clamp(1, 1_000)
+        )
+    }
+
+    /// How the database would run a claim of up to `max` jobs of `classes`: its query plan,
+    /// one line per step. Nothing is claimed. On PostgreSQL this is the generic plan, the one a
+    /// worker's prepared claim settles on after its first few runs; on SQLite, `EXPLAIN QUERY
+    /// PLAN`. For an operator whose queue drains slowly, and for the tests that hold the claim
+    /// to one ordered index scan however many jobs are queued.
+    pub async fn claim_plan(&self, classes: &Classes, max: usize) -> StoreResult<String> {
+        let sql = self.claim_sql(classes, max);
+        let (rows, column) = match self.backend {
+            crate::store::Backend::Sqlite => {
+                let explain = format!("EXPLAIN QUERY PLAN {sql}");
+                let rows = claim_query(&explain, "", 0, 0, classes)
+                    .fetch_all(&self.pool)
+                    .await
+                    .map_err(StoreError::query("explain a claim"))?;
+                (rows, "detail")
+            }
+            crate::store::Backend::Postgres => {
+                let mut tx = self
+                    .pool
+                    .begin()
+                    .await
+                    .map_err(StoreError::query("explain a claim"))?;
+                let quoted = |name: &String| format!("'{}'", name.replace('\'', "''"));
+                let mut arguments = vec!["''".to_string(), "0".into(), "0".into()];
+                if let Classes::Only(names) = classes {
+                    arguments.extend(names.iter().map(quoted));
+                }
+                let statements = [
+                    "SET LOCAL plan_cache_mode = force_generic_plan".to_string(),
+                    format!("PREPARE maestro_claim_plan AS {sql}"),
+                ];
+                for statement in statements {
+                    tx.execute(sqlx::AssertSqlSafe(statement))
+                        .await
+                        .map_err(StoreError::query("explain a claim"))?;
+                }
+                let explain = format!(
+                    "EXPLAIN EXECUTE maestro_claim_plan({})",
+                    arguments.join(", ")
+                );
+                let rows = sqlx::query::<Any>(sqlx::AssertSqlSafe(explain))
+                    .fetch_all(&mut *tx)
+                    .await
+                    .map_err(StoreError::query("explain a claim"))?;
+                // The prepared statement and the setting end with the transaction's connection
+                // state: deallocate it, then roll back.
+                tx.execute("DEALLOCATE maestro_claim_plan")
+                    .await
+                    .map_err(StoreError::query("explain a claim"))?;
+                tx.rollback()
+                    .await
+                    .map_err(StoreError::query("explain a claim"))?;
+                (rows, "QUERY PLAN")
+            }
+        };
+        let lines = rows
+            .iter()
+            .map(|row| col::<String>(row, column))
+            .collect::<StoreResult<Vec<_>>>()?;
+        Ok(lines.join("\n"))
+    }
+
     /// The claim inside a write transaction, after the sweep when one is due: jobs whose
-    /// worker vanished on their last attempt end `failed`, and parents whose subtasks all
-    /// ended go back to the queue.
+    /// worker vanished go back to the queue, or end `failed` when that was their last attempt,
+    /// and parents whose subtasks all ended go back to the queue.
     async fn claim_in_transaction<'q>(
         &self,
         claim: sqlx::query::Query<'q, Any, sqlx::any::AnyArguments>,
@@ -478,6 +536,19 @@ impl Store {
             .execute(&mut *tx)
             .await
             .map_err(StoreError::query("fail jobs whose workers vanished"))?;
+            // The others go back to the queue, where the claim finds them in the same order
+            // (priority, then age) as any queued job. They keep their fencing token: a fenced
+            // write needs the job `running`, so their old worker is shut out already, and the
+            // next claim raises the token.
+            sqlx::query::<Any>(
+                "UPDATE jobs SET status = 'queued', lease_owner = NULL, lease_expires_at = NULL, \
+                 updated_at = $1 \
+                 WHERE status = 'running' AND lease_expires_at < $1 AND attempts < max_attempts",
+            )
+            .bind(now)
+            .execute(&mut *tx)
+            .await
+            .map_err(StoreError::query("requeue jobs whose workers vanished"))?;
             self.wake_parents_in(&mut tx, now).await?;
             self.last_sweep.store(now, Ordering::Relaxed);
         }
@@ -490,4 +561,24 @@ impl Store {
             .map_err(StoreError::query("commit a claim"))?;
         Ok(rows)
     }
+}
+
+/// The claim's statement (or its `EXPLAIN`) with its parameters bound.
+fn claim_query<'q>(
+    sql: &str,
+    worker: &str,
+    expires: i64,
+    now: i64,
+    classes: &Classes,
+) -> sqlx::query::Query<'q, Any, sqlx::any::AnyArguments> {
+    let mut query = sqlx::query::<Any>(sqlx::AssertSqlSafe(sql.to_string()))
+        .bind(worker.to_string())
+        .bind(expires)
+        .bind(now);
+    if let Classes::Only(names) = classes {
+        for name in names {
+            query = query.bind(name.clone());
+        }
+    }
+    query
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use sqlx::any::{AnyPoolOptions, install_default_drivers};
 use sqlx::migrate::{Migration, MigrationType, Migrator};
-use sqlx::{Any, AnyPool, Executor, SqlSafeStr, Transaction};
+use sqlx::{Any, AnyPool, Connection, Executor, SqlSafeStr, Transaction};
 
 use crate::clock::{Clock, SystemClock};
 use crate::error::{StoreError, StoreResult};
@@ -92,6 +92,9 @@ struct EmbeddedMigration {
     postgres: &'static str,
 }
 
+/// A PostgreSQL connection idle for this long is pinged before it is used again.
+const PG_PING_AFTER_IDLE: Duration = Duration::from_secs(1);
+
 /// Every migration, oldest first. A released migration is never edited (its checksum is
 /// recorded); a change is a new migration.
 const MIGRATIONS: &[EmbeddedMigration] = &[
@@ -113,10 +116,16 @@ const MIGRATIONS: &[EmbeddedMigration] = &[
         sqlite: include_str!("../migrations/sqlite/0003_subtasks.sql"),
         postgres: include_str!("../migrations/postgres/0003_subtasks.sql"),
     },
+    EmbeddedMigration {
+        version: 4,
+        description: "queue indexes",
+        sqlite: include_str!("../migrations/sqlite/0004_queue_indexes.sql"),
+        postgres: include_str!("../migrations/postgres/0004_queue_indexes.sql"),
+    },
 ];
 
 /// The newest schema version this build knows.
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 fn migrator(backend: Backend, up_to: i64) -> Migrator {
     let migrations = MIGRATIONS
@@ -232,6 +241,34 @@ impl Store {
                         conn.execute("PRAGMA foreign_keys = ON").await?;
                         let busy = format!("PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}");
                         conn.execute(sqlx::AssertSqlSafe(busy)).await?;
+                        Ok(())
+                    })
+                });
+        } else {
+            // A ping before each use is a second round trip per statement. A connection used
+            // within the last second is known to be alive (a server that went away since fails
+            // the statement as it would have failed a ping); one idle for longer is pinged, and
+            // a broken one is replaced.
+            options = options
+                .test_before_acquire(false)
+                .before_acquire(|conn, meta| {
+                    Box::pin(async move {
+                        if meta.idle_for >= PG_PING_AFTER_IDLE {
+                            conn.ping().await?;
+                        }
+                        Ok(true)
+                    })
+                })
+                .after_connect(|conn, _meta| {
+                    Box::pin(async move {
+                        // The claim reads queued jobs down the `jobs_queued` index in claim
+                        // order and stops after the few it takes. Statistics taken before a
+                        // burst of submits make the planner expect a handful of queued rows,
+                        // and it then prefers a bitmap scan of every queued job followed by a
+                        // sort: a cost that grows with the backlog. Every query of the store
+                        // is a lookup by key or a range down an index, so bitmap scans are
+                        // never the better plan here.
+                        conn.execute("SET enable_bitmapscan = off").await?;
                         Ok(())
                     })
                 });

@@ -62,6 +62,8 @@ on_both_backends!(
     two_workers_race_for_each_job_and_exactly_one_wins,
     a_stale_worker_is_fenced_out_after_a_takeover,
     a_rescue_past_max_attempts_fails_the_job,
+    a_lapsed_job_goes_back_to_its_place_in_the_queue,
+    a_claim_reads_one_index_in_claim_order,
     events_are_unique_per_seq_and_batches_are_atomic,
     one_connection_serves_concurrent_queries_in_turn,
     batches_appended_together_are_fenced_one_by_one,
@@ -77,11 +79,11 @@ on_both_backends!(
 
 async fn migrations_are_idempotent(db: Db) {
     let first = db.open().await;
-    assert_eq!(first.applied_migrations().await.unwrap(), vec![1, 2, 3]);
+    assert_eq!(first.applied_migrations().await.unwrap(), vec![1, 2, 3, 4]);
     first.close().await;
     let second = db.open().await;
     second.migrate_to(SCHEMA_VERSION).await.unwrap();
-    assert_eq!(second.applied_migrations().await.unwrap(), vec![1, 2, 3]);
+    assert_eq!(second.applied_migrations().await.unwrap(), vec![1, 2, 3, 4]);
     submit(&second, "still works", "alice").await;
     // A build that knows only version 1 refuses the newer database instead of using it.
     let refused = second.migrate_to(1).await.unwrap_err().to_string();
@@ -116,7 +118,7 @@ async fn an_old_database_upgrades_in_place(db: Db) {
     conn.close().await.unwrap();
 
     let store = db.open().await;
-    assert_eq!(store.applied_migrations().await.unwrap(), vec![1, 2, 3]);
+    assert_eq!(store.applied_migrations().await.unwrap(), vec![1, 2, 3, 4]);
     let job = store.job(id).await.unwrap().unwrap();
     assert_eq!(
         (job.task.as_str(), job.status, job.result, job.schedule_id),
@@ -326,6 +328,103 @@ async fn a_rescue_past_max_attempts_fails_the_job(db: Db) {
     let job = store.job(id).await.unwrap().unwrap();
     assert_eq!(job.status, JobStatus::Failed);
     assert!(job.reason.unwrap().contains("stopped renewing its lease"));
+}
+
+async fn a_lapsed_job_goes_back_to_its_place_in_the_queue(db: Db) {
+    let clock = manual_clock();
+    let store = db.open().await.with_clock(clock.clone());
+    let gpu = Classes::Only(vec!["gpu".into()]);
+    let older = store
+        .submit(NewJob {
+            task_class: "gpu".into(),
+            ..NewJob::new("default", "older", "alice")
+        })
+        .await
+        .unwrap();
+    clock.advance(Duration::from_millis(5));
+    let newer = store
+        .submit(NewJob {
+            task_class: "gpu".into(),
+            ..NewJob::new("default", "newer", "alice")
+        })
+        .await
+        .unwrap();
+    let crashed = store.claim("crashed", &gpu, LEASE).await.unwrap().unwrap();
+    assert_eq!(crashed.job.id, older);
+
+    // A claim for another class finds nothing, but its sweep puts the lapsed job back.
+    clock.advance(LEASE + Duration::from_secs(1));
+    assert!(
+        store
+            .claim("cpu", &Classes::Only(vec!["default".into()]), LEASE)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let job = store.job(older).await.unwrap().unwrap();
+    assert_eq!(
+        (job.status, job.attempts, job.fence, job.lease_owner),
+        (JobStatus::Queued, 1, 1, None)
+    );
+    // Its old worker is shut out already, before anyone claims it again.
+    match store.append_events(&crashed.lease, &[event(1)]).await {
+        Err(StoreError::LeaseLost {
+            job, held, status, ..
+        }) => assert_eq!((job, held, status), (older, 1, JobStatus::Queued)),
+        other => panic!("expected LeaseLost, got {other:?}"),
+    }
+    assert!(store.heartbeat(&crashed.lease, LEASE).await.is_err());
+
+    // It keeps its place: older than the job that waited all along, so it is claimed first.
+    let again = store.claim("gpu", &gpu, LEASE).await.unwrap().unwrap();
+    assert_eq!(
+        (again.job.id, again.job.attempts, again.lease.fence),
+        (older, 2, 2)
+    );
+    let next = store.claim("gpu", &gpu, LEASE).await.unwrap().unwrap();
+    assert_eq!(next.job.id, newer);
+    assert!(store.events(older, 0).await.unwrap().is_empty());
+}
+
+async fn a_claim_reads_one_index_in_claim_order(db: Db) {
+    let store = db.open().await;
+    let submit_many = |n: i64| {
+        let store = store.clone();
+        async move {
+            for i in 0..n {
+                store
+                    .submit(NewJob {
+                        priority: i % 3,
+                        task_class: if i % 2 == 0 { "default" } else { "gpu" }.into(),
+                        ..NewJob::new("default", format!("job {i}"), "alice")
+                    })
+                    .await
+                    .unwrap();
+            }
+        }
+    };
+    // A young database, whose statistics the server has not taken yet, and a backlog that
+    // arrived at once.
+    submit_many(1_000).await;
+    // The planner must not read every queued job and sort them: the claim goes down one index
+    // in claim order and stops after the jobs it takes.
+    for classes in [Classes::Any, Classes::Only(vec!["gpu".into()])] {
+        let plan = store.claim_plan(&classes, 8).await.unwrap();
+        assert!(plan.contains("jobs_queued"), "{classes:?}:\n{plan}");
+        for costly in ["Sort", "Bitmap", "Seq Scan", "TEMP B-TREE"] {
+            assert!(!plan.contains(costly), "{classes:?}: {costly} in\n{plan}");
+        }
+        // SQLite: no step reads the table itself from end to end.
+        assert!(
+            !plan.lines().any(|l| l.trim() == "SCAN jobs"),
+            "{classes:?}:\n{plan}"
+        );
+    }
+    // Explaining claimed nothing.
+    assert_eq!(
+        store.jobs(Some(JobStatus::Queued)).await.unwrap().len(),
+        1_000
+    );
 }
 
 async fn events_are_unique_per_seq_and_batches_are_atomic(db: Db) {

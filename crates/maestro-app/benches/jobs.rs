@@ -351,7 +351,8 @@ fn thousand_runs(bencher: Bencher) {
     bencher
         .with_inputs(|| {
             for _ in 0..RUNS * 3 {
-                server.push(Turn::text(ANSWER).with_delay(DELAY));
+                // Real endpoints report usage (llama.cpp, vLLM and OpenAI all do when asked).
+                server.push(Turn::text(ANSWER).with_delay(DELAY).with_usage(60, 12));
             }
             rt.block_on(async {
                 let mut ids = Vec::with_capacity(RUNS);

@@ -23,7 +23,9 @@ use crate::completer::Completer;
 use crate::lease::LeaseKeeper;
 use crate::local::outcome;
 use crate::models::ModelError;
-use crate::pieces::{AUTO, PieceError, available_pieces, classify_piece, find_piece, load_piece};
+use crate::pieces::{
+    AUTO, PieceCache, PieceError, available_pieces, classify_piece, find_piece, load_piece,
+};
 use crate::store_log::{EventWriter, Fence, StoreLog};
 use crate::subtasks::{LocalChildren, StoreSubtasks};
 use crate::toolbox::{McpSelection, Toolbox, ToolboxError, load_options};
@@ -46,6 +48,8 @@ pub(crate) struct JobContext {
     pub local: Option<std::sync::Weak<LocalChildren>>,
     /// The tools of runs whose piece uses no MCP server, built once for all of them.
     pub tools: Arc<tokio::sync::OnceCell<Registry>>,
+    /// The pieces its runs found by name, kept for a moment.
+    pub pieces: Arc<PieceCache>,
 }
 
 impl JobContext {
@@ -159,7 +163,7 @@ async fn prepare(
         tracing::info!(job = %claimed.job.id, piece = %chosen.choice.piece, "classified: {}", chosen.choice.reason);
         (chosen.piece, chosen.path)
     } else {
-        let found = find_piece(&claimed.job.piece, &dirs, &opts)?;
+        let found = ctx.pieces.find(&claimed.job.piece, &dirs, &opts)?;
         (found.piece, found.path)
     };
     if !ctx.model_from_flag && piece.model.is_some() {

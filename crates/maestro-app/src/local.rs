@@ -197,6 +197,7 @@ impl LocalJob {
                 model_from_flag,
                 local: None,
                 tools: Arc::default(),
+                pieces: Arc::default(),
             },
             owner(),
         );

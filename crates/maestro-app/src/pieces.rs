@@ -151,3 +151,141 @@ pub async fn classify_piece(
         choice,
     })
 }
+
+/// How long a worker keeps a piece it found by name before it looks again.
+const PIECE_CACHE_FOR: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Pieces found by name, kept for the runs a worker starts one after another: finding a piece
+/// by name loads every piece in the pieces directories. An entry is used again while its file
+/// is unchanged (same modification time and length) and for at most two seconds, so an edit
+/// of the piece file reaches the next job claimed, and a new piece file or an edited facet
+/// file within two seconds. Failures are never kept: a piece that is fixed is found at once.
+#[derive(Debug, Default)]
+pub(crate) struct PieceCache {
+    found: std::sync::Mutex<std::collections::HashMap<String, Kept>>,
+}
+
+#[derive(Debug)]
+struct Kept {
+    found: Found,
+    at: std::time::Instant,
+    stamp: Option<(std::time::SystemTime, u64)>,
+}
+
+/// The modification time and length of `path`, to tell an edited file.
+fn stamp(path: &Path) -> Option<(std::time::SystemTime, u64)> {
+    let meta = std::fs::metadata(path).ok()?;
+    Some((meta.modified().ok()?, meta.len()))
+}
+
+impl PieceCache {
+    /// [`find_piece`], through the cache. `dirs` and `opts` must be the same on every call
+    /// (they come from the worker's configuration).
+    pub(crate) fn find(
+        &self,
+        given: &str,
+        dirs: &[PathBuf],
+        opts: &LoadOptions,
+    ) -> Result<Found, PieceError> {
+        if let Ok(found) = self.found.lock()
+            && let Some(kept) = found.get(given)
+            && kept.at.elapsed() < PIECE_CACHE_FOR
+            && kept.stamp.is_some()
+            && stamp(&kept.found.path) == kept.stamp
+        {
+            return Ok(kept.found.clone());
+        }
+        let found = find_piece(given, dirs, opts)?;
+        if let Ok(mut cache) = self.found.lock() {
+            cache.insert(
+                given.to_string(),
+                Kept {
+                    stamp: stamp(&found.path),
+                    found: found.clone(),
+                    at: std::time::Instant::now(),
+                },
+            );
+        }
+        Ok(found)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    const PIECE: &str = "\
+name: one
+description: DESCRIPTION
+max_movements: 3
+initial_movement: work
+movements:
+  - name: work
+    edit: false
+    persona: ./persona.md
+    instruction: \"{task}\"
+    rules:
+      - condition: done
+        next: COMPLETE
+";
+
+    fn persona(found: &Found) -> String {
+        found.piece.movements[0]
+            .persona
+            .as_ref()
+            .map(|facet| facet.text.trim().to_string())
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn a_piece_is_kept_until_its_file_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("one.yaml");
+        std::fs::write(&file, PIECE.replace("DESCRIPTION", "first")).unwrap();
+        std::fs::write(dir.path().join("persona.md"), "You work.").unwrap();
+        let dirs = vec![dir.path().to_path_buf()];
+        let opts = LoadOptions::default();
+        let cache = PieceCache::default();
+
+        let found = cache.find("one", &dirs, &opts).unwrap();
+        assert_eq!(
+            (found.piece.description.as_str(), persona(&found).as_str()),
+            ("first", "You work.")
+        );
+        // Kept: a facet file edited just now is read at the next look, not at once.
+        std::fs::write(dir.path().join("persona.md"), "You rest.").unwrap();
+        let kept = cache.find("one", &dirs, &opts).unwrap();
+        assert_eq!(persona(&kept), "You work.");
+        // The piece file edited: found anew, with the facet as it is now.
+        std::fs::write(&file, PIECE.replace("DESCRIPTION", "second one")).unwrap();
+        let edited = cache.find("one", &dirs, &opts).unwrap();
+        assert_eq!(
+            (edited.piece.description.as_str(), persona(&edited).as_str()),
+            ("second one", "You rest.")
+        );
+    }
+
+    #[test]
+    fn a_failure_is_not_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let dirs = vec![dir.path().to_path_buf()];
+        let opts = LoadOptions::default();
+        let cache = PieceCache::default();
+        assert!(matches!(
+            cache.find("one", &dirs, &opts),
+            Err(PieceError::NotFound { .. })
+        ));
+        std::fs::write(
+            dir.path().join("one.yaml"),
+            PIECE.replace("DESCRIPTION", "new"),
+        )
+        .unwrap();
+        std::fs::write(dir.path().join("persona.md"), "You work.").unwrap();
+        assert_eq!(
+            cache.find("one", &dirs, &opts).unwrap().piece.description,
+            "new"
+        );
+    }
+}

@@ -154,6 +154,7 @@ impl Worker {
                     model_from_flag: options.model_from_flag,
                     local: None,
                     tools: Arc::default(),
+                    pieces: Arc::default(),
                 },
                 options,
                 wake: Notify::new(),

@@ -6,7 +6,7 @@ use std::future::Future;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::event::EventRecord;
 
@@ -37,9 +37,13 @@ pub enum AppendError {
 
 /// `events.jsonl`: one JSON line per event, written off the runtime's threads and flushed to
 /// the operating system per batch, so a killed process loses nothing it recorded.
+///
+/// One thread of the process ([`file_writer`]) writes the batches of every run's file, in the
+/// order they were handed over; an append resolves once its batch is written. Many runs then
+/// cost one busy thread rather than a blocking-pool task, and its wake-ups, per batch.
 pub struct JsonlLog {
     path: PathBuf,
-    file: Arc<Mutex<std::fs::File>>,
+    file: Arc<std::fs::File>,
 }
 
 impl JsonlLog {
@@ -51,7 +55,7 @@ impl JsonlLog {
             .open(path)?;
         Ok(JsonlLog {
             path: path.to_path_buf(),
-            file: Arc::new(Mutex::new(file)),
+            file: Arc::new(file),
         })
     }
 
@@ -83,17 +87,54 @@ impl EventLog for JsonlLog {
                 text.push('\n');
             }
             let file = Arc::clone(&self.file);
-            tokio::task::spawn_blocking(move || {
-                let mut file = file
-                    .lock()
-                    .map_err(|_| std::io::Error::other("events.jsonl writer poisoned"))?;
-                file.write_all(text.as_bytes())
-            })
-            .await
-            .map_err(std::io::Error::other)??;
+            match file_writer() {
+                Some(writer) => {
+                    let (done, written) = tokio::sync::oneshot::channel();
+                    writer
+                        .send(FileWrite { file, text, done })
+                        .map_err(|_| std::io::Error::other("the events.jsonl writer stopped"))?;
+                    written
+                        .await
+                        .map_err(|_| std::io::Error::other("the events.jsonl writer stopped"))??;
+                }
+                // No thread could be started: the runtime's blocking pool does it.
+                None => tokio::task::spawn_blocking(move || (&*file).write_all(text.as_bytes()))
+                    .await
+                    .map_err(std::io::Error::other)??,
+            }
             Ok(())
         })
     }
+}
+
+/// One batch for the file writer.
+struct FileWrite {
+    file: Arc<std::fs::File>,
+    text: String,
+    done: tokio::sync::oneshot::Sender<std::io::Result<()>>,
+}
+
+/// The process's `events.jsonl` writer: a thread that writes each batch it is handed, in
+/// order, and says when it is written. Started on first use; `None` if no thread can be
+/// started.
+fn file_writer() -> Option<&'static std::sync::mpsc::Sender<FileWrite>> {
+    static WRITER: OnceLock<Option<std::sync::mpsc::Sender<FileWrite>>> = OnceLock::new();
+    WRITER
+        .get_or_init(|| {
+            let (sender, batches) = std::sync::mpsc::channel::<FileWrite>();
+            std::thread::Builder::new()
+                .name("maestro-events".into())
+                .spawn(move || {
+                    for batch in batches {
+                        let written = (&*batch.file).write_all(batch.text.as_bytes());
+                        // The run may have stopped waiting; nothing to tell then.
+                        let _ = batch.done.send(written);
+                    }
+                })
+                .ok()
+                .map(|_| sender)
+        })
+        .as_ref()
 }
 
 /// Keeps every record in memory; for tests and benchmarks.
@@ -117,5 +158,70 @@ impl EventLog for MemoryLog {
                 .extend_from_slice(records);
             Ok(())
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use crate::event::{RunEvent, read_events};
+
+    fn started(seq: u64) -> EventRecord {
+        EventRecord {
+            seq,
+            ts: "2026-01-01T00:00:00Z".into(),
+            event: RunEvent::MovementStarted {
+                movement: format!("m{seq}"),
+                iteration: 1,
+                movement_iteration: 1,
+                parent: None,
+                prompt_log: None,
+            },
+        }
+    }
+
+    /// Many runs appending at once through the one writer: each file gets its own batches,
+    /// whole and in order, and each append has resolved only once its batch is in the file.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_runs_each_get_their_batches_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let runs: Vec<_> = (0..20)
+            .map(|run| {
+                let path = dir.path().join(format!("run-{run}.jsonl"));
+                tokio::spawn(async move {
+                    let log = JsonlLog::append_to(&path).unwrap();
+                    for batch in 0..25u64 {
+                        let records = [started(batch * 2 + 1), started(batch * 2 + 2)];
+                        log.append(&records).await.unwrap();
+                        let written = read_events(&path).unwrap();
+                        assert_eq!(written.len() as u64, batch * 2 + 2);
+                    }
+                    path
+                })
+            })
+            .collect();
+        for run in runs {
+            let path = run.await.unwrap();
+            let seqs: Vec<u64> = read_events(&path).unwrap().iter().map(|r| r.seq).collect();
+            assert_eq!(seqs, (1..=50).collect::<Vec<_>>(), "{}", path.display());
+        }
+    }
+
+    #[tokio::test]
+    async fn a_failed_write_is_the_appends_error() {
+        // A file opened read-only: the write fails, and the append says so.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("events.jsonl");
+        std::fs::write(&path, "").unwrap();
+        let log = JsonlLog {
+            path: path.clone(),
+            file: Arc::new(std::fs::File::open(&path).unwrap()),
+        };
+        assert!(matches!(
+            log.append(&[started(1)]).await,
+            Err(AppendError::Io(_))
+        ));
     }
 }

@@ -65,6 +65,9 @@ pub struct OpenAiCompat {
     endpoints: Endpoints,
     client: reqwest::Client,
     learned: Mutex<Learned>,
+    /// Held while the endpoint is asked for a context length: runs that start together wait
+    /// for the one answer instead of each sending the same request.
+    detecting: tokio::sync::Mutex<()>,
     tool_mode_file: ToolModeFile,
 }
 
@@ -146,6 +149,7 @@ impl OpenAiCompat {
             config,
             client,
             learned: Mutex::default(),
+            detecting: tokio::sync::Mutex::default(),
         })
     }
 
@@ -473,22 +477,31 @@ impl OpenAiCompat {
         }
     }
 
+    /// What the client already knows of `model`'s context length: `Some(answer)` when it
+    /// knows (or knows that the endpoint does not tell), `None` when it must ask.
+    fn known_context_length(&self, model: &str) -> Option<Option<u64>> {
+        let learned = self.learned();
+        if let Some(known) = learned.context_lengths.get(model) {
+            return Some(Some(*known));
+        }
+        learned
+            .context_unknown
+            .get(model)
+            .is_some_and(|asked| asked.elapsed() < UNKNOWN_CONTEXT_KEPT)
+            .then_some(None)
+    }
+
     async fn detect_context_length(&self, model: &str) -> Option<u64> {
         if let Some(configured) = self.config.context_length {
             return Some(configured);
         }
-        {
-            let learned = self.learned();
-            if let Some(known) = learned.context_lengths.get(model) {
-                return Some(*known);
-            }
-            if learned
-                .context_unknown
-                .get(model)
-                .is_some_and(|asked| asked.elapsed() < UNKNOWN_CONTEXT_KEPT)
-            {
-                return None;
-            }
+        if let Some(known) = self.known_context_length(model) {
+            return known;
+        }
+        // One request at a time: whoever waited finds the answer the first one learned.
+        let _detecting = self.detecting.lock().await;
+        if let Some(known) = self.known_context_length(model) {
+            return known;
         }
         let Some(found) =
             context::detect(&self.client, &self.endpoints, model, self.side_timeout()).await

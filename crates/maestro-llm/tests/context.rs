@@ -93,3 +93,40 @@ async fn nothing_known_gives_none_and_config_wins_without_asking() {
     assert_eq!(llm.context_length("m").await, Some(16000));
     assert!(configured.recorded().is_empty());
 }
+
+/// Asks for `model`'s context length from 50 tasks at once, through one client.
+async fn ask_together(server: &ScriptedLlm, model: &'static str) -> Vec<Option<u64>> {
+    let llm = std::sync::Arc::new(client(config(server.base_url())));
+    let asks: Vec<_> = (0..50)
+        .map(|_| {
+            let llm = llm.clone();
+            tokio::spawn(async move { llm.context_length(model).await })
+        })
+        .collect();
+    let mut answers = Vec::new();
+    for ask in asks {
+        answers.push(ask.await.unwrap());
+    }
+    answers
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_that_ask_together_share_one_detection() {
+    // Known: many callers at once, one request to the endpoint.
+    let server = ScriptedLlm::builder()
+        .model_id("qwen")
+        .max_model_len(32768)
+        .start()
+        .await;
+    assert_eq!(ask_together(&server, "qwen").await, vec![Some(32768); 50]);
+    assert_eq!(paths(&server), vec!["/v1/models"]);
+
+    // Unknown: the endpoint is asked once for all of them too.
+    let server = ScriptedLlm::builder().start().await;
+    assert_eq!(ask_together(&server, "mystery").await, vec![None; 50]);
+    let once = paths(&server);
+    let mut distinct = once.clone();
+    distinct.sort();
+    distinct.dedup();
+    assert_eq!(once.len(), distinct.len(), "each path asked once: {once:?}");
+}

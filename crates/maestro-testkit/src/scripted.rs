@@ -286,16 +286,16 @@ impl Drop for ScriptedLlm {
 impl Shared {
     fn record(&self, uri: &Uri, headers: &HeaderMap, body: &[u8]) -> Value {
         let body: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
-        let headers = headers
-            .iter()
-            .map(|(n, v)| {
-                (
-                    n.as_str().to_string(),
-                    String::from_utf8_lossy(v.as_bytes()).into_owned(),
-                )
-            })
-            .collect();
         if !self.options.forget_requests {
+            let headers = headers
+                .iter()
+                .map(|(n, v)| {
+                    (
+                        n.as_str().to_string(),
+                        String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                    )
+                })
+                .collect();
             lock(&self.recorded).push(RecordedRequest {
                 path: uri.path().to_string(),
                 headers,
@@ -308,8 +308,15 @@ impl Shared {
     /// The first conditional turn whose needle occurs in the request's messages, else the first
     /// unconditional turn.
     fn take_turn(&self, request: &Value) -> Option<Turn> {
-        let haystack = message_text(request);
         let mut script = lock(&self.script);
+        // Without conditional turns the next turn is the first one: no need to gather the
+        // request's text.
+        if script.front().is_some_and(|t| t.matcher.is_none())
+            && !script.iter().any(|t| t.matcher.is_some())
+        {
+            return script.pop_front();
+        }
+        let haystack = message_text(request);
         let position = script
             .iter()
             .position(|t| {

@@ -77,6 +77,8 @@ struct Learned {
     stream_options_refused: bool,
     streaming_refused: bool,
     tool_modes: HashMap<String, ToolMode>,
+    /// Models looked up in the tool-mode file already.
+    tool_mode_file_read: std::collections::HashSet<String>,
     context_lengths: HashMap<String, u64>,
     /// Models whose context length the endpoint did not tell, and when it was asked: not asked
     /// again for [`UNKNOWN_CONTEXT_KEPT`], so that runs sharing the client do not each spend
@@ -196,12 +198,23 @@ impl OpenAiCompat {
             ToolMode::Json => return ToolMode::Json,
             ToolMode::Auto => {}
         }
-        if let Some(mode) = self.learned().tool_modes.get(model) {
-            return *mode;
+        {
+            let learned = self.learned();
+            if let Some(mode) = learned.tool_modes.get(model) {
+                return *mode;
+            }
+            // The file was read for this model already and had nothing: this client settles
+            // the mode itself (and writes it there), so the file is not read on every call.
+            if learned.tool_mode_file_read.contains(model) {
+                return ToolMode::Auto;
+            }
         }
-        match self.tool_mode_file.get(&self.endpoints.base, model) {
+        let remembered = self.tool_mode_file.get(&self.endpoints.base, model);
+        let mut learned = self.learned();
+        learned.tool_mode_file_read.insert(model.to_string());
+        match remembered {
             Some(mode) => {
-                self.learned().tool_modes.insert(model.to_string(), mode);
+                learned.tool_modes.insert(model.to_string(), mode);
                 mode
             }
             None => ToolMode::Auto,

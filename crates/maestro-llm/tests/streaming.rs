@@ -48,6 +48,25 @@ async fn streams_text_and_reports_each_delta() {
 }
 
 #[tokio::test]
+async fn calls_one_after_another_reuse_one_connection() {
+    // A stream read to its end ([DONE], then the body's end) gives its connection back: the
+    // next call does not open another one.
+    let server = ScriptedLlm::start([
+        Turn::text("one").with_usage(3, 1),
+        Turn::text("two"),
+        Turn::text("three").with_usage(3, 1),
+    ])
+    .await;
+    let llm = client(config(server.base_url()));
+    let events = Events::default();
+    for expected in ["one", "two", "three"] {
+        let answer = llm.chat(ask("hi"), &events.sink()).await.unwrap();
+        assert_eq!(answer.content, expected);
+    }
+    assert_eq!(server.connections(), 1);
+}
+
+#[tokio::test]
 async fn interleaved_tool_call_deltas_are_assembled_by_index() {
     let server = ScriptedLlm::start([Turn::tool_calls([
         ("Read", json!({"path": "src/lib.rs"})),

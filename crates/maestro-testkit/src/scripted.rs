@@ -3,6 +3,7 @@
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use axum::Router;
@@ -94,6 +95,29 @@ struct Shared {
     recorded: Mutex<Vec<RecordedRequest>>,
     answered: Mutex<usize>,
     sent: render::SentBytes,
+    /// TCP connections accepted so far.
+    connections: AtomicUsize,
+}
+
+/// The server's listener, counting the connections it accepts.
+struct Counting {
+    inner: tokio::net::TcpListener,
+    shared: Arc<Shared>,
+}
+
+impl axum::serve::Listener for Counting {
+    type Io = tokio::net::TcpStream;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        let accepted = axum::serve::Listener::accept(&mut self.inner).await;
+        self.shared.connections.fetch_add(1, Ordering::Relaxed);
+        accepted
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        self.inner.local_addr()
+    }
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -192,6 +216,7 @@ impl ScriptedLlmBuilder {
             recorded: Mutex::default(),
             answered: Mutex::default(),
             sent: render::SentBytes::default(),
+            connections: AtomicUsize::new(0),
         });
         let app = Router::new()
             .route("/v1/chat/completions", post(chat))
@@ -200,6 +225,10 @@ impl ScriptedLlmBuilder {
             .route("/api/show", post(ollama_show))
             .fallback(not_found)
             .with_state(shared.clone());
+        let listener = Counting {
+            inner: listener,
+            shared: shared.clone(),
+        };
         let task = tokio::spawn(async move {
             if let Err(e) = axum::serve(listener, app).await {
                 eprintln!("ScriptedLlm server stopped: {e}");
@@ -269,6 +298,12 @@ impl ScriptedLlm {
     /// excluded). An endless answer that the client stopped reading stays near the client's cap.
     pub fn bytes_sent(&self) -> usize {
         self.shared.sent.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// How many TCP connections the server has accepted: a client that reuses its connections
+    /// makes one for calls made one after another.
+    pub fn connections(&self) -> usize {
+        self.shared.connections.load(Ordering::Relaxed)
     }
 
     /// How many turns are left in the script.

@@ -229,6 +229,9 @@ enum BodyError {
     TooLarge,
 }
 
+/// How long a stream that said it is done may take to end.
+const DRAIN_AFTER_DONE: Duration = Duration::from_millis(20);
+
 /// Reads an SSE response to its end. Every gap longer than `idle` between chunks, a transport
 /// error, a chunk that cannot be read, or an end before `[DONE]`/`finish_reason` is a retryable
 /// failure; an answer past `limits` is a final one.
@@ -275,6 +278,14 @@ pub(crate) async fn read(
             return Err(Failure::Final(limits.too_many_tokens()));
         }
         if acc.done {
+            // Read on to the body's end, which follows at once: only a response read to its
+            // end gives its connection back to the pool, and otherwise the next call opens a
+            // new one. An endpoint that keeps the stream open after saying it is done is let
+            // go after a moment.
+            let _ = tokio::time::timeout(DRAIN_AFTER_DONE, async {
+                while let Some(Ok(_)) = events.next().await {}
+            })
+            .await;
             break;
         }
     }

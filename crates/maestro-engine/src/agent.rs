@@ -48,7 +48,8 @@ pub(crate) enum TurnEnd {
 pub(crate) struct Agent<'a> {
     run: &'a RunCtx,
     movement: &'a Movement,
-    tools: Vec<ToolSpec>,
+    /// Shared with every request of the visit (a tool loop sends them with each call).
+    tools: std::sync::Arc<[ToolSpec]>,
     pub messages: Vec<Message>,
     calls: u32,
     meter: ContextMeter,
@@ -76,7 +77,7 @@ impl<'a> Agent<'a> {
         Agent {
             run,
             movement,
-            tools,
+            tools: tools.into(),
             messages,
             calls: 0,
             meter: ContextMeter::new(run.context_window, run.config.context_thresholds),

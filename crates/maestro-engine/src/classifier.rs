@@ -98,7 +98,7 @@ pub async fn classify(
             },
             Message::User { content: user },
         ],
-        tools: vec![],
+        tools: Default::default(),
         response_schema: Some(ResponseSchema {
             name: "piece_choice".into(),
             schema: json!({

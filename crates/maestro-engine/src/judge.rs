@@ -171,7 +171,7 @@ async fn ask(
             },
             Message::User { content: user },
         ],
-        tools: vec![],
+        tools: Default::default(),
         response_schema: Some(ResponseSchema {
             name: schema_name.into(),
             schema,

@@ -63,7 +63,7 @@ pub struct ChatRequest {
     pub model: String,
     pub messages: Vec<Message>,
     /// Tools offered for this call; empty means none.
-    pub tools: Vec<ToolSpec>,
+    pub tools: std::sync::Arc<[ToolSpec]>,
     /// Forces a JSON answer of this shape (judge calls). Tools are not offered with it.
     pub response_schema: Option<ResponseSchema>,
     pub temperature: Option<f32>,

@@ -21,7 +21,7 @@ async fn a_json_answer_becomes_a_tool_call_and_the_result_goes_back_as_user_text
     .await;
     let llm = client(config(server.base_url()).with_tool_mode(ToolMode::Json));
     let mut request = ask("What is in README.md?");
-    request.tools = vec![read_tool()];
+    request.tools = vec![read_tool()].into();
     let events = Events::default();
 
     let first = llm.chat(request.clone(), &events.sink()).await.unwrap();
@@ -94,7 +94,7 @@ async fn a_malformed_json_answer_is_returned_as_text_not_an_error() {
         ScriptedLlm::start([Turn::text("I think I should {\"tool\": \"Read\", \"argum")]).await;
     let llm = client(config(server.base_url()).with_tool_mode(ToolMode::Json));
     let mut request = ask("go");
-    request.tools = vec![read_tool()];
+    request.tools = vec![read_tool()].into();
     let answer = llm.chat(request, &|_| {}).await.unwrap();
     assert_eq!(
         answer.content,
@@ -128,7 +128,7 @@ async fn auto_offers_the_real_tools_first_and_a_tool_call_settles_native() {
     let llm = auto();
     assert_eq!(llm.tool_mode_for("scripted-model"), ToolMode::Auto);
     let mut request = ask("hi");
-    request.tools = vec![read_tool()];
+    request.tools = vec![read_tool()].into();
     let answer = llm.chat(request, &|_| {}).await.unwrap();
     assert_eq!(answer.tool_calls[0].name, "Read");
     let paths: Vec<String> = server.recorded().into_iter().map(|r| r.path).collect();
@@ -159,7 +159,7 @@ async fn auto_falls_back_to_json_once_when_the_endpoint_refuses_tools_and_rememb
     let cache = tempfile::tempdir().unwrap();
     let auto = || auto_client(&server, cache.path());
     let mut request = ask("hi");
-    request.tools = vec![read_tool()];
+    request.tools = vec![read_tool()].into();
 
     let events = Events::default();
     let first = auto().chat(request.clone(), &events.sink()).await.unwrap();
@@ -196,7 +196,7 @@ async fn a_plain_answer_settles_nothing_and_the_caller_may_switch_to_json_once()
     let server = ScriptedLlm::start([Turn::text("I would read the file.")]).await;
     let llm = client(config(server.base_url()).with_tool_mode(ToolMode::Auto));
     let mut request = ask("hi");
-    request.tools = vec![read_tool()];
+    request.tools = vec![read_tool()].into();
     let answer = llm.chat(request, &|_| {}).await.unwrap();
     assert_eq!(answer.content, "I would read the file.");
     assert_eq!(llm.tool_mode_for("scripted-model"), ToolMode::Auto);

@@ -49,7 +49,7 @@ proptest! {
             let server = ScriptedLlm::start([Turn::text(text.clone())]).await;
             let llm = client(config(server.base_url()).with_tool_mode(ToolMode::Json));
             let mut request = common::ask("go");
-            request.tools = vec![read_tool()];
+            request.tools = vec![read_tool()].into();
             let answer = llm.chat(request, &|_| {}).await.unwrap();
             prop_assert!(answer.tool_calls.is_empty());
             prop_assert_eq!(answer.content, text);

@@ -99,7 +99,7 @@ async fn json_tool_mode_yields_a_parseable_tool_call() {
     let llm = OpenAiCompat::new(OpenAiConfig::new(url).with_tool_mode(ToolMode::Json)).unwrap();
     let mut request = chat("What is the weather in Paris? Use the get_weather tool.");
     request.max_tokens = Some(120);
-    request.tools = vec![weather_tool()];
+    request.tools = vec![weather_tool()].into();
     let answer = llm.chat(request, &|_| {}).await.unwrap();
     println!("answer: {answer:?}");
     assert_eq!(
@@ -121,7 +121,7 @@ async fn auto_mode_settles_from_the_first_real_request() {
     let llm = OpenAiCompat::new(OpenAiConfig::new(url).with_tool_mode(ToolMode::Auto)).unwrap();
     let mut request = chat("What is the weather in Paris? Use the get_weather tool.");
     request.max_tokens = Some(120);
-    request.tools = vec![weather_tool()];
+    request.tools = vec![weather_tool()].into();
     let events = Events::default();
     let answer = llm.chat(request, &events.sink()).await.unwrap();
     let changes = events.tool_mode_changes();

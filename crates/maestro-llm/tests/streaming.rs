@@ -77,7 +77,7 @@ async fn interleaved_tool_call_deltas_are_assembled_by_index() {
     .await;
     let llm = client(config(server.base_url()));
     let mut request = ask("explore");
-    request.tools = vec![read_tool()];
+    request.tools = vec![read_tool()].into();
     let answer = llm.chat(request, &|_| {}).await.unwrap();
     assert_eq!(answer.content, "Looking around.");
     assert_eq!(answer.finish_reason.as_deref(), Some("tool_calls"));
@@ -216,7 +216,8 @@ async fn response_schema_requests_carry_json_schema_and_no_tools() {
         name: "X".into(),
         description: "x".into(),
         input_schema: json!({}),
-    }];
+    }]
+    .into();
     request.response_schema = Some(maestro_llm::ResponseSchema {
         name: "judge".into(),
         schema: json!({"type": "object", "properties": {"rule": {"type": "integer"}}, "required": ["rule"]}),

@@ -20,8 +20,9 @@ use crate::model::{
 ///   [`StoreError::LeaseLost`](crate::StoreError::LeaseLost) (or
 ///   [`StoreError::JobCancelled`](crate::StoreError::JobCancelled)). A slow worker and the one
 ///   that took its job over can therefore never both write.
-/// - **Rescue.** A `running` job whose lease expired is claimable again, by any worker; if it has
-///   used up `max_attempts` it ends `failed` instead.
+/// - **Rescue.** A `running` job whose lease expired goes back to the queue (within a second: the
+///   sweep that claims run), to be claimed again by any worker; if it has used up `max_attempts`
+///   it ends `failed` instead.
 /// - **Events are a gapless, duplicate-free stream per job.** `(job, seq)` is unique, so an
 ///   append that a replay repeats fails with
 ///   [`StoreError::EventExists`](crate::StoreError::EventExists) rather than duplicating, and a
@@ -31,8 +32,8 @@ pub trait JobQueue: Send + Sync {
     fn submit(&self, job: NewJob) -> impl Future<Output = StoreResult<JobId>> + Send;
 
     /// Claims the next job for `worker`: the highest priority, then the oldest, among the jobs
-    /// of `classes` that are queued and due, or running with an expired lease. `None` when there
-    /// is nothing to do.
+    /// of `classes` that are queued and due (jobs whose lease expired among them, once the sweep
+    /// has put them back). `None` when there is nothing to do.
     fn claim(
         &self,
         worker: &str,

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use maestro_engine::{AppendError, AppendFuture, EventLog, EventRecord};
 use maestro_store::{EventBatch, JobQueue, Lease, NewEvent, Store, StoreError, StoreResult};
+use serde_json::value::RawValue;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
@@ -189,6 +190,32 @@ impl StoreLog {
                     what: format!("an event does not serialise: {e}"),
                 })
             })?;
+        self.append_rows(rows).await
+    }
+
+    /// [`StoreLog::append_records`] with each record's JSON already written (`json[i]` is
+    /// `records[i]`'s).
+    pub async fn append_serialised(
+        &self,
+        records: &[EventRecord],
+        json: &[Box<RawValue>],
+    ) -> Result<(), AppendFailure> {
+        if let Some(why) = self.fence.closed() {
+            return Err(AppendFailure::Fenced(why));
+        }
+        let rows = records
+            .iter()
+            .zip(json)
+            .map(|(record, json)| NewEvent {
+                seq: i64::try_from(record.seq).unwrap_or(i64::MAX),
+                kind: record.event.kind().to_string(),
+                payload: json.clone(),
+            })
+            .collect();
+        self.append_rows(rows).await
+    }
+
+    async fn append_rows(&self, rows: Vec<NewEvent>) -> Result<(), AppendFailure> {
         match self.writer.append(&self.lease, rows).await? {
             Ok(()) => Ok(()),
             Err(e @ (StoreError::LeaseLost { .. } | StoreError::JobCancelled(_))) => {
@@ -203,12 +230,26 @@ impl StoreLog {
 
 impl EventLog for StoreLog {
     fn append<'a>(&'a self, records: &'a [EventRecord]) -> AppendFuture<'a> {
+        Box::pin(async move { self.append_records(records).await.map_err(append_error) })
+    }
+
+    fn append_json<'a>(
+        &'a self,
+        records: &'a [EventRecord],
+        json: &'a [Box<RawValue>],
+    ) -> AppendFuture<'a> {
         Box::pin(async move {
-            self.append_records(records).await.map_err(|e| match e {
-                AppendFailure::Fenced(why) => AppendError::Fenced(why),
-                AppendFailure::Store(e) => AppendError::Store(Box::new(e)),
-                e @ AppendFailure::Unconfirmed(_) => AppendError::Store(Box::new(e)),
-            })
+            self.append_serialised(records, json)
+                .await
+                .map_err(append_error)
         })
+    }
+}
+
+fn append_error(e: AppendFailure) -> AppendError {
+    match e {
+        AppendFailure::Fenced(why) => AppendError::Fenced(why),
+        AppendFailure::Store(e) => AppendError::Store(Box::new(e)),
+        e @ AppendFailure::Unconfirmed(_) => AppendError::Store(Box::new(e)),
     }
 }

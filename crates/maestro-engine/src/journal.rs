@@ -199,8 +199,17 @@ async fn write_loop(
     while queue.recv_many(&mut batch, MAX_BATCH).await > 0 {
         let records: Vec<EventRecord> = batch.iter().filter_map(|p| p.record.clone()).collect();
         if failed.is_none() && !records.is_empty() {
+            // Each event's JSON, written once for all the logs.
+            let json = records
+                .iter()
+                .map(serde_json::value::to_raw_value)
+                .collect::<Result<Vec<_>, _>>();
             for log in &logs {
-                if let Err(e) = log.append(&records).await {
+                let appended = match &json {
+                    Ok(json) => log.append_json(&records, json).await,
+                    Err(_) => log.append(&records).await,
+                };
+                if let Err(e) = appended {
                     failed = Some(Arc::new(e));
                     break;
                 }

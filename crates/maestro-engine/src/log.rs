@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, OnceLock};
 
+use serde_json::value::RawValue;
+
 use crate::event::EventRecord;
 
 /// What an append returns.
@@ -18,6 +20,19 @@ pub trait EventLog: Send + Sync {
     /// Appends `records` (consecutive `seq`, in order), all or none, and resolves once they are
     /// committed.
     fn append<'a>(&'a self, records: &'a [EventRecord]) -> AppendFuture<'a>;
+
+    /// [`EventLog::append`], with each record's JSON already written (`json[i]` is
+    /// `records[i]`'s, exactly as `serde_json::to_string` writes it): the journal serialises an
+    /// event once for all of its logs. A log that stores the JSON text uses it; by default it
+    /// is passed over.
+    fn append_json<'a>(
+        &'a self,
+        records: &'a [EventRecord],
+        json: &'a [Box<RawValue>],
+    ) -> AppendFuture<'a> {
+        let _ = json;
+        self.append(records)
+    }
 }
 
 /// Why an append failed.
@@ -86,6 +101,28 @@ impl EventLog for JsonlLog {
                 text.push_str(&serde_json::to_string(record).map_err(std::io::Error::other)?);
                 text.push('\n');
             }
+            self.write(text).await
+        })
+    }
+
+    fn append_json<'a>(
+        &'a self,
+        _records: &'a [EventRecord],
+        json: &'a [Box<RawValue>],
+    ) -> AppendFuture<'a> {
+        let mut text = String::with_capacity(json.iter().map(|j| j.get().len() + 1).sum());
+        for line in json {
+            text.push_str(line.get());
+            text.push('\n');
+        }
+        Box::pin(self.write(text))
+    }
+}
+
+impl JsonlLog {
+    /// Hands `text` to the file writer and waits until it is written.
+    async fn write(&self, text: String) -> Result<(), AppendError> {
+        {
             let file = Arc::clone(&self.file);
             match file_writer() {
                 Some(writer) => {
@@ -103,7 +140,7 @@ impl EventLog for JsonlLog {
                     .map_err(std::io::Error::other)??,
             }
             Ok(())
-        })
+        }
     }
 }
 
@@ -207,6 +244,62 @@ mod tests {
             let seqs: Vec<u64> = read_events(&path).unwrap().iter().map(|r| r.seq).collect();
             assert_eq!(seqs, (1..=50).collect::<Vec<_>>(), "{}", path.display());
         }
+    }
+
+    /// Keeps the JSON the journal hands it.
+    #[derive(Default)]
+    struct JsonKept(Mutex<Vec<String>>);
+
+    impl EventLog for JsonKept {
+        fn append<'a>(&'a self, _records: &'a [EventRecord]) -> AppendFuture<'a> {
+            Box::pin(async {
+                Err(std::io::Error::other("the journal should hand over JSON").into())
+            })
+        }
+
+        fn append_json<'a>(
+            &'a self,
+            _records: &'a [EventRecord],
+            json: &'a [Box<RawValue>],
+        ) -> AppendFuture<'a> {
+            self.0
+                .lock()
+                .unwrap()
+                .extend(json.iter().map(|j| j.get().to_string()));
+            Box::pin(async { Ok(()) })
+        }
+    }
+
+    /// The journal writes each event's JSON once, and every log gets the same text: the line in
+    /// `events.jsonl` is byte for byte what the store keeps, and what the record serialises to.
+    #[tokio::test]
+    async fn every_log_gets_the_same_json_written_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("events.jsonl");
+        let kept = Arc::new(JsonKept::default());
+        let journal = crate::journal::Journal::new(
+            vec![
+                Arc::new(JsonlLog::append_to(&path).unwrap()),
+                kept.clone() as Arc<dyn EventLog>,
+            ],
+            Vec::new(),
+        );
+        for n in 1..=3 {
+            journal.emit(started(n).event).await.unwrap();
+        }
+        let lines: Vec<String> = std::fs::read_to_string(&path)
+            .unwrap()
+            .lines()
+            .map(str::to_string)
+            .collect();
+        assert_eq!(lines, *kept.0.lock().unwrap());
+        let records = read_events(&path).unwrap();
+        let again: Vec<String> = records
+            .iter()
+            .map(|r| serde_json::to_string(r).unwrap())
+            .collect();
+        assert_eq!(lines, again);
+        assert_eq!(records.len(), 3);
     }
 
     #[tokio::test]

@@ -513,6 +513,27 @@ async fn a_killed_local_run_resumes_with_its_children() {
     let mut child = run.spawn().unwrap();
     // The parent spawned and waits; every child has asked the model.
     support::jobs::until_requests(&server, 5).await;
+    // The parent has recorded the answer that makes it wait (the server seeing its request is
+    // not enough: killed before that, the resumed parent would rightly ask again).
+    let started = std::time::Instant::now();
+    loop {
+        let all = jobs(&project).await;
+        if let Some(parent) = all.iter().find(|j| j["parent_id"].is_null()) {
+            let events = events_of(&project, parent["id"].as_str().unwrap()).await;
+            let answers = events
+                .iter()
+                .filter(|e| e["type"] == json!("llm_response"))
+                .count();
+            if answers >= 2 {
+                break;
+            }
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the parent never recorded its second answer"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     child.kill().unwrap();
     child.wait().unwrap();
 

@@ -165,32 +165,19 @@ impl StoreLog {
         }
     }
 
-    /// The row of one event: its `seq`, its type, and the whole record as `payload` (so that
-    /// `maestro jobs events` prints exactly the `events.jsonl` line).
-    pub fn row(record: &EventRecord) -> Result<NewEvent, serde_json::Error> {
-        NewEvent::new(
-            i64::try_from(record.seq).unwrap_or(i64::MAX),
-            record.event.kind(),
-            record,
-        )
-    }
-
     /// Appends `records` with the writer's next commit, fenced by the lease. A lost lease or a
     /// cancelled job closes the [`Fence`] (which stops the run).
     pub async fn append_records(&self, records: &[EventRecord]) -> Result<(), AppendFailure> {
-        if let Some(why) = self.fence.closed() {
-            return Err(AppendFailure::Fenced(why));
-        }
-        let rows = records
+        let json = records
             .iter()
-            .map(StoreLog::row)
+            .map(serde_json::value::to_raw_value)
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| {
                 AppendFailure::Store(StoreError::Corrupt {
                     what: format!("an event does not serialise: {e}"),
                 })
             })?;
-        self.append_rows(rows).await
+        self.append_serialised(records, &json).await
     }
 
     /// [`StoreLog::append_records`] with each record's JSON already written (`json[i]` is
@@ -206,16 +193,14 @@ impl StoreLog {
         let rows = records
             .iter()
             .zip(json)
+            // The whole record is the payload, so that `maestro jobs events` prints exactly
+            // the `events.jsonl` line.
             .map(|(record, json)| NewEvent {
                 seq: i64::try_from(record.seq).unwrap_or(i64::MAX),
                 kind: record.event.kind().to_string(),
                 payload: json.clone(),
             })
             .collect();
-        self.append_rows(rows).await
-    }
-
-    async fn append_rows(&self, rows: Vec<NewEvent>) -> Result<(), AppendFailure> {
         match self.writer.append(&self.lease, rows).await? {
             Ok(()) => Ok(()),
             Err(e @ (StoreError::LeaseLost { .. } | StoreError::JobCancelled(_))) => {

@@ -200,19 +200,20 @@ async fn write_loop(
         let records: Vec<EventRecord> = batch.iter().filter_map(|p| p.record.clone()).collect();
         if failed.is_none() && !records.is_empty() {
             // Each event's JSON, written once for all the logs.
-            let json = records
+            match records
                 .iter()
                 .map(serde_json::value::to_raw_value)
-                .collect::<Result<Vec<_>, _>>();
-            for log in &logs {
-                let appended = match &json {
-                    Ok(json) => log.append_json(&records, json).await,
-                    Err(_) => log.append(&records).await,
-                };
-                if let Err(e) = appended {
-                    failed = Some(Arc::new(e));
-                    break;
+                .collect::<Result<Vec<_>, _>>()
+            {
+                Ok(json) => {
+                    for log in &logs {
+                        if let Err(e) = log.append_json(&records, &json).await {
+                            failed = Some(Arc::new(e));
+                            break;
+                        }
+                    }
                 }
+                Err(e) => failed = Some(Arc::new(std::io::Error::other(e).into())),
             }
             if failed.is_none() {
                 for record in &records {

@@ -96,12 +96,12 @@ impl JsonlLog {
 impl EventLog for JsonlLog {
     fn append<'a>(&'a self, records: &'a [EventRecord]) -> AppendFuture<'a> {
         Box::pin(async move {
-            let mut text = String::new();
-            for record in records {
-                text.push_str(&serde_json::to_string(record).map_err(std::io::Error::other)?);
-                text.push('\n');
-            }
-            self.write(text).await
+            let lines = records
+                .iter()
+                .map(serde_json::to_string)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(std::io::Error::other)?;
+            self.write(lines.iter().map(String::as_str)).await
         })
     }
 
@@ -110,37 +110,35 @@ impl EventLog for JsonlLog {
         _records: &'a [EventRecord],
         json: &'a [Box<RawValue>],
     ) -> AppendFuture<'a> {
-        let mut text = String::with_capacity(json.iter().map(|j| j.get().len() + 1).sum());
-        for line in json {
-            text.push_str(line.get());
-            text.push('\n');
-        }
-        Box::pin(self.write(text))
+        Box::pin(self.write(json.iter().map(|line| line.get())))
     }
 }
 
 impl JsonlLog {
-    /// Hands `text` to the file writer and waits until it is written.
-    async fn write(&self, text: String) -> Result<(), AppendError> {
-        {
-            let file = Arc::clone(&self.file);
-            match file_writer() {
-                Some(writer) => {
-                    let (done, written) = tokio::sync::oneshot::channel();
-                    writer
-                        .send(FileWrite { file, text, done })
-                        .map_err(|_| std::io::Error::other("the events.jsonl writer stopped"))?;
-                    written
-                        .await
-                        .map_err(|_| std::io::Error::other("the events.jsonl writer stopped"))??;
-                }
-                // No thread could be started: the runtime's blocking pool does it.
-                None => tokio::task::spawn_blocking(move || (&*file).write_all(text.as_bytes()))
-                    .await
-                    .map_err(std::io::Error::other)??,
-            }
-            Ok(())
+    /// Hands `lines` to the file writer, one line each, and waits until they are written.
+    async fn write<'l>(&self, lines: impl Iterator<Item = &'l str>) -> Result<(), AppendError> {
+        let mut text = String::new();
+        for line in lines {
+            text.push_str(line);
+            text.push('\n');
         }
+        let file = Arc::clone(&self.file);
+        match file_writer() {
+            Some(writer) => {
+                let (done, written) = tokio::sync::oneshot::channel();
+                writer
+                    .send(FileWrite { file, text, done })
+                    .map_err(|_| std::io::Error::other("the events.jsonl writer stopped"))?;
+                written
+                    .await
+                    .map_err(|_| std::io::Error::other("the events.jsonl writer stopped"))??;
+            }
+            // No thread could be started: the runtime's blocking pool does it.
+            None => tokio::task::spawn_blocking(move || (&*file).write_all(text.as_bytes()))
+                .await
+                .map_err(std::io::Error::other)??,
+        }
+        Ok(())
     }
 }
 

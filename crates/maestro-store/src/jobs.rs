@@ -400,7 +400,7 @@ impl Store {
         let expires = now.saturating_add(duration_ms(lease_for));
         let last_sweep = self.last_sweep.load(Ordering::Relaxed);
         let sweep = now.saturating_sub(last_sweep) >= SWEEP_EVERY_MS || now < last_sweep;
-        let query = claim_query(&self.claim_sql(classes, max), worker, expires, now, classes);
+        let query = claim_query(self.claim_sql(classes, max), worker, expires, now, classes);
         let rows = if !sweep && self.backend == crate::store::Backend::Postgres {
             // One statement is atomic by itself: PostgreSQL saves the BEGIN and COMMIT round
             // trips. (SQLite keeps `BEGIN IMMEDIATE`, so that the write lock is waited for
@@ -463,48 +463,30 @@ impl Store {
         let (rows, column) = match self.backend {
             crate::store::Backend::Sqlite => {
                 let explain = format!("EXPLAIN QUERY PLAN {sql}");
-                let rows = claim_query(&explain, "", 0, 0, classes)
+                let rows = claim_query(explain, "", 0, 0, classes)
                     .fetch_all(&self.pool)
                     .await
                     .map_err(StoreError::query("explain a claim"))?;
                 (rows, "detail")
             }
             crate::store::Backend::Postgres => {
-                let mut tx = self
-                    .pool
-                    .begin()
-                    .await
-                    .map_err(StoreError::query("explain a claim"))?;
                 let quoted = |name: &String| format!("'{}'", name.replace('\'', "''"));
                 let mut arguments = vec!["''".to_string(), "0".into(), "0".into()];
                 if let Classes::Only(names) = classes {
                     arguments.extend(names.iter().map(quoted));
                 }
-                let statements = [
-                    "SET LOCAL plan_cache_mode = force_generic_plan".to_string(),
-                    format!("PREPARE maestro_claim_plan AS {sql}"),
-                ];
-                for statement in statements {
-                    tx.execute(sqlx::AssertSqlSafe(statement))
-                        .await
-                        .map_err(StoreError::query("explain a claim"))?;
+                let mut conn = self
+                    .pool
+                    .acquire()
+                    .await
+                    .map_err(StoreError::query("explain a claim"))?;
+                let explained = generic_plan(&mut conn, &sql, &arguments.join(", ")).await;
+                if explained.is_err() {
+                    // A prepared statement outlives a transaction: a connection that may still
+                    // hold `maestro_claim_plan` is closed rather than given back to the pool.
+                    drop(conn.detach());
                 }
-                let explain = format!(
-                    "EXPLAIN EXECUTE maestro_claim_plan({})",
-                    arguments.join(", ")
-                );
-                let rows = sqlx::query::<Any>(sqlx::AssertSqlSafe(explain))
-                    .fetch_all(&mut *tx)
-                    .await
-                    .map_err(StoreError::query("explain a claim"))?;
-                // The prepared statement and the setting end with the transaction's connection
-                // state: deallocate it, then roll back.
-                tx.execute("DEALLOCATE maestro_claim_plan")
-                    .await
-                    .map_err(StoreError::query("explain a claim"))?;
-                tx.rollback()
-                    .await
-                    .map_err(StoreError::query("explain a claim"))?;
+                let rows = explained.map_err(StoreError::query("explain a claim"))?;
                 (rows, "QUERY PLAN")
             }
         };
@@ -565,13 +547,13 @@ impl Store {
 
 /// The claim's statement (or its `EXPLAIN`) with its parameters bound.
 fn claim_query<'q>(
-    sql: &str,
+    sql: String,
     worker: &str,
     expires: i64,
     now: i64,
     classes: &Classes,
 ) -> sqlx::query::Query<'q, Any, sqlx::any::AnyArguments> {
-    let mut query = sqlx::query::<Any>(sqlx::AssertSqlSafe(sql.to_string()))
+    let mut query = sqlx::query::<Any>(sqlx::AssertSqlSafe(sql))
         .bind(worker.to_string())
         .bind(expires)
         .bind(now);
@@ -581,4 +563,29 @@ fn claim_query<'q>(
         }
     }
     query
+}
+
+/// PostgreSQL's generic plan of `sql` (the claim), run with `arguments` (SQL literals): what a
+/// prepared claim settles on after its first few runs. The setting ends with the transaction;
+/// the prepared statement is deallocated.
+async fn generic_plan(
+    conn: &mut sqlx::AnyConnection,
+    sql: &str,
+    arguments: &str,
+) -> Result<Vec<AnyRow>, sqlx::Error> {
+    let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+    tx.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+        .await?;
+    tx.execute(sqlx::AssertSqlSafe(format!(
+        "PREPARE maestro_claim_plan AS {sql}"
+    )))
+    .await?;
+    let rows = sqlx::query::<Any>(sqlx::AssertSqlSafe(format!(
+        "EXPLAIN EXECUTE maestro_claim_plan({arguments})"
+    )))
+    .fetch_all(&mut *tx)
+    .await?;
+    tx.execute("DEALLOCATE maestro_claim_plan").await?;
+    tx.rollback().await?;
+    Ok(rows)
 }

@@ -334,21 +334,15 @@ async fn a_lapsed_job_goes_back_to_its_place_in_the_queue(db: Db) {
     let clock = manual_clock();
     let store = db.open().await.with_clock(clock.clone());
     let gpu = Classes::Only(vec!["gpu".into()]);
-    let older = store
-        .submit(NewJob {
+    let submit_gpu = |task: &'static str| {
+        store.submit(NewJob {
             task_class: "gpu".into(),
-            ..NewJob::new("default", "older", "alice")
+            ..NewJob::new("default", task, "alice")
         })
-        .await
-        .unwrap();
+    };
+    let older = submit_gpu("older").await.unwrap();
     clock.advance(Duration::from_millis(5));
-    let newer = store
-        .submit(NewJob {
-            task_class: "gpu".into(),
-            ..NewJob::new("default", "newer", "alice")
-        })
-        .await
-        .unwrap();
+    let newer = submit_gpu("newer").await.unwrap();
     let crashed = store.claim("crashed", &gpu, LEASE).await.unwrap().unwrap();
     assert_eq!(crashed.job.id, older);
 

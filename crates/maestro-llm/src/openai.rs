@@ -29,7 +29,8 @@ pub use config::{
 use self::answer::RawAnswer;
 use self::context::Endpoints;
 use self::retry::{
-    Failure, Feature, classify_status, describe, parse_retry_after, provider_message,
+    Failure, Feature, classify_status, closed_before_answer, describe, parse_retry_after,
+    provider_message,
 };
 use self::tool_modes::ToolModeFile;
 use self::wire::{Shape, Transport};
@@ -311,6 +312,7 @@ impl OpenAiCompat {
         let policy = self.config.retry;
         let mut attempt = 1u32;
         let mut fallbacks = 0;
+        let mut resent = false;
         loop {
             let transport = self.transport();
             let body = wire::body(&request, shape, transport);
@@ -334,7 +336,19 @@ impl OpenAiCompat {
                 });
                 continue;
             }
+            let failure = match failure {
+                Failure::Resend(error) if resent => Failure::Retryable {
+                    error,
+                    retry_after: None,
+                },
+                other => other,
+            };
+            resent = false;
             match failure {
+                Failure::Resend(error) => {
+                    tracing::debug!(%error, "the endpoint closed a kept-alive connection; sending again at once");
+                    resent = true;
+                }
                 Failure::Unsupported(feature, error) => {
                     fallbacks += 1;
                     if fallbacks > 2 {
@@ -395,10 +409,14 @@ impl OpenAiCompat {
                     }));
                 }
                 Ok(Err(e)) => {
-                    return Err(retry(LlmError::Connect {
+                    let error = LlmError::Connect {
                         url,
                         message: describe(&e),
-                    }));
+                    };
+                    if closed_before_answer(&e) {
+                        return Err(Failure::Resend(error));
+                    }
+                    return Err(retry(error));
                 }
                 Ok(Ok(response)) => response,
             };

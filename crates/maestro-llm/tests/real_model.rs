@@ -161,3 +161,24 @@ async fn context_length_comes_from_props() {
         "{slot_ctx}"
     );
 }
+
+#[tokio::test]
+#[ignore = "needs a real model server: set MAESTRO_TEST_LLM_URL (scripts/test.sh then runs it)"]
+async fn calls_one_after_another_need_no_retry() {
+    // Calls share kept-alive connections, which the server closes after a few requests or an
+    // idle while; a call that meets such a connection is sent again at once, not retried.
+    let llm = OpenAiCompat::new(OpenAiConfig::new(server_url())).unwrap();
+    let events = Events::default();
+    for call in 0..16u64 {
+        let mut request = chat("Say yes.");
+        request.max_tokens = Some(4);
+        let answer = llm.chat(request, &events.sink()).await.unwrap();
+        assert!(
+            answer.usage.completion_tokens > 0,
+            "call {call}: {answer:?}"
+        );
+        // Pauses of 0 to 300 ms, as between the calls of a run that runs tools.
+        tokio::time::sleep(std::time::Duration::from_millis(call % 4 * 100)).await;
+    }
+    assert_eq!(events.retries(), vec![]);
+}

@@ -7,7 +7,7 @@ mod common;
 use std::time::Duration;
 
 use common::{Events, ask, client, config, fast_retry};
-use maestro_llm::{LlmError, OpenAiConfig, Provider};
+use maestro_llm::{LlmError, OpenAiConfig, Provider, RetryPolicy};
 use maestro_testkit::{ScriptedLlm, Turn};
 use pretty_assertions::assert_eq;
 
@@ -272,4 +272,128 @@ async fn a_context_overflow_in_each_servers_words_is_typed() {
         assert!(events.retries().is_empty());
         assert_eq!(server.remaining(), 1);
     }
+}
+
+/// A minimal HTTP/1.1 endpoint that keeps connections alive, answers every request with a plain
+/// JSON answer, and hangs up without a word on the requests whose number (1-based, over all
+/// connections) is in `hang_up_on`. Returns its base URL and the per-connection request counts.
+async fn keep_alive_endpoint(
+    hang_up_on: &'static [usize],
+) -> (String, std::sync::Arc<std::sync::Mutex<Vec<usize>>>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/v1", listener.local_addr().unwrap());
+    let per_connection = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let total = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counts = per_connection.clone();
+    tokio::spawn(async move {
+        loop {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let index = {
+                let mut counts = counts.lock().unwrap();
+                counts.push(0);
+                counts.len() - 1
+            };
+            let (counts, total) = (counts.clone(), total.clone());
+            tokio::spawn(async move {
+                let mut buffer = Vec::new();
+                loop {
+                    // Read one request: headers, then Content-Length bytes of body.
+                    let head_end = loop {
+                        if let Some(at) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+                            break at + 4;
+                        }
+                        let mut chunk = [0u8; 4096];
+                        match socket.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buffer.extend_from_slice(&chunk[..n]),
+                        }
+                    };
+                    let head = String::from_utf8_lossy(&buffer[..head_end]).to_ascii_lowercase();
+                    let length: usize = head
+                        .lines()
+                        .find_map(|l| l.strip_prefix("content-length:"))
+                        .map_or(0, |v| v.trim().parse().unwrap());
+                    while buffer.len() < head_end + length {
+                        let mut chunk = [0u8; 4096];
+                        match socket.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buffer.extend_from_slice(&chunk[..n]),
+                        }
+                    }
+                    buffer.drain(..head_end + length);
+                    counts.lock().unwrap()[index] += 1;
+                    let number = total.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+                    if hang_up_on.contains(&number) {
+                        return; // dropping the socket closes it with no answer
+                    }
+                    let body = format!(
+                        r#"{{"choices":[{{"index":0,"message":{{"role":"assistant","content":"answer {number}"}},"finish_reason":"stop"}}]}}"#
+                    );
+                    let reply = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                        body.len()
+                    );
+                    if socket.write_all(reply.as_bytes()).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (url, per_connection)
+}
+
+#[tokio::test]
+async fn a_kept_alive_connection_closed_by_the_endpoint_is_resent_at_once_without_a_retry() {
+    // The second request goes out on the first call's kept-alive connection, which the endpoint
+    // closes without answering, as llama.cpp's server does with connections it has let go.
+    let (url, connections) = keep_alive_endpoint(&[2]).await;
+    let llm = client(
+        OpenAiConfig::new(url)
+            .with_stream(false)
+            .with_retry(RetryPolicy {
+                initial: Duration::from_secs(30),
+                ..fast_retry(6)
+            }),
+    );
+    let events = Events::default();
+    assert_eq!(
+        llm.chat(ask("one"), &events.sink()).await.unwrap().content,
+        "answer 1"
+    );
+    let second = tokio::time::timeout(
+        Duration::from_secs(10),
+        llm.chat(ask("two"), &events.sink()),
+    )
+    .await
+    .expect("resent at once, not after the 30 s backoff")
+    .unwrap();
+    assert_eq!(second.content, "answer 3");
+    assert_eq!(events.retries(), vec![], "a resend is not a retry");
+    assert_eq!(*connections.lock().unwrap(), vec![2, 1]);
+}
+
+#[tokio::test]
+async fn a_connection_closed_twice_in_a_row_is_an_ordinary_retry() {
+    let (url, connections) = keep_alive_endpoint(&[2, 3]).await;
+    let llm = client(
+        OpenAiConfig::new(url)
+            .with_stream(false)
+            .with_retry(fast_retry(6)),
+    );
+    let events = Events::default();
+    llm.chat(ask("one"), &events.sink()).await.unwrap();
+    let second = llm.chat(ask("two"), &events.sink()).await.unwrap();
+    assert_eq!(second.content, "answer 4");
+    let retries = events.retries();
+    assert_eq!(retries.len(), 1, "{retries:?}");
+    assert_eq!((retries[0].0, retries[0].1), (1, Duration::from_millis(5)));
+    assert!(
+        retries[0]
+            .2
+            .contains("connection closed before message completed"),
+        "{retries:?}"
+    );
+    assert_eq!(*connections.lock().unwrap(), vec![2, 1, 1]);
 }

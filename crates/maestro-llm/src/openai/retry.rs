@@ -17,6 +17,11 @@ pub(crate) enum Failure {
         error: LlmError,
         retry_after: Option<Duration>,
     },
+    /// The connection closed before any byte of an answer came back: a kept-alive connection
+    /// the endpoint had already let go (llama.cpp's server closes them after a few requests or
+    /// seconds). Sent again at once on a new connection, without a wait and without counting as a
+    /// retry, once per attempt; a second such failure in a row is [`Failure::Retryable`].
+    Resend(LlmError),
     /// Give up at once.
     Final(LlmError),
     /// The endpoint refused a request feature; send the request again without it (the error is
@@ -145,6 +150,22 @@ pub(crate) fn describe(error: &dyn std::error::Error) -> String {
         source = cause.source();
     }
     text
+}
+
+/// Whether a failed send is hyper's "connection closed before message completed": the request
+/// went out on a connection that the peer closed before it answered anything.
+pub(crate) fn closed_before_answer(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut source = Some(error);
+    while let Some(cause) = source {
+        if cause
+            .downcast_ref::<hyper::Error>()
+            .is_some_and(hyper::Error::is_incomplete_message)
+        {
+            return true;
+        }
+        source = cause.source();
+    }
+    false
 }
 
 pub(crate) fn shorten(text: &str, max_chars: usize) -> String {

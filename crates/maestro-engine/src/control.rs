@@ -2,6 +2,8 @@
 //! `write_report` (any movement with output contracts). Their specs are built from the movement,
 //! so `transition.next` is an enum of exactly the movement's rule targets.
 
+use std::sync::{Arc, LazyLock};
+
 use maestro_piece::{Dialect, Movement, Target};
 use maestro_protocol::{RunStatus, ToolSpec};
 use maestro_tools::input::{MAX_QUOTED_CHARS, cut_middle, input_schema};
@@ -82,22 +84,33 @@ pub enum ControlCall {
     },
 }
 
-/// The schema of `T` as offered to the model: closed to other fields, and `field` (when given)
-/// limited to `values`.
-fn schema_of<T: JsonSchema>(restrict: Option<(&str, Vec<String>)>) -> Value {
+/// The schema of `T` as offered to the model: closed to other fields.
+fn closed_schema<T: JsonSchema>() -> Value {
     let mut schema = input_schema::<T>();
     if let Some(obj) = schema.as_object_mut() {
         obj.insert("additionalProperties".into(), Value::Bool(false));
     }
-    if let Some((field, values)) = restrict
-        && let Some(prop) = schema
-            .get_mut("properties")
-            .and_then(|p| p.get_mut(field))
-            .and_then(Value::as_object_mut)
+    schema
+}
+
+/// The control tools' argument schemas, generated once per process (a visit offers them
+/// afresh, and generating a schema costs far more than copying one).
+static TRANSITION_SCHEMA: LazyLock<Value> = LazyLock::new(closed_schema::<TransitionArgs>);
+static COMPLETE_SCHEMA: LazyLock<Arc<Value>> =
+    LazyLock::new(|| Arc::new(closed_schema::<CompleteArgs>()));
+static WRITE_REPORT_SCHEMA: LazyLock<Value> = LazyLock::new(closed_schema::<WriteReportArgs>);
+
+/// `base` with `field` limited to `values`.
+fn restricted(base: &Value, field: &str, values: Vec<String>) -> Arc<Value> {
+    let mut schema = base.clone();
+    if let Some(prop) = schema
+        .get_mut("properties")
+        .and_then(|p| p.get_mut(field))
+        .and_then(Value::as_object_mut)
     {
         prop.insert("enum".into(), json!(values));
     }
-    schema
+    Arc::new(schema)
 }
 
 /// The distinct `next` labels of the movement's rules, in order.
@@ -134,13 +147,13 @@ pub fn control_tools(dialect: Dialect, movement: &Movement) -> Vec<ToolSpec> {
             tools.push(ToolSpec {
                 name: TRANSITION.into(),
                 description: "End this movement and go on to the next one; `next` is one of this movement's rule targets.".into(),
-                input_schema: schema_of::<TransitionArgs>(Some(("next", targets))),
+                input_schema: restricted(&TRANSITION_SCHEMA, "next", targets),
             });
         }
         tools.push(ToolSpec {
             name: COMPLETE.into(),
             description: "End the whole run: success, aborted, or needs_user_input; `result` is what the user sees.".into(),
-            input_schema: schema_of::<CompleteArgs>(None),
+            input_schema: Arc::clone(&COMPLETE_SCHEMA),
         });
     }
     if !movement.output_contracts.is_empty() {
@@ -149,7 +162,7 @@ pub fn control_tools(dialect: Dialect, movement: &Movement) -> Vec<ToolSpec> {
             description:
                 "Write one of this movement's required reports into the run's report directory."
                     .into(),
-            input_schema: schema_of::<WriteReportArgs>(Some(("name", report_names(movement)))),
+            input_schema: restricted(&WRITE_REPORT_SCHEMA, "name", report_names(movement)),
         });
     }
     tools

@@ -48,6 +48,14 @@ impl RunCtx {
         self.journal.emit(event).await.map(drop)
     }
 
+    /// Records `event` in order without waiting for its commit, for an event that no side
+    /// effect of its own follows (`movement_started`, `llm_response`, `movement_finished`): the
+    /// next side effect waits for its own event, and the writer commits in order, so this one is
+    /// durable before it. A failed commit fails that next wait (the writer's failure is sticky).
+    pub fn emit_queued(&self, event: RunEvent) -> Result<(), EngineError> {
+        self.journal.emit_nowait(event)
+    }
+
     /// Like [`RunCtx::emit`]; true when the run's record already held the event.
     pub async fn emit_replayed(&self, event: RunEvent) -> Result<bool, EngineError> {
         self.journal.emit(event).await
@@ -168,7 +176,7 @@ impl RunCtx {
         purpose: CallPurpose,
         response: ChatResponse,
     ) -> Result<ChatResponse, EngineError> {
-        self.emit(RunEvent::LlmResponse {
+        self.emit_queued(RunEvent::LlmResponse {
             movement: movement.to_string(),
             purpose,
             usage: response.usage,
@@ -188,7 +196,7 @@ impl RunCtx {
                     .collect(),
             }),
         })
-        .await?;
+        ?;
         Ok(response)
     }
 }

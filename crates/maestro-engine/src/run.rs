@@ -353,7 +353,7 @@ impl Engine {
         context_window: Option<u64>,
         piece_file: Option<PathBuf>,
     ) -> Result<runner::Finish, EngineError> {
-        run.emit(RunEvent::RunStarted {
+        run.emit_queued(RunEvent::RunStarted {
             run_id: record.run_id.clone(),
             piece: piece.name.clone(),
             dialect: piece.dialect,
@@ -371,8 +371,7 @@ impl Engine {
             context_window,
             piece_file: piece_file.map(|p| p.display().to_string()),
             subtasks: run.subtasks.is_some(),
-        })
-        .await?;
+        })?;
         if self.tools.get("Bash").is_some()
             && self.tools.config().bash_sandbox == maestro_tools::BashSandboxMode::UnsafeNoSandbox
         {

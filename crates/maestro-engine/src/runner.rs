@@ -320,7 +320,7 @@ async fn run_visit(
     if let RunEvent::MovementStarted { prompt_log, .. } = &mut started {
         *prompt_log = write_prompt_log(run, &preview, movement, &first).await?;
     }
-    run.emit(started).await?;
+    run.emit_queued(started)?;
     let asked = answer.as_ref().and_then(|_| {
         run.asked
             .lock()
@@ -365,14 +365,13 @@ async fn run_visit(
 /// results (`all()` / `any()` first).
 async fn run_parallel(run: &Arc<RunCtx>, parent: &Movement) -> Result<Ended, EngineError> {
     let state = run.journal.state();
-    run.emit(RunEvent::MovementStarted {
+    run.emit_queued(RunEvent::MovementStarted {
         movement: parent.name.clone(),
         iteration: state.iteration + 1,
         movement_iteration: state.visits_of(&parent.name) + 1,
         parent: None,
         prompt_log: None,
-    })
-    .await?;
+    })?;
     let mut tasks = JoinSet::new();
     for (index, sub) in parent.parallel.iter().enumerate() {
         let run = Arc::clone(run);
@@ -487,7 +486,7 @@ async fn record_finished(
     ended: &Ended,
     transcript: Option<String>,
 ) -> Result<(), EngineError> {
-    run.emit(RunEvent::MovementFinished {
+    run.emit_queued(RunEvent::MovementFinished {
         transcript,
         movement: movement.name.clone(),
         next: next_label(&ended.step),
@@ -500,7 +499,6 @@ async fn record_finished(
         edge_prompt: ended.edge_prompt.clone(),
         reason: ended.reason.clone(),
     })
-    .await
 }
 
 /// The conversation a visit starts from: a fresh one, or for `session: continue` the earlier

@@ -5,6 +5,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -146,7 +147,7 @@ pub(crate) fn spawn_spec() -> maestro_protocol::ToolSpec {
          in yours) while you go on; returns its id at once. To wait for your subtasks and read \
          their results, move to WAIT_SUBTASKS.",
     );
-    if let Some(obj) = spec.input_schema.as_object_mut() {
+    if let Some(obj) = Arc::make_mut(&mut spec.input_schema).as_object_mut() {
         obj.insert(
             "additionalProperties".into(),
             serde_json::Value::Bool(false),

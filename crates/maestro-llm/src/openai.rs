@@ -19,7 +19,6 @@ use std::time::Duration;
 use reqwest::header::{
     AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, RETRY_AFTER,
 };
-use serde_json::Value;
 
 pub use config::{
     ConfigError, DEFAULT_CALL_TIMEOUT, DEFAULT_MAX_ANSWER_BYTES, DEFAULT_MAX_ANSWER_TOKENS,
@@ -315,13 +314,13 @@ impl OpenAiCompat {
         let mut resent = false;
         loop {
             let transport = self.transport();
-            let body = wire::body(&request, shape, transport);
+            let body = wire::body(&request, shape, transport).map_err(|e| self.redact(e))?;
             let failure = match self.attempt(&body, transport, shape, on_event).await {
                 Ok(raw) => {
                     if shape == Shape::NativeTools && !raw.tool_calls.is_empty() {
                         self.settle_tool_mode(&request.model, ToolMode::Native);
                     }
-                    return Ok(self.finish(raw, &body, shape, &request));
+                    return Ok(self.finish(raw, body.prompt_chars, shape, &request));
                 }
                 Err(failure) => failure,
             };
@@ -383,7 +382,7 @@ impl OpenAiCompat {
 
     async fn attempt(
         &self,
-        body: &Value,
+        body: &wire::Body,
         transport: Transport,
         shape: Shape,
         on_event: &(dyn Fn(StreamEvent) + Send + Sync),
@@ -395,7 +394,12 @@ impl OpenAiCompat {
             retry_after: None,
         };
         let response =
-            match tokio::time::timeout(idle, self.client.post(&url).json(body).send()).await {
+            match tokio::time::timeout(idle, self
+                    .client
+                    .post(&url)
+                    .header(CONTENT_TYPE, "application/json")
+                    .body(body.bytes.clone())
+                    .send()).await {
                 Err(_) => {
                     return Err(retry(LlmError::Timeout(format!(
                         "no answer from {url} within {} ms (idle_timeout)",
@@ -466,13 +470,13 @@ impl OpenAiCompat {
     fn finish(
         &self,
         raw: RawAnswer,
-        sent: &Value,
+        prompt_chars: usize,
         shape: Shape,
         request: &ChatRequest,
     ) -> ChatResponse {
         let usage = raw
             .usage
-            .unwrap_or_else(|| wire::estimate_usage(sent, &raw));
+            .unwrap_or_else(|| wire::estimate_usage(prompt_chars, &raw));
         let raw = match shape {
             Shape::JsonTools => json_mode::interpret(raw, &request.tools),
             Shape::Plain | Shape::NativeTools | Shape::Schema => raw,

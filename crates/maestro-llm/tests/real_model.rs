@@ -55,7 +55,7 @@ fn weather_tool() -> ToolSpec {
     ToolSpec {
         name: "get_weather".into(),
         description: "Gets the current weather of a city.".into(),
-        input_schema: json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}),
+        input_schema: json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}).into(),
     }
 }
 

@@ -215,7 +215,7 @@ async fn response_schema_requests_carry_json_schema_and_no_tools() {
     request.tools = vec![ToolSpec {
         name: "X".into(),
         description: "x".into(),
-        input_schema: json!({}),
+        input_schema: json!({}).into(),
     }]
     .into();
     request.response_schema = Some(maestro_llm::ResponseSchema {

@@ -17,7 +17,7 @@ pub struct ToolSpec {
     pub name: String,
     pub description: String,
     /// JSON Schema (draft 2020-12 compatible object schema) of the tool's input.
-    pub input_schema: serde_json::Value,
+    pub input_schema: std::sync::Arc<serde_json::Value>,
 }
 
 /// One tool call as the model sent it. `arguments` is the raw JSON text, kept unparsed so that a

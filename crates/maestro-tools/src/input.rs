@@ -23,7 +23,7 @@ pub fn spec_for<T: JsonSchema>(name: &str, description: &str) -> ToolSpec {
     ToolSpec {
         name: name.to_string(),
         description: description.to_string(),
-        input_schema: input_schema::<T>(),
+        input_schema: input_schema::<T>().into(),
     }
 }
 

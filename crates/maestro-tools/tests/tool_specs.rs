@@ -141,7 +141,7 @@ async fn bad_input_gets_the_same_error_from_every_tool() {
 async fn web_and_ssh_schemas_keep_their_limits() {
     let skills = tempfile::tempdir().unwrap();
     let b = everything(skills.path());
-    let schema = |name: &str| b.registry.spec(name).unwrap().input_schema.clone();
+    let schema = |name: &str| Value::clone(&b.registry.spec(name).unwrap().input_schema);
     assert_eq!(
         schema("WebSearch"),
         json!({

@@ -201,7 +201,7 @@ mod tests {
         ToolSpec {
             name: "Read".into(),
             description: "Reads a file.".into(),
-            input_schema: json!({"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}),
+            input_schema: json!({"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}).into(),
         }
     }
 
@@ -239,7 +239,8 @@ mod tests {
                     "Mode": {"type": "string", "enum": ["replace", "append"]},
                     "Span": {"type": "object", "properties": {"from": {"type": "integer"}, "to": {"type": "integer"}}}
                 }
-            }),
+            })
+            .into(),
         };
         let combined = schema(&[edit]);
         let text = combined.to_string();

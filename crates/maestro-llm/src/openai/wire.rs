@@ -29,96 +29,190 @@ pub(crate) struct Transport {
     pub stream_options: bool,
 }
 
-pub(crate) fn body(request: &ChatRequest, shape: Shape, transport: Transport) -> Value {
-    let messages = match shape {
-        Shape::JsonTools => json_mode::messages(&request.messages, &request.tools),
-        Shape::Plain | Shape::NativeTools | Shape::Schema => native_messages(&request.messages),
+/// One request body, serialised once (a retry sends the same bytes again).
+#[derive(Debug, Clone)]
+pub(crate) struct Body {
+    pub bytes: bytes::Bytes,
+    /// The length of the `messages` and `tools` JSON: what a usage estimate counts.
+    pub prompt_chars: usize,
+}
+
+/// The request body for `request`, written straight from it as JSON text, without building a
+/// `serde_json::Value` tree first (a request is written once a model call, and the tree, with
+/// every tool schema copied into it, cost more than the text). The keys come in this order:
+/// `model`, `messages`, then `tools` or `response_format`, `temperature`, `max_tokens`,
+/// `stream`, `stream_options`.
+pub(crate) fn body(
+    request: &ChatRequest,
+    shape: Shape,
+    transport: Transport,
+) -> Result<Body, LlmError> {
+    let unwritable = |e: serde_json::Error| {
+        LlmError::Protocol(format!("the request cannot be written as JSON: {e}"))
     };
-    let mut body = json!({ "model": request.model, "messages": messages });
-    let map = match body.as_object_mut() {
-        Some(map) => map,
-        None => return body,
-    };
+    let mut out = Vec::with_capacity(1024);
+    out.extend_from_slice(b"{\"model\":");
+    serde_json::to_writer(&mut out, &request.model).map_err(unwritable)?;
+    out.extend_from_slice(b",\"messages\":");
+    let mut prompt_chars = out.len();
+    match shape {
+        Shape::JsonTools => serde_json::to_writer(
+            &mut out,
+            &json_mode::messages(&request.messages, &request.tools),
+        ),
+        Shape::Plain | Shape::NativeTools | Shape::Schema => {
+            let messages: Vec<WireMessage<'_>> =
+                request.messages.iter().map(WireMessage::from).collect();
+            serde_json::to_writer(&mut out, &messages)
+        }
+    }
+    .map_err(unwritable)?;
+    prompt_chars = out.len() - prompt_chars;
     match shape {
         Shape::Plain => {}
         Shape::NativeTools => {
-            let tools: Vec<Value> = request
+            out.extend_from_slice(b",\"tools\":");
+            let before = out.len();
+            let tools: Vec<WireTool<'_>> = request
                 .tools
                 .iter()
-                .map(|t| {
-                    json!({"type": "function", "function": {
-                        "name": t.name, "description": t.description, "parameters": t.input_schema }})
+                .map(|t| WireTool {
+                    kind: "function",
+                    function: WireFunction {
+                        name: &t.name,
+                        description: &t.description,
+                        parameters: &t.input_schema,
+                    },
                 })
                 .collect();
-            map.insert("tools".into(), Value::Array(tools));
+            serde_json::to_writer(&mut out, &tools).map_err(unwritable)?;
+            prompt_chars += out.len() - before;
         }
         Shape::JsonTools => {
-            map.insert(
-                "response_format".into(),
-                json_mode::response_format(&request.tools),
-            );
+            out.extend_from_slice(b",\"response_format\":");
+            serde_json::to_writer(&mut out, &json_mode::response_format(&request.tools))
+                .map_err(unwritable)?;
         }
         Shape::Schema => {
             if let Some(schema) = &request.response_schema {
-                map.insert(
-                    "response_format".into(),
-                    json!({"type": "json_schema", "json_schema": {
-                        "name": schema.name, "strict": true, "schema": schema.schema }}),
-                );
+                out.extend_from_slice(b",\"response_format\":");
+                let format = json!({"type": "json_schema", "json_schema": {
+                    "name": schema.name, "strict": true, "schema": schema.schema }});
+                serde_json::to_writer(&mut out, &format).map_err(unwritable)?;
             }
         }
     }
     if let Some(t) = request.temperature {
-        map.insert("temperature".into(), json!(t));
+        out.extend_from_slice(b",\"temperature\":");
+        serde_json::to_writer(&mut out, &f64::from(t)).map_err(unwritable)?;
     }
     if let Some(n) = request.max_tokens {
-        map.insert("max_tokens".into(), json!(n));
+        out.extend_from_slice(b",\"max_tokens\":");
+        serde_json::to_writer(&mut out, &n).map_err(unwritable)?;
     }
-    map.insert("stream".into(), json!(transport.stream));
+    out.extend_from_slice(if transport.stream {
+        b",\"stream\":true"
+    } else {
+        b",\"stream\":false"
+    });
     if transport.stream && transport.stream_options {
-        map.insert("stream_options".into(), json!({"include_usage": true}));
+        out.extend_from_slice(b",\"stream_options\":{\"include_usage\":true}");
     }
-    body
+    out.push(b'}');
+    Ok(Body {
+        bytes: out.into(),
+        prompt_chars,
+    })
 }
 
-fn native_messages(messages: &[Message]) -> Vec<Value> {
-    messages
-        .iter()
-        .map(|m| match m {
-            Message::System { content } => json!({"role": "system", "content": content}),
-            Message::User { content } => json!({"role": "user", "content": content}),
+/// A message as the Chat Completions API takes it; fields are written in this order, and the
+/// `None`s of `tool_call_id` and `tool_calls` are left out.
+#[derive(serde::Serialize)]
+struct WireMessage<'a> {
+    role: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_call_id: Option<&'a str>,
+    /// `null` for an assistant message that only calls tools.
+    content: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_calls: Option<Vec<WireCall<'a>>>,
+}
+
+#[derive(serde::Serialize)]
+struct WireCall<'a> {
+    id: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: WireCallFunction<'a>,
+}
+
+#[derive(serde::Serialize)]
+struct WireCallFunction<'a> {
+    name: &'a str,
+    arguments: &'a str,
+}
+
+#[derive(serde::Serialize)]
+struct WireTool<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: WireFunction<'a>,
+}
+
+#[derive(serde::Serialize)]
+struct WireFunction<'a> {
+    name: &'a str,
+    description: &'a str,
+    parameters: &'a Value,
+}
+
+impl<'a> From<&'a Message> for WireMessage<'a> {
+    fn from(message: &'a Message) -> Self {
+        let plain = |role, content: &'a String| WireMessage {
+            role,
+            tool_call_id: None,
+            content: Some(content),
+            tool_calls: None,
+        };
+        match message {
+            Message::System { content } => plain("system", content),
+            Message::User { content } => plain("user", content),
             Message::Assistant {
                 content,
                 tool_calls,
-            } if tool_calls.is_empty() => {
-                json!({"role": "assistant", "content": content})
-            }
+            } if tool_calls.is_empty() => plain("assistant", content),
             Message::Assistant {
                 content,
                 tool_calls,
-            } => {
-                let calls: Vec<Value> = tool_calls
-                    .iter()
-                    .map(|c| {
-                        json!({"id": c.id, "type": "function",
-                               "function": {"name": c.name, "arguments": c.arguments}})
-                    })
-                    .collect();
-                let content = if content.is_empty() {
-                    Value::Null
-                } else {
-                    json!(content)
-                };
-                json!({"role": "assistant", "content": content, "tool_calls": calls})
-            }
+            } => WireMessage {
+                role: "assistant",
+                tool_call_id: None,
+                content: (!content.is_empty()).then_some(content.as_str()),
+                tool_calls: Some(
+                    tool_calls
+                        .iter()
+                        .map(|c| WireCall {
+                            id: &c.id,
+                            kind: "function",
+                            function: WireCallFunction {
+                                name: &c.name,
+                                arguments: &c.arguments,
+                            },
+                        })
+                        .collect(),
+                ),
+            },
             Message::Tool {
                 tool_call_id,
                 content,
-            } => {
-                json!({"role": "tool", "tool_call_id": tool_call_id, "content": content})
-            }
-        })
-        .collect()
+            } => WireMessage {
+                role: "tool",
+                tool_call_id: Some(tool_call_id),
+                content: Some(content),
+                tool_calls: None,
+            },
+        }
+    }
 }
 
 /// Reads a non-streamed `chat.completion` object.
@@ -198,28 +292,8 @@ pub(crate) fn parse_usage(value: &Value) -> Option<Usage> {
 }
 
 /// About four characters per token: good enough for context budgeting when the endpoint is mute.
-/// The length of `value` as JSON text, counted without building the text.
-fn json_len(value: &Value) -> usize {
-    struct Count(usize);
-    impl std::io::Write for Count {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0 += buf.len();
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut count = Count(0);
-    match serde_json::to_writer(&mut count, value) {
-        Ok(()) => count.0,
-        Err(_) => 0,
-    }
-}
-
-pub(crate) fn estimate_usage(sent: &Value, answer: &RawAnswer) -> Usage {
-    let prompt_chars = sent.get("messages").map(json_len).unwrap_or(0)
-        + sent.get("tools").map(json_len).unwrap_or(0);
+/// `prompt_chars` is the length of the request's `messages` and `tools` JSON.
+pub(crate) fn estimate_usage(prompt_chars: usize, answer: &RawAnswer) -> Usage {
     let completion_chars = answer.content.len()
         + answer
             .tool_calls
@@ -241,17 +315,33 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
     use super::*;
+    use maestro_protocol::ToolSpec;
 
-    #[test]
-    fn json_len_is_the_length_of_the_text() {
-        let value = serde_json::json!({"messages": [{"role": "user", "content": "é \"quoted\"\n"}], "n": 1.5});
-        assert_eq!(json_len(&value), value.to_string().len());
-        assert_eq!(json_len(&Value::Null), 4);
+    fn request(messages: Vec<Message>, tools: Vec<ToolSpec>) -> ChatRequest {
+        ChatRequest {
+            model: "m".into(),
+            messages,
+            tools: tools.into(),
+            temperature: Some(0.2),
+            max_tokens: Some(64),
+            ..ChatRequest::default()
+        }
     }
+
+    const STREAM: Transport = Transport {
+        stream: true,
+        stream_options: true,
+    };
 
     #[test]
     fn assistant_tool_calls_and_tool_results_use_native_roles() {
         let messages = vec![
+            Message::System {
+                content: "sys".into(),
+            },
+            Message::User {
+                content: "é \"quoted\"\n".into(),
+            },
             Message::Assistant {
                 content: String::new(),
                 tool_calls: vec![ToolCall {
@@ -264,14 +354,57 @@ mod tests {
                 tool_call_id: "c1".into(),
                 content: "data".into(),
             },
+            Message::Assistant {
+                content: "done".into(),
+                tool_calls: vec![],
+            },
         ];
+        let body = body(&request(messages, vec![]), Shape::Plain, STREAM).unwrap();
+        let text = std::str::from_utf8(&body.bytes).unwrap();
         assert_eq!(
-            Value::Array(native_messages(&messages)),
-            json!([
-                {"role": "assistant", "content": null, "tool_calls": [
-                    {"id": "c1", "type": "function", "function": {"name": "Read", "arguments": "{}"}}]},
-                {"role": "tool", "tool_call_id": "c1", "content": "data"}
-            ])
+            text,
+            concat!(
+                r#"{"model":"m","messages":[{"role":"system","content":"sys"},"#,
+                r#"{"role":"user","content":"é \"quoted\"\n"},"#,
+                r#"{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"Read","arguments":"{}"}}]},"#,
+                r#"{"role":"tool","tool_call_id":"c1","content":"data"},"#,
+                r#"{"role":"assistant","content":"done"}],"#,
+                r#""temperature":0.20000000298023224,"max_tokens":64,"stream":true,"stream_options":{"include_usage":true}}"#
+            )
+        );
+        let messages_json = &text[text.find('[').unwrap()..text.find("],\"temperature").unwrap() + 1];
+        assert_eq!(body.prompt_chars, messages_json.len());
+    }
+
+    #[test]
+    fn native_tools_carry_their_schemas_and_count_as_prompt() {
+        let tool = ToolSpec {
+            name: "Read".into(),
+            description: "Reads a file.".into(),
+            input_schema: json!({"type": "object", "properties": {"path": {"type": "string"}}}).into(),
+        };
+        let ask = vec![Message::User {
+            content: "hi".into(),
+        }];
+        let plain = body(&request(ask.clone(), vec![]), Shape::Plain, STREAM).unwrap();
+        let sent = body(
+            &request(ask, vec![tool]),
+            Shape::NativeTools,
+            Transport {
+                stream: false,
+                stream_options: false,
+            },
+        )
+        .unwrap();
+        let value: Value = serde_json::from_slice(&sent.bytes).unwrap();
+        let tools = json!([{"type": "function", "function": {"name": "Read", "description": "Reads a file.",
+            "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}}]);
+        assert_eq!(value["tools"], tools);
+        assert_eq!(value["stream"], json!(false));
+        assert_eq!(value.get("stream_options"), None);
+        assert_eq!(
+            sent.prompt_chars,
+            plain.prompt_chars + tools.to_string().len()
         );
     }
 

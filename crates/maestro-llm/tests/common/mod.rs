@@ -50,7 +50,7 @@ pub fn read_tool() -> ToolSpec {
     ToolSpec {
         name: "Read".into(),
         description: "Reads a file of the workspace.".into(),
-        input_schema: json!({"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}),
+        input_schema: json!({"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}).into(),
     }
 }
 

@@ -31,7 +31,7 @@ impl McpTool {
         let spec = ToolSpec {
             name,
             description,
-            input_schema: serde_json::Value::Object((*tool.input_schema).clone()),
+            input_schema: serde_json::Value::Object((*tool.input_schema).clone()).into(),
         };
         McpTool {
             remote: tool.name.to_string(),

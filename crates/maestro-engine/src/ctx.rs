@@ -195,8 +195,7 @@ impl RunCtx {
                     })
                     .collect(),
             }),
-        })
-        ?;
+        })?;
         Ok(response)
     }
 }

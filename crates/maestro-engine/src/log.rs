@@ -315,4 +315,48 @@ mod tests {
             Err(AppendError::Io(_))
         ));
     }
+
+    /// A log that refuses every append after the first `accept` events.
+    struct RefusesAfter {
+        accept: usize,
+        kept: Mutex<Vec<u64>>,
+    }
+
+    impl EventLog for RefusesAfter {
+        fn append<'a>(&'a self, records: &'a [EventRecord]) -> AppendFuture<'a> {
+            let mut kept = self.kept.lock().unwrap();
+            let result = if kept.len() + records.len() <= self.accept {
+                kept.extend(records.iter().map(|r| r.seq));
+                Ok(())
+            } else {
+                Err(AppendError::Fenced("lease lost".into()))
+            };
+            Box::pin(async move { result })
+        }
+    }
+
+    /// An event queued without waiting is committed before the next awaited one returns (so
+    /// before the side effect that follows it), and its failure fails that next emit.
+    #[tokio::test]
+    async fn a_queued_event_is_committed_before_the_next_awaited_one_returns() {
+        let log = Arc::new(RefusesAfter {
+            accept: 3,
+            kept: Mutex::default(),
+        });
+        let journal =
+            crate::journal::Journal::new(vec![log.clone() as Arc<dyn EventLog>], Vec::new());
+        journal.emit_nowait(started(1).event).unwrap();
+        journal.emit_nowait(started(2).event).unwrap();
+        journal.emit(started(3).event).await.unwrap();
+        assert_eq!(*log.kept.lock().unwrap(), vec![1, 2, 3]);
+        // The fourth is refused while queued; the awaited fifth reports it, and nothing after
+        // the refusal is written.
+        journal.emit_nowait(started(4).event).unwrap();
+        let refused = journal.emit(started(5).event).await;
+        assert!(
+            matches!(&refused, Err(crate::EngineError::Record(crate::error::RecordError::Fenced(why))) if why == "lease lost"),
+            "{refused:?}"
+        );
+        assert_eq!(*log.kept.lock().unwrap(), vec![1, 2, 3]);
+    }
 }

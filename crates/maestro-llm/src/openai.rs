@@ -393,37 +393,40 @@ impl OpenAiCompat {
             error,
             retry_after: None,
         };
-        let response =
-            match tokio::time::timeout(idle, self
-                    .client
-                    .post(&url)
-                    .header(CONTENT_TYPE, "application/json")
-                    .body(body.bytes.clone())
-                    .send()).await {
-                Err(_) => {
-                    return Err(retry(LlmError::Timeout(format!(
-                        "no answer from {url} within {} ms (idle_timeout)",
-                        idle.as_millis()
-                    ))));
+        let response = match tokio::time::timeout(
+            idle,
+            self.client
+                .post(&url)
+                .header(CONTENT_TYPE, "application/json")
+                .body(body.bytes.clone())
+                .send(),
+        )
+        .await
+        {
+            Err(_) => {
+                return Err(retry(LlmError::Timeout(format!(
+                    "no answer from {url} within {} ms (idle_timeout)",
+                    idle.as_millis()
+                ))));
+            }
+            Ok(Err(e)) if e.is_builder() => {
+                return Err(Failure::Final(LlmError::Connect {
+                    url,
+                    message: describe(&e),
+                }));
+            }
+            Ok(Err(e)) => {
+                let error = LlmError::Connect {
+                    url,
+                    message: describe(&e),
+                };
+                if closed_before_answer(&e) {
+                    return Err(Failure::Resend(error));
                 }
-                Ok(Err(e)) if e.is_builder() => {
-                    return Err(Failure::Final(LlmError::Connect {
-                        url,
-                        message: describe(&e),
-                    }));
-                }
-                Ok(Err(e)) => {
-                    let error = LlmError::Connect {
-                        url,
-                        message: describe(&e),
-                    };
-                    if closed_before_answer(&e) {
-                        return Err(Failure::Resend(error));
-                    }
-                    return Err(retry(error));
-                }
-                Ok(Ok(response)) => response,
-            };
+                return Err(retry(error));
+            }
+            Ok(Ok(response)) => response,
+        };
         let status = response.status();
         if !status.is_success() {
             let retry_after = response

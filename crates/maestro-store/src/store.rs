@@ -239,6 +239,9 @@ impl Store {
                         conn.execute("PRAGMA journal_mode = WAL").await?;
                         conn.execute("PRAGMA synchronous = NORMAL").await?;
                         conn.execute("PRAGMA foreign_keys = ON").await?;
+                        // Pages are read straight from the file's mapping instead of copied in
+                        // by a `pread` each time they leave the connection's small page cache.
+                        conn.execute("PRAGMA mmap_size = 268435456").await?;
                         let busy = format!("PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}");
                         conn.execute(sqlx::AssertSqlSafe(busy)).await?;
                         Ok(())

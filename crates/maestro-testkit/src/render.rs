@@ -11,6 +11,7 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use serde_json::{Value, json};
 
+use crate::scripted::Ask;
 use crate::turn::{Action, ScriptedCall, Turn};
 
 /// Something the response body does next.
@@ -29,20 +30,10 @@ enum Frame {
 pub(crate) type SentBytes = std::sync::Arc<std::sync::atomic::AtomicUsize>;
 
 /// The answer to one chat request. `seq` numbers the answers, for ids.
-pub(crate) fn respond(turn: Turn, request: &Value, seq: usize, sent: &SentBytes) -> Response {
-    let stream = request
-        .get("stream")
-        .and_then(Value::as_bool)
-        .unwrap_or(false);
-    let include_usage = request
-        .pointer("/stream_options/include_usage")
-        .and_then(Value::as_bool)
-        .unwrap_or(false);
-    let model = request
-        .get("model")
-        .and_then(Value::as_str)
-        .unwrap_or("scripted")
-        .to_string();
+pub(crate) fn respond(turn: Turn, ask: &Ask, seq: usize, sent: &SentBytes) -> Response {
+    let stream = ask.stream;
+    let include_usage = ask.include_usage;
+    let model = ask.model.clone().unwrap_or_else(|| "scripted".to_string());
     let usage = turn
         .usage
         .map(|(p, c)| json!({"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}));
@@ -176,12 +167,26 @@ struct Meta {
 
 impl Meta {
     fn chunk(&self, choices: Value, usage: Option<Value>) -> String {
-        let mut chunk = json!({"id": self.id, "object": "chat.completion.chunk", "created": 0,
-                               "model": self.model, "choices": choices});
-        if let (Some(map), Some(usage)) = (chunk.as_object_mut(), usage) {
-            map.insert("usage".into(), usage);
+        /// A `chat.completion.chunk`, written without building its outer object as a tree.
+        #[derive(serde::Serialize)]
+        struct Chunk<'a> {
+            id: &'a str,
+            object: &'static str,
+            created: u8,
+            model: &'a str,
+            choices: &'a Value,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            usage: Option<&'a Value>,
         }
-        chunk.to_string()
+        let chunk = Chunk {
+            id: &self.id,
+            object: "chat.completion.chunk",
+            created: 0,
+            model: &self.model,
+            choices: &choices,
+            usage: usage.as_ref(),
+        };
+        serde_json::to_string(&chunk).unwrap_or_default()
     }
 
     fn delta(&self, delta: Value, finish_reason: Option<&str>) -> Frame {

@@ -340,6 +340,45 @@ impl Shared {
         body
     }
 
+    /// What the server reads of a chat request. The whole body is parsed only when something
+    /// needs it (requests kept, or conditional turns to match against the messages); otherwise
+    /// only the few fields the answer depends on are read.
+    fn read_ask(&self, uri: &Uri, headers: &HeaderMap, body: &[u8]) -> Ask {
+        let conditional = lock(&self.script).iter().any(|t| t.matcher.is_some());
+        if self.options.forget_requests
+            && !conditional
+            && let Ok(light) = serde_json::from_slice::<LightAsk>(body)
+        {
+            return Ask {
+                stream: light.stream.unwrap_or(false),
+                include_usage: light
+                    .stream_options
+                    .as_ref()
+                    .and_then(|o| o.include_usage)
+                    .unwrap_or(false),
+                has_stream_options: light.stream_options.is_some(),
+                has_tools: light.tools.is_some(),
+                model: light.model,
+                body: Value::Null,
+            };
+        }
+        let body = self.record(uri, headers, body);
+        Ask {
+            stream: body.get("stream").and_then(Value::as_bool).unwrap_or(false),
+            include_usage: body
+                .pointer("/stream_options/include_usage")
+                .and_then(Value::as_bool)
+                .unwrap_or(false),
+            has_stream_options: body.get("stream_options").is_some(),
+            has_tools: body.get("tools").is_some(),
+            model: body
+                .get("model")
+                .and_then(Value::as_str)
+                .map(str::to_string),
+            body,
+        }
+    }
+
     /// The first conditional turn whose needle occurs in the request's messages, else the first
     /// unconditional turn.
     fn take_turn(&self, request: &Value) -> Option<Turn> {
@@ -384,6 +423,36 @@ fn message_text(request: &Value) -> String {
     out
 }
 
+/// What a chat request asks for, as far as the answer depends on it.
+pub(crate) struct Ask {
+    pub stream: bool,
+    pub include_usage: bool,
+    pub has_stream_options: bool,
+    pub has_tools: bool,
+    pub model: Option<String>,
+    /// The whole body, or `null` when it was not needed.
+    pub body: Value,
+}
+
+/// The fields of a chat request [`Ask`] is made of; the rest of the body is skipped unparsed.
+#[derive(serde::Deserialize)]
+struct LightAsk {
+    #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
+    stream: Option<bool>,
+    #[serde(default)]
+    stream_options: Option<LightStreamOptions>,
+    #[serde(default)]
+    tools: Option<serde::de::IgnoredAny>,
+}
+
+#[derive(serde::Deserialize)]
+struct LightStreamOptions {
+    #[serde(default)]
+    include_usage: Option<bool>,
+}
+
 fn error(status: StatusCode, message: &str) -> Response {
     (
         status,
@@ -398,19 +467,16 @@ async fn chat(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let request = shared.record(&uri, &headers, &body);
+    let ask = shared.read_ask(&uri, &headers, &body);
     let options = &shared.options;
-    let stream = request
-        .get("stream")
-        .and_then(Value::as_bool)
-        .unwrap_or(false);
-    if options.reject_stream_options && request.get("stream_options").is_some() {
+    let stream = ask.stream;
+    if options.reject_stream_options && ask.has_stream_options {
         return error(
             StatusCode::BAD_REQUEST,
             "Unrecognized request argument supplied: stream_options",
         );
     }
-    if options.reject_tools && request.get("tools").is_some() {
+    if options.reject_tools && ask.has_tools {
         return error(StatusCode::BAD_REQUEST, "tools param requires --jinja flag");
     }
     if options.reject_streaming && stream {
@@ -419,7 +485,7 @@ async fn chat(
             "streaming is not supported by this server",
         );
     }
-    let Some(turn) = shared.take_turn(&request) else {
+    let Some(turn) = shared.take_turn(&ask.body) else {
         let answered = *lock(&shared.answered);
         return error(
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -436,7 +502,7 @@ async fn chat(
         *answered += 1;
         *answered
     };
-    render::respond(turn, &request, seq, &shared.sent)
+    render::respond(turn, &ask, seq, &shared.sent)
 }
 
 async fn models(State(shared): State<Arc<Shared>>, uri: Uri, headers: HeaderMap) -> Response {

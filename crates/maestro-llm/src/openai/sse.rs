@@ -27,6 +27,69 @@ pub(crate) struct Accumulator {
     pieces: u64,
 }
 
+/// The parts of a stream chunk the answer is made of. Read field by field, borrowing the text
+/// where it has no escapes; only the rare parts (`error`, `usage`, tool-call deltas) become JSON
+/// trees.
+#[derive(Debug, Default, serde::Deserialize)]
+struct Chunk<'a> {
+    #[serde(default)]
+    error: Option<Value>,
+    #[serde(default)]
+    usage: Option<Value>,
+    #[serde(default, borrow)]
+    choices: Option<Vec<Choice<'a>>>,
+}
+
+#[derive(Debug, Default, serde::Deserialize)]
+struct Choice<'a> {
+    #[serde(default)]
+    finish_reason: Option<Value>,
+    #[serde(default, borrow)]
+    delta: Option<Delta<'a>>,
+}
+
+#[derive(Debug, Default, serde::Deserialize)]
+struct Delta<'a> {
+    #[serde(default, borrow)]
+    content: Option<std::borrow::Cow<'a, str>>,
+    #[serde(default)]
+    tool_calls: Option<Value>,
+}
+
+impl<'a> Chunk<'a> {
+    /// Reads `data`. A chunk of an unexpected shape (`choices` not a list, `content` not text)
+    /// is read again as a JSON tree, and what is not where an answer has it is ignored, as
+    /// before; only a chunk that is not JSON at all is an error.
+    fn read(data: &'a str) -> Result<Chunk<'a>, LlmError> {
+        if let Ok(chunk) = serde_json::from_str::<Chunk<'a>>(data) {
+            return Ok(chunk);
+        }
+        let mut value: Value = serde_json::from_str(data).map_err(|e| {
+            LlmError::Protocol(format!(
+                "a stream chunk is not JSON ({e}): {}",
+                super::retry::shorten(data, 300)
+            ))
+        })?;
+        let choice = value.pointer_mut("/choices/0").map(Value::take);
+        Ok(Chunk {
+            error: value.get_mut("error").map(Value::take),
+            usage: value.get_mut("usage").map(Value::take),
+            choices: choice.map(|mut choice| {
+                vec![Choice {
+                    finish_reason: choice.get_mut("finish_reason").map(Value::take),
+                    delta: choice.get_mut("delta").map(|delta| Delta {
+                        content: delta
+                            .get("content")
+                            .and_then(Value::as_str)
+                            .map(|s| std::borrow::Cow::Owned(s.to_string())),
+                        tool_calls: delta.get_mut("tool_calls").map(Value::take),
+                    }),
+                }]
+            }),
+        })
+    }
+}
+
 /// How large one answer may grow before the call is ended.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Limits {
@@ -65,13 +128,8 @@ impl Accumulator {
             self.done = true;
             return Ok(None);
         }
-        let chunk: Value = serde_json::from_str(data).map_err(|e| {
-            LlmError::Protocol(format!(
-                "a stream chunk is not JSON ({e}): {}",
-                super::retry::shorten(data, 300)
-            ))
-        })?;
-        if let Some(error) = chunk.get("error") {
+        let chunk = Chunk::read(data)?;
+        if let Some(error) = chunk.error {
             let message = error
                 .get("message")
                 .and_then(Value::as_str)
@@ -80,31 +138,32 @@ impl Accumulator {
                 message.unwrap_or_else(|| error.to_string()),
             ));
         }
-        if let Some(usage) = chunk.get("usage").and_then(parse_usage) {
+        if let Some(usage) = chunk.usage.as_ref().and_then(parse_usage) {
             self.usage = Some(usage);
         }
-        let Some(choice) = chunk.pointer("/choices/0") else {
+        let Some(choice) = chunk.choices.and_then(|c| c.into_iter().next()) else {
             return Ok(None);
         };
-        if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
+        if let Some(reason) = choice.finish_reason.as_ref().and_then(Value::as_str) {
             self.finish_reason = Some(reason.to_string());
         }
-        let Some(delta) = choice.get("delta") else {
+        let Some(delta) = choice.delta else {
             return Ok(None);
         };
         for call in delta
-            .get("tool_calls")
+            .tool_calls
+            .as_ref()
             .and_then(Value::as_array)
             .into_iter()
             .flatten()
         {
             self.apply_tool_delta(call);
         }
-        match delta.get("content").and_then(Value::as_str) {
+        match delta.content {
             Some(text) if !text.is_empty() => {
                 self.pieces += 1;
-                self.content.push_str(text);
-                Ok(Some(text.to_string()))
+                self.content.push_str(&text);
+                Ok(Some(text.into_owned()))
             }
             _ => Ok(None),
         }
@@ -346,5 +405,30 @@ mod tests {
             acc.apply(r#"{"error":{"message":"model crashed"}}"#),
             Err(LlmError::Stream("model crashed".into()))
         );
+    }
+
+    #[test]
+    fn chunks_of_odd_shapes_add_what_is_where_an_answer_has_it() {
+        let mut acc = Accumulator::default();
+        // Escaped text, then content that is not text, then choices that are not a list, then
+        // a finishing chunk whose content is a list: the text parts are kept, the rest ignored.
+        let chunks = [
+            r#"{"choices":[{"delta":{"content":"a \"quoted\"\nline"}}]}"#,
+            r#"{"choices":[{"delta":{"content":42}}]}"#,
+            r#"{"choices":"none","usage":null}"#,
+            r#"{"choices":[{"delta":{"content":[1]},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":2}}"#,
+        ];
+        let added: Vec<Option<String>> = chunks.iter().map(|c| acc.apply(c).unwrap()).collect();
+        assert_eq!(
+            added,
+            vec![Some("a \"quoted\"\nline".into()), None, None, None]
+        );
+        assert!(acc.is_complete());
+        let answer = acc.finish();
+        assert_eq!(answer.content, "a \"quoted\"\nline");
+        assert_eq!(answer.finish_reason.as_deref(), Some("stop"));
+        assert_eq!(answer.usage.map(|u| u.total_tokens), Some(5));
+        let mut acc = Accumulator::default();
+        assert!(matches!(acc.apply("{oops"), Err(LlmError::Protocol(m)) if m.contains("not JSON")));
     }
 }

@@ -372,7 +372,8 @@ mod tests {
                 r#""temperature":0.20000000298023224,"max_tokens":64,"stream":true,"stream_options":{"include_usage":true}}"#
             )
         );
-        let messages_json = &text[text.find('[').unwrap()..text.find("],\"temperature").unwrap() + 1];
+        let messages_json =
+            &text[text.find('[').unwrap()..text.find("],\"temperature").unwrap() + 1];
         assert_eq!(body.prompt_chars, messages_json.len());
     }
 
@@ -381,7 +382,8 @@ mod tests {
         let tool = ToolSpec {
             name: "Read".into(),
             description: "Reads a file.".into(),
-            input_schema: json!({"type": "object", "properties": {"path": {"type": "string"}}}).into(),
+            input_schema: json!({"type": "object", "properties": {"path": {"type": "string"}}})
+                .into(),
         };
         let ask = vec![Message::User {
             content: "hi".into(),

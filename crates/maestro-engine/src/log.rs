@@ -77,6 +77,17 @@ impl JsonlLog {
     /// Makes `path` hold exactly `history` (replacing it atomically), then opens it for
     /// appending: a resumed run's file then matches the store it resumes from.
     pub fn rewrite(path: &Path, history: &[EventRecord]) -> std::io::Result<JsonlLog> {
+        if history.is_empty() {
+            // Nothing to keep (a run's first attempt): emptying the file is one open, and as
+            // atomic as the rename below.
+            let file = std::fs::OpenOptions::new()
+                .create(true)
+                .write(true)
+                .truncate(true)
+                .open(path)?;
+            drop(file);
+            return JsonlLog::append_to(path);
+        }
         let mut text = String::new();
         for record in history {
             text.push_str(&serde_json::to_string(record).map_err(std::io::Error::other)?);
@@ -358,5 +369,27 @@ mod tests {
             "{refused:?}"
         );
         assert_eq!(*log.kept.lock().unwrap(), vec![1, 2, 3]);
+    }
+
+    #[tokio::test]
+    async fn a_rewrite_with_no_history_empties_the_file_and_appends_after() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("events.jsonl");
+        std::fs::write(
+            &path,
+            "a line from an attempt that wrote nothing to the store\n",
+        )
+        .unwrap();
+        let log = JsonlLog::rewrite(&path, &[]).unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "");
+        log.append(&[started(1)]).await.unwrap();
+        let seqs: Vec<u64> = read_events(&path).unwrap().iter().map(|r| r.seq).collect();
+        assert_eq!(seqs, vec![1]);
+        // With a history, the file holds exactly it.
+        let log = JsonlLog::rewrite(&path, &[started(1), started(2)]).unwrap();
+        log.append(&[started(3)]).await.unwrap();
+        let seqs: Vec<u64> = read_events(&path).unwrap().iter().map(|r| r.seq).collect();
+        assert_eq!(seqs, vec![1, 2, 3]);
+        assert!(!dir.path().join("events.jsonl.partial").exists());
     }
 }

@@ -388,15 +388,19 @@ impl OpenAiCompat {
         on_event: &(dyn Fn(StreamEvent) + Send + Sync),
     ) -> Result<RawAnswer, Failure> {
         let idle = self.config.idle_timeout;
-        let url = format!("{}/chat/completions", self.endpoints.base);
+        let url = self.endpoints.chat.clone();
         let retry = |error| Failure::Retryable {
             error,
             retry_after: None,
         };
+        // The URL parsed once; one that does not parse goes as text, and reqwest says why.
+        let request = match &self.endpoints.chat_url {
+            Some(parsed) => self.client.post(parsed.clone()),
+            None => self.client.post(&url),
+        };
         let response = match tokio::time::timeout(
             idle,
-            self.client
-                .post(&url)
+            request
                 .header(CONTENT_TYPE, "application/json")
                 .body(body.bytes.clone())
                 .send(),

@@ -19,13 +19,24 @@ use serde_json::{Value, json};
 pub(crate) struct Endpoints {
     pub base: String,
     pub root: String,
+    /// `{base}/chat/completions`, as text (for messages) and parsed once (for requests);
+    /// `None` when it does not parse, and the request then reports why.
+    pub chat: String,
+    pub chat_url: Option<reqwest::Url>,
 }
 
 impl Endpoints {
     pub(crate) fn new(base_url: &str) -> Endpoints {
         let base = base_url.trim_end_matches('/').to_string();
         let root = base.strip_suffix("/v1").unwrap_or(&base).to_string();
-        Endpoints { base, root }
+        let chat = format!("{base}/chat/completions");
+        let chat_url = reqwest::Url::parse(&chat).ok();
+        Endpoints {
+            base,
+            root,
+            chat,
+            chat_url,
+        }
     }
 }
 

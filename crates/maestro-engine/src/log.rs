@@ -80,12 +80,7 @@ impl JsonlLog {
         if history.is_empty() {
             // Nothing to keep (a run's first attempt): emptying the file is one open, and as
             // atomic as the rename below.
-            let file = std::fs::OpenOptions::new()
-                .create(true)
-                .write(true)
-                .truncate(true)
-                .open(path)?;
-            drop(file);
+            std::fs::File::create(path)?;
             return JsonlLog::append_to(path);
         }
         let mut text = String::new();

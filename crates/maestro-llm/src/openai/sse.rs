@@ -30,7 +30,7 @@ pub(crate) struct Accumulator {
 /// The parts of a stream chunk the answer is made of. Read field by field, borrowing the text
 /// where it has no escapes; only the rare parts (`error`, `usage`, tool-call deltas) become JSON
 /// trees.
-#[derive(Debug, Default, serde::Deserialize)]
+#[derive(Debug, serde::Deserialize)]
 struct Chunk<'a> {
     #[serde(default)]
     error: Option<Value>,
@@ -40,7 +40,7 @@ struct Chunk<'a> {
     choices: Option<Vec<Choice<'a>>>,
 }
 
-#[derive(Debug, Default, serde::Deserialize)]
+#[derive(Debug, serde::Deserialize)]
 struct Choice<'a> {
     #[serde(default)]
     finish_reason: Option<Value>,
@@ -48,7 +48,7 @@ struct Choice<'a> {
     delta: Option<Delta<'a>>,
 }
 
-#[derive(Debug, Default, serde::Deserialize)]
+#[derive(Debug, serde::Deserialize)]
 struct Delta<'a> {
     #[serde(default, borrow)]
     content: Option<std::borrow::Cow<'a, str>>,

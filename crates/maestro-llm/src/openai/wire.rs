@@ -47,32 +47,23 @@ pub(crate) fn body(
     shape: Shape,
     transport: Transport,
 ) -> Result<Body, LlmError> {
-    let unwritable = |e: serde_json::Error| {
-        LlmError::Protocol(format!("the request cannot be written as JSON: {e}"))
-    };
     let mut out = Vec::with_capacity(1024);
-    out.extend_from_slice(b"{\"model\":");
-    serde_json::to_writer(&mut out, &request.model).map_err(unwritable)?;
-    out.extend_from_slice(b",\"messages\":");
-    let mut prompt_chars = out.len();
-    match shape {
-        Shape::JsonTools => serde_json::to_writer(
+    field(&mut out, "model", &request.model)?;
+    let mut prompt_chars = match shape {
+        Shape::JsonTools => field(
             &mut out,
+            "messages",
             &json_mode::messages(&request.messages, &request.tools),
-        ),
+        )?,
         Shape::Plain | Shape::NativeTools | Shape::Schema => {
             let messages: Vec<WireMessage<'_>> =
                 request.messages.iter().map(WireMessage::from).collect();
-            serde_json::to_writer(&mut out, &messages)
+            field(&mut out, "messages", &messages)?
         }
-    }
-    .map_err(unwritable)?;
-    prompt_chars = out.len() - prompt_chars;
+    };
     match shape {
         Shape::Plain => {}
         Shape::NativeTools => {
-            out.extend_from_slice(b",\"tools\":");
-            let before = out.len();
             let tools: Vec<WireTool<'_>> = request
                 .tools
                 .iter()
@@ -85,44 +76,65 @@ pub(crate) fn body(
                     },
                 })
                 .collect();
-            serde_json::to_writer(&mut out, &tools).map_err(unwritable)?;
-            prompt_chars += out.len() - before;
+            prompt_chars += field(&mut out, "tools", &tools)?;
         }
         Shape::JsonTools => {
-            out.extend_from_slice(b",\"response_format\":");
-            serde_json::to_writer(&mut out, &json_mode::response_format(&request.tools))
-                .map_err(unwritable)?;
+            field(
+                &mut out,
+                "response_format",
+                &json_mode::response_format(&request.tools),
+            )?;
         }
         Shape::Schema => {
             if let Some(schema) = &request.response_schema {
-                out.extend_from_slice(b",\"response_format\":");
                 let format = json!({"type": "json_schema", "json_schema": {
                     "name": schema.name, "strict": true, "schema": schema.schema }});
-                serde_json::to_writer(&mut out, &format).map_err(unwritable)?;
+                field(&mut out, "response_format", &format)?;
             }
         }
     }
     if let Some(t) = request.temperature {
-        out.extend_from_slice(b",\"temperature\":");
-        serde_json::to_writer(&mut out, &f64::from(t)).map_err(unwritable)?;
+        field(&mut out, "temperature", &f64::from(t))?;
     }
     if let Some(n) = request.max_tokens {
-        out.extend_from_slice(b",\"max_tokens\":");
-        serde_json::to_writer(&mut out, &n).map_err(unwritable)?;
+        field(&mut out, "max_tokens", &n)?;
     }
-    out.extend_from_slice(if transport.stream {
-        b",\"stream\":true"
-    } else {
-        b",\"stream\":false"
-    });
+    field(&mut out, "stream", &transport.stream)?;
     if transport.stream && transport.stream_options {
-        out.extend_from_slice(b",\"stream_options\":{\"include_usage\":true}");
+        field(
+            &mut out,
+            "stream_options",
+            &StreamOptions {
+                include_usage: true,
+            },
+        )?;
     }
     out.push(b'}');
     Ok(Body {
         bytes: out.into(),
         prompt_chars,
     })
+}
+
+/// Appends `"key":value` to the object being written in `out` (opening it, or after a comma),
+/// and returns the length of the value's text.
+fn field(out: &mut Vec<u8>, key: &str, value: &impl serde::Serialize) -> Result<usize, LlmError> {
+    out.push(if out.is_empty() { b'{' } else { b',' });
+    out.push(b'"');
+    out.extend_from_slice(key.as_bytes());
+    out.extend_from_slice(b"\":");
+    let start = out.len();
+    serde_json::to_writer(&mut *out, value).map_err(|e| {
+        LlmError::Protocol(format!(
+            "the request's `{key}` cannot be written as JSON: {e}"
+        ))
+    })?;
+    Ok(out.len() - start)
+}
+
+#[derive(serde::Serialize)]
+struct StreamOptions {
+    include_usage: bool,
 }
 
 /// A message as the Chat Completions API takes it; fields are written in this order, and the

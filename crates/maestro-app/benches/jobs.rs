@@ -294,10 +294,19 @@ struct Phases {
     last_end: f64,
     median_span: f64,
     median_model: f64,
+    /// The k-th model call of every run: when the runs asked (`llm_request`), when the server
+    /// received the requests and began the answers (its 200 ms over), and when the runs had the
+    /// answers (`llm_response`), as median and last, in ms from the worker's start.
+    calls: Vec<String>,
 }
 
 impl Phases {
-    async fn read(store: &Store, ids: &[JobId], started_at: OffsetDateTime) -> Phases {
+    async fn read(
+        store: &Store,
+        ids: &[JobId],
+        started_at: OffsetDateTime,
+        server: &[maestro_testkit::Timing],
+    ) -> Phases {
         let ms = |at: OffsetDateTime| (at - started_at).as_seconds_f64() * 1e3;
         let stamp = |event: &maestro_store::StoredEvent| {
             OffsetDateTime::parse(event.payload["ts"].as_str().unwrap(), &Rfc3339).unwrap()
@@ -308,8 +317,10 @@ impl Phases {
             last_end: 0.0,
             median_span: 0.0,
             median_model: 0.0,
+            calls: Vec::new(),
         };
         let (mut spans, mut models) = (Vec::new(), Vec::new());
+        let (mut asked, mut answered): (Vec<Vec<f64>>, Vec<Vec<f64>>) = (vec![], vec![]);
         for id in ids {
             let events = store.events(*id, 0).await.unwrap();
             let job = store.job(*id).await.unwrap().unwrap();
@@ -319,11 +330,28 @@ impl Phases {
             phases.last_end = phases.last_end.max(ms(job.updated_at));
             spans.push(ms(stamp(last)) - ms(stamp(first)));
             let mut model = 0.0;
-            let mut asked = None;
+            let mut pending = None;
+            let (mut requests, mut responses) = (0, 0);
             for event in &events {
                 match event.kind.as_str() {
-                    "llm_request" => asked = Some(ms(stamp(event))),
-                    "llm_response" => model += ms(stamp(event)) - asked.take().unwrap_or(0.0),
+                    "llm_request" => {
+                        let at = ms(stamp(event));
+                        pending = Some(at);
+                        if asked.len() <= requests {
+                            asked.push(Vec::new());
+                        }
+                        asked[requests].push(at);
+                        requests += 1;
+                    }
+                    "llm_response" => {
+                        let at = ms(stamp(event));
+                        model += at - pending.take().unwrap_or(0.0);
+                        if answered.len() <= responses {
+                            answered.push(Vec::new());
+                        }
+                        answered[responses].push(at);
+                        responses += 1;
+                    }
                     _ => {}
                 }
             }
@@ -333,6 +361,34 @@ impl Phases {
             v.sort_by(f64::total_cmp);
             v[v.len() / 2]
         };
+        let last = |v: &[f64]| v.iter().copied().fold(f64::MIN, f64::max);
+        let system = |at: std::time::SystemTime| ms(OffsetDateTime::from(at));
+        let mut received: Vec<(f64, f64)> = server
+            .iter()
+            .map(|t| (system(t.received), system(t.answered)))
+            .collect();
+        received.sort_by(|a, b| a.0.total_cmp(&b.0));
+        for (k, (asked, answered)) in asked.iter().zip(&answered).enumerate() {
+            let at_server = received
+                .get(k * ids.len()..(k + 1) * ids.len())
+                .unwrap_or(&[]);
+            let (got, began): (Vec<f64>, Vec<f64>) = at_server.iter().copied().unzip();
+            let pair = |v: &[f64]| {
+                if v.is_empty() {
+                    "-".to_string()
+                } else {
+                    format!("{:.0}/{:.0}", median(v.to_vec()), last(v))
+                }
+            };
+            phases.calls.push(format!(
+                "call {}: asked {}, server received {}, answer began {}, answer read {}",
+                k + 1,
+                pair(asked),
+                pair(&got),
+                pair(&began),
+                pair(answered),
+            ));
+        }
         phases.median_span = median(spans);
         phases.median_model = median(models);
         phases
@@ -346,10 +402,22 @@ fn thousand_runs(bencher: Bencher) {
     // The server's record of every request (3,000 prompts a sample) is not the worker's memory;
     // `MAESTRO_BENCH_KEEP_REQUESTS=1` keeps it, to see what it adds.
     let keep = std::env::var_os("MAESTRO_BENCH_KEEP_REQUESTS").is_some_and(|v| v == "1");
+    let own: Option<usize> = std::env::var("MAESTRO_BENCH_SERVER_THREADS")
+        .ok()
+        .and_then(|v| v.parse().ok());
+    let server_rt = own.map(|n| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(n)
+            .thread_name("scripted-llm")
+            .enable_all()
+            .build()
+            .unwrap()
+    });
+    let server_rt_ref = server_rt.as_ref().unwrap_or(&rt);
     let server = if keep {
-        rt.block_on(ScriptedLlm::start([]))
+        server_rt_ref.block_on(ScriptedLlm::start([]))
     } else {
-        rt.block_on(ScriptedLlm::builder().forget_requests().start())
+        server_rt_ref.block_on(ScriptedLlm::builder().forget_requests().start())
     };
     let project = rt.block_on(Project::new(&server.base_url()));
     let walls: Mutex<Vec<Duration>> = Mutex::new(Vec::new());
@@ -388,7 +456,8 @@ fn thousand_runs(bencher: Bencher) {
                 shutdown.stop_claiming();
                 let stats = running.await.unwrap().unwrap();
                 assert_eq!(stats.finished, RUNS as u64);
-                let read = Phases::read(&project.store, &ids, started_at).await;
+                let timings = server.take_timings();
+                let read = Phases::read(&project.store, &ids, started_at, &timings).await;
                 walls
                     .lock()
                     .unwrap()
@@ -415,6 +484,156 @@ fn thousand_runs(bencher: Bencher) {
             phases.median_span,
             phases.median_model,
         );
+        println!("  (median/last, ms) {}", phases.calls.join("; "));
     }
     assert_eq!(server.remaining(), 0);
+}
+
+/// What `thousand_runs` cannot go below on this machine: the same 1,000 × 3 model calls
+/// (200 ms each, streamed over real HTTP from the same scripted server in the same process),
+/// made by 1,000 tasks through one model client (new for each sample, as each `thousand_runs`
+/// sample starts a new worker: 1,000 connections are opened), with no engine, store, run
+/// directory or events. The wall time runs from the first call to the last answer.
+#[divan::bench(sample_count = 3, sample_size = 1)]
+fn http_floor(bencher: Bencher) {
+    use maestro_llm::{ChatRequest, Message, OpenAiCompat, OpenAiConfig, Provider};
+    use std::sync::Arc;
+    let rt = runtime();
+    let server = rt.block_on(ScriptedLlm::builder().forget_requests().start());
+    let walls: Mutex<Vec<Duration>> = Mutex::new(Vec::new());
+    bencher
+        .with_inputs(|| {
+            for _ in 0..RUNS * 3 {
+                server.push(Turn::text(ANSWER).with_delay(DELAY).with_usage(60, 12));
+            }
+        })
+        .bench_local_values(|()| {
+            rt.block_on(async {
+                let client =
+                    Arc::new(OpenAiCompat::new(OpenAiConfig::new(server.base_url())).unwrap());
+                let started = std::time::Instant::now();
+                let tasks: Vec<_> = (0..RUNS)
+                    .map(|i| {
+                        let client = Arc::clone(&client);
+                        tokio::spawn(async move {
+                            let mut messages = vec![
+                                Message::System {
+                                    content: "You plan. ".repeat(30),
+                                },
+                                Message::User {
+                                    content: format!(
+                                        "Plan job {i}. {}",
+                                        "Some context. ".repeat(20)
+                                    ),
+                                },
+                            ];
+                            for _ in 0..3 {
+                                let request = ChatRequest {
+                                    model: "scripted-model".into(),
+                                    messages: messages.clone(),
+                                    tools: Arc::from(Vec::new()),
+                                    response_schema: None,
+                                    temperature: None,
+                                    max_tokens: None,
+                                };
+                                let answer = client.chat(request, &|_| {}).await.unwrap();
+                                messages.push(Message::Assistant {
+                                    content: answer.content,
+                                    tool_calls: Vec::new(),
+                                });
+                            }
+                        })
+                    })
+                    .collect();
+                for task in tasks {
+                    task.await.unwrap();
+                }
+                walls.lock().unwrap().push(started.elapsed());
+            })
+        });
+    for wall in walls.into_inner().unwrap() {
+        println!(
+            "http_floor: {RUNS} × 3 calls in {:.0} ms, {:.2} × the critical path of {} ms",
+            wall.as_secs_f64() * 1e3,
+            wall.as_secs_f64() / CRITICAL_PATH.as_secs_f64(),
+            CRITICAL_PATH.as_millis(),
+        );
+    }
+    assert_eq!(server.remaining(), 0);
+}
+
+/// The floor under `http_floor`: the same 1,000 × 3 exchanges over 1,000 new loopback TCP
+/// connections, with the same bytes a streamed answer takes, but written and read with bare
+/// `tokio` sockets on both sides (a fixed request, a fixed answer after 200 ms, no HTTP parsing
+/// and no JSON). What is left is the kernel's TCP and the runtime's scheduling on this machine.
+#[divan::bench(sample_count = 3, sample_size = 1)]
+fn tcp_floor(bencher: Bencher) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let rt = runtime();
+    // A request and an answer of the sizes the engine's calls have (about 2 KB and 1.3 KB).
+    let request: &'static [u8] = Box::leak(vec![b'q'; 2048].into_boxed_slice());
+    let answer: &'static [u8] = Box::leak(vec![b'a'; 1300].into_boxed_slice());
+    let listener = rt
+        .block_on(async { maestro_testkit::listen_loopback() })
+        .unwrap();
+    let addr = listener.local_addr().unwrap();
+    rt.spawn(async move {
+        loop {
+            let Ok((mut socket, _)) = listener.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 4096];
+                loop {
+                    let mut got = 0;
+                    while got < request.len() {
+                        match socket.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => got += n,
+                        }
+                    }
+                    tokio::time::sleep(DELAY).await;
+                    if socket.write_all(answer).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let walls: Mutex<Vec<Duration>> = Mutex::new(Vec::new());
+    bencher.bench_local(|| {
+        rt.block_on(async {
+            let started = std::time::Instant::now();
+            let tasks: Vec<_> = (0..RUNS)
+                .map(|_| {
+                    tokio::spawn(async move {
+                        let mut socket = tokio::net::TcpStream::connect(addr).await.unwrap();
+                        socket.set_nodelay(true).unwrap();
+                        let mut buf = vec![0u8; 4096];
+                        for _ in 0..3 {
+                            socket.write_all(request).await.unwrap();
+                            let mut got = 0;
+                            while got < answer.len() {
+                                let n = socket.read(&mut buf).await.unwrap();
+                                assert!(n > 0, "the server closed the connection");
+                                got += n;
+                            }
+                        }
+                    })
+                })
+                .collect();
+            for task in tasks {
+                task.await.unwrap();
+            }
+            walls.lock().unwrap().push(started.elapsed());
+        })
+    });
+    for wall in walls.into_inner().unwrap() {
+        println!(
+            "tcp_floor: {RUNS} × 3 exchanges in {:.0} ms, {:.2} × the critical path of {} ms",
+            wall.as_secs_f64() * 1e3,
+            wall.as_secs_f64() / CRITICAL_PATH.as_secs_f64(),
+            CRITICAL_PATH.as_millis(),
+        );
+    }
 }

@@ -11,7 +11,7 @@ mod turn;
 mod workspace;
 
 pub use postgres::PgCluster;
-pub use scripted::{RecordedRequest, ScriptedLlm, ScriptedLlmBuilder};
+pub use scripted::{RecordedRequest, ScriptedLlm, ScriptedLlmBuilder, Timing, listen_loopback};
 pub use sshd::Sshd;
 pub use turn::Turn;
 pub use workspace::TempWorkspace;

@@ -97,6 +97,16 @@ struct Shared {
     sent: render::SentBytes,
     /// TCP connections accepted so far.
     connections: AtomicUsize,
+    /// When each chat request arrived and when its answer began, in arrival order.
+    timings: Mutex<Vec<Timing>>,
+}
+
+/// When the server received a chat request (its body read) and when it began to answer it (the
+/// turn's delay over), by the wall clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timing {
+    pub received: std::time::SystemTime,
+    pub answered: std::time::SystemTime,
 }
 
 /// The server's listener, counting the connections it accepts.
@@ -118,6 +128,16 @@ impl axum::serve::Listener for Counting {
     fn local_addr(&self) -> std::io::Result<Self::Addr> {
         self.inner.local_addr()
     }
+}
+
+/// A listener on a free loopback port whose accept queue holds 4,096 connections (the
+/// system's usual `somaxconn`), not the 1,024 of `TcpListener::bind`: a thousand clients that
+/// connect at once would otherwise overflow it, and each connection dropped there waits a
+/// second for the handshake to be sent again.
+pub fn listen_loopback() -> std::io::Result<tokio::net::TcpListener> {
+    let socket = tokio::net::TcpSocket::new_v4()?;
+    socket.bind(SocketAddr::from(([127, 0, 0, 1], 0)))?;
+    socket.listen(4096)
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -204,9 +224,7 @@ impl ScriptedLlmBuilder {
     /// When no loopback port can be bound: test support fails the test at once.
     #[allow(clippy::expect_used)]
     pub async fn start(self) -> ScriptedLlm {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind 127.0.0.1:0 for ScriptedLlm");
+        let listener = listen_loopback().expect("bind 127.0.0.1:0 for ScriptedLlm");
         let addr = listener
             .local_addr()
             .expect("local address of the ScriptedLlm listener");
@@ -217,6 +235,7 @@ impl ScriptedLlmBuilder {
             answered: Mutex::default(),
             sent: render::SentBytes::default(),
             connections: AtomicUsize::new(0),
+            timings: Mutex::default(),
         });
         let app = Router::new()
             .route("/v1/chat/completions", post(chat))
@@ -304,6 +323,13 @@ impl ScriptedLlm {
     /// makes one for calls made one after another.
     pub fn connections(&self) -> usize {
         self.shared.connections.load(Ordering::Relaxed)
+    }
+
+    /// When each chat request that got a scripted turn arrived and when its answer began, in
+    /// the order the answers began, since the last call; the server forgets them. Kept even
+    /// with `forget_requests` (two timestamps a request).
+    pub fn take_timings(&self) -> Vec<Timing> {
+        std::mem::take(&mut *lock(&self.shared.timings))
     }
 
     /// How many turns are left in the script.
@@ -467,6 +493,7 @@ async fn chat(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    let received = std::time::SystemTime::now();
     let ask = shared.read_ask(&uri, &headers, &body);
     let options = &shared.options;
     let stream = ask.stream;
@@ -502,6 +529,10 @@ async fn chat(
         *answered += 1;
         *answered
     };
+    lock(&shared.timings).push(Timing {
+        received,
+        answered: std::time::SystemTime::now(),
+    });
     render::respond(turn, &ask, seq, &shared.sent)
 }
 

@@ -8,11 +8,11 @@ use sqlx::{Any, AnyConnection};
 use crate::error::{StoreError, StoreResult};
 use crate::model::{JobId, JobStatus, Lease, Outcome};
 use crate::rows::{col, parse_id};
-use crate::store::{Backend, Store};
+use crate::store::{Backend, Marks, Store};
 
 /// The most finishes one statement carries (six parameters each); a longer batch is several
-/// statements in the same transaction. Kept small: SQLite's parameter lookup grows with the
-/// square of a statement's parameters (see `ROWS_PER_INSERT` in events.rs).
+/// statements in the same transaction. Its parameters are plain `?`s on SQLite (see
+/// [`Marks`]).
 const PER_STATEMENT: usize = 50;
 
 /// Whether finishing as `status` ends the job (`true`) or parks it (`false`); `queued` and
@@ -93,11 +93,11 @@ impl Store {
                     .acquire()
                     .await
                     .map_err(StoreError::query("finish jobs"))?;
-                written.push(finish_rows(&mut conn, statement, now).await?);
+                written.push(finish_rows(&mut conn, self.backend, statement, now).await?);
             } else {
                 let mut tx = self.begin_write().await?;
                 for statement in &statements {
-                    written.push(finish_rows(&mut tx, statement, now).await?);
+                    written.push(finish_rows(&mut tx, self.backend, statement, now).await?);
                 }
                 tx.commit()
                     .await
@@ -143,37 +143,27 @@ impl Store {
 /// it changed, with their parents.
 async fn finish_rows(
     conn: &mut AnyConnection,
+    backend: Backend,
     rows: &[&Row<'_>],
     now: i64,
 ) -> StoreResult<Vec<(JobId, Option<JobId>)>> {
-    let values: Vec<String> = (0..rows.len())
-        .map(|i| {
-            let p = 2 + i * 6;
-            format!(
-                "(${p}, ${}, ${}, ${}, ${}, ${})",
-                p + 1,
-                p + 2,
-                p + 3,
-                p + 4,
-                p + 5
-            )
-        })
-        .collect();
+    let mut marks = Marks::new(backend);
+    let values = marks.rows(rows.len(), 6);
     // The fence is checked per row: a stale lease matches no row of `jobs`, and only its
     // own job is left out.
     let sql = format!(
         "WITH finished (job_id, held, new_status, new_result, new_reason, ends) AS \
-               (VALUES {}) \
+               (VALUES {values}) \
              UPDATE jobs SET status = finished.new_status, result = finished.new_result, \
                reason = finished.new_reason, lease_owner = NULL, lease_expires_at = NULL, \
-               updated_at = $1, finished_at = NULLIF(finished.ends, 0) \
+               updated_at = {}, finished_at = NULLIF(finished.ends, 0) \
              FROM finished \
              WHERE jobs.id = finished.job_id AND jobs.fence = finished.held \
                AND jobs.status = 'running' \
              RETURNING id, parent_id",
-        values.join(", ")
+        marks.mark()
     );
-    let mut query = sqlx::query::<Any>(sqlx::AssertSqlSafe(sql)).bind(now);
+    let mut query = sqlx::query::<Any>(sqlx::AssertSqlSafe(sql));
     for row in rows {
         query = query
             .bind(row.lease.job_id.to_string())
@@ -183,6 +173,7 @@ async fn finish_rows(
             .bind(row.reason.clone())
             .bind(if row.ends { now } else { 0 });
     }
+    query = query.bind(now);
     query
         .fetch_all(&mut *conn)
         .await

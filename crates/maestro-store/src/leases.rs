@@ -10,7 +10,7 @@ use crate::clock::{duration_ms, from_ms};
 use crate::error::{StoreError, StoreResult};
 use crate::model::{JobId, JobStatus, Lease};
 use crate::rows::{col, parse_id};
-use crate::store::Store;
+use crate::store::{Marks, Store, pow2_chunks};
 
 /// The most leases one statement carries (SQLite's parameter lookup grows with the square of a
 /// statement's parameters; see `ROWS_PER_INSERT` in events.rs).
@@ -33,24 +33,23 @@ impl Store {
         let now = self.now_ms();
         let expires = now.saturating_add(duration_ms(lease_for));
         let mut renewed = HashSet::with_capacity(leases.len());
-        for chunk in leases.chunks(PER_STATEMENT) {
-            let values: Vec<String> = (0..chunk.len())
-                .map(|i| format!("(${}, ${})", 3 + i * 2, 4 + i * 2))
-                .collect();
+        for chunk in pow2_chunks(leases, PER_STATEMENT) {
+            let mut marks = Marks::new(self.backend);
+            let values = marks.rows(chunk.len(), 2);
             let sql = format!(
-                "WITH kept (job_id, held) AS (VALUES {}) \
-                 UPDATE jobs SET lease_expires_at = $1, updated_at = $2 FROM kept \
+                "WITH kept (job_id, held) AS (VALUES {values}) \
+                 UPDATE jobs SET lease_expires_at = {}, updated_at = {} FROM kept \
                  WHERE jobs.id = kept.job_id AND jobs.fence = kept.held \
                    AND jobs.status = 'running' \
                  RETURNING id, fence",
-                values.join(", ")
+                marks.mark(),
+                marks.mark(),
             );
-            let mut query = sqlx::query::<Any>(sqlx::AssertSqlSafe(sql))
-                .bind(expires)
-                .bind(now);
+            let mut query = sqlx::query::<Any>(sqlx::AssertSqlSafe(sql));
             for lease in chunk {
                 query = query.bind(lease.job_id.to_string()).bind(lease.fence);
             }
+            query = query.bind(expires).bind(now);
             for row in query
                 .fetch_all(&self.pool)
                 .await
@@ -101,11 +100,10 @@ impl Store {
 
     async fn refusals(&self, leases: &[&Lease]) -> StoreResult<HashMap<(JobId, i64), StoreError>> {
         let mut now_held = HashMap::with_capacity(leases.len());
-        for chunk in leases.chunks(PER_STATEMENT) {
-            let marks: Vec<String> = (1..=chunk.len()).map(|i| format!("${i}")).collect();
+        for chunk in pow2_chunks(leases, PER_STATEMENT) {
             let sql = format!(
                 "SELECT id, fence, status FROM jobs WHERE id IN ({})",
-                marks.join(", ")
+                Marks::new(self.backend).list(chunk.len())
             );
             let mut query = sqlx::query::<Any>(sqlx::AssertSqlSafe(sql));
             for lease in chunk {

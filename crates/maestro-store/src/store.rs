@@ -22,6 +22,71 @@ pub enum Backend {
     Postgres,
 }
 
+/// The placeholders of a statement with many parameters, written in the order the parameters
+/// are bound: `$1, $2, …` on PostgreSQL, plain `?` on SQLite. SQLite finds a named or numbered
+/// parameter (`$N`, `?N`) by scanning the statement's list of them, when it parses the
+/// statement and again whenever its name is asked (sqlx asks for every parameter it binds), so
+/// such a statement's cost grows with the square of its parameters; plain `?`s are not in that
+/// list.
+pub(crate) struct Marks {
+    backend: Backend,
+    next: usize,
+}
+
+impl Marks {
+    pub(crate) fn new(backend: Backend) -> Marks {
+        Marks { backend, next: 1 }
+    }
+
+    /// The next parameter's placeholder.
+    pub(crate) fn mark(&mut self) -> String {
+        let n = self.next;
+        self.next += 1;
+        match self.backend {
+            Backend::Sqlite => "?".to_owned(),
+            Backend::Postgres => format!("${n}"),
+        }
+    }
+
+    /// `width` placeholders in parentheses, e.g. one row of a `VALUES` list.
+    pub(crate) fn row(&mut self, width: usize) -> String {
+        let marks: Vec<String> = (0..width).map(|_| self.mark()).collect();
+        format!("({})", marks.join(", "))
+    }
+
+    /// `rows` rows of `width` placeholders, comma-separated: a `VALUES` list.
+    pub(crate) fn rows(&mut self, rows: usize, width: usize) -> String {
+        let rows: Vec<String> = (0..rows).map(|_| self.row(width)).collect();
+        rows.join(", ")
+    }
+
+    /// `count` placeholders, comma-separated: an `IN` list.
+    pub(crate) fn list(&mut self, count: usize) -> String {
+        let marks: Vec<String> = (0..count).map(|_| self.mark()).collect();
+        marks.join(", ")
+    }
+}
+
+/// `items` in chunks of at most `max` (a power of two), each chunk's length a power of two: a
+/// statement built per chunk then has one of a few shapes, which stay prepared in the
+/// connection's statement cache, instead of one shape per length (each parsed anew).
+pub(crate) fn pow2_chunks<T>(items: &[T], max: usize) -> impl Iterator<Item = &[T]> {
+    let mut rest = items;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let take = if rest.len() >= max {
+            max
+        } else {
+            1 << (usize::BITS - 1 - rest.len().leading_zeros())
+        };
+        let (chunk, tail) = rest.split_at(take);
+        rest = tail;
+        Some(chunk)
+    })
+}
+
 impl Backend {
     /// How a write transaction starts. SQLite takes the write lock at once, so a transaction
     /// that reads then writes can never fail to upgrade (and waits `busy_timeout` instead).
@@ -357,5 +422,33 @@ impl Store {
 
     pub(crate) fn now_ms(&self) -> i64 {
         crate::clock::to_ms(self.clock.now())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_are_powers_of_two_and_keep_every_item_in_order() {
+        let items: Vec<usize> = (0..200).collect();
+        let chunks: Vec<&[usize]> = pow2_chunks(&items, 64).collect();
+        let lengths: Vec<usize> = chunks.iter().map(|c| c.len()).collect();
+        assert_eq!(lengths, vec![64, 64, 64, 8]);
+        assert_eq!(chunks.concat(), items);
+        let lengths: Vec<usize> = pow2_chunks(&items[..45], 64).map(<[usize]>::len).collect();
+        assert_eq!(lengths, vec![32, 8, 4, 1]);
+        assert_eq!(pow2_chunks::<usize>(&[], 64).count(), 0);
+    }
+
+    #[test]
+    fn placeholders_are_numbered_on_postgres_and_plain_on_sqlite() {
+        let mut pg = Marks::new(Backend::Postgres);
+        assert_eq!(pg.rows(2, 2), "($1, $2), ($3, $4)");
+        assert_eq!(pg.mark(), "$5");
+        assert_eq!(pg.list(2), "$6, $7");
+        let mut lite = Marks::new(Backend::Sqlite);
+        assert_eq!(lite.rows(2, 2), "(?, ?), (?, ?)");
+        assert_eq!(lite.list(3), "?, ?, ?");
     }
 }

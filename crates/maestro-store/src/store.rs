@@ -251,6 +251,53 @@ pub struct Store {
     /// ms); the sweep runs at most once a second rather than on every claim.
     pub(crate) last_sweep: Arc<AtomicI64>,
     url: StoreUrl,
+    /// SQLite only: the task that checkpoints the write-ahead log, stopped with the last clone.
+    _checkpointer: Option<Arc<Checkpointer>>,
+}
+
+/// Checkpoints a SQLite store's write-ahead log from a connection of its own, every
+/// [`CHECKPOINT_EVERY`]. Left to SQLite, a checkpoint runs inside whichever commit crosses
+/// `wal_autocheckpoint`: that writer (the one that commits every run's events) then copies the
+/// log into the database and waits for two `fsync`s, 10 to 20 ms each on an ordinary disk,
+/// while every run waiting on its commit waits too. A `PASSIVE` checkpoint on another
+/// connection takes no lock a writer needs, so commits go on meanwhile.
+/// `wal_autocheckpoint` stays on, at [`WAL_AUTOCHECKPOINT_PAGES`], in case this task falls
+/// behind.
+#[derive(Debug)]
+struct Checkpointer(tokio::task::JoinHandle<()>);
+
+impl Drop for Checkpointer {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// How often the background checkpoint runs.
+const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
+
+/// The write-ahead log's size (in 4 KiB pages: 64 MiB) past which a commit checkpoints it
+/// itself, SQLite's own way (its default is 1,000 pages).
+const WAL_AUTOCHECKPOINT_PAGES: u32 = 16_384;
+
+impl Checkpointer {
+    fn start(pool: AnyPool) -> Checkpointer {
+        Checkpointer(tokio::spawn(async move {
+            let mut every = tokio::time::interval(CHECKPOINT_EVERY);
+            every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            every.tick().await;
+            loop {
+                every.tick().await;
+                if pool.is_closed() {
+                    return;
+                }
+                // A checkpoint that fails (the database busy past `busy_timeout`, say) is
+                // harmless: the next one, or a commit past `wal_autocheckpoint`, does it.
+                let _ = sqlx::query::<Any>("PRAGMA wal_checkpoint(PASSIVE)")
+                    .fetch_optional(&pool)
+                    .await;
+            }
+        }))
+    }
 }
 
 /// How long a SQLite writer waits for the lock before giving up.
@@ -307,6 +354,10 @@ impl Store {
                         // Pages are read straight from the file's mapping instead of copied in
                         // by a `pread` each time they leave the connection's small page cache.
                         conn.execute("PRAGMA mmap_size = 268435456").await?;
+                        // Checkpoints are the background task's (see `Checkpointer`).
+                        let pages =
+                            format!("PRAGMA wal_autocheckpoint = {WAL_AUTOCHECKPOINT_PAGES}");
+                        conn.execute(sqlx::AssertSqlSafe(pages)).await?;
                         let busy = format!("PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}");
                         conn.execute(sqlx::AssertSqlSafe(busy)).await?;
                         Ok(())
@@ -349,6 +400,8 @@ impl Store {
                     url: url.to_string(),
                     source,
                 })?;
+        let checkpointer =
+            (backend == Backend::Sqlite).then(|| Arc::new(Checkpointer::start(pool.clone())));
         Ok(Store {
             pool,
             backend,
@@ -356,6 +409,7 @@ impl Store {
             backoff: Backoff::default(),
             last_sweep: Arc::new(AtomicI64::new(i64::MIN)),
             url: url.clone(),
+            _checkpointer: checkpointer,
         })
     }
 

@@ -12,7 +12,7 @@ use common::Db;
 use maestro_store::{
     AuditAction, Backoff, Claimed, Classes, Clock, CommentKind, EventBatch, FailDisposition, JobId,
     JobQueue, JobStatus, ManualClock, NewEvent, NewJob, NewSchedule, Outcome, PoolSize,
-    SCHEMA_VERSION, Store, StoreError,
+    SCHEMA_VERSION, Store, StoreError, StoreUrl,
 };
 use pretty_assertions::assert_eq;
 use serde_json::json;
@@ -1001,4 +1001,42 @@ async fn missed_slots_are_recorded_once_across_connections(db: Db) {
         "{}",
         listed[0].missed
     );
+}
+
+/// SQLite: events committed go to the write-ahead log, and a background checkpoint (not the
+/// committing writer) copies them into the database file within a couple of seconds, with no
+/// write after them to set it off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_checkpoints_its_log_in_the_background() {
+    let db = Db::sqlite();
+    let store = db.open().await;
+    let StoreUrl::Sqlite { path } = &db.url else {
+        unreachable!()
+    };
+    let id = submit(&store, "fill the log", "test").await;
+    let claimed = claim(&store, "w1").await.unwrap();
+    assert_eq!(claimed.job.id, id);
+    // About 2 MB of events: far below `wal_autocheckpoint`, so only the background task
+    // can move them into the database file.
+    let filler = "x".repeat(2_000);
+    let events: Vec<NewEvent> = (1..=1_000)
+        .map(|seq| NewEvent::new(seq, "tool_result", &json!({ "text": filler })).unwrap())
+        .collect();
+    store.append_events(&claimed.lease, &events).await.unwrap();
+    let size = || std::fs::metadata(path).unwrap().len();
+    let before = size();
+    assert!(
+        before < 1_000_000,
+        "the events went to the log, not the file: {before} bytes"
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while size() < 2_000_000 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no checkpoint within 5 s: the database file is still {} bytes",
+            size()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(stored_seqs(&store, id, 0).await.len(), 1_000);
 }

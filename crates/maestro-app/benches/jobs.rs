@@ -11,6 +11,9 @@
 //!   call answered after 200 ms; one worker with 1,000 slots runs them all. The critical path is
 //!   3 × 200 ms = 600 ms; the time runs from the worker's start to the last job's end as the
 //!   store records it (the job's `updated_at`).
+//! - `http_floor` and `tcp_floor`: the floors under `thousand_runs` on this machine: the same
+//!   3,000 calls through the model client alone (no engine, store or run directory), and the
+//!   same exchanges over bare loopback sockets (no HTTP at all).
 //!
 //! Each bench prints what divan cannot: the latency from the event's own timestamp, the wall
 //! time over the critical path (and where it went), and the process's peak resident set
@@ -500,7 +503,7 @@ fn http_floor(bencher: Bencher) {
     use std::sync::Arc;
     let rt = runtime();
     let server = rt.block_on(ScriptedLlm::builder().forget_requests().start());
-    let walls: Mutex<Vec<Duration>> = Mutex::new(Vec::new());
+    let walls: Mutex<Vec<(Duration, String)>> = Mutex::new(Vec::new());
     bencher
         .with_inputs(|| {
             for _ in 0..RUNS * 3 {
@@ -512,6 +515,7 @@ fn http_floor(bencher: Bencher) {
                 let client =
                     Arc::new(OpenAiCompat::new(OpenAiConfig::new(server.base_url())).unwrap());
                 let started = std::time::Instant::now();
+                let started_at = std::time::SystemTime::now();
                 let tasks: Vec<_> = (0..RUNS)
                     .map(|i| {
                         let client = Arc::clone(&client);
@@ -548,12 +552,39 @@ fn http_floor(bencher: Bencher) {
                 for task in tasks {
                     task.await.unwrap();
                 }
-                walls.lock().unwrap().push(started.elapsed());
+                let wall = started.elapsed();
+                // When the server received the k-th call of every task (median/last, ms).
+                let since = |at: std::time::SystemTime| {
+                    at.duration_since(started_at)
+                        .unwrap_or_default()
+                        .as_secs_f64()
+                        * 1e3
+                };
+                let mut received: Vec<f64> = server
+                    .take_timings()
+                    .iter()
+                    .map(|t| since(t.received))
+                    .collect();
+                received.sort_by(f64::total_cmp);
+                let calls: Vec<String> = received
+                    .chunks(RUNS)
+                    .enumerate()
+                    .map(|(k, c)| {
+                        format!(
+                            "call {}: {:.0}/{:.0}",
+                            k + 1,
+                            c[c.len() / 2],
+                            c[c.len() - 1]
+                        )
+                    })
+                    .collect();
+                walls.lock().unwrap().push((wall, calls.join("; ")));
             })
         });
-    for wall in walls.into_inner().unwrap() {
+    for (wall, calls) in walls.into_inner().unwrap() {
         println!(
-            "http_floor: {RUNS} × 3 calls in {:.0} ms, {:.2} × the critical path of {} ms",
+            "http_floor: {RUNS} × 3 calls in {:.0} ms, {:.2} × the critical path of {} ms; \
+             server received (median/last, ms) {calls}",
             wall.as_secs_f64() * 1e3,
             wall.as_secs_f64() / CRITICAL_PATH.as_secs_f64(),
             CRITICAL_PATH.as_millis(),

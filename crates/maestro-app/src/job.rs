@@ -10,7 +10,7 @@ use maestro_engine::{
     Engine, EventRecord, JsonlLog, RunEnd, RunEvent, RunRecord, RunReport, RunSpec, SubtaskHost,
 };
 use maestro_llm::Provider;
-use maestro_piece::Piece;
+use maestro_piece::{LoadOptions, Piece};
 use maestro_protocol::RunStatus;
 use maestro_store::{
     Claimed, CommentKind, FailDisposition, JobQueue, JobStatus, Lease, Outcome, Store,
@@ -38,8 +38,11 @@ pub(crate) struct JobContext {
     pub events: EventWriter,
     /// The model clients and endpoint model lists the worker's runs share.
     pub models: ModelClients,
-    /// The configuration with the worker's flags applied.
-    pub config: Config,
+    /// The configuration with the worker's flags applied, shared by its runs (a run whose
+    /// piece names its own model gets a copy).
+    pub config: Arc<Config>,
+    /// How its runs load pieces (the tool catalogue of `config` among it), made once.
+    pub load_options: std::sync::OnceLock<LoadOptions>,
     /// Keeps the leases of the runs, and says how long a claim holds.
     pub leases: LeaseKeeper,
     /// The model was chosen on the command line: it wins over a piece's `model`.
@@ -53,6 +56,10 @@ pub(crate) struct JobContext {
 }
 
 impl JobContext {
+    fn load_options(&self) -> &LoadOptions {
+        self.load_options.get_or_init(|| load_options(&self.config))
+    }
+
     /// The built-in, web and SSH tools of the worker's configuration, built by the first run
     /// that needs them.
     async fn shared_tools(&self, config: &Config) -> Result<Registry, ToolboxError> {
@@ -112,10 +119,10 @@ impl From<PieceError> for Unstartable {
 
 /// What a claimed job runs with.
 struct Prepared {
-    piece: Piece,
+    piece: Arc<Piece>,
     /// The piece's file, recorded in `run_started`.
     piece_file: Option<PathBuf>,
-    config: Config,
+    config: Arc<Config>,
 }
 
 /// The piece a resumed run started with, as its `run_started` event recorded it: the file, and
@@ -136,20 +143,20 @@ async fn prepare(
     claimed: &Claimed,
     history: &[EventRecord],
 ) -> Result<Prepared, Unstartable> {
-    let mut config = ctx.config.clone();
-    let dirs = config.paths.pieces_dirs.clone();
-    let opts = load_options(&config);
+    let mut config = Arc::clone(&ctx.config);
+    let dirs = &ctx.config.paths.pieces_dirs;
+    let opts = ctx.load_options();
     let (piece, piece_file) = if let Some((name, file)) = recorded_piece(history) {
         match file.filter(|file| file.is_file()) {
-            Some(file) => (load_piece(&file, &opts)?, file),
+            Some(file) => (Arc::new(load_piece(&file, opts)?), file),
             None => {
-                let found = find_piece(&name, &dirs, &opts)?;
-                (found.piece, found.path)
+                let found = find_piece(&name, dirs, opts)?;
+                (Arc::new(found.piece), found.path)
             }
         }
     } else if claimed.job.piece == AUTO {
         if config.llm.model.is_none() {
-            config.llm.model = Some(ctx.models.served_model(&config).await?);
+            Arc::make_mut(&mut config).llm.model = Some(ctx.models.served_model(&config).await?);
         }
         let model = config.llm.model.clone().unwrap_or_default();
         let provider = ctx.models.client(&config)?;
@@ -157,23 +164,25 @@ async fn prepare(
             &*provider,
             &model,
             &claimed.job.task,
-            available_pieces(&dirs, &opts),
+            available_pieces(dirs, opts),
         )
         .await?;
         tracing::info!(job = %claimed.job.id, piece = %chosen.choice.piece, "classified: {}", chosen.choice.reason);
-        (chosen.piece, chosen.path)
+        (Arc::new(chosen.piece), chosen.path)
     } else {
-        let found = ctx.pieces.find(&claimed.job.piece, &dirs, &opts)?;
+        let found = ctx.pieces.find(&claimed.job.piece, dirs, opts)?;
         (found.piece, found.path)
     };
-    if !ctx.model_from_flag && piece.model.is_some() {
-        config.llm.model = piece.model.clone();
+    if !ctx.model_from_flag && piece.model.is_some() && piece.model != config.llm.model {
+        Arc::make_mut(&mut config).llm.model = piece.model.clone();
     }
     // A run started against an endpoint that does not answer would only wait for it: an
     // unreachable endpoint sends the job back to the queue instead.
     match &config.llm.model {
         Some(model) => ctx.models.check_served(&config, model).await?,
-        None => config.llm.model = Some(ctx.models.served_model(&config).await?),
+        None => {
+            Arc::make_mut(&mut config).llm.model = Some(ctx.models.served_model(&config).await?);
+        }
     }
     Ok(Prepared {
         piece,
@@ -411,7 +420,7 @@ async fn run_prepared(
 
 /// What a job's run is made of besides the job.
 struct RunParts {
-    piece: Piece,
+    piece: Arc<Piece>,
     piece_file: Option<PathBuf>,
     history: Vec<EventRecord>,
     workspace: Option<PathBuf>,
@@ -450,7 +459,7 @@ fn run_spec(
         ))
     })?;
     let store_log = StoreLog::new(ctx.events.clone(), claimed.lease.clone(), Arc::clone(fence));
-    let mut spec = RunSpec::new(Arc::new(piece), &claimed.job.task, record);
+    let mut spec = RunSpec::new(piece, &claimed.job.task, record);
     spec.logs = vec![Arc::new(store_log), Arc::new(jsonl)];
     spec.history = history;
     // The last attempt records how the run ended, even when the endpoint is down.

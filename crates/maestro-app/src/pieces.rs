@@ -165,9 +165,17 @@ pub(crate) struct PieceCache {
     found: std::sync::Mutex<std::collections::HashMap<String, Kept>>,
 }
 
+/// A piece the cache found, shared by the runs that use it.
+#[derive(Debug, Clone)]
+pub(crate) struct CachedPiece {
+    pub piece: std::sync::Arc<Piece>,
+    /// The file it was loaded from.
+    pub path: PathBuf,
+}
+
 #[derive(Debug)]
 struct Kept {
-    found: Found,
+    found: CachedPiece,
     at: std::time::Instant,
     stamp: Option<(std::time::SystemTime, u64)>,
 }
@@ -186,7 +194,7 @@ impl PieceCache {
         given: &str,
         dirs: &[PathBuf],
         opts: &LoadOptions,
-    ) -> Result<Found, PieceError> {
+    ) -> Result<CachedPiece, PieceError> {
         if let Ok(found) = self.found.lock()
             && let Some(kept) = found.get(given)
             && kept.at.elapsed() < PIECE_CACHE_FOR
@@ -195,7 +203,11 @@ impl PieceCache {
         {
             return Ok(kept.found.clone());
         }
-        let found = find_piece(given, dirs, opts)?;
+        let Found { piece, path, .. } = find_piece(given, dirs, opts)?;
+        let found = CachedPiece {
+            piece: std::sync::Arc::new(piece),
+            path,
+        };
         if let Ok(mut cache) = self.found.lock() {
             cache.insert(
                 given.to_string(),
@@ -231,7 +243,7 @@ movements:
         next: COMPLETE
 ";
 
-    fn persona(found: &Found) -> String {
+    fn persona(found: &CachedPiece) -> String {
         found.piece.movements[0]
             .persona
             .as_ref()

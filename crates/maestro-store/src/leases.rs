@@ -12,8 +12,8 @@ use crate::model::{JobId, JobStatus, Lease};
 use crate::rows::{col, parse_id};
 use crate::store::{Marks, Store, pow2_chunks};
 
-/// The most leases one statement carries (SQLite's parameter lookup grows with the square of a
-/// statement's parameters; see `ROWS_PER_INSERT` in events.rs).
+/// The most leases one statement carries; the statements go in chunks of a power of two leases
+/// with plain `?` parameters on SQLite (see `ROWS_PER_INSERT` in events.rs).
 const PER_STATEMENT: usize = 64;
 
 impl Store {

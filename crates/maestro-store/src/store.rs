@@ -40,30 +40,47 @@ impl Marks {
 
     /// The next parameter's placeholder.
     pub(crate) fn mark(&mut self) -> String {
-        let n = self.next;
-        self.next += 1;
-        match self.backend {
-            Backend::Sqlite => "?".to_owned(),
-            Backend::Postgres => format!("${n}"),
-        }
+        let mut sql = String::new();
+        self.write(&mut sql);
+        sql
     }
 
-    /// `width` placeholders in parentheses, e.g. one row of a `VALUES` list.
-    pub(crate) fn row(&mut self, width: usize) -> String {
-        let marks: Vec<String> = (0..width).map(|_| self.mark()).collect();
-        format!("({})", marks.join(", "))
-    }
-
-    /// `rows` rows of `width` placeholders, comma-separated: a `VALUES` list.
+    /// `rows` rows of `width` placeholders in parentheses, comma-separated: a `VALUES` list.
     pub(crate) fn rows(&mut self, rows: usize, width: usize) -> String {
-        let rows: Vec<String> = (0..rows).map(|_| self.row(width)).collect();
-        rows.join(", ")
+        let mut sql = String::with_capacity(rows * width * 6);
+        for row in 0..rows {
+            sql.push_str(if row == 0 { "(" } else { ", (" });
+            self.write_list(&mut sql, width);
+            sql.push(')');
+        }
+        sql
     }
 
     /// `count` placeholders, comma-separated: an `IN` list.
     pub(crate) fn list(&mut self, count: usize) -> String {
-        let marks: Vec<String> = (0..count).map(|_| self.mark()).collect();
-        marks.join(", ")
+        let mut sql = String::with_capacity(count * 6);
+        self.write_list(&mut sql, count);
+        sql
+    }
+
+    fn write_list(&mut self, sql: &mut String, count: usize) {
+        for i in 0..count {
+            if i > 0 {
+                sql.push_str(", ");
+            }
+            self.write(sql);
+        }
+    }
+
+    fn write(&mut self, sql: &mut String) {
+        match self.backend {
+            Backend::Sqlite => sql.push('?'),
+            Backend::Postgres => {
+                sql.push('$');
+                sql.push_str(&self.next.to_string());
+            }
+        }
+        self.next += 1;
     }
 }
 

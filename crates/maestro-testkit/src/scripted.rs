@@ -97,7 +97,7 @@ struct Shared {
     sent: render::SentBytes,
     /// TCP connections accepted so far.
     connections: AtomicUsize,
-    /// When each chat request arrived and when its answer began, in arrival order.
+    /// When each chat request arrived and when its answer began, in the order the answers began.
     timings: Mutex<Vec<Timing>>,
 }
 

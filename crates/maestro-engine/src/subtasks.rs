@@ -65,19 +65,7 @@ pub struct SpawnedSubtask {
     pub workspace: String,
 }
 
-/// How a child run ended.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct SubtaskOutcome {
-    pub id: String,
-    pub index: i64,
-    pub title: String,
-    /// The child job's status: `completed`, `aborted`, `exceeded`, `failed` or `cancelled`.
-    pub status: String,
-    /// Its result, or why it ended so.
-    pub result: String,
-    /// Its workspace, relative to the parent's.
-    pub workspace: String,
-}
+pub use maestro_protocol::SubtaskOutcome;
 
 /// Why a host could not spawn or report.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

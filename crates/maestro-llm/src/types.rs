@@ -31,24 +31,7 @@ pub enum Message {
     },
 }
 
-/// How tools are offered to the model.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ToolMode {
-    /// The `tools` request parameter and `tool_calls` in the answer.
-    #[default]
-    Native,
-    /// For models without native tool calling: the model answers with one JSON object that
-    /// names a tool and its arguments (or gives a final answer), constrained by
-    /// `response_format: json_schema`, and the client turns it into the same [`ToolCall`].
-    Json,
-    /// Start with `Native` and let the model's answers decide, once per endpoint and model: a
-    /// tool call back settles `Native`; an endpoint refusing the `tools` parameter (HTTP 400
-    /// naming tools), or a plain-text answer where a tool call was required (see
-    /// [`Provider::switch_to_json_tools`]), settles `Json` and the request is sent again once.
-    /// No separate probe request is sent.
-    Auto,
-}
+pub use maestro_protocol::ToolMode;
 
 /// A structured-output constraint (`response_format: {type: json_schema}`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -5,48 +5,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-/// The YAML dialect a piece was written in. It decides how a movement's outcome is read; the
-/// rest of the engine is shared.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Dialect {
-    /// Native format: movements end through the `transition` / `complete` control tools.
-    Maestro,
-    /// TAKT format: movements end with an answer; `[MOVEMENT:N]` tags or a judge pick the rule.
-    Takt,
-    /// Roles + graph format: answers carry YAML frontmatter whose `$status` picks the edge.
-    Graph,
-}
-
-impl Dialect {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Dialect::Maestro => "maestro",
-            Dialect::Takt => "takt",
-            Dialect::Graph => "graph",
-        }
-    }
-}
-
-impl std::fmt::Display for Dialect {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl std::str::FromStr for Dialect {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "maestro" => Ok(Dialect::Maestro),
-            "takt" => Ok(Dialect::Takt),
-            "graph" => Ok(Dialect::Graph),
-            other => Err(format!(
-                "unknown dialect `{other}`; known: maestro, takt, graph"
-            )),
-        }
-    }
-}
+pub use maestro_protocol::Dialect;
 
 /// A loaded, validated piece.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -1,12 +1,23 @@
-//! Types that several Maestro crates exchange: tool specifications and calls, token usage,
-//! run statuses and secrets.
+//! Types that several Maestro crates exchange: tool specifications and calls, token usage, run
+//! statuses, end reasons, the run's events and their records, and secrets. Every reader of a
+//! run (the progress display, the store, the HTTP stream) depends on this crate, not on the
+//! engine.
 //!
 //! This crate is deliberately tiny and has no behaviour beyond (de)serialisation, so that the
 //! LLM client, the tools and the engine agree on one definition instead of three copies.
 
+mod end_reason;
+mod event;
 mod secret;
+mod values;
 
+pub use end_reason::{EndReason, UnknownEndReason};
+pub use event::{
+    CallPurpose, ContextLevel, EventRecord, JudgeKind, OutcomeSource, RecordedAnswer, ReminderKind,
+    RunEvent,
+};
 pub use secret::Secret;
+pub use values::{ChecklistItem, Dialect, RunScratch, SubtaskOutcome, ToolMode};
 
 use serde::{Deserialize, Serialize};
 

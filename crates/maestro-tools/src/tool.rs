@@ -41,21 +41,7 @@ impl ToolOutput {
     }
 }
 
-/// One checklist item (CreateChecklist / CheckItem / GetChecklist).
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
-pub struct ChecklistItem {
-    pub text: String,
-    pub done: bool,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub note: Option<String>,
-}
-
-/// Tool state that belongs to the run and survives from one movement to the next. The engine
-/// stores it in the run state after every tool call.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
-pub struct RunScratch {
-    pub checklist: Vec<ChecklistItem>,
-}
+pub use maestro_protocol::{ChecklistItem, RunScratch};
 
 /// Everything a tool call may depend on. Built by the engine per movement (or by
 /// `maestro tools call`), so both take the same code path.

@@ -50,6 +50,9 @@ pub enum JobError {
         #[source]
         source: std::io::Error,
     },
+    /// The run is a replay, not a job.
+    #[error("run `{0}` is not a job")]
+    NotAJob(String),
     /// The job had not ended when the wait ran out.
     #[error("job {id} is still {status} after {waited:?}")]
     WaitTimedOut {
@@ -85,6 +88,18 @@ pub async fn submit(store: &Store, config: &Config, s: Submission) -> Result<Job
         job.max_attempts = n;
     }
     Ok(store.submit(job).await?)
+}
+
+/// Answers the question job `id` parked on: the answer is stored as a comment and the job is
+/// queued again, to go on in the movement that asked.
+pub async fn answer_job(
+    store: &Store,
+    id: JobId,
+    author: &str,
+    text: &str,
+) -> Result<(), JobError> {
+    store.answer(id, author, text).await?;
+    Ok(())
 }
 
 /// What `maestro jobs list` and `maestro jobs show` print about a job.

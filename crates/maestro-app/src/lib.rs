@@ -20,28 +20,49 @@
 //! # Ok(()) }
 //! ```
 
+mod children;
 mod clients;
 mod completer;
+mod context;
 mod db;
-mod job;
-pub use job::recorded_piece;
+mod errors;
+mod handle;
 mod jobs;
 mod lease;
-mod local;
+mod lease_owner;
+mod live;
 mod models;
+mod outcome;
 mod pieces;
+mod run;
 mod schedule;
 mod store_log;
 mod subtasks;
 mod toolbox;
 mod worker;
 
+pub use errors::error_text;
+pub use handle::{
+    Canceller, LOCAL_LEASE, RecordReadError, RunHandle, RunKind, RunRequest, StartError,
+    recorded_run, start,
+};
+pub use live::{Live, Subscription};
+pub use outcome::{RunError, RunOutcome, RunSummary};
+pub use run::recorded_piece;
+
+/// The run's events and how runs end, as every reader of a run sees them.
+pub use maestro_protocol::{EndReason, EventRecord, RunEvent, RunStatus};
+/// The store's names a front end uses: ids, statuses, the store handle and where its URL came
+/// from. Front ends reach the store only through this crate.
+pub use maestro_store::{
+    JobId, JobQueue, JobStatus, PoolSize, Store, StoreError, StoreUrl, UrlOrigin,
+};
+
 pub use db::{ENV_DB, open_store, store_url};
 pub use jobs::{
-    JobError, JobSummary, POLL, Submission, WorkerSummary, cancel_job, exit_code, list_jobs,
-    live_workers, show_job, submit, wait_job,
+    JobError, JobSummary, POLL, Submission, WorkerSummary, answer_job, cancel_job, exit_code,
+    list_jobs, live_workers, show_job, submit, wait_job,
 };
-pub use local::{LOCAL_LEASE, LocalError, LocalJob};
 pub use models::{
     ModelError, check_served, client, endpoint_unreachable, ensure_served, no_endpoint,
     served_model, tool_mode_cache,
@@ -55,6 +76,5 @@ pub use schedule::{
     TickReport, add_schedule, list_schedules, remove_schedule, set_paused, tick, zone,
 };
 pub use store_log::{AppendFailure, EventWriter, Fence, StoreLog};
-pub use subtasks::LocalChildren;
 pub use toolbox::{McpSelection, RequiredMcp, Toolbox, ToolboxError, load_options, tool_catalog};
 pub use worker::{Profile, Shutdown, Worker, WorkerError, WorkerOptions, WorkerStats, classes};

@@ -7,23 +7,17 @@
 //! other worker: its host runs the children itself, in the same process, and the wait waits
 //! for them.
 
-use std::collections::HashSet;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use maestro_config::Config;
 use maestro_engine::{
     HostFuture, SpawnRequest, SpawnedSubtask, SubtaskError, SubtaskHost, SubtaskOutcome,
 };
-use maestro_store::{
-    Job, JobId, JobQueue, JobStatus, Lease, NewChild, NewJob, Spawned, Store, StoreError,
-};
-use tokio::task::JoinSet;
-use tokio_util::sync::CancellationToken;
+use maestro_store::{Job, JobId, JobStatus, Lease, NewChild, NewJob, Spawned, Store};
 
-use crate::completer::Completer;
-use crate::job::{JobContext, run_job};
+use crate::context::ChildRunner;
 use crate::pieces::{AUTO, find_piece};
 use crate::toolbox::load_options;
 
@@ -40,7 +34,7 @@ pub(crate) struct StoreSubtasks {
     workspace: PathBuf,
     config: Config,
     /// Set for a local run: its children run in this process.
-    local: Option<Arc<LocalChildren>>,
+    local: Option<Arc<dyn ChildRunner>>,
 }
 
 impl StoreSubtasks {
@@ -52,7 +46,7 @@ impl StoreSubtasks {
         job: &Job,
         workspace: PathBuf,
         config: &Config,
-        local: Option<Arc<LocalChildren>>,
+        local: Option<Arc<dyn ChildRunner>>,
     ) -> Option<StoreSubtasks> {
         (config.subtasks.max_depth > 0).then(|| StoreSubtasks {
             store: store.clone(),
@@ -207,153 +201,5 @@ fn outcome(job: &Job) -> SubtaskOutcome {
         status: job.status.as_str().to_string(),
         result,
         workspace: base.workspace,
-    }
-}
-
-/// The children a local run runs in its own process, through the worker's job path.
-pub struct LocalChildren {
-    context: Arc<JobContext>,
-    /// This process's name as a lease owner.
-    owner: String,
-    running: Mutex<HashSet<JobId>>,
-    told: Mutex<HashSet<JobId>>,
-    tasks: Mutex<JoinSet<()>>,
-    /// Cancelled to hand the children back (the parent stopped without an end).
-    hand_back: CancellationToken,
-    /// Writes the children's ends.
-    completer: Completer,
-}
-
-impl std::fmt::Debug for LocalChildren {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LocalChildren")
-            .field("owner", &self.owner)
-            .finish()
-    }
-}
-
-impl LocalChildren {
-    /// Children run with `context` (the grandchildren they spawn run here too).
-    pub(crate) fn new(mut context: JobContext, owner: String) -> Arc<LocalChildren> {
-        let (completer, _writing) = Completer::start(context.store.clone());
-        Arc::new_cyclic(|me| {
-            context.local = Some(me.clone());
-            LocalChildren {
-                context: Arc::new(context),
-                owner,
-                running: Mutex::default(),
-                told: Mutex::default(),
-                tasks: Mutex::default(),
-                hand_back: CancellationToken::new(),
-                completer,
-            }
-        })
-    }
-
-    /// Runs the child `id` here unless this process already does: claimed when it is queued,
-    /// or when its lease lapsed or its local process is gone (a resumed parent's children).
-    fn run(self: &Arc<Self>, id: JobId) {
-        let Ok(mut running) = self.running.lock() else {
-            return;
-        };
-        if !running.insert(id) {
-            return;
-        }
-        drop(running);
-        let this = Arc::clone(self);
-        let task = async move {
-            let claimed = match this.claim(id).await {
-                Ok(Some(claimed)) => claimed,
-                Ok(None) => {
-                    // Someone else runs it, or it waits for a person: look again later.
-                    if let Ok(mut running) = this.running.lock() {
-                        running.remove(&id);
-                    }
-                    return;
-                }
-                Err(e) => {
-                    tracing::warn!(child = %id, "claiming a subtask failed: {e}");
-                    if let Ok(mut running) = this.running.lock() {
-                        running.remove(&id);
-                    }
-                    return;
-                }
-            };
-            let _ = Box::pin(run_job(
-                &this.context,
-                claimed,
-                &this.hand_back,
-                &this.completer,
-            ))
-            .await;
-            if let Ok(mut running) = this.running.lock() {
-                running.remove(&id);
-            }
-        };
-        if let Ok(mut tasks) = self.tasks.lock() {
-            tasks.spawn(task);
-        }
-    }
-
-    async fn claim(&self, id: JobId) -> Result<Option<maestro_store::Claimed>, StoreError> {
-        let store = &self.context.store;
-        if let Some(claimed) = store
-            .claim_job(id, &self.owner, self.context.leases.lease_for(), false)
-            .await?
-        {
-            return Ok(Some(claimed));
-        }
-        let gone = store.job(id).await?.is_some_and(|job| {
-            job.status == JobStatus::Running
-                && job
-                    .lease_owner
-                    .as_deref()
-                    .is_some_and(crate::local::owner_is_gone)
-        });
-        if gone {
-            return store
-                .take_over_job(id, &self.owner, self.context.leases.lease_for())
-                .await;
-        }
-        Ok(None)
-    }
-
-    /// Says once, in the log, that a child waits for an answer and how to give it.
-    fn tell_waiting(&self, child: &Job) {
-        let first = self.told.lock().is_ok_and(|mut told| told.insert(child.id));
-        if first {
-            tracing::warn!(
-                "subtask {} waits for an answer; give it with `maestro jobs answer {} \"…\"`",
-                child.id,
-                child.id
-            );
-        }
-    }
-
-    /// After the parent's run: stops the children when the parent was stopped (cancelling
-    /// them and theirs in the store), then waits for every child this process runs to write
-    /// its end or hand its job back.
-    pub async fn finish(&self, parent: JobId, parent_stopped: bool) {
-        if parent_stopped {
-            let store = &self.context.store;
-            if let Ok(children) = store.children(parent).await {
-                for child in children.iter().filter(|c| !c.status.is_final()) {
-                    if let Err(e) = store.cancel(child.id, &self.owner).await {
-                        tracing::warn!(child = %child.id, "cancelling a subtask failed: {e}");
-                    }
-                }
-            }
-        }
-        // Children may spawn children while this waits: take the set until it stays empty.
-        loop {
-            let mut tasks = match self.tasks.lock() {
-                Ok(mut tasks) => std::mem::take(&mut *tasks),
-                Err(_) => return,
-            };
-            if tasks.is_empty() {
-                return;
-            }
-            while tasks.join_next().await.is_some() {}
-        }
     }
 }

@@ -10,17 +10,18 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use maestro_config::{Config, WorkerProfile};
-use maestro_store::{Classes, Store, StoreError, WorkerInfo};
+use maestro_store::{Classes, JobId, Store, StoreError, WorkerInfo};
 use time::OffsetDateTime;
 use tokio::sync::Notify;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::clients::ModelClients;
 use crate::completer::Completer;
-use crate::job::{JobContext, JobEnd, run_job};
+use crate::context::JobContext;
 use crate::lease::LeaseKeeper;
-use crate::store_log::EventWriter;
+use crate::live::Subscription;
+use crate::outcome::RunOutcome;
+use crate::run::{Execution, Target, execute};
 
 /// One worker profile: a name, how many jobs at once, which task classes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -145,18 +146,12 @@ impl Worker {
     pub fn new(store: Store, config: Config, options: WorkerOptions) -> Worker {
         Worker {
             inner: Arc::new(Inner {
-                job: JobContext {
-                    events: EventWriter::new(store.clone()),
-                    models: ModelClients::default(),
-                    leases: LeaseKeeper::new(store.clone(), options.lease),
-                    store,
-                    config: Arc::new(config),
-                    load_options: std::sync::OnceLock::new(),
-                    model_from_flag: options.model_from_flag,
-                    local: None,
-                    tools: Arc::default(),
-                    pieces: Arc::default(),
-                },
+                job: JobContext::new(
+                    store.clone(),
+                    Arc::new(config),
+                    LeaseKeeper::new(store, options.lease),
+                    options.model_from_flag,
+                ),
                 options,
                 wake: Notify::new(),
             }),
@@ -168,6 +163,18 @@ impl Worker {
     /// queued elsewhere are found by polling, every [`WorkerOptions::idle_poll`].
     pub fn wake(&self) {
         self.inner.wake.notify_one();
+    }
+
+    /// A subscription to the run of `job` while this worker runs it: the events after `after`
+    /// (from the store), then live, with the model's text as it streams; `None` when the job
+    /// does not run here.
+    pub fn subscribe(&self, job: JobId, after: u64) -> Option<Subscription> {
+        let store = self.inner.job.store.clone();
+        self.inner
+            .job
+            .live
+            .receiver(job)
+            .map(|receiver| Subscription::new(job, Some(store), Some(receiver), after))
     }
 
     /// Registers the profiles and runs until `shutdown`, then drains and hands back.
@@ -338,12 +345,17 @@ async fn profile_slots(inner: Arc<Inner>, profile: ProfileRun) {
                     let counters = Arc::clone(&counters);
                     let completer = completer.clone();
                     runs.spawn(async move {
-                        let end = run_job(&inner.job, claimed, &hand_back, &completer).await;
-                        let counter = match end {
-                            JobEnd::Recorded => &counters.finished,
-                            JobEnd::Failed => &counters.failed,
-                            JobEnd::Fenced => &counters.fenced,
-                            JobEnd::HandedBack => &counters.handed_back,
+                        let execution = Execution {
+                            target: Target::Job(Box::new(claimed)),
+                            stop: None,
+                            hand_back,
+                            completer,
+                        };
+                        let counter = match execute(&inner.job, execution).await {
+                            RunOutcome::Ended(_) => &counters.finished,
+                            RunOutcome::Failed { .. } => &counters.failed,
+                            RunOutcome::Fenced { .. } => &counters.fenced,
+                            RunOutcome::HandedBack => &counters.handed_back,
                         };
                         counter.fetch_add(1, Ordering::Relaxed);
                     });

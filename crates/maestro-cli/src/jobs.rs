@@ -5,35 +5,12 @@ use std::io::Write as _;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{Context as _, anyhow};
+use anyhow::anyhow;
 use maestro_app::{JobError, JobSummary, POLL, Submission};
-use maestro_config::{Config, LoadFrom};
-use maestro_store::{JobId, JobQueue, JobStatus, PoolSize, Store};
+use maestro_app::{JobId, JobQueue, JobStatus, Store};
 
-/// Where the store and the configuration come from.
-#[derive(Debug, Clone, clap::Args)]
-pub struct StoreArgs {
-    /// The job store: `sqlite://PATH` or `postgres://…` (also `MAESTRO_DB`, `store.url`;
-    /// default `sqlite://.maestro/maestro.db` in the project).
-    #[arg(long)]
-    pub db: Option<String>,
-    /// Use this configuration file instead of `~/.maestro/config.yaml` and
-    /// `.maestro/config.yaml`.
-    #[arg(long)]
-    pub config: Option<PathBuf>,
-}
-
-impl StoreArgs {
-    pub fn configuration(&self) -> anyhow::Result<Config> {
-        let (config, _files) =
-            Config::load(LoadFrom::current(self.config.clone())?).map_err(|e| anyhow!("{e}"))?;
-        Ok(config)
-    }
-
-    pub async fn open(&self, config: &Config) -> anyhow::Result<Store> {
-        Ok(maestro_app::open_store(self.db.as_deref(), config, PoolSize::Shared).await?)
-    }
-}
+use crate::common::{actor, block_on, print_id};
+use crate::flags::StoreArgs;
 
 #[derive(Debug, clap::Args)]
 pub struct SubmitArgs {
@@ -135,23 +112,6 @@ pub struct WorkersArgs {
     store: StoreArgs,
 }
 
-/// Who is acting, for the audit log.
-pub fn actor() -> String {
-    std::env::var("USER")
-        .ok()
-        .filter(|u| !u.is_empty())
-        .unwrap_or_else(|| "cli".to_string())
-}
-
-/// A current-thread runtime for one command.
-pub fn block_on<F: std::future::Future<Output = anyhow::Result<u8>>>(f: F) -> anyhow::Result<u8> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
-    runtime.block_on(f)
-}
-
 fn parse_id(id: &str) -> anyhow::Result<JobId> {
     id.parse()
         .map_err(|_| anyhow!("`{id}` is not a job id (a UUID, as `maestro submit` prints)"))
@@ -180,21 +140,12 @@ pub fn submit(args: SubmitArgs) -> anyhow::Result<u8> {
         .await;
         let id = match submitted {
             Ok(id) => id,
-            Err(JobError::Piece(e)) => return Err(crate::run::explain_piece_error(e)),
+            Err(JobError::Piece(e)) => return Err(crate::common::explain_piece_error(e)),
             Err(e) => return Err(e.into()),
         };
         print_id(&id, args.json);
         Ok(0)
     })
-}
-
-/// Prints a new id: bare, or as `{"id": …}` with `--json`.
-pub(crate) fn print_id(id: &impl std::fmt::Display, json: bool) {
-    if json {
-        println!("{}", serde_json::json!({"id": id.to_string()}));
-    } else {
-        println!("{id}");
-    }
 }
 
 fn human(job: &JobSummary) -> String {

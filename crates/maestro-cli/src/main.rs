@@ -1,6 +1,8 @@
 //! The `maestro` binary: validate and inspect pieces, run tasks, queue jobs and run workers,
 //! try tools.
 
+mod common;
+mod flags;
 mod jobs;
 mod logs;
 mod pieces;
@@ -9,6 +11,7 @@ mod prompt;
 mod replay;
 mod run;
 mod schedules;
+mod term;
 mod tools;
 mod validate;
 mod worker;

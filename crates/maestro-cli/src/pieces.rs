@@ -35,7 +35,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         }
         None => default_dirs(),
     };
-    let opts = crate::validate::load_options(None, &[]);
+    let opts = crate::common::load_options(None, &[]);
     let mut rows = Vec::new();
     for dir in &dirs {
         for file in discover(dir) {

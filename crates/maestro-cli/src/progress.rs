@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
-use maestro_engine::{EventRecord, EventSink, RunEvent};
+use maestro_protocol::{EventRecord, RunEvent};
 use serde_json::Value;
 
 /// Spinner frames, one per [`SPIN_STEP`].
@@ -67,8 +67,12 @@ impl ProgressModel {
                 run_id,
                 piece,
                 dialect,
+                max_movements,
                 ..
-            } => Some(format!("run {run_id}: piece {piece} ({dialect})")),
+            } => {
+                self.max_movements = *max_movements;
+                Some(format!("run {run_id}: piece {piece} ({dialect})"))
+            }
             RunEvent::RunResumed { after_seq } => Some(format!(
                 "resumed after event {after_seq}: what the record holds is reused, not repeated"
             )),
@@ -423,8 +427,26 @@ impl Live {
     }
 }
 
-impl EventSink for Progress {
-    fn record(&self, record: &EventRecord) -> std::io::Result<()> {
+impl Progress {
+    /// Brings the display up to date with an event of an earlier attempt, showing nothing.
+    pub fn catch_up(&self, record: &EventRecord) {
+        let mut model = self.model.lock().unwrap_or_else(PoisonError::into_inner);
+        let _ = model.apply(&record.event);
+    }
+
+    /// Prints a note above the status line.
+    pub fn note(&self, text: &str) {
+        let live = self.live.lock().unwrap_or_else(PoisonError::into_inner);
+        match live.as_ref() {
+            Some(live) => {
+                let _ = live.display.println(text);
+            }
+            None => eprintln!("{text}"),
+        }
+    }
+
+    /// Shows one committed event.
+    pub fn record(&self, record: &EventRecord) -> std::io::Result<()> {
         let mut model = self.model.lock().unwrap_or_else(PoisonError::into_inner);
         let lines = model.apply(&record.event);
         let elapsed = self.start.elapsed();
@@ -446,7 +468,8 @@ impl EventSink for Progress {
         Ok(())
     }
 
-    fn text_delta(&self, _movement: &str, text: &str) {
+    /// Shows a piece of the model's answer as it streams.
+    pub fn text_delta(&self, text: &str) {
         self.model
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -466,8 +489,7 @@ fn one_line(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use maestro_engine::{CallPurpose, OutcomeSource};
-    use maestro_piece::Dialect;
+    use maestro_protocol::{CallPurpose, Dialect, OutcomeSource};
     use maestro_protocol::{RunStatus, Usage};
     use serde_json::json;
 

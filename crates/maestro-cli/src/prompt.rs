@@ -28,7 +28,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<u8> {
-    let opts = crate::validate::load_options(args.dialect, &args.facets_dirs);
+    let opts = crate::common::load_options(args.dialect, &args.facets_dirs);
     let source = std::fs::read_to_string(&args.piece)
         .with_context(|| format!("cannot read {}", args.piece.display()))?;
     let piece = match load_str(&source, &args.piece, &opts) {

@@ -1,35 +1,26 @@
-//! `maestro replay ID`: drives a finished run again from its record, with no model call and no
-//! tool run, and checks that it reaches the same movements, transitions and status.
-
-use std::path::PathBuf;
-use std::sync::Arc;
+//! `maestro replay ID`: drives a finished run again from its record, through the app's one run
+//! path, with no model call and no tool run, and checks that it reaches the same movements,
+//! transitions and status.
 
 use anyhow::{Context as _, anyhow};
-use maestro_app::{McpSelection, Toolbox, client, open_store, recorded_piece, tool_catalog};
-use maestro_config::{Config, LoadFrom};
-use maestro_engine::{Engine, EventRecord, RunEvent, RunRecord, read_events};
-use maestro_llm::Provider;
-use maestro_piece::LoadOptions;
-use maestro_store::{JobId, JobQueue, PoolSize};
+use maestro_app::{
+    EndReason, JobQueue, JobStatus, PoolSize, RunEvent, RunKind, RunOutcome, RunRequest,
+};
+
+use crate::flags::{ConfigFlag, PiecesFlag, RunsFlag, StoreFlag, settings};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The run's id (its job id).
     id: String,
-    /// The job store the run is in (also `MAESTRO_DB`, `store.url`). Without the run there,
-    /// `<runs dir>/<ID>/events.jsonl` is read.
-    #[arg(long)]
-    db: Option<String>,
-    /// Where run records go (default: `paths.runs_dir`, `.maestro/runs`).
-    #[arg(long)]
-    runs_dir: Option<PathBuf>,
-    /// Directories searched for the run's piece by name when its file is gone.
-    #[arg(long)]
-    pieces_dir: Vec<PathBuf>,
-    /// Use this configuration file instead of `~/.maestro/config.yaml` and
-    /// `.maestro/config.yaml`.
-    #[arg(long)]
-    config: Option<PathBuf>,
+    #[command(flatten)]
+    store: StoreFlag,
+    #[command(flatten)]
+    runs: RunsFlag,
+    #[command(flatten)]
+    pieces: PiecesFlag,
+    #[command(flatten)]
+    config: ConfigFlag,
 }
 
 pub fn run(args: Args) -> anyhow::Result<u8> {
@@ -42,39 +33,12 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     out
 }
 
-/// The run's events: from the store when it holds the run, else from its `events.jsonl`.
-async fn history(args: &Args, config: &Config) -> anyhow::Result<Vec<EventRecord>> {
-    if let Ok(id) = args.id.parse::<JobId>() {
-        let store = open_store(args.db.as_deref(), config, PoolSize::Shared).await?;
-        let stored = store.events(id, 0).await?;
-        if !stored.is_empty() {
-            return stored
-                .into_iter()
-                .map(|e| serde_json::from_value(e.payload).map_err(anyhow::Error::from))
-                .collect();
-        }
-    }
-    let path = config.paths.runs_dir.join(&args.id).join("events.jsonl");
-    if !path.is_file() {
-        return Err(anyhow!(
-            "no run `{}`: the job store holds no events for it and {} does not exist",
-            args.id,
-            path.display()
-        ));
-    }
-    read_events(&path).map_err(|e| anyhow!("{e}"))
-}
-
 async fn replay(args: Args) -> anyhow::Result<u8> {
-    let (mut config, _files) =
-        Config::load(LoadFrom::current(args.config.clone())?).map_err(|e| anyhow!("{e}"))?;
-    if let Some(dir) = &args.runs_dir {
-        config.paths.runs_dir = dir.clone();
-    }
-    if !args.pieces_dir.is_empty() {
-        config.paths.pieces_dirs = args.pieces_dir.clone();
-    }
-    let history = history(&args, &config).await?;
+    let config = settings(&args.config, &[&args.runs, &args.pieces])?;
+    let store = args.store.open(&config, PoolSize::Shared).await?;
+    let history = maestro_app::recorded_run(Some(&store), &config.paths.runs_dir, &args.id)
+        .await
+        .map_err(|e| anyhow!(maestro_app::error_text(&e)))?;
     // A run stopped by its user ended where it was, not where its piece led: it has nothing to
     // replay until it is continued.
     let last_end = history.iter().rev().find_map(|r| match &r.event {
@@ -82,67 +46,64 @@ async fn replay(args: Args) -> anyhow::Result<u8> {
         _ => None,
     });
     let status = match last_end {
-        Some((_, Some(maestro_engine::EndReason::Cancelled))) | None => None,
+        Some((_, Some(EndReason::Cancelled))) | None => None,
         Some((status, _)) => Some(status),
     };
     let Some(status) = status else {
-        eprintln!(
-            "error: run {} has not finished (it was stopped, or is still running); continue it with \
-             `maestro run --resume {}`",
-            args.id, args.id
-        );
+        eprintln!("error: {}", unfinished(&store, &args.id).await);
         return Ok(1);
     };
-    let opts = LoadOptions {
-        tools: Some(tool_catalog(&config)),
-        ..crate::validate::load_options(None, &config.paths.facets_dirs)
+    let request = RunRequest {
+        kind: RunKind::Replay {
+            id: args.id.clone(),
+            history,
+        },
+        model_from_flag: false,
     };
-    let piece = match recorded_piece(&history) {
-        Some((_, Some(file))) if file.is_file() => crate::run::load_piece_file(&file, &opts)?,
-        Some((name, _)) => {
-            maestro_app::find_piece(&name, &config.paths.pieces_dirs, &opts)
-                .map_err(crate::run::explain_piece_error)?
-                .piece
-        }
-        None => return Err(anyhow!("run {} has no `run_started` event", args.id)),
-    };
-    if config.llm.model.is_none() {
-        config.llm.model = Some(piece.model.clone().unwrap_or_else(|| "replay".into()));
-    }
-    let engine_config = config.engine_config().map_err(|e| anyhow!("{e}"))?;
-    // The client is never called: a replay answers every call from the record.
-    let provider: Arc<dyn Provider> = Arc::new(client(&config)?);
-    // The same tool set the run was offered (the counts are part of the record); none runs.
-    let toolbox = Toolbox::build(&config, &McpSelection::for_piece(&piece)).await?;
-    let engine = Engine::new(provider, toolbox.registry.clone(), engine_config);
-    let scratch = tempfile::tempdir().context("cannot create a scratch directory")?;
-    let record = RunRecord::open(scratch.path(), &args.id, None)?;
-    let calls = history
-        .iter()
-        .filter(|r| matches!(r.event, RunEvent::LlmResponse { .. }))
-        .count();
-    let tools = history
-        .iter()
-        .filter(|r| matches!(r.event, RunEvent::ToolResult { .. }))
-        .count();
-    let outcome = engine.replay(Arc::new(piece), history, record).await;
-    drop(engine);
-    toolbox.shutdown().await;
-    match outcome {
-        Ok(report) => {
+    let handle = maestro_app::start(store, config, request).await?;
+    match handle.outcome().await {
+        RunOutcome::Ended(summary) => {
             eprintln!(
                 "replay of run {}: the same movements, transitions and status ({status}); \
-                 {calls} recorded answers and {tools} recorded tool results reused, 0 model \
-                 calls, 0 tool runs",
-                args.id
+                 {} recorded answers and {} recorded tool results reused, 0 model calls, 0 tool \
+                 runs",
+                args.id, summary.reused_answers, summary.reused_tool_results
             );
-            debug_assert_eq!(report.status, status);
+            debug_assert_eq!(summary.status, status);
             Ok(0)
         }
-        Err(maestro_engine::EngineError::Diverged(divergence)) => {
-            eprintln!("replay of run {} diverged: {divergence}", args.id);
+        RunOutcome::Failed { error, .. } if error.divergence().is_some() => {
+            if let Some(divergence) = error.divergence() {
+                eprintln!("replay of run {} diverged: {divergence}", args.id);
+            }
             Ok(1)
         }
-        Err(e) => Err(e.into()),
+        RunOutcome::Failed { error, .. } => Err(anyhow!(maestro_app::error_text(&error))),
+        RunOutcome::Fenced { why } => Err(anyhow!("the replay stopped: {why}")),
+        RunOutcome::HandedBack => Err(anyhow!("the replay was handed back")),
+    }
+}
+
+/// Why run `id` has nothing to replay: its job ended without finishing its record (the lease
+/// sweep failed it after its process died), or it was stopped, or it is still running.
+async fn unfinished(store: &maestro_app::Store, id: &str) -> String {
+    let job = match id.parse() {
+        Ok(job) => store.job(job).await.ok().flatten(),
+        Err(_) => None,
+    };
+    match job {
+        Some(job) if job.status.is_final() && job.status != JobStatus::Cancelled => format!(
+            "run {id} ended {} ({}) before its record was finished, so there is nothing to \
+             replay; continue it with `maestro run --resume {id}`",
+            job.status,
+            crate::term::printable(job.reason.as_deref().unwrap_or("no reason recorded"))
+        ),
+        Some(job) if job.status == JobStatus::Running => {
+            format!("run {id} is still running; replay it once it has finished")
+        }
+        _ => format!(
+            "run {id} has not finished (it was stopped, or is still running); continue it with \
+             `maestro run --resume {id}`"
+        ),
     }
 }

@@ -1,21 +1,20 @@
-//! `maestro run`: load (or classify) a piece, run a task through it against an
-//! OpenAI-compatible endpoint, show progress, print the result and exit with the run's status.
+//! `maestro run`: start a run of a task (or the resume of a stopped one) through the app's one
+//! run path, show its progress from the run's live subscription, print the result and exit with
+//! the run's status.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use anyhow::{Context as _, anyhow};
 use maestro_app::{
-    LocalJob, McpSelection, PieceError, Skipped, Toolbox, available_pieces, classify_piece, client,
-    endpoint_unreachable, ensure_served, no_endpoint, open_store, recorded_piece, tool_catalog,
+    Live, PoolSize, RunError, RunKind, RunOutcome, RunRequest, RunStatus, endpoint_unreachable,
+    no_endpoint,
 };
-use maestro_config::{Config, LoadFrom};
-use maestro_engine::{Engine, EventSink, JsonlSink, RunEnd, RunRecord, RunSpec};
-use maestro_llm::{Provider, ToolMode};
-use maestro_piece::{LoadOptions, Piece, render_diagnostics};
-use maestro_protocol::RunStatus;
-use maestro_store::{NewJob, PoolSize};
+use std::io::Write as _;
 
+use maestro_config::Config;
+use maestro_protocol::ToolMode;
+
+use crate::flags::{ConfigFlag, ModelFlags, Override, PiecesFlag, RunsFlag, StoreFlag, settings};
 use crate::progress::Progress;
 
 #[derive(Debug, clap::Args)]
@@ -23,35 +22,24 @@ pub struct Args {
     /// A piece file, a piece name found in the pieces directories, or `auto` (the default) to
     /// let the classifier choose.
     piece: Option<String>,
-    /// The task to run.
-    #[arg(long, required_unless_present = "resume")]
+    /// The task to run; `-` reads it from standard input.
+    #[arg(long, required_unless_present_any = ["resume", "task_file"], conflicts_with = "task_file")]
     task: Option<String>,
+    /// Read the task from this file (for a task longer than a command line).
+    #[arg(long)]
+    task_file: Option<PathBuf>,
     /// Continue the run (the job) with this id where it stopped: after Ctrl-C, a failure or
     /// kill -9. What its record holds is reused: no recorded model answer is asked again and no
     /// recorded tool call runs again.
-    #[arg(long, conflicts_with_all = ["piece", "task", "workspace"])]
+    #[arg(long, conflicts_with_all = ["piece", "task", "task_file", "workspace"])]
     resume: Option<String>,
-    /// The job store (`sqlite://PATH` or `postgres://…`; also `MAESTRO_DB`, `store.url`;
-    /// default `sqlite://.maestro/maestro.db`). Every run is a job there.
-    #[arg(long)]
-    db: Option<String>,
-    /// Work in this directory instead of the run directory's own workspace.
+    /// Work in this directory instead of the run directory's own workspace; an editing
+    /// movement may then write anywhere inside it.
     #[arg(long)]
     workspace: Option<PathBuf>,
-    /// Where run records go (default: `paths.runs_dir`, `.maestro/runs`).
-    #[arg(long)]
-    runs_dir: Option<PathBuf>,
     /// Print the run's events to stdout (instead of progress lines on stderr).
     #[arg(long, value_enum)]
     events: Option<EventsFormat>,
-    /// The OpenAI-compatible API root, e.g. http://127.0.0.1:8088/v1 (also
-    /// `MAESTRO_LLM_BASE_URL`, `llm.base_url`).
-    #[arg(long)]
-    llm_base_url: Option<String>,
-    /// The model name to request. Without it: the piece's `model`, then `MAESTRO_MODEL`, then
-    /// `llm.model`, then the endpoint's only model.
-    #[arg(long)]
-    model: Option<String>,
     /// How tools are offered: native tool calls, JSON answers, or probe once (`llm.tool_mode`).
     #[arg(long, value_enum)]
     tool_mode: Option<ToolModeArg>,
@@ -68,14 +56,16 @@ pub struct Args {
     /// cut in prompts, pointing to the full copy.
     #[arg(long)]
     max_carried_chars: Option<usize>,
-    /// Directories searched for pieces by name and by the classifier (default:
-    /// `paths.pieces_dirs`, `.maestro/pieces` and `pieces`).
-    #[arg(long)]
-    pieces_dir: Vec<PathBuf>,
-    /// Use this configuration file instead of `~/.maestro/config.yaml` and
-    /// `.maestro/config.yaml`.
-    #[arg(long)]
-    config: Option<PathBuf>,
+    #[command(flatten)]
+    store: StoreFlag,
+    #[command(flatten)]
+    model: ModelFlags,
+    #[command(flatten)]
+    pieces: PiecesFlag,
+    #[command(flatten)]
+    runs: RunsFlag,
+    #[command(flatten)]
+    config: ConfigFlag,
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -88,6 +78,31 @@ enum ToolModeArg {
     Native,
     Json,
     Auto,
+}
+
+/// The engine settings only `maestro run` takes.
+impl Override for Args {
+    fn apply(&self, config: &mut Config) {
+        if let Some(mode) = self.tool_mode {
+            config.llm.tool_mode = match mode {
+                ToolModeArg::Native => ToolMode::Native,
+                ToolModeArg::Json => ToolMode::Json,
+                ToolModeArg::Auto => ToolMode::Auto,
+            };
+        }
+        if let Some(tokens) = self.context_length {
+            config.llm.context_length = Some(tokens);
+        }
+        if let Some(n) = self.max_iterations {
+            config.engine.max_iterations_per_movement = n;
+        }
+        if self.max_tokens.is_some() {
+            config.engine.max_tokens = self.max_tokens;
+        }
+        if let Some(n) = self.max_carried_chars {
+            config.engine.max_carried_chars = n;
+        }
+    }
 }
 
 /// Resolves to true on SIGINT (Ctrl-C) or SIGTERM (what `kill`, systemd and container runtimes
@@ -121,234 +136,165 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     out
 }
 
-/// The configuration files and environment, with this command's flags on top.
-fn configuration(args: &Args) -> anyhow::Result<Config> {
-    let (mut config, _files) =
-        Config::load(LoadFrom::current(args.config.clone())?).map_err(|e| anyhow!("{e}"))?;
-    if let Some(url) = &args.llm_base_url {
-        config.llm.base_url = url.clone();
+/// The task as given: the flag's text, standard input for `-`, or a file's text.
+pub(crate) fn task_text(
+    task: Option<&str>,
+    file: Option<&std::path::Path>,
+) -> anyhow::Result<String> {
+    let text = match (task, file) {
+        (Some("-"), _) => {
+            let mut text = String::new();
+            std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+                .context("reading the task from standard input")?;
+            text
+        }
+        (Some(task), _) => task.to_string(),
+        (None, Some(path)) => std::fs::read_to_string(path)
+            .with_context(|| format!("reading the task from {}", path.display()))?,
+        (None, None) => return Err(anyhow!("--task is required")),
+    };
+    if text.trim().is_empty() {
+        return Err(anyhow!(
+            "the task is empty; say what the run should do with --task \"…\", --task - (standard \
+             input) or --task-file FILE"
+        ));
     }
-    if let Some(model) = &args.model {
-        config.llm.model = Some(model.clone());
-    }
-    if let Some(mode) = args.tool_mode {
-        config.llm.tool_mode = match mode {
-            ToolModeArg::Native => ToolMode::Native,
-            ToolModeArg::Json => ToolMode::Json,
-            ToolModeArg::Auto => ToolMode::Auto,
-        };
-    }
-    if let Some(tokens) = args.context_length {
-        config.llm.context_length = Some(tokens);
-    }
-    if let Some(n) = args.max_iterations {
-        config.engine.max_iterations_per_movement = n;
-    }
-    if args.max_tokens.is_some() {
-        config.engine.max_tokens = args.max_tokens;
-    }
-    if let Some(n) = args.max_carried_chars {
-        config.engine.max_carried_chars = n;
-    }
-    if let Some(dir) = &args.runs_dir {
-        config.paths.runs_dir = dir.clone();
-    }
-    if !args.pieces_dir.is_empty() {
-        config.paths.pieces_dirs = args.pieces_dir.clone();
-    }
-    Ok(config)
+    Ok(text)
 }
 
 async fn run_async(args: Args) -> anyhow::Result<u8> {
-    let mut config = configuration(&args)?;
-    let dirs = config.paths.pieces_dirs.clone();
-    let opts = LoadOptions {
-        tools: Some(tool_catalog(&config)),
-        ..crate::validate::load_options(None, &config.paths.facets_dirs)
+    let config = settings(
+        &args.config,
+        &[&args.pieces, &args.runs, &args.model, &args],
+    )?;
+    let kind = match &args.resume {
+        Some(id) => RunKind::Resume { id: id.clone() },
+        None => RunKind::New {
+            piece: args
+                .piece
+                .clone()
+                .unwrap_or_else(|| maestro_app::AUTO.to_string()),
+            task: task_text(args.task.as_deref(), args.task_file.as_deref())?,
+            workspace: args.workspace.clone(),
+            submitted_by: whoami(),
+        },
     };
     // One connection: a run's queries come one at a time (docs/benchmarks.md, "Footprint").
-    let store = open_store(args.db.as_deref(), &config, PoolSize::Single).await?;
-    // A resumed run takes its job, its record and its piece from the store.
-    let resumed = match &args.resume {
-        Some(id) => {
-            let local = LocalJob::resume(store.clone(), id).await?;
-            let history = local.history().await?;
-            Some((local, history))
-        }
-        None => None,
+    let store = args.store.open(&config, PoolSize::Single).await?;
+    let request = RunRequest {
+        kind,
+        model_from_flag: args.model.model.is_some(),
     };
-    let task = match (&resumed, &args.task) {
-        (Some((local, _)), _) => local.job().task.clone(),
-        (None, Some(task)) => task.clone(),
-        (None, None) => return Err(anyhow!("--task is required")),
-    };
-    let (piece, piece_file) = match &resumed {
-        Some((local, history)) => match recorded_piece(history) {
-            Some((_, Some(file))) if file.is_file() => {
-                (crate::run::load_piece_file(&file, &opts)?, Some(file))
-            }
-            Some((name, _)) => found_piece(&name, &dirs, &opts)?,
-            None => found_piece(&local.job().piece, &dirs, &opts)?,
-        },
-        None => match args.piece.as_deref() {
-            None | Some("auto") => {
-                if config.llm.model.is_none() {
-                    config.llm.model = Some(served_model(&config).await?);
-                }
-                let model = config
-                    .llm
-                    .require_model()
-                    .map_err(|e| anyhow!("{e}"))?
-                    .to_string();
-                let provider = client(&config)?;
-                classified_piece(&provider, &model, &task, &dirs, &opts).await?
-            }
-            Some(given) => found_piece(given, &dirs, &opts)?,
-        },
-    };
-    // The more specific setting wins: the flag, then the piece, then the environment and the
-    // configuration files (already merged in that order).
-    if args.model.is_none() && piece.model.is_some() {
-        config.llm.model = piece.model.clone();
-    }
-    match &config.llm.model {
-        Some(model) => ensure_served(&config, model).await?,
-        None => config.llm.model = Some(served_model(&config).await?),
-    }
-    let engine_config = config.engine_config().map_err(|e| anyhow!("{e}"))?;
-    let provider: Arc<dyn Provider> = Arc::new(client(&config)?);
-
-    let toolbox = Toolbox::build(&config, &McpSelection::for_piece(&piece)).await?;
-    if let Err(message) = toolbox.ensure_required(&piece.required_mcp) {
-        eprintln!(
-            "error: piece `{}` cannot run: {message}\nno run was started",
-            piece.name
-        );
-        toolbox.shutdown().await;
-        return Ok(1);
-    }
-    let mut engine = Engine::new(provider, toolbox.registry.clone(), engine_config);
-    if let Some(key) = config.llm.api_key.clone() {
-        engine = engine.with_secret(key);
-    }
-    let (local, history) = match resumed {
-        Some(resumed) => resumed,
-        None => {
-            let mut job = NewJob::new(
-                piece_file
-                    .as_ref()
-                    .map(|p| p.display().to_string())
-                    .unwrap_or_else(|| piece.name.clone()),
-                task.clone(),
-                whoami(),
-            );
-            job.workspace = args
-                .workspace
-                .as_ref()
-                .map(|w| std::path::absolute(w).unwrap_or_else(|_| w.clone()))
-                .map(|w| w.display().to_string());
-            (LocalJob::start(store, job).await?, Vec::new())
-        }
-    };
-    let cancel = engine.cancel_token();
+    let handle = maestro_app::start(store, config.clone(), request).await?;
     let stop = stop_signal()?;
-    let stop_run = local.stop_run();
+    let shown = tokio::spawn(show(
+        handle.subscribe_after(0),
+        handle.resumed_after(),
+        args.events.is_some(),
+    ));
+    let canceller = handle.canceller();
     tokio::spawn(async move {
-        tokio::select! {
-            got = stop => if got { cancel.cancel() },
-            _ = stop_run.cancelled() => cancel.cancel(),
+        if stop.await {
+            // The run stops where it is and records that it was cancelled.
+            canceller.cancel();
         }
     });
+    let outcome = handle.outcome().await;
+    let _ = shown.await;
+    report(outcome, &config, args.events.is_some()).await
+}
 
-    let workspace = local.job().workspace.as_ref().map(PathBuf::from);
-    let record = RunRecord::open(
-        &config.paths.runs_dir,
-        &local.id().to_string(),
-        workspace.as_deref(),
-    );
-    let (record, logs) = match record
-        .map_err(anyhow::Error::from)
-        .and_then(|r| Ok((r.clone(), local.logs(&r, &history)?)))
-    {
-        Ok(ready) => ready,
-        Err(e) => {
-            toolbox.shutdown().await;
-            let _ = local.abandon(&e.to_string()).await;
-            return Err(e);
+/// Shows the run as it goes: progress lines on stderr, or its events as JSON lines on stdout.
+/// Events of a resumed run's earlier attempts only bring the display up to date.
+async fn show(mut events: maestro_app::Subscription, resumed_after: u64, jsonl: bool) {
+    let progress = (!jsonl).then(|| Progress::new(0));
+    let mut out = std::io::stdout();
+    while let Some(item) = events.next().await {
+        match item {
+            Ok(Live::Event(record)) => match &progress {
+                Some(progress) if record.seq <= resumed_after => progress.catch_up(&record),
+                Some(progress) => {
+                    let _ = progress.record(&record);
+                }
+                None if record.seq <= resumed_after => {}
+                None => {
+                    if let Ok(line) = serde_json::to_string(&*record) {
+                        let _ = writeln!(out, "{line}");
+                        let _ = out.flush();
+                    }
+                }
+            },
+            Ok(Live::TextDelta { text, .. }) => {
+                if let Some(progress) = &progress {
+                    progress.text_delta(&text);
+                }
+            }
+            Ok(Live::Note(note)) => match &progress {
+                Some(progress) => progress.note(&crate::term::printable(&note)),
+                None => eprintln!("{}", crate::term::printable(&note)),
+            },
+            Err(e) => {
+                eprintln!("warning: reading the run's events from the store failed: {e}");
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            }
         }
-    };
-    let run_dir = record.dir.clone();
-    let progress = match args.events {
-        Some(EventsFormat::Jsonl) => None,
-        None => Some(Arc::new(Progress::new(piece.max_movements))),
-    };
-    let observer: Arc<dyn EventSink> = match &progress {
-        Some(progress) => Arc::clone(progress) as Arc<dyn EventSink>,
-        None => Arc::new(JsonlSink::new(std::io::stdout())),
-    };
-    // Subtasks run in this process, each as a job of its own in the same store.
-    let subtasks = local.subtasks(&record, &config, args.model.is_some());
-    let mut spec = RunSpec::new(Arc::new(piece), &task, record);
-    spec.subtasks = subtasks.as_ref().map(|(host, _)| Arc::clone(host));
-    spec.logs = logs;
-    spec.observers = vec![observer];
-    spec.history = history;
-    spec.piece_file = piece_file;
-    spec.answers = local.answers().await.unwrap_or_default();
-    let outcome = engine.run_spec(spec).await;
-    if let Some((_, children)) = &subtasks {
-        let stopped = matches!(&outcome, Ok(RunEnd::Finished(report))
-            if report.reason == Some(maestro_engine::EndReason::Cancelled));
-        children.finish(local.id(), stopped).await;
     }
     if let Some(progress) = &progress {
         progress.finish();
     }
-    // The MCP servers live as long as the run: the engine's registry goes first so that the
-    // hub holds the last handle on each connection and can wait for the servers to exit.
-    drop(engine);
-    toolbox.shutdown().await;
-    let end = match outcome {
-        Ok(end) => end,
-        Err(e) => {
-            let _ = local.abandon(&e.to_string()).await;
-            return Err(e.into());
+}
+
+/// Says how the run ended and picks the exit code.
+async fn report(outcome: RunOutcome, config: &Config, jsonl: bool) -> anyhow::Result<u8> {
+    let summary = match outcome {
+        RunOutcome::Ended(summary) => summary,
+        RunOutcome::Failed { error, .. } => return Err(explain_run_error(error)),
+        RunOutcome::Fenced { why } => {
+            eprintln!("the run stopped without writing its end: {why}");
+            return Ok(RunStatus::Failed.exit_code() as u8);
         }
+        RunOutcome::HandedBack => return Ok(RunStatus::Failed.exit_code() as u8),
     };
-    let cancelled_elsewhere = local.stop_run().is_cancelled();
-    local.finish(&end).await?;
-    let RunEnd::Finished(report) = end else {
-        return Err(anyhow!("the run stopped without an end"));
-    };
-    if report.status == RunStatus::Failed && endpoint_unreachable(&config).await {
+    if summary.status == RunStatus::Failed && endpoint_unreachable(config).await {
         eprintln!("error: {}", no_endpoint(&config.llm.base_url));
     }
-
-    let mut summary = format!("run {} {}", report.run_id, report.status);
-    if let Some(reason) = &report.reason {
-        summary.push_str(&format!(" ({reason})"));
+    let mut line = format!("run {} {}", summary.run_id, summary.status);
+    if let Some(reason) = &summary.reason {
+        line.push_str(&format!(
+            " ({})",
+            crate::term::printable(&reason.to_string())
+        ));
     }
-    if cancelled_elsewhere {
-        summary.push_str(" by `maestro jobs cancel`");
-    }
-    eprintln!("{summary}; record in {}", run_dir.display());
-    if report.status == RunStatus::Failed {
+    eprintln!("{line}; record in {}", summary.run_dir.display());
+    if summary.status == RunStatus::Failed {
         eprintln!(
             "continue it where it stopped with: maestro run --resume {}",
-            report.run_id
+            summary.run_id
         );
     }
-    if report.status == RunStatus::NeedsUserInput {
+    if summary.status == RunStatus::NeedsUserInput {
         eprintln!(
             "the run asks: {}\nanswer it, then go on, with:\n  maestro jobs answer {id} \"…\"\n  maestro run --resume {id}",
-            report.result,
-            id = report.run_id
+            crate::term::printable(&summary.result),
+            id = summary.run_id
         );
     }
-    if args.events.is_none() && !report.result.is_empty() {
-        println!("{}", report.result);
+    if !jsonl && !summary.result.is_empty() {
+        println!("{}", crate::term::printable(&summary.result));
     }
-    Ok(report.status.exit_code() as u8)
+    Ok(summary.status.exit_code() as u8)
+}
+
+/// Prints what a run error carries besides its message (a piece's diagnostics), and turns it
+/// into the command's error.
+fn explain_run_error(error: RunError) -> anyhow::Error {
+    match error {
+        RunError::Piece(e) => crate::common::explain_piece_error(e),
+        RunError::RequiredMcp { .. } => {
+            anyhow!("{}\nno run was started", maestro_app::error_text(&error))
+        }
+        e => anyhow!(maestro_app::error_text(&e)),
+    }
 }
 
 /// Who submits a local run, for the audit log.
@@ -357,71 +303,4 @@ fn whoami() -> String {
         .ok()
         .filter(|u| !u.is_empty())
         .unwrap_or_else(|| "local".to_string())
-}
-
-/// Loads a piece file, printing its diagnostics when it does not load.
-pub(crate) fn load_piece_file(path: &std::path::Path, opts: &LoadOptions) -> anyhow::Result<Piece> {
-    maestro_app::load_piece(path, opts).map_err(explain_piece_error)
-}
-
-/// The piece `given` names and the file it came from.
-fn found_piece(
-    given: &str,
-    dirs: &[PathBuf],
-    opts: &LoadOptions,
-) -> anyhow::Result<(Piece, Option<PathBuf>)> {
-    match maestro_app::find_piece(given, dirs, opts) {
-        Ok(found) => {
-            note_skipped(&found.skipped);
-            Ok((found.piece, Some(found.path)))
-        }
-        Err(e) => Err(explain_piece_error(e)),
-    }
-}
-
-/// Prints the notes about piece files that were passed over because they do not load.
-pub(crate) fn note_skipped(skipped: &[Skipped]) {
-    for skip in skipped {
-        eprintln!("note: skipping {}: {}", skip.path.display(), skip.errors);
-    }
-}
-
-/// Prints what a piece error carries besides its message (diagnostics, skipped files).
-pub(crate) fn explain_piece_error(e: PieceError) -> anyhow::Error {
-    match &e {
-        PieceError::Invalid {
-            source_text,
-            diagnostics,
-            ..
-        } => eprint!("{}", render_diagnostics(source_text, &diagnostics.errors)),
-        PieceError::NotFound { skipped, .. } => note_skipped(skipped),
-        PieceError::Classify(_) | PieceError::ChosenMissing(_) => {}
-    }
-    e.into()
-}
-
-async fn classified_piece(
-    provider: &dyn Provider,
-    model: &str,
-    task: &str,
-    dirs: &[PathBuf],
-    opts: &LoadOptions,
-) -> anyhow::Result<(Piece, Option<PathBuf>)> {
-    let available = available_pieces(dirs, opts);
-    note_skipped(&available.skipped);
-    let chosen = classify_piece(provider, model, task, available)
-        .await
-        .map_err(explain_piece_error)?;
-    eprintln!("piece: {} ({})", chosen.choice.piece, chosen.choice.reason);
-    Ok((chosen.piece, Some(chosen.path)))
-}
-
-/// With no model configured anywhere, the endpoint's only model is used, and said so.
-async fn served_model(config: &Config) -> anyhow::Result<String> {
-    let model = maestro_app::served_model(config).await?;
-    eprintln!(
-        "model: {model} (the only model {} serves)",
-        config.llm.base_url
-    );
-    Ok(model)
 }

@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use anyhow::anyhow;
 use maestro_app::{Misfire, ScheduleError, ScheduleRequest, Spec};
 
-use crate::jobs::{StoreArgs, actor, block_on};
+use crate::common::{actor, block_on};
+use crate::flags::StoreArgs;
 
 #[derive(Debug, clap::Subcommand)]
 pub enum Command {
@@ -215,10 +216,10 @@ async fn add(args: AddArgs) -> anyhow::Result<u8> {
     .await;
     let id = match added {
         Ok(id) => id,
-        Err(ScheduleError::Piece(e)) => return Err(crate::run::explain_piece_error(e)),
+        Err(ScheduleError::Piece(e)) => return Err(crate::common::explain_piece_error(e)),
         Err(e) => return Err(e.into()),
     };
-    crate::jobs::print_id(&id, args.json);
+    crate::common::print_id(&id, args.json);
     Ok(0)
 }
 

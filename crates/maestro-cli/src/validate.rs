@@ -36,15 +36,6 @@ pub struct Args {
     pub paths: Vec<PathBuf>,
 }
 
-/// The load options every piece command uses: the flags, plus the project's (current
-/// directory) and the user's (`~/.maestro`) facet directories.
-pub(crate) fn load_options(dialect: Option<Dialect>, facets_dirs: &[PathBuf]) -> LoadOptions {
-    LoadOptions {
-        dialect,
-        ..LoadOptions::standard(std::env::current_dir().ok(), facets_dirs.to_vec())
-    }
-}
-
 /// The tools `allowed_tools` may name, and which this configuration sets up. A configuration
 /// that does not load is an error (exit 2), as in every other command.
 fn tool_catalog(config: Option<PathBuf>) -> anyhow::Result<ToolCatalog> {
@@ -64,7 +55,7 @@ enum Checked {
 pub fn run(args: Args) -> anyhow::Result<u8> {
     let opts = LoadOptions {
         tools: Some(tool_catalog(args.config.clone())?),
-        ..load_options(args.dialect, &args.facets_dirs)
+        ..crate::common::load_options(args.dialect, &args.facets_dirs)
     };
     let mut usage_error = false;
     let mut invalid = 0usize;

@@ -2,14 +2,12 @@
 //! Ctrl-C) stops claiming and lets the runs in flight finish for `--drain-secs`; a second one, or
 //! the end of the drain time, hands them back to the queue.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context as _, anyhow};
-use maestro_app::{Profile, Shutdown, Worker, WorkerOptions, classes, store_url};
-use maestro_store::Store;
+use maestro_app::{PoolSize, Profile, Shutdown, Worker, WorkerOptions, classes, store_url};
 
-use crate::jobs::StoreArgs;
+use crate::flags::{ConfigFlag, ModelFlags, PiecesFlag, RunsFlag, StoreFlag, settings};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -29,22 +27,16 @@ pub struct Args {
     /// After SIGTERM, how long runs in flight may go on before they are handed back.
     #[arg(long, default_value_t = WorkerOptions::DRAIN.as_secs())]
     drain_secs: u64,
-    /// The OpenAI-compatible API root (also `MAESTRO_LLM_BASE_URL`, `llm.base_url`).
-    #[arg(long)]
-    llm_base_url: Option<String>,
-    /// The model name to request. Without it: the piece's `model`, then `MAESTRO_MODEL`, then
-    /// `llm.model`, then the endpoint's only model.
-    #[arg(long)]
-    model: Option<String>,
-    /// Directories searched for pieces by name and by the classifier (default:
-    /// `paths.pieces_dirs`).
-    #[arg(long)]
-    pieces_dir: Vec<PathBuf>,
-    /// Where run records go (default: `paths.runs_dir`, `.maestro/runs`).
-    #[arg(long)]
-    runs_dir: Option<PathBuf>,
     #[command(flatten)]
-    store: StoreArgs,
+    model: ModelFlags,
+    #[command(flatten)]
+    pieces: PiecesFlag,
+    #[command(flatten)]
+    runs: RunsFlag,
+    #[command(flatten)]
+    store: StoreFlag,
+    #[command(flatten)]
+    config: ConfigFlag,
 }
 
 /// Resolves once per SIGTERM or SIGINT.
@@ -71,20 +63,8 @@ impl Signals {
 }
 
 pub fn run(args: Args) -> anyhow::Result<u8> {
-    crate::jobs::block_on(async move {
-        let mut config = args.store.configuration()?;
-        if let Some(url) = &args.llm_base_url {
-            config.llm.base_url = url.clone();
-        }
-        if let Some(model) = &args.model {
-            config.llm.model = Some(model.clone());
-        }
-        if let Some(dir) = &args.runs_dir {
-            config.paths.runs_dir = dir.clone();
-        }
-        if !args.pieces_dir.is_empty() {
-            config.paths.pieces_dirs = args.pieces_dir.clone();
-        }
+    crate::common::block_on(async move {
+        let config = settings(&args.config, &[&args.model, &args.pieces, &args.runs])?;
         if args.lease_secs == 0 {
             return Err(anyhow!("--lease-secs must be at least 1"));
         }
@@ -99,7 +79,8 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
                 }]
             };
         let (url, origin) = store_url(args.store.db.as_deref(), &config)?;
-        let store = Store::open(&url).await?;
+        let store = args.store.open(&config, PoolSize::Shared).await?;
+        let origin = crate::flags::origin_text(origin);
         let name = args
             .name
             .clone()
@@ -114,7 +95,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
             lease: Duration::from_secs(args.lease_secs),
             drain: Duration::from_secs(args.drain_secs),
             idle_poll: Duration::from_millis(200),
-            model_from_flag: args.model.is_some(),
+            model_from_flag: args.model.model.is_some(),
         };
         let mut signals = Signals::install()?;
         let shutdown = Shutdown::new();

@@ -1,0 +1,126 @@
+//! What every run of a process shares: the store, the event writer, the model clients, the
+//! configuration, the lease keeper, the tools of runs without MCP servers, the pieces found by
+//! name, and the live channels of the runs in flight. A leaf module: the run path, the worker
+//! and the children of a local run all read it, and it imports none of them.
+
+use std::sync::{Arc, OnceLock, Weak};
+
+use maestro_config::Config;
+use maestro_piece::LoadOptions;
+use maestro_store::{Job, JobId, Store};
+use maestro_tools::Registry;
+
+use crate::clients::ModelClients;
+use crate::lease::LeaseKeeper;
+use crate::live::LiveRuns;
+use crate::pieces::PieceCache;
+use crate::store_log::EventWriter;
+use crate::toolbox::{McpSelection, Toolbox, ToolboxError, load_options};
+
+/// Runs the children of a local run in this process (a worker leaves them to the queue).
+pub(crate) trait ChildRunner: Send + Sync {
+    /// Runs the child job `id` here unless this process already does.
+    fn run(&self, id: JobId);
+    /// Says once that `child` waits for an answer, and how to give it.
+    fn tell_waiting(&self, child: &Job);
+}
+
+/// What running a job needs from the process that runs it.
+pub(crate) struct JobContext {
+    pub store: Store,
+    /// Commits the events of all of the process's runs.
+    pub events: EventWriter,
+    /// The model clients and endpoint model lists the runs share.
+    pub models: Arc<ModelClients>,
+    /// The configuration with the command's flags applied, shared by its runs (a run whose
+    /// piece names its own model gets a copy).
+    pub config: Arc<Config>,
+    /// How its runs load pieces (the tool catalogue of `config` among it), made once.
+    pub load_options: OnceLock<LoadOptions>,
+    /// Keeps the leases of the runs, and says how long a claim holds.
+    pub leases: LeaseKeeper,
+    /// The model was chosen on the command line: it wins over a piece's `model`.
+    pub model_from_flag: bool,
+    /// Set for a local run and its children: the subtasks they spawn run in this process too.
+    pub children: Option<Weak<dyn ChildRunner>>,
+    /// The tools of runs whose piece uses no MCP server, built once for all of them.
+    pub tools: Arc<tokio::sync::OnceCell<Registry>>,
+    /// The pieces its runs found by name, kept for a moment.
+    pub pieces: Arc<PieceCache>,
+    /// The live channels of the runs in flight, by job.
+    pub live: LiveRuns,
+}
+
+impl std::fmt::Debug for JobContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JobContext")
+            .field("store", &self.store.url())
+            .field("model_from_flag", &self.model_from_flag)
+            .finish_non_exhaustive()
+    }
+}
+
+impl JobContext {
+    /// A context for the runs of one process.
+    pub(crate) fn new(
+        store: Store,
+        config: Arc<Config>,
+        leases: LeaseKeeper,
+        model_from_flag: bool,
+    ) -> JobContext {
+        JobContext {
+            events: EventWriter::new(store.clone()),
+            store,
+            models: Arc::default(),
+            config,
+            load_options: OnceLock::new(),
+            leases,
+            model_from_flag,
+            children: None,
+            tools: Arc::default(),
+            pieces: Arc::default(),
+            live: LiveRuns::default(),
+        }
+    }
+
+    /// The same process's context for the children of a local run: it shares the store, the
+    /// writer, the models, the leases, the tools and the live channels.
+    pub(crate) fn for_children(&self, children: Weak<dyn ChildRunner>) -> JobContext {
+        JobContext {
+            store: self.store.clone(),
+            events: self.events.clone(),
+            models: Arc::clone(&self.models),
+            config: Arc::clone(&self.config),
+            load_options: OnceLock::new(),
+            leases: self.leases.clone(),
+            model_from_flag: self.model_from_flag,
+            children: Some(children),
+            tools: Arc::clone(&self.tools),
+            pieces: Arc::clone(&self.pieces),
+            live: self.live.clone(),
+        }
+    }
+
+    pub(crate) fn load_options(&self) -> &LoadOptions {
+        self.load_options.get_or_init(|| load_options(&self.config))
+    }
+
+    /// The built-in, web and SSH tools of the configuration, built by the first run that
+    /// needs them.
+    pub(crate) async fn shared_tools(&self, config: &Config) -> Result<Registry, ToolboxError> {
+        self.tools
+            .get_or_try_init(|| async {
+                let toolbox = Toolbox::build(config, &McpSelection::none()).await?;
+                let registry = toolbox.registry.clone();
+                toolbox.shutdown().await;
+                Ok(registry)
+            })
+            .await
+            .cloned()
+    }
+
+    /// The runner of this process's local children, while it lives.
+    pub(crate) fn children(&self) -> Option<Arc<dyn ChildRunner>> {
+        self.children.as_ref().and_then(Weak::upgrade)
+    }
+}

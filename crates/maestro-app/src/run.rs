@@ -1,0 +1,582 @@
+//! The one run path. Every run goes through [`execute`]: a worker's claimed job, a local
+//! `maestro run` and its `--resume`, the children a local run runs itself, and `maestro replay`.
+//!
+//! For a job it chooses the piece and the model, keeps the lease, rebuilds the run from the
+//! stored events, runs it through the engine with the store as its durable log (and the live
+//! channel as an observer), and writes how it ended — or hands it back, or stops writing when
+//! the lease is lost. A replay drives a finished run's record again with the same piece, the
+//! same tools and the same engine, and writes nothing.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use maestro_config::Config;
+use maestro_engine::{
+    Engine, EventSink, JsonlLog, RunEnd, RunRecord, RunReport, RunSpec, SubtaskHost,
+};
+use maestro_llm::Provider;
+use maestro_piece::Piece;
+use maestro_protocol::{EndReason, EventRecord, RunEvent, RunStatus};
+use maestro_store::{
+    Claimed, CommentKind, FailDisposition, Job, JobQueue, JobStatus, Lease, Outcome, Store,
+};
+use tokio_util::sync::CancellationToken;
+
+use crate::completer::Completer;
+use crate::context::JobContext;
+use crate::live::LiveSink;
+use crate::outcome::{RunError, RunOutcome, RunSummary};
+use crate::pieces::{AUTO, available_pieces, classify_piece, find_piece, load_piece};
+use crate::store_log::{Fence, StoreLog};
+use crate::subtasks::StoreSubtasks;
+use crate::toolbox::{McpSelection, Toolbox};
+
+/// What a run is of.
+pub(crate) enum Target {
+    /// A job this process claimed.
+    Job(Box<Claimed>),
+    /// A finished run driven again from its record: no model call, no tool run, nothing
+    /// written.
+    Replay {
+        /// The run's id.
+        id: String,
+        /// Its recorded events.
+        history: Vec<EventRecord>,
+    },
+}
+
+/// One run to execute, and how its caller steers it.
+pub(crate) struct Execution {
+    pub target: Target,
+    /// Stops the run as its user asked (Ctrl-C, `RunHandle::cancel`): it ends `cancelled`,
+    /// and that is recorded.
+    pub stop: Option<CancellationToken>,
+    /// Hands the run back: it stops where it is and records no end, for the next claim to
+    /// resume (a worker shutting down).
+    pub hand_back: CancellationToken,
+    /// Writes the ends of the process's runs in batches.
+    pub completer: Completer,
+}
+
+/// Runs one run to its end, a park, a retry, a lost lease or a hand-back, and writes how it
+/// ended. The only way a run starts.
+pub(crate) async fn execute(ctx: &JobContext, execution: Execution) -> RunOutcome {
+    let Execution {
+        target,
+        stop,
+        hand_back,
+        completer,
+    } = execution;
+    match target {
+        Target::Replay { id, history } => match replay(ctx, &id, history).await {
+            Ok(summary) => RunOutcome::Ended(summary),
+            Err(error) => RunOutcome::Failed {
+                error,
+                requeued: false,
+            },
+        },
+        Target::Job(claimed) => run_job(ctx, *claimed, stop, &hand_back, &completer).await,
+    }
+}
+
+/// What a claimed job's run came to before its end is written.
+enum Ran {
+    Finished(Box<RunReport>),
+    /// The endpoint became unreachable: run it again later.
+    Retry(String),
+    /// Stopped for a hand-back, no end recorded.
+    Suspended,
+}
+
+async fn run_job(
+    ctx: &JobContext,
+    claimed: Claimed,
+    stop: Option<CancellationToken>,
+    hand_back: &CancellationToken,
+    completer: &Completer,
+) -> RunOutcome {
+    let store = &ctx.store;
+    let lease = claimed.lease.clone();
+    let job_id = claimed.job.id;
+    let fence = Arc::new(Fence::default());
+    let kept = ctx.leases.keep(lease.clone(), Arc::clone(&fence));
+    // A hand-back suspends the run: it stops where it is and records no end, so that the
+    // process that claims the job next resumes it.
+    let suspend = hand_back.child_token();
+    let live = ctx.live.open(job_id);
+    let steer = Steer {
+        fence: &fence,
+        suspend: suspend.clone(),
+        stop,
+        live: Arc::new(LiveSink {
+            sender: live.clone(),
+        }),
+    };
+    let ran = async {
+        let history = history(store, &lease).await?;
+        let prepared = prepare(ctx, &claimed.job, &history, &steer.live).await?;
+        run_prepared(ctx, &claimed, prepared, history, steer).await
+    }
+    .await;
+    drop(kept);
+    let outcome = record_end(ctx, &claimed, ran, &fence, &suspend, completer).await;
+    // The channel closes once the end is written: a subscriber's last item is the run's last
+    // event, and the job's status already says how it ended.
+    drop(live);
+    outcome
+}
+
+/// Writes how the run of `claimed` ended, and says so.
+async fn record_end(
+    ctx: &JobContext,
+    claimed: &Claimed,
+    ran: Result<Ran, RunError>,
+    fence: &Fence,
+    suspend: &CancellationToken,
+    completer: &Completer,
+) -> RunOutcome {
+    let store = &ctx.store;
+    let lease = &claimed.lease;
+    let job_id = claimed.job.id;
+    if suspend.is_cancelled() && !matches!(ran, Ok(Ran::Finished(_))) {
+        return match store.release(lease).await {
+            Ok(()) => RunOutcome::HandedBack,
+            Err(e) => {
+                tracing::warn!(job = %job_id, "handing the job back failed: {e}");
+                RunOutcome::Fenced {
+                    why: format!("handing the job back failed: {e}"),
+                }
+            }
+        };
+    }
+    if let Some(why) = fence.closed() {
+        tracing::info!(job = %job_id, "stopped, writing nothing more: {why}");
+        return RunOutcome::Fenced { why };
+    }
+    match ran {
+        Err(error) if error.is_transient() => fail(store, lease, error).await,
+        Err(error) => {
+            let reason = error.end_reason();
+            tracing::info!(job = %job_id, "failed: {reason}");
+            let written = completer
+                .finish(
+                    lease,
+                    Outcome {
+                        status: JobStatus::Failed,
+                        result: None,
+                        reason: Some(reason.to_string()),
+                    },
+                )
+                .await;
+            match written {
+                Ok(()) => RunOutcome::Failed {
+                    error,
+                    requeued: false,
+                },
+                Err(e) => fenced_by(job_id, e),
+            }
+        }
+        Ok(Ran::Retry(reason)) => fail(store, lease, RunError::Endpoint(reason)).await,
+        Ok(Ran::Finished(report)) => {
+            if let Err(e) = completer.finish(lease, outcome(&report)).await {
+                return fenced_by(job_id, e);
+            }
+            if report.status == RunStatus::NeedsUserInput {
+                // The run's question, for `maestro jobs show` and whoever answers it.
+                let asked = store
+                    .add_comment(job_id, &lease.worker, CommentKind::Question, &report.result)
+                    .await;
+                if let Err(e) = asked {
+                    tracing::warn!(job = %job_id, "recording the run's question failed: {e}");
+                }
+            }
+            RunOutcome::Ended(summary(&report, 0, 0))
+        }
+        // Only when the hand-back came too late to release (the release above failed).
+        Ok(Ran::Suspended) => RunOutcome::Fenced {
+            why: "the run was handed back".into(),
+        },
+    }
+}
+
+fn fenced_by(job: maestro_store::JobId, e: maestro_store::StoreError) -> RunOutcome {
+    tracing::warn!(job = %job, "recording the job's end failed: {e}");
+    RunOutcome::Fenced {
+        why: format!("recording the job's end failed: {e}"),
+    }
+}
+
+/// Reports a failure that may pass: the job goes back to the queue while attempts are left.
+async fn fail(store: &Store, lease: &Lease, error: RunError) -> RunOutcome {
+    let reason = error.end_reason().to_string();
+    match store.fail(lease, &reason).await {
+        Ok(FailDisposition::Requeued { run_at }) => {
+            tracing::info!(job = %lease.job_id, %run_at, "requeued: {reason}");
+            RunOutcome::Failed {
+                error,
+                requeued: true,
+            }
+        }
+        Ok(FailDisposition::Failed) => {
+            tracing::info!(job = %lease.job_id, "failed: {reason}");
+            RunOutcome::Failed {
+                error,
+                requeued: false,
+            }
+        }
+        Err(e) => fenced_by(lease.job_id, e),
+    }
+}
+
+/// The run's end as the run path reports it.
+fn summary(report: &RunReport, reused_answers: usize, reused_tool_results: usize) -> RunSummary {
+    RunSummary {
+        run_id: report.run_id.clone(),
+        status: report.status,
+        result: report.result.clone(),
+        reason: report.reason.clone(),
+        run_dir: report.run_dir.clone(),
+        usage: report.state.usage,
+        reused_answers,
+        reused_tool_results,
+    }
+}
+
+/// The job's outcome for a run that ended on its own; a run its user stopped is `cancelled`.
+pub(crate) fn outcome(report: &RunReport) -> Outcome {
+    let status = match report.status {
+        RunStatus::Completed => JobStatus::Completed,
+        RunStatus::Aborted => JobStatus::Aborted,
+        RunStatus::Exceeded => JobStatus::Exceeded,
+        RunStatus::NeedsUserInput => JobStatus::WaitingInput,
+        RunStatus::WaitingSubtasks => JobStatus::WaitingSubtasks,
+        RunStatus::Failed if report.reason == Some(EndReason::Cancelled) => JobStatus::Cancelled,
+        RunStatus::Failed => JobStatus::Failed,
+    };
+    Outcome {
+        status,
+        result: Some(serde_json::json!({
+            "run_id": report.run_id,
+            "status": report.status,
+            "result": report.result,
+            "run_dir": report.run_dir,
+        })),
+        reason: report.reason.as_ref().map(EndReason::to_string),
+    }
+}
+
+/// The piece a resumed run started with, as its `run_started` event recorded it: the file, and
+/// the piece's name.
+pub fn recorded_piece(history: &[EventRecord]) -> Option<(String, Option<PathBuf>)> {
+    history.iter().find_map(|record| match &record.event {
+        RunEvent::RunStarted {
+            piece, piece_file, ..
+        } => Some((piece.clone(), piece_file.as_ref().map(PathBuf::from))),
+        _ => None,
+    })
+}
+
+/// What a job runs with.
+struct Prepared {
+    piece: Arc<Piece>,
+    /// The piece's file, recorded in `run_started`.
+    piece_file: Option<PathBuf>,
+    config: Arc<Config>,
+}
+
+/// The piece a recorded run started with: its file when it is still there, else the piece of
+/// that name.
+fn recorded(
+    ctx: &JobContext,
+    name: &str,
+    file: Option<PathBuf>,
+) -> Result<(Arc<Piece>, PathBuf), RunError> {
+    let opts = ctx.load_options();
+    Ok(match file.filter(|file| file.is_file()) {
+        Some(file) => (Arc::new(load_piece(&file, opts)?), file),
+        None => {
+            let found = find_piece(name, &ctx.config.paths.pieces_dirs, opts)?;
+            (Arc::new(found.piece), found.path)
+        }
+    })
+}
+
+/// The piece and the settings a job runs with. A resumed run keeps the piece it started with
+/// (the classifier is not asked again).
+async fn prepare(
+    ctx: &JobContext,
+    job: &Job,
+    history: &[EventRecord],
+    live: &LiveSink,
+) -> Result<Prepared, RunError> {
+    let served = |config: &Config, model: &str| {
+        live.note(format!(
+            "model: {model} (the only model {} serves)",
+            config.llm.base_url
+        ));
+    };
+    let mut config = Arc::clone(&ctx.config);
+    let dirs = &ctx.config.paths.pieces_dirs;
+    let opts = ctx.load_options();
+    let (piece, piece_file) = if let Some((name, file)) = recorded_piece(history) {
+        recorded(ctx, &name, file)?
+    } else if job.piece == AUTO {
+        if config.llm.model.is_none() {
+            let model = ctx.models.served_model(&config).await?;
+            served(&config, &model);
+            Arc::make_mut(&mut config).llm.model = Some(model);
+        }
+        let model = config.llm.model.clone().unwrap_or_default();
+        let provider = ctx.models.client(&config)?;
+        let chosen =
+            classify_piece(&*provider, &model, &job.task, available_pieces(dirs, opts)).await?;
+        tracing::info!(job = %job.id, piece = %chosen.choice.piece, "classified: {}", chosen.choice.reason);
+        live.note(format!(
+            "piece: {} ({})",
+            chosen.choice.piece, chosen.choice.reason
+        ));
+        (Arc::new(chosen.piece), chosen.path)
+    } else {
+        let found = ctx.pieces.find(&job.piece, dirs, opts)?;
+        (found.piece, found.path)
+    };
+    if !ctx.model_from_flag && piece.model.is_some() && piece.model != config.llm.model {
+        Arc::make_mut(&mut config).llm.model = piece.model.clone();
+    }
+    // A run started against an endpoint that does not answer would only wait for it: an
+    // unreachable endpoint sends the job back to the queue instead.
+    match &config.llm.model {
+        Some(model) => ctx.models.check_served(&config, model).await?,
+        None => {
+            let model = ctx.models.served_model(&config).await?;
+            served(&config, &model);
+            Arc::make_mut(&mut config).llm.model = Some(model);
+        }
+    }
+    Ok(Prepared {
+        piece,
+        piece_file: Some(piece_file),
+        config,
+    })
+}
+
+/// The job's stored events, to resume from (none for a new run).
+async fn history(store: &Store, lease: &Lease) -> Result<Vec<EventRecord>, RunError> {
+    if first_claim(lease) {
+        return Ok(Vec::new());
+    }
+    stored_events(store, lease.job_id).await
+}
+
+/// Every event the store holds for `job`, in `seq` order.
+pub(crate) async fn stored_events(
+    store: &Store,
+    job: maestro_store::JobId,
+) -> Result<Vec<EventRecord>, RunError> {
+    let stored = store
+        .events(job, 0)
+        .await
+        .map_err(|source| RunError::Store {
+            what: "events",
+            source,
+        })?;
+    stored
+        .into_iter()
+        .map(|event| serde_json::from_value::<EventRecord>(event.payload))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(RunError::Events)
+}
+
+/// Whether `lease` is the job's first claim. Events are written only under a lease and a
+/// question is answered only once a run asked it, so such a job has neither: nothing to read.
+fn first_claim(lease: &Lease) -> bool {
+    lease.fence == 1
+}
+
+/// How the caller steers a claimed job's run.
+struct Steer<'a> {
+    fence: &'a Arc<Fence>,
+    suspend: CancellationToken,
+    stop: Option<CancellationToken>,
+    live: Arc<LiveSink>,
+}
+
+/// The tools a run of `piece` gets: a piece that uses no MCP server runs with the process's
+/// shared tools; one that does starts its servers for this run (returned, to shut down).
+async fn tools(
+    ctx: &JobContext,
+    piece: &Piece,
+    config: &Config,
+) -> Result<(maestro_tools::Registry, Option<Toolbox>), RunError> {
+    let selection = McpSelection::for_piece(piece);
+    let uses_mcp = !piece.required_mcp.is_empty()
+        || config.mcp.servers.keys().any(|slug| selection.wants(slug));
+    if !uses_mcp {
+        let registry = ctx.shared_tools(config).await.map_err(RunError::Tools)?;
+        return Ok((registry, None));
+    }
+    let toolbox = Toolbox::build(config, &selection)
+        .await
+        .map_err(RunError::Tools)?;
+    if let Err(problem) = toolbox.ensure_required(&piece.required_mcp) {
+        toolbox.shutdown().await;
+        return Err(RunError::RequiredMcp {
+            piece: piece.name.clone(),
+            problem,
+        });
+    }
+    Ok((toolbox.registry.clone(), Some(toolbox)))
+}
+
+/// Runs the engine over the job, its events going to the store under the lease.
+async fn run_prepared(
+    ctx: &JobContext,
+    claimed: &Claimed,
+    prepared: Prepared,
+    history: Vec<EventRecord>,
+    steer: Steer<'_>,
+) -> Result<Ran, RunError> {
+    let Prepared {
+        piece,
+        piece_file,
+        config,
+    } = prepared;
+    let engine_config = config.engine_config().map_err(RunError::Config)?;
+    let provider: Arc<dyn Provider> = ctx.models.client(&config)?;
+    let answers = if first_claim(&claimed.lease) {
+        Vec::new()
+    } else {
+        ctx.store
+            .answers(claimed.job.id)
+            .await
+            .map_err(|source| RunError::Store {
+                what: "answers",
+                source,
+            })?
+    };
+    let (registry, toolbox) = tools(ctx, &piece, &config).await?;
+    let mut engine = Engine::new(provider, registry, engine_config);
+    if let Some(key) = config.llm.api_key.clone() {
+        engine = engine.with_secret(key);
+    }
+    let cancel = engine.cancel_token();
+    let stop_run = steer.fence.stop_run.clone();
+    let stop = steer.stop.clone().unwrap_or_default();
+    let forward = tokio::spawn(async move {
+        tokio::select! {
+            _ = stop_run.cancelled() => {}
+            _ = stop.cancelled() => {}
+        }
+        cancel.cancel();
+    });
+    let ran = match run_spec(
+        ctx, claimed, piece, piece_file, history, answers, &config, &steer,
+    ) {
+        Ok(spec) => match engine.run_spec(spec).await {
+            Ok(RunEnd::Finished(report)) => Ok(Ran::Finished(report)),
+            Ok(RunEnd::Retry { reason }) => Ok(Ran::Retry(reason)),
+            Ok(RunEnd::Suspended) => Ok(Ran::Suspended),
+            Err(e) => Err(RunError::Engine(e)),
+        },
+        Err(e) => Err(e),
+    };
+    forward.abort();
+    // The MCP servers live as long as the run: the engine's registry goes first so that the
+    // hub holds the last handle on each connection and can wait for the servers to exit.
+    drop(engine);
+    if let Some(toolbox) = toolbox {
+        toolbox.shutdown().await;
+    }
+    ran
+}
+
+/// The engine's run of the job: its directory named by the job id, its events in the store
+/// (first, the authority) and in `events.jsonl`, and whatever the store already holds as the
+/// history to resume from.
+#[allow(clippy::too_many_arguments)]
+fn run_spec(
+    ctx: &JobContext,
+    claimed: &Claimed,
+    piece: Arc<Piece>,
+    piece_file: Option<PathBuf>,
+    history: Vec<EventRecord>,
+    answers: Vec<String>,
+    config: &Config,
+    steer: &Steer<'_>,
+) -> Result<RunSpec, RunError> {
+    let workspace = claimed.job.workspace.as_ref().map(PathBuf::from);
+    let record = RunRecord::open(
+        &config.paths.runs_dir,
+        &claimed.job.id.to_string(),
+        workspace.as_deref(),
+    )?;
+    let jsonl = JsonlLog::rewrite(&record.events_path(), &history).map_err(|source| {
+        RunError::Engine(maestro_engine::EngineError::Record(
+            maestro_engine::RecordError::Open {
+                path: record.events_path(),
+                source,
+            },
+        ))
+    })?;
+    let store_log = StoreLog::new(
+        ctx.events.clone(),
+        claimed.lease.clone(),
+        Arc::clone(steer.fence),
+    );
+    let mut spec = RunSpec::new(piece, &claimed.job.task, record);
+    spec.logs = vec![Arc::new(store_log), Arc::new(jsonl)];
+    spec.observers = vec![Arc::clone(&steer.live) as Arc<dyn EventSink>];
+    spec.history = history;
+    // The last attempt records how the run ended, even when the endpoint is down.
+    spec.retry_infrastructure = claimed.job.attempts < claimed.job.max_attempts;
+    spec.piece_file = piece_file;
+    spec.suspend = Some(steer.suspend.clone());
+    spec.answers = answers;
+    spec.subtasks = StoreSubtasks::for_job(
+        &ctx.store,
+        &claimed.lease,
+        &claimed.job,
+        spec.record.workspace.clone(),
+        config,
+        ctx.children(),
+    )
+    .map(|host| Arc::new(host) as Arc<dyn SubtaskHost>);
+    Ok(spec)
+}
+
+/// Drives a finished run's record again: the piece it started with, the tools it was offered
+/// (their counts are part of the record; none runs), no model call.
+async fn replay(
+    ctx: &JobContext,
+    id: &str,
+    history: Vec<EventRecord>,
+) -> Result<RunSummary, RunError> {
+    let (name, file) = recorded_piece(&history).ok_or_else(|| RunError::NotStarted(id.into()))?;
+    let (piece, _) = recorded(ctx, &name, file)?;
+    let mut config = (*ctx.config).clone();
+    if config.llm.model.is_none() {
+        config.llm.model = Some(piece.model.clone().unwrap_or_else(|| "replay".into()));
+    }
+    let engine_config = config.engine_config().map_err(RunError::Config)?;
+    // The client is never called: a replay answers every call from the record.
+    let provider: Arc<dyn Provider> = ctx.models.client(&config)?;
+    let toolbox = Toolbox::build(&config, &McpSelection::for_piece(&piece))
+        .await
+        .map_err(RunError::Tools)?;
+    let engine = Engine::new(provider, toolbox.registry.clone(), engine_config);
+    let answers = count(&history, |e| matches!(e, RunEvent::LlmResponse { .. }));
+    let results = count(&history, |e| matches!(e, RunEvent::ToolResult { .. }));
+    let scratch = std::env::temp_dir().join(format!("maestro-replay-{}", uuid::Uuid::now_v7()));
+    let outcome = match RunRecord::open(&scratch, id, None) {
+        Ok(record) => engine.replay(piece, history, record).await,
+        Err(e) => Err(e),
+    };
+    drop(engine);
+    toolbox.shutdown().await;
+    let _ = std::fs::remove_dir_all(&scratch);
+    Ok(summary(&outcome?, answers, results))
+}
+
+fn count(history: &[EventRecord], which: impl Fn(&RunEvent) -> bool) -> usize {
+    history.iter().filter(|r| which(&r.event)).count()
+}

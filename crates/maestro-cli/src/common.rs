@@ -1,0 +1,64 @@
+//! Helpers every command uses: the runtime of one command, who acts, how an id is printed, and
+//! how a piece error is shown. No command module holds a helper another imports.
+
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use maestro_app::{PieceError, Skipped};
+use maestro_piece::{Dialect, LoadOptions, render_diagnostics};
+
+/// A current-thread runtime for one command.
+pub fn block_on<F: std::future::Future<Output = anyhow::Result<u8>>>(f: F) -> anyhow::Result<u8> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(f)
+}
+
+/// Who is acting, for the audit log.
+pub fn actor() -> String {
+    std::env::var("USER")
+        .ok()
+        .filter(|u| !u.is_empty())
+        .unwrap_or_else(|| "cli".to_string())
+}
+
+/// Prints a new id, bare or as `{"id": …}`.
+pub(crate) fn print_id(id: &impl std::fmt::Display, json: bool) {
+    if json {
+        println!("{}", serde_json::json!({"id": id.to_string()}));
+    } else {
+        println!("{id}");
+    }
+}
+
+/// The load options every piece command uses: the flags, plus the project's (current
+/// directory) and the user's (`~/.maestro`) facet directories.
+pub(crate) fn load_options(dialect: Option<Dialect>, facets_dirs: &[PathBuf]) -> LoadOptions {
+    LoadOptions {
+        dialect,
+        ..LoadOptions::standard(std::env::current_dir().ok(), facets_dirs.to_vec())
+    }
+}
+
+/// Prints the notes about piece files that were passed over because they do not load.
+pub(crate) fn note_skipped(skipped: &[Skipped]) {
+    for skip in skipped {
+        eprintln!("note: skipping {}: {}", skip.path.display(), skip.errors);
+    }
+}
+
+/// Prints what a piece error carries besides its message (diagnostics, skipped files).
+pub(crate) fn explain_piece_error(e: PieceError) -> anyhow::Error {
+    match &e {
+        PieceError::Invalid {
+            source_text,
+            diagnostics,
+            ..
+        } => eprint!("{}", render_diagnostics(source_text, &diagnostics.errors)),
+        PieceError::NotFound { skipped, .. } => note_skipped(skipped),
+        PieceError::Classify(_) | PieceError::ChosenMissing(_) => {}
+    }
+    e.into()
+}

@@ -37,6 +37,11 @@ pub async fn open_store(
     Store::open_with(&url, size).await
 }
 
+/// Opens (and migrates) the store at `url`, with a pool of `size`.
+pub async fn open_url(url: &StoreUrl, size: PoolSize) -> Result<Store, StoreError> {
+    Store::open_with(url, size).await
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {

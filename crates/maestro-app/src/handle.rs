@@ -33,6 +33,9 @@ pub struct RunRequest {
     pub kind: RunKind,
     /// The model was chosen on the command line: it wins over a piece's `model`.
     pub model_from_flag: bool,
+    /// How many items the run's live channel holds for its slowest subscriber before that one
+    /// lags and catches up from the store ([`crate::LIVE_CAPACITY`] when `None`).
+    pub live_capacity: Option<usize>,
 }
 
 /// What a [`RunRequest`] runs.
@@ -139,6 +142,9 @@ pub async fn start(
         leases,
         request.model_from_flag,
     );
+    if let Some(capacity) = request.live_capacity {
+        ctx.live = crate::live::LiveRuns::with_capacity(capacity);
+    }
     let owner = LeaseOwner::this_process();
     let (target, job, resumed_after, children) = match request.kind {
         RunKind::Replay { id, history } => (Target::Replay { id, history }, None, 0, None),

@@ -46,7 +46,7 @@ pub use handle::{
     Canceller, LOCAL_LEASE, RecordReadError, RunHandle, RunKind, RunRequest, StartError,
     recorded_run, start,
 };
-pub use live::{Live, Subscription};
+pub use live::{LIVE_CAPACITY, Live, Subscription};
 pub use outcome::{RunError, RunOutcome, RunSummary};
 pub use run::recorded_piece;
 
@@ -58,7 +58,7 @@ pub use maestro_store::{
     JobId, JobQueue, JobStatus, PoolSize, Store, StoreError, StoreUrl, UrlOrigin,
 };
 
-pub use db::{ENV_DB, open_store, store_url};
+pub use db::{ENV_DB, open_store, open_url, store_url};
 pub use jobs::{
     JobError, JobSummary, POLL, Submission, WorkerSummary, answer_job, cancel_job, exit_code,
     list_jobs, live_workers, show_job, submit, wait_job,

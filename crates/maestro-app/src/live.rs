@@ -10,8 +10,9 @@ use maestro_protocol::EventRecord;
 use maestro_store::{JobId, JobQueue, Store, StoreError};
 use tokio::sync::broadcast;
 
-/// How many items a channel holds for its slowest subscriber before that one lags.
-const CAPACITY: usize = 1024;
+/// How many items a channel holds for its slowest subscriber before that one lags, unless the
+/// run asks otherwise.
+pub const LIVE_CAPACITY: usize = 1024;
 
 /// One thing a run's subscriber receives.
 #[derive(Debug, Clone, PartialEq)]
@@ -32,12 +33,27 @@ pub enum Live {
 }
 
 /// The live channels of one process's runs, by job. Cheap to clone.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub(crate) struct LiveRuns {
     channels: Arc<Mutex<HashMap<JobId, broadcast::WeakSender<Live>>>>,
+    capacity: usize,
+}
+
+impl Default for LiveRuns {
+    fn default() -> LiveRuns {
+        LiveRuns::with_capacity(LIVE_CAPACITY)
+    }
 }
 
 impl LiveRuns {
+    /// Channels that hold `capacity` items for their slowest subscriber.
+    pub(crate) fn with_capacity(capacity: usize) -> LiveRuns {
+        LiveRuns {
+            channels: Arc::default(),
+            capacity: capacity.max(1),
+        }
+    }
+
     /// The channel of `job`'s run, made when the run starts; the returned sender keeps it open.
     pub(crate) fn open(&self, job: JobId) -> broadcast::Sender<Live> {
         let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
@@ -45,7 +61,7 @@ impl LiveRuns {
         if let Some(sender) = channels.get(&job).and_then(broadcast::WeakSender::upgrade) {
             return sender;
         }
-        let (sender, _) = broadcast::channel(CAPACITY);
+        let (sender, _) = broadcast::channel(self.capacity);
         channels.insert(job, sender.downgrade());
         sender
     }

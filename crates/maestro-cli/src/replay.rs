@@ -59,6 +59,7 @@ async fn replay(args: Args) -> anyhow::Result<u8> {
             history,
         },
         model_from_flag: false,
+        live_capacity: None,
     };
     let handle = maestro_app::start(store, config, request).await?;
     match handle.outcome().await {

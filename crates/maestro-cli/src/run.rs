@@ -184,6 +184,7 @@ async fn run_async(args: Args) -> anyhow::Result<u8> {
     let request = RunRequest {
         kind,
         model_from_flag: args.model.model.is_some(),
+        live_capacity: None,
     };
     let handle = maestro_app::start(store, config.clone(), request).await?;
     let stop = stop_signal()?;

@@ -38,8 +38,8 @@ mod worker;
 
 pub use db::{ENV_DB, open_store, store_url};
 pub use jobs::{
-    JobError, JobSummary, POLL, Submission, WorkerSummary, cancel_job, exit_code, list_jobs,
-    live_workers, show_job, submit, wait_job,
+    JobError, JobSummary, POLL, Submission, WorkerSummary, answer_job, cancel_job, exit_code,
+    list_jobs, live_workers, show_job, submit, wait_job,
 };
 pub use local::{LOCAL_LEASE, LocalError, LocalJob};
 pub use models::{

@@ -299,7 +299,7 @@ pub fn jobs(command: JobsCommand) -> anyhow::Result<u8> {
                 let job = parse_id(&id)?;
                 let config = store.configuration()?;
                 let store = store.open(&config).await?;
-                store.answer(job, &actor(), &text).await?;
+                maestro_app::answer_job(&store, job, &actor(), &text).await?;
                 println!("answered {job}; it is queued again");
                 Ok(0)
             }

@@ -186,6 +186,31 @@ async fn submit_refuses_a_piece_that_does_not_exist() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn submit_refuses_an_empty_task_and_fewer_than_one_attempt() {
+    let project = Project::new();
+    for task in ["", "  \n "] {
+        let out = project.maestro(&["submit", "one", "--task", task]).await;
+        assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+        assert_eq!(
+            stderr(&out),
+            "error: the task is empty; say what the job should do, e.g. \
+             `--task \"make the failing tests pass\"`\n"
+        );
+    }
+    let out = project
+        .maestro(&["submit", "one", "--task", "t", "--max-attempts", "0"])
+        .await;
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert_eq!(
+        stderr(&out),
+        "error: --max-attempts 0 is not allowed: a job needs at least 1 attempt; give 1 for no \
+         retry, or leave the flag out for the default (3)\n"
+    );
+    let list = project.maestro(&["jobs", "list", "--json"]).await;
+    assert_eq!(String::from_utf8(list.stdout).unwrap(), "");
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_cancelled_running_job_stops_within_two_seconds_and_the_worker_goes_on() {
     let server = ScriptedLlm::start([
         Turn::stall(Duration::from_secs(120)),
@@ -344,6 +369,42 @@ async fn a_run_that_needs_user_input_parks_with_its_question() {
         .maestro(&["jobs", "wait", &id, "--timeout", "30"])
         .await;
     assert_eq!(wait.status.code(), Some(4), "{}", stderr(&wait));
+    let job = project.show(&id).await;
+    assert_eq!(
+        (&job["status"], &job["question"]),
+        (
+            &json!("waiting_input"),
+            &json!("Which colour should the button be?")
+        )
+    );
+    stop_worker(worker, "1 finished").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_empty_answer_is_refused_and_the_job_keeps_waiting() {
+    let server = ScriptedLlm::start([Turn::tool_call(
+        "complete",
+        json!({"status": "needs_user_input", "result": "Which colour should the button be?"}),
+    )])
+    .await;
+    let project = Project::new();
+    let id = project.submit("Style the button", &[]).await;
+    let worker = project.worker(&server.base_url(), &[]);
+    let wait = project
+        .maestro(&["jobs", "wait", &id, "--timeout", "30"])
+        .await;
+    assert_eq!(wait.status.code(), Some(4), "{}", stderr(&wait));
+    for text in ["", " \n"] {
+        let out = project.maestro(&["jobs", "answer", &id, text]).await;
+        assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+        assert_eq!(
+            stderr(&out),
+            format!(
+                "error: the answer to job {id} is empty; write the answer to its question \
+                 (`maestro jobs show {id}` prints the question)\n"
+            )
+        );
+    }
     let job = project.show(&id).await;
     assert_eq!(
         (&job["status"], &job["question"]),

@@ -10,6 +10,8 @@ use maestro_app::{JobError, JobSummary, POLL, Submission};
 use maestro_config::{Config, LoadFrom};
 use maestro_store::{JobId, JobQueue, JobStatus, PoolSize, Store};
 
+use crate::term::printable;
+
 /// Where the store and the configuration come from.
 #[derive(Debug, Clone, clap::Args)]
 pub struct StoreArgs {
@@ -200,10 +202,13 @@ pub(crate) fn print_id(id: &impl std::fmt::Display, json: bool) {
 fn human(job: &JobSummary) -> String {
     let mut line = format!(
         "{}  {:<16} {:<20} attempt {}",
-        job.id, job.status, job.piece, job.attempt
+        job.id,
+        job.status,
+        printable(&job.piece),
+        job.attempt
     );
     if let Some(reason) = &job.reason {
-        line.push_str(&format!("  ({reason})"));
+        line.push_str(&format!("  ({})", printable(reason)));
     }
     line
 }
@@ -255,12 +260,14 @@ pub fn jobs(command: JobsCommand) -> anyhow::Result<u8> {
                                 for (label, field) in [("result", "result"), ("run_dir", "run_dir")]
                                 {
                                     let text = outcome.get(field).and_then(|v| v.as_str());
-                                    println!("{label}: {}", text.unwrap_or("-"));
+                                    println!("{label}: {}", printable(text.unwrap_or("-")));
                                 }
                                 continue;
                             }
                             match value {
-                                serde_json::Value::String(text) => println!("{key}: {text}"),
+                                serde_json::Value::String(text) => {
+                                    println!("{key}: {}", printable(text));
+                                }
                                 serde_json::Value::Null => println!("{key}: -"),
                                 other => println!("{key}: {other}"),
                             }
@@ -290,7 +297,7 @@ pub fn jobs(command: JobsCommand) -> anyhow::Result<u8> {
                 let code = maestro_app::exit_code(job.status).unwrap_or(1);
                 let mut line = format!("job {} {}", job.id, job.status);
                 if let Some(reason) = &job.reason {
-                    line.push_str(&format!(" ({reason})"));
+                    line.push_str(&format!(" ({})", printable(reason)));
                 }
                 eprintln!("{line}");
                 Ok(u8::try_from(code).unwrap_or(1))

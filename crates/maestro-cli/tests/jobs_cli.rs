@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 mod support;
 
-use support::jobs::{Project, complete, stderr, stop_worker, until_requests};
+use support::jobs::{Project, complete, exited, signal, stderr, stop_worker, until_requests};
 
 /// Submit, a worker runs the job to `completed`; list, show, events and wait agree with the
 /// run's own record.
@@ -414,4 +414,49 @@ async fn an_empty_answer_is_refused_and_the_job_keeps_waiting() {
         )
     );
     stop_worker(worker, "1 finished").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn control_characters_from_the_endpoint_never_reach_the_terminal_raw() {
+    // A hostile endpoint retitles the terminal, clears it, and hides text behind NUL and CR.
+    let hostile = "done\u{1b}]0;pwned\u{7}\u{1b}[2J\0hidden\rover\u{9b}31m";
+    // Its first answer is an error whose words the worker logs as it retries.
+    let server = ScriptedLlm::start([
+        Turn::http_error(503, "busy\u{1b}[2J\0\rnot busy").retry_after(0),
+        complete(hostile),
+    ])
+    .await;
+    let project = Project::new();
+    let id = project.submit("Say done", &[]).await;
+    let worker = project.worker(&server.base_url(), &[]);
+    let wait = project
+        .maestro(&["jobs", "wait", &id, "--timeout", "30"])
+        .await;
+    assert_eq!(wait.status.code(), Some(0), "{}", stderr(&wait));
+    // The stored result is the endpoint's text as sent; JSON output escapes it.
+    assert_eq!(project.show(&id).await["result"]["result"], hostile);
+
+    let show = project.maestro(&["jobs", "show", &id]).await;
+    assert!(show.status.success(), "{}", stderr(&show));
+    let list = project.maestro(&["jobs", "list"]).await;
+    assert!(list.status.success(), "{}", stderr(&list));
+    for out in [&show.stdout, &list.stdout] {
+        let raw: Vec<u8> = out
+            .iter()
+            .copied()
+            .filter(|b| matches!(b, 0x1b | 0x00 | b'\r' | 0x07))
+            .collect();
+        assert_eq!(raw, b"", "{}", String::from_utf8_lossy(out));
+        assert!(!String::from_utf8_lossy(out).contains('\u{9b}'));
+    }
+    let shown = String::from_utf8(show.stdout).unwrap();
+    assert!(
+        shown.contains("result: done\\x1b]0;pwned\\x07\\x1b[2J\\0hidden\\rover\\u{9b}31m\n"),
+        "{shown}"
+    );
+    signal(&worker, "TERM");
+    let (status, logged) = exited(worker, Duration::from_secs(10)).await;
+    assert!(status.success(), "{logged}");
+    assert!(logged.contains("busy\\x1b[2J\\0\\rnot busy"), "{logged:?}");
+    assert!(!logged.contains(['\u{1b}', '\0', '\r']), "{logged:?}");
 }

@@ -312,6 +312,52 @@ async fn an_endpoint_that_is_down_requeues_with_backoff_then_fails_with_the_reas
     stop_worker(worker, "0 finished, 2 failed").await;
 }
 
+/// An endpoint that misbehaves on the first attempt (the client's own retries are off) is an
+/// infrastructure failure like one that is down: the job is queued again, and the second
+/// attempt, against the endpoint working again, completes it.
+async fn a_misbehaving_endpoint_requeues_the_job(first: Turn, reason: &str) {
+    let server = ScriptedLlm::start([first, complete("it works again")]).await;
+    let project = Project::new();
+    std::fs::write(
+        project.path().join(".maestro/config.yaml"),
+        "llm:\n  tool_mode: native\n  idle_timeout_secs: 1\n  retry: {max_attempts: 1}\n",
+    )
+    .unwrap();
+    let id = project.submit("Say done", &["--max-attempts", "2"]).await;
+    let worker = project.worker(&server.base_url(), &[]);
+    let requeued = project
+        .until(&id, "requeued", |job| {
+            job["status"] != json!("running") && job["attempt"] == json!(1)
+        })
+        .await;
+    assert_eq!(requeued["status"], "queued", "{requeued}");
+    assert!(
+        requeued["reason"].as_str().unwrap().contains(reason),
+        "{requeued}"
+    );
+    project.until_completed(&id, 2, "it works again").await;
+    assert_eq!(server.requests().len(), 2);
+    stop_worker(worker, "1 finished").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_endpoint_that_hangs_past_the_idle_timeout_requeues_the_job() {
+    a_misbehaving_endpoint_requeues_the_job(
+        Turn::stall(Duration::from_secs(30)),
+        "the model call timed out: no data on the stream for 1000 ms (idle_timeout)",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_endpoint_that_answers_garbage_requeues_the_job() {
+    a_misbehaving_endpoint_requeues_the_job(
+        Turn::raw("text/html", "<html><body>502 Bad Gateway</body></html>"),
+        "the model sent an answer that cannot be read",
+    )
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn one_process_serves_the_configured_profiles_each_with_its_classes() {
     let server = ScriptedLlm::start([complete("a job")]).await;

@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# Writes crates/maestro-cli/code-order.txt: the functions of a `maestro` binary that a run
+# Writes the code order of a `maestro` binary (to OUT, by default
+# crates/maestro-cli/code-order.txt): the functions of the binary that a run
 # executes (the footprint bench's 3-movement run, under valgrind's callgrind). build.rs hands
 # the list to the linker (`--symbol-ordering-file`), which lays those functions out together, so
 # the run touches a few MiB of the binary's code instead of pages spread over all of it
 # (docs/benchmarks.md, "Footprint of a run").
 #
 #   cargo build --profile dist -p maestro-cli
-#   bash scripts/code-order.sh target/dist/maestro
-#   cargo build --profile dist -p maestro-cli    # links again, with the new list
+#   bash scripts/code-order.sh target/dist/maestro [OUT]
+#   MAESTRO_CODE_ORDER=OUT cargo build --profile dist -p maestro-cli    # links again with it
+#
+# (scripts/dist.sh does all three, with OUT=target/code-order.txt.)
 #
 # The names carry a hash of each crate's build settings (profile, features, toolchain, lock
 # file), so the list fits the build it was taken from; a function it does not name is placed
@@ -15,8 +18,8 @@
 # profile or the toolchain: the footprint bench shows when it has gone stale.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bin=$(realpath "${1:?usage: scripts/code-order.sh path/to/maestro}")
-out=crates/maestro-cli/code-order.txt
+bin=$(realpath "${1:?usage: scripts/code-order.sh path/to/maestro [OUT]}")
+out=$(realpath -m "${2:-crates/maestro-cli/code-order.txt}")
 command -v valgrind >/dev/null || { echo "error: valgrind is needed (apt-get install valgrind)" >&2; exit 1; }
 
 # The scripted model server of the footprint bench (a development build of the harness).

@@ -28,7 +28,13 @@ fn main() {
     if std::env::var_os("MAESTRO_NO_RELR").is_none() {
         println!("cargo:rustc-link-arg-bins=-Wl,-z,pack-relative-relocs");
     }
-    let order = std::path::Path::new(&var("CARGO_MANIFEST_DIR")).join("code-order.txt");
+    // scripts/dist.sh names the list it took from its own first pass (kept under target/, so a
+    // release build leaves the checkout clean); other builds use the committed one.
+    println!("cargo:rerun-if-env-changed=MAESTRO_CODE_ORDER");
+    let order = std::env::var_os("MAESTRO_CODE_ORDER")
+        .map(std::path::PathBuf::from)
+        .filter(|path| path.is_file())
+        .unwrap_or_else(|| std::path::Path::new(&var("CARGO_MANIFEST_DIR")).join("code-order.txt"));
     println!("cargo:rerun-if-changed={}", order.display());
     if var("CARGO_CFG_TARGET_ARCH") == "x86_64"
         && var("PROFILE") == "release"

@@ -60,12 +60,38 @@ pub enum JobError {
         status: JobStatus,
         waited: Duration,
     },
+    /// The task is empty or only whitespace: a job would run with nothing to do.
+    #[error(
+        "the task is empty; say what the job should do, e.g. `--task \"make the failing tests pass\"`"
+    )]
+    EmptyTask,
+    /// `max_attempts` is below 1: a job needs at least the one attempt that runs it.
+    #[error(
+        "--max-attempts {0} is not allowed: a job needs at least 1 attempt; give 1 for no retry, \
+         or leave the flag out for the default ({default})",
+        default = NewJob::DEFAULT_MAX_ATTEMPTS
+    )]
+    MaxAttempts(i64),
+    /// The answer is empty or only whitespace: the run would go on with nothing said.
+    #[error(
+        "the answer to job {0} is empty; write the answer to its question \
+         (`maestro jobs show {0}` prints the question)"
+    )]
+    EmptyAnswer(JobId),
 }
 
 /// Queues a task. The piece is looked up now, so that a misspelt name fails at once; the name
 /// (or path) is stored as given, and the worker looks it up again. A workspace is stored as an
 /// absolute path, since a worker may run elsewhere.
 pub async fn submit(store: &Store, config: &Config, s: Submission) -> Result<JobId, JobError> {
+    if s.task.trim().is_empty() {
+        return Err(JobError::EmptyTask);
+    }
+    if let Some(n) = s.max_attempts
+        && n < 1
+    {
+        return Err(JobError::MaxAttempts(n));
+    }
     if s.piece != AUTO {
         find_piece(&s.piece, &config.paths.pieces_dirs, &load_options(config))?;
     }
@@ -88,18 +114,6 @@ pub async fn submit(store: &Store, config: &Config, s: Submission) -> Result<Job
         job.max_attempts = n;
     }
     Ok(store.submit(job).await?)
-}
-
-/// Answers the question job `id` parked on: the answer is stored as a comment and the job is
-/// queued again, to go on in the movement that asked.
-pub async fn answer_job(
-    store: &Store,
-    id: JobId,
-    author: &str,
-    text: &str,
-) -> Result<(), JobError> {
-    store.answer(id, author, text).await?;
-    Ok(())
 }
 
 /// What `maestro jobs list` and `maestro jobs show` print about a job.
@@ -224,6 +238,17 @@ pub async fn wait_job(
 /// Cancels the job and its descendants; returns the ids cancelled.
 pub async fn cancel_job(store: &Store, id: JobId, actor: &str) -> Result<Vec<JobId>, JobError> {
     Ok(store.cancel(id, actor).await?)
+}
+
+/// Answers the question a job waiting for input asked and queues it again (the store records
+/// the answer as a comment and in the audit log). An empty answer is refused; so is a job that
+/// is not waiting for input.
+pub async fn answer_job(store: &Store, id: JobId, actor: &str, text: &str) -> Result<(), JobError> {
+    if text.trim().is_empty() {
+        return Err(JobError::EmptyAnswer(id));
+    }
+    store.answer(id, actor, text).await?;
+    Ok(())
 }
 
 /// A live worker and the jobs it runs now.

@@ -112,7 +112,7 @@ impl RunError {
         match self {
             RunError::Model(ModelError::Unreachable { .. }) => true,
             RunError::Piece(PieceError::Classify(maestro_engine::ClassifyError::Llm(e))) => {
-                matches!(e, maestro_llm::LlmError::Connect { .. })
+                e.is_infrastructure()
             }
             RunError::Store { .. } | RunError::Endpoint(_) => true,
             RunError::Engine(EngineError::Record(_)) => true,

@@ -11,6 +11,7 @@ use maestro_app::{JobId, JobQueue, JobStatus, Store};
 
 use crate::common::{actor, block_on, print_id};
 use crate::flags::StoreArgs;
+use crate::term::printable;
 
 #[derive(Debug, clap::Args)]
 pub struct SubmitArgs {
@@ -151,10 +152,13 @@ pub fn submit(args: SubmitArgs) -> anyhow::Result<u8> {
 fn human(job: &JobSummary) -> String {
     let mut line = format!(
         "{}  {:<16} {:<20} attempt {}",
-        job.id, job.status, job.piece, job.attempt
+        job.id,
+        job.status,
+        printable(&job.piece),
+        job.attempt
     );
     if let Some(reason) = &job.reason {
-        line.push_str(&format!("  ({reason})"));
+        line.push_str(&format!("  ({})", printable(reason)));
     }
     line
 }
@@ -206,12 +210,14 @@ pub fn jobs(command: JobsCommand) -> anyhow::Result<u8> {
                                 for (label, field) in [("result", "result"), ("run_dir", "run_dir")]
                                 {
                                     let text = outcome.get(field).and_then(|v| v.as_str());
-                                    println!("{label}: {}", text.unwrap_or("-"));
+                                    println!("{label}: {}", printable(text.unwrap_or("-")));
                                 }
                                 continue;
                             }
                             match value {
-                                serde_json::Value::String(text) => println!("{key}: {text}"),
+                                serde_json::Value::String(text) => {
+                                    println!("{key}: {}", printable(text));
+                                }
                                 serde_json::Value::Null => println!("{key}: -"),
                                 other => println!("{key}: {other}"),
                             }
@@ -241,7 +247,7 @@ pub fn jobs(command: JobsCommand) -> anyhow::Result<u8> {
                 let code = maestro_app::exit_code(job.status).unwrap_or(1);
                 let mut line = format!("job {} {}", job.id, job.status);
                 if let Some(reason) = &job.reason {
-                    line.push_str(&format!(" ({reason})"));
+                    line.push_str(&format!(" ({})", printable(reason)));
                 }
                 eprintln!("{line}");
                 Ok(u8::try_from(code).unwrap_or(1))
@@ -250,7 +256,7 @@ pub fn jobs(command: JobsCommand) -> anyhow::Result<u8> {
                 let job = parse_id(&id)?;
                 let config = store.configuration()?;
                 let store = store.open(&config).await?;
-                store.answer(job, &actor(), &text).await?;
+                maestro_app::answer_job(&store, job, &actor(), &text).await?;
                 println!("answered {job}; it is queued again");
                 Ok(0)
             }

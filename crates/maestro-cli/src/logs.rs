@@ -27,10 +27,11 @@ pub fn install() {
         eprintln!("warning: {source}={spec:?} is not a log filter ({e}); using `{DEFAULT_FILTER}`");
         EnvFilter::new(DEFAULT_FILTER)
     });
+    let colours = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(Stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(Stderr { colours })
+        .with_ansi(colours)
         .with_target(false)
         .try_init();
 }
@@ -45,18 +46,21 @@ pub fn release_display() {
 }
 
 /// Stderr, or the progress display's own line printer while one is drawn.
-struct Stderr;
+struct Stderr {
+    /// The formatter writes colour codes.
+    colours: bool,
+}
 
 impl<'a> MakeWriter<'a> for Stderr {
     type Writer = LogLine;
 
     fn make_writer(&'a self) -> LogLine {
-        LogLine(Vec::new())
+        LogLine(Vec::new(), self.colours)
     }
 }
 
-/// One formatted log event, written out whole when dropped.
-struct LogLine(Vec<u8>);
+/// One formatted log event, written out whole when dropped; with colour codes or not.
+struct LogLine(Vec<u8>, bool);
 
 impl Write for LogLine {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
@@ -74,14 +78,17 @@ impl Drop for LogLine {
         if self.0.is_empty() {
             return;
         }
+        // A log line may carry an endpoint's words: no control character of theirs reaches the
+        // terminal.
+        let text = String::from_utf8_lossy(&self.0);
+        let text = crate::term::printable_log(&text, self.1);
         let display = DISPLAY.lock().unwrap_or_else(PoisonError::into_inner);
         match display.as_ref() {
             Some(display) => {
-                let text = String::from_utf8_lossy(&self.0);
                 let _ = display.println(text.trim_end_matches('\n'));
             }
             None => {
-                let _ = std::io::stderr().lock().write_all(&self.0);
+                let _ = std::io::stderr().lock().write_all(text.as_bytes());
             }
         }
     }

@@ -89,7 +89,9 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
-            eprintln!("error: {e:#}");
+            // An error may carry an endpoint's own words: no control character reaches the
+            // terminal.
+            eprintln!("error: {}", term::printable(&format!("{e:#}")));
             ExitCode::from(2)
         }
     }

@@ -454,14 +454,19 @@ impl Progress {
         match live.as_ref() {
             Some(live) => {
                 for line in &lines {
-                    live.display.println(model.plain(line, elapsed))?;
+                    live.display
+                        .println(crate::term::printable(&model.plain(line, elapsed)))?;
                 }
                 live.bar.set_message(model.status(elapsed));
             }
             None => {
                 let mut err = std::io::stderr().lock();
                 for line in &lines {
-                    writeln!(err, "{}", model.plain(line, elapsed))?;
+                    writeln!(
+                        err,
+                        "{}",
+                        crate::term::printable(&model.plain(line, elapsed))
+                    )?;
                 }
             }
         }

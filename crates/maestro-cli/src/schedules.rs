@@ -8,6 +8,7 @@ use maestro_app::{Misfire, ScheduleError, ScheduleRequest, Spec};
 
 use crate::common::{actor, block_on};
 use crate::flags::StoreArgs;
+use crate::term::printable;
 
 #[derive(Debug, clap::Subcommand)]
 pub enum Command {
@@ -127,12 +128,14 @@ fn table(schedules: &[maestro_app::ScheduleSummary]) -> String {
     let rows: Vec<[String; 9]> = schedules
         .iter()
         .map(|s| {
+            // Stored text may come from any front end: no control character reaches the terminal.
+            let cell = |text: &str| printable(text).into_owned();
             [
-                s.id.clone(),
-                s.piece.clone(),
-                s.spec.clone(),
-                s.tz.clone(),
-                s.misfire.clone(),
+                cell(&s.id),
+                cell(&s.piece),
+                cell(&s.spec),
+                cell(&s.tz),
+                cell(&s.misfire),
                 if s.paused { "paused" } else { "active" }.to_string(),
                 s.next_fire
                     .and_then(|at| {

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 mod support;
 
-use support::jobs::{Project, complete, stderr, stop_worker, until_requests};
+use support::jobs::{Project, complete, exited, signal, stderr, stop_worker, until_requests};
 
 /// Submit, a worker runs the job to `completed`; list, show, events and wait agree with the
 /// run's own record.
@@ -186,6 +186,31 @@ async fn submit_refuses_a_piece_that_does_not_exist() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn submit_refuses_an_empty_task_and_fewer_than_one_attempt() {
+    let project = Project::new();
+    for task in ["", "  \n "] {
+        let out = project.maestro(&["submit", "one", "--task", task]).await;
+        assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+        assert_eq!(
+            stderr(&out),
+            "error: the task is empty; say what the job should do, e.g. \
+             `--task \"make the failing tests pass\"`\n"
+        );
+    }
+    let out = project
+        .maestro(&["submit", "one", "--task", "t", "--max-attempts", "0"])
+        .await;
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert_eq!(
+        stderr(&out),
+        "error: --max-attempts 0 is not allowed: a job needs at least 1 attempt; give 1 for no \
+         retry, or leave the flag out for the default (3)\n"
+    );
+    let list = project.maestro(&["jobs", "list", "--json"]).await;
+    assert_eq!(String::from_utf8(list.stdout).unwrap(), "");
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_cancelled_running_job_stops_within_two_seconds_and_the_worker_goes_on() {
     let server = ScriptedLlm::start([
         Turn::stall(Duration::from_secs(120)),
@@ -287,6 +312,52 @@ async fn an_endpoint_that_is_down_requeues_with_backoff_then_fails_with_the_reas
     stop_worker(worker, "0 finished, 2 failed").await;
 }
 
+/// An endpoint that misbehaves on the first attempt (the client's own retries are off) is an
+/// infrastructure failure like one that is down: the job is queued again, and the second
+/// attempt, against the endpoint working again, completes it.
+async fn a_misbehaving_endpoint_requeues_the_job(first: Turn, reason: &str) {
+    let server = ScriptedLlm::start([first, complete("it works again")]).await;
+    let project = Project::new();
+    std::fs::write(
+        project.path().join(".maestro/config.yaml"),
+        "llm:\n  tool_mode: native\n  idle_timeout_secs: 1\n  retry: {max_attempts: 1}\n",
+    )
+    .unwrap();
+    let id = project.submit("Say done", &["--max-attempts", "2"]).await;
+    let worker = project.worker(&server.base_url(), &[]);
+    let requeued = project
+        .until(&id, "requeued", |job| {
+            job["status"] != json!("running") && job["attempt"] == json!(1)
+        })
+        .await;
+    assert_eq!(requeued["status"], "queued", "{requeued}");
+    assert!(
+        requeued["reason"].as_str().unwrap().contains(reason),
+        "{requeued}"
+    );
+    project.until_completed(&id, 2, "it works again").await;
+    assert_eq!(server.requests().len(), 2);
+    stop_worker(worker, "1 finished").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_endpoint_that_hangs_past_the_idle_timeout_requeues_the_job() {
+    a_misbehaving_endpoint_requeues_the_job(
+        Turn::stall(Duration::from_secs(30)),
+        "the model call timed out: no data on the stream for 1000 ms (idle_timeout)",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_endpoint_that_answers_garbage_requeues_the_job() {
+    a_misbehaving_endpoint_requeues_the_job(
+        Turn::raw("text/html", "<html><body>502 Bad Gateway</body></html>"),
+        "the model sent an answer that cannot be read",
+    )
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn one_process_serves_the_configured_profiles_each_with_its_classes() {
     let server = ScriptedLlm::start([complete("a job")]).await;
@@ -353,4 +424,85 @@ async fn a_run_that_needs_user_input_parks_with_its_question() {
         )
     );
     stop_worker(worker, "1 finished").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_empty_answer_is_refused_and_the_job_keeps_waiting() {
+    let server = ScriptedLlm::start([Turn::tool_call(
+        "complete",
+        json!({"status": "needs_user_input", "result": "Which colour should the button be?"}),
+    )])
+    .await;
+    let project = Project::new();
+    let id = project.submit("Style the button", &[]).await;
+    let worker = project.worker(&server.base_url(), &[]);
+    let wait = project
+        .maestro(&["jobs", "wait", &id, "--timeout", "30"])
+        .await;
+    assert_eq!(wait.status.code(), Some(4), "{}", stderr(&wait));
+    for text in ["", " \n"] {
+        let out = project.maestro(&["jobs", "answer", &id, text]).await;
+        assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+        assert_eq!(
+            stderr(&out),
+            format!(
+                "error: the answer to job {id} is empty; write the answer to its question \
+                 (`maestro jobs show {id}` prints the question)\n"
+            )
+        );
+    }
+    let job = project.show(&id).await;
+    assert_eq!(
+        (&job["status"], &job["question"]),
+        (
+            &json!("waiting_input"),
+            &json!("Which colour should the button be?")
+        )
+    );
+    stop_worker(worker, "1 finished").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn control_characters_from_the_endpoint_never_reach_the_terminal_raw() {
+    // A hostile endpoint retitles the terminal, clears it, and hides text behind NUL and CR.
+    let hostile = "done\u{1b}]0;pwned\u{7}\u{1b}[2J\0hidden\rover\u{9b}31m";
+    // Its first answer is an error whose words the worker logs as it retries.
+    let server = ScriptedLlm::start([
+        Turn::http_error(503, "busy\u{1b}[2J\0\rnot busy").retry_after(0),
+        complete(hostile),
+    ])
+    .await;
+    let project = Project::new();
+    let id = project.submit("Say done", &[]).await;
+    let worker = project.worker(&server.base_url(), &[]);
+    let wait = project
+        .maestro(&["jobs", "wait", &id, "--timeout", "30"])
+        .await;
+    assert_eq!(wait.status.code(), Some(0), "{}", stderr(&wait));
+    // The stored result is the endpoint's text as sent; JSON output escapes it.
+    assert_eq!(project.show(&id).await["result"]["result"], hostile);
+
+    let show = project.maestro(&["jobs", "show", &id]).await;
+    assert!(show.status.success(), "{}", stderr(&show));
+    let list = project.maestro(&["jobs", "list"]).await;
+    assert!(list.status.success(), "{}", stderr(&list));
+    for out in [&show.stdout, &list.stdout] {
+        let raw: Vec<u8> = out
+            .iter()
+            .copied()
+            .filter(|b| matches!(b, 0x1b | 0x00 | b'\r' | 0x07))
+            .collect();
+        assert_eq!(raw, b"", "{}", String::from_utf8_lossy(out));
+        assert!(!String::from_utf8_lossy(out).contains('\u{9b}'));
+    }
+    let shown = String::from_utf8(show.stdout).unwrap();
+    assert!(
+        shown.contains("result: done\\x1b]0;pwned\\x07\\x1b[2J\\0hidden\\rover\\u{9b}31m\n"),
+        "{shown}"
+    );
+    signal(&worker, "TERM");
+    let (status, logged) = exited(worker, Duration::from_secs(10)).await;
+    assert!(status.success(), "{logged}");
+    assert!(logged.contains("busy\\x1b[2J\\0\\rnot busy"), "{logged:?}");
+    assert!(!logged.contains(['\u{1b}', '\0', '\r']), "{logged:?}");
 }

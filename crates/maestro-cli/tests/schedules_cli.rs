@@ -269,3 +269,40 @@ async fn list_prints_one_line_per_schedule() {
         .replace(&weekly, &format!("{:<36}", "<weekly>"));
     insta::assert_snapshot!("schedules_list_human", text);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn schedules_that_would_never_fire_are_refused() {
+    let project = Project::new();
+    let refused = |task: &'static str, spec: &'static [&'static str]| {
+        let project = &project;
+        async move {
+            let mut args = vec!["schedules", "add", "--piece", "one", "--task", task];
+            args.extend(spec);
+            let out = project.maestro(&args).await;
+            assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+            stderr(&out)
+        }
+    };
+    let past = refused("tick", &["--once", "2020-01-01T09:00:00Z"]).await;
+    assert!(
+        past.starts_with("error: --once `2020-01-01T09:00:00+00:00` is in the past (it is now 20")
+            && past.ends_with("), so it would never fire; give a time still to come\n"),
+        "{past}"
+    );
+    assert_eq!(
+        refused("tick", &["--cron", "0 0 30 2 *"]).await,
+        "error: --cron `0 0 30 2 *` matches no date, so it would never fire; check its \
+         day-of-month and month fields (February has no 30th or 31st; April, June, September and \
+         November no 31st)\n"
+    );
+    assert_eq!(
+        refused(" ", &["--daily", "09:00"]).await,
+        "error: the task is empty; say what each fired job should do, e.g. \
+         `--task \"report the open issues\"`\n"
+    );
+    assert!(
+        json_lines(&project, &["schedules", "list", "--json"])
+            .await
+            .is_empty()
+    );
+}

@@ -91,13 +91,11 @@ pub enum InternalError {
 
 impl EngineError {
     /// True for failures of the infrastructure rather than of the run: the endpoint cannot be
-    /// reached or keeps failing (after the client's own retries). A job retries those later.
+    /// reached or keeps misbehaving (after the client's own retries; see
+    /// [`LlmError::is_infrastructure`]). A job retries those later.
     pub fn is_infrastructure(&self) -> bool {
         match self {
-            EngineError::Llm(LlmError::Connect { .. } | LlmError::Stream(_)) => true,
-            EngineError::Llm(LlmError::Http { status, .. }) => {
-                *status >= 500 || *status == 429 || *status == 408
-            }
+            EngineError::Llm(e) => e.is_infrastructure(),
             EngineError::Subtasks(crate::subtasks::SubtaskError::Failed(_)) => true,
             _ => false,
         }

@@ -252,13 +252,11 @@ impl OpenAiCompat {
         call: impl std::future::Future<Output = Result<ChatResponse, LlmError>>,
     ) -> Result<ChatResponse, LlmError> {
         let limit = self.config.call_timeout;
-        tokio::time::timeout(limit, call).await.unwrap_or_else(|_| {
-            Err(LlmError::Timeout(format!(
-                "the answer was not complete after {} s (llm.call_timeout_secs); the model may \
-                 be stuck streaming without end",
-                limit.as_secs()
-            )))
-        })
+        tokio::time::timeout(limit, call)
+            .await
+            .unwrap_or(Err(LlmError::CallTimeout {
+                secs: limit.as_secs(),
+            }))
     }
 
     fn side_timeout(&self) -> Duration {
@@ -514,6 +512,7 @@ impl OpenAiCompat {
             LlmError::Stream(message) => LlmError::Stream(r(message)),
             LlmError::Protocol(message) => LlmError::Protocol(r(message)),
             LlmError::Timeout(message) => LlmError::Timeout(r(message)),
+            LlmError::CallTimeout { secs } => LlmError::CallTimeout { secs },
             LlmError::Cancelled => LlmError::Cancelled,
             LlmError::AnswerTooLarge { limit } => LlmError::AnswerTooLarge { limit },
         }

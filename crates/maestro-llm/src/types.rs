@@ -95,8 +95,17 @@ pub enum LlmError {
     Stream(String),
     #[error("the model sent an answer that cannot be read: {0}")]
     Protocol(String),
+    /// The endpoint fell silent for longer than the idle timeout (waiting for the answer's
+    /// headers, or for the next chunk of its stream).
     #[error("the model call timed out: {0}")]
     Timeout(String),
+    /// The whole call, retries included, took longer than `llm.call_timeout_secs`: the answer
+    /// kept coming but never ended.
+    #[error(
+        "the model call timed out: the answer was not complete after {secs} s \
+         (llm.call_timeout_secs); the model may be stuck streaming without end"
+    )]
+    CallTimeout { secs: u64 },
     #[error("the model call was cancelled")]
     Cancelled,
     /// The answer grew past a configured bound (`limit` says which, e.g. "32 MiB on the wire
@@ -106,6 +115,31 @@ pub enum LlmError {
          itself (raise the limit if answers this long are expected)"
     )]
     AnswerTooLarge { limit: String },
+}
+
+impl LlmError {
+    /// True for a failure of the endpoint rather than of the request or of the model's answer:
+    /// the endpoint cannot be reached (`Connect`), fails (HTTP 5xx, 429, 408), breaks its stream
+    /// (`Stream`), falls silent past the idle timeout (`Timeout`), or answers with something
+    /// that is not a chat completion (`Protocol`: an HTML page, a body that is not JSON, a
+    /// stream chunk that is not JSON). The client has already retried these; a later attempt,
+    /// perhaps after the endpoint restarted or on another worker, may succeed, so a job is
+    /// queued again for them. The other failures would recur on the same request: a 4xx
+    /// refusal, a context overflow, an answer past its size bound or the call deadline (a model
+    /// running away), a cancelled call.
+    pub fn is_infrastructure(&self) -> bool {
+        match self {
+            LlmError::Connect { .. }
+            | LlmError::Stream(_)
+            | LlmError::Timeout(_)
+            | LlmError::Protocol(_) => true,
+            LlmError::Http { status, .. } => *status >= 500 || *status == 429 || *status == 408,
+            LlmError::ContextOverflow { .. }
+            | LlmError::CallTimeout { .. }
+            | LlmError::Cancelled
+            | LlmError::AnswerTooLarge { .. } => false,
+        }
+    }
 }
 
 /// A chat model endpoint.
@@ -132,5 +166,51 @@ pub trait Provider: Send + Sync {
     fn switch_to_json_tools(&self, model: &str) -> bool {
         let _ = model;
         false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoint_failures_are_infrastructure_and_refusals_are_not() {
+        let http = |status| LlmError::Http {
+            status,
+            message: "m".into(),
+        };
+        let infrastructure = [
+            LlmError::Connect {
+                url: "http://127.0.0.1:9/v1/chat/completions".into(),
+                message: "connection refused".into(),
+            },
+            LlmError::Stream("connection reset".into()),
+            LlmError::Timeout("no data on the stream for 200 ms (idle_timeout)".into()),
+            LlmError::Protocol("the answer is not JSON".into()),
+            http(500),
+            http(503),
+            http(429),
+            http(408),
+        ];
+        for error in &infrastructure {
+            assert!(error.is_infrastructure(), "{error:?}");
+        }
+        let not = [
+            http(400),
+            http(401),
+            http(404),
+            LlmError::ContextOverflow {
+                status: 400,
+                message: "too long".into(),
+            },
+            LlmError::CallTimeout { secs: 1800 },
+            LlmError::Cancelled,
+            LlmError::AnswerTooLarge {
+                limit: "32 MiB".into(),
+            },
+        ];
+        for error in &not {
+            assert!(!error.is_infrastructure(), "{error:?}");
+        }
     }
 }

@@ -397,3 +397,88 @@ async fn a_connection_closed_twice_in_a_row_is_an_ordinary_retry() {
     );
     assert_eq!(*connections.lock().unwrap(), vec![2, 1, 1]);
 }
+
+/// A raw endpoint on 127.0.0.1 that reads each request's head and then writes `reply` (or, for
+/// `None`, holds the connection open without a byte). Returns its base URL.
+async fn raw_endpoint(reply: Option<&'static str>) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/v1", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        loop {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    let mut chunk = [0u8; 4096];
+                    match socket.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&chunk[..n]),
+                    }
+                }
+                match reply {
+                    Some(reply) => {
+                        let _ = socket.write_all(reply.as_bytes()).await;
+                        let _ = socket.shutdown().await;
+                    }
+                    // Hangs until the client gives up and closes the connection.
+                    None => {
+                        while let Ok(n) = socket.read(&mut [0u8; 4096]).await {
+                            if n == 0 {
+                                return;
+                            }
+                        }
+                    }
+                }
+            });
+        }
+    });
+    url
+}
+
+#[tokio::test]
+async fn an_endpoint_that_hangs_past_the_idle_timeout_is_an_infrastructure_failure() {
+    let url = raw_endpoint(None).await;
+    for stream in [true, false] {
+        let llm = client(
+            OpenAiConfig::new(url.clone())
+                .with_stream(stream)
+                .with_idle_timeout(Duration::from_millis(200))
+                .with_retry(fast_retry(2)),
+        );
+        let events = Events::default();
+        let error = llm.chat(ask("hi"), &events.sink()).await.unwrap_err();
+        assert!(
+            matches!(&error, LlmError::Timeout(m) if m.contains("(idle_timeout)")),
+            "{error:?}"
+        );
+        assert!(error.is_infrastructure(), "{error:?}");
+        assert_eq!(events.retries().len(), 1, "retried by the client first");
+    }
+}
+
+#[tokio::test]
+async fn an_endpoint_that_answers_garbage_is_an_infrastructure_failure() {
+    let not_json = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 17\r\n\
+                    connection: close\r\n\r\n<html>oops</html>";
+    let not_a_stream = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: \
+                        close\r\n\r\ndata: {this is not json\n\nnor this\n\n";
+    let not_http = "SSH-2.0-OpenSSH_9.6\r\nProtocol mismatch.\r\n";
+    for (reply, what) in [
+        (not_json, "the answer is not JSON"),
+        (not_a_stream, "a stream chunk is not JSON"),
+        (not_http, "cannot reach the model endpoint"),
+    ] {
+        let url = raw_endpoint(Some(reply)).await;
+        let llm = client(OpenAiConfig::new(url).with_retry(fast_retry(2)));
+        let events = Events::default();
+        let error = llm.chat(ask("hi"), &events.sink()).await.unwrap_err();
+        assert!(error.to_string().contains(what), "{error:?}");
+        assert!(error.is_infrastructure(), "{error:?}");
+        assert_eq!(
+            events.retries().len(),
+            1,
+            "retried by the client first: {error:?}"
+        );
+    }
+}

@@ -30,6 +30,11 @@ pub enum ScheduleError {
     /// No schedule has this id.
     #[error("no schedule with id {0}; `maestro schedules list` shows the ids")]
     NoSuchSchedule(String),
+    /// The task is empty or only whitespace: every job it fired would have nothing to do.
+    #[error(
+        "the task is empty; say what each fired job should do, e.g. `--task \"report the open issues\"`"
+    )]
+    EmptyTask,
 }
 
 /// A schedule to add, as the command line gives it.
@@ -43,13 +48,19 @@ pub struct ScheduleRequest {
     pub created_by: String,
 }
 
-/// Adds a schedule after checking that its piece loads and its zone exists; returns its id.
+/// Adds a schedule after checking that its task is not empty, its zone exists, it will fire
+/// (a `once` still to come, a cron expression that matches a date) and its piece loads;
+/// returns its id.
 pub async fn add_schedule(
     store: &Store,
     config: &Config,
     request: ScheduleRequest,
 ) -> Result<String, ScheduleError> {
-    zone(&request.tz)?;
+    if request.task.trim().is_empty() {
+        return Err(ScheduleError::EmptyTask);
+    }
+    let tz = zone(&request.tz)?;
+    request.spec.check_fires(spec::to_chrono(store.now()), tz)?;
     find_piece(
         &request.piece,
         &config.paths.pieces_dirs,

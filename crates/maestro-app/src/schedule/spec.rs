@@ -50,6 +50,16 @@ pub enum SpecError {
     Misfire(String),
     #[error("stored schedule spec `{0}` is not understood")]
     Stored(String),
+    #[error(
+        "--cron `{0}` matches no date, so it would never fire; check its day-of-month and month \
+         fields (February has no 30th or 31st; April, June, September and November no 31st)"
+    )]
+    NeverMatches(String),
+    #[error(
+        "--once `{at}` is in the past (it is now {now}), so it would never fire; give a time \
+         still to come"
+    )]
+    OnceInPast { at: String, now: String },
 }
 
 /// When a schedule fires.
@@ -153,6 +163,22 @@ impl Spec {
         let at = DateTime::parse_from_rfc3339(text.trim())
             .map_err(|_| SpecError::Once(text.to_string()))?;
         Ok(Spec::Once(at.with_timezone(&Utc)))
+    }
+
+    /// Refuses a rule with no slot after `now` in zone `tz`: a `once` in the past, or a cron
+    /// expression that matches no date (`0 0 30 2 *`). Stored, either would never fire.
+    pub fn check_fires(&self, now: DateTime<Utc>, tz: Tz) -> Result<(), SpecError> {
+        if self.next_after(now, tz).is_some() {
+            return Ok(());
+        }
+        Err(match self {
+            Spec::Once(at) => SpecError::OnceInPast {
+                at: at.to_rfc3339(),
+                now: now.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            },
+            Spec::Cron(expr) => SpecError::NeverMatches(expr.text.clone()),
+            other => SpecError::NeverMatches(other.to_string()),
+        })
     }
 
     /// The first slot strictly after `after`, in zone `tz`; `None` when there is none.

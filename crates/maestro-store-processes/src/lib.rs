@@ -1,0 +1,5 @@
+//! Test support, not shipped: the store's tests that need real processes live here, with the
+//! child programs they start (`src/bin/`), so that no production crate carries a test program.
+//!
+//! - `maestro-store-crash-worker URL WORKER LEASE_MS`: claims a job and appends events until it
+//!   is killed (`tests/crash.rs`).

@@ -3,3 +3,5 @@
 //!
 //! - `maestro-store-crash-worker URL WORKER LEASE_MS`: claims a job and appends events until it
 //!   is killed (`tests/crash.rs`).
+//! - `maestro-store-open URL`: opens (creates and migrates) a store, prints `opened` and exits
+//!   (`tests/concurrent_open.rs`).

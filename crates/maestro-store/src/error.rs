@@ -20,6 +20,17 @@ pub enum StoreError {
         #[source]
         source: std::io::Error,
     },
+    /// The lock that serialises the processes migrating a SQLite store could not be taken.
+    #[error(
+        "cannot lock the directory of the SQLite store `{}` while its schema is brought up to \
+         date: {source}",
+        path.display()
+    )]
+    Lock {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     /// Connecting to the database failed.
     #[error("cannot open the store at `{url}`: {source}")]
     Connect {

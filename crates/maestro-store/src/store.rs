@@ -317,6 +317,46 @@ impl Checkpointer {
     }
 }
 
+/// Serialises the processes opening one SQLite store while its schema is brought up to date:
+/// an exclusive `flock` on the directory that holds the database, released on drop. The
+/// directory rather than the file: closing a descriptor of the database file would drop the
+/// POSIX locks SQLite's own connections in this process hold on it.
+struct MigrationLock {
+    _held: Option<std::fs::File>,
+}
+
+impl MigrationLock {
+    async fn take(url: &StoreUrl) -> StoreResult<MigrationLock> {
+        let StoreUrl::Sqlite { path } = url else {
+            // PostgreSQL: sqlx's migrator takes `pg_advisory_lock` around the migrations.
+            return Ok(MigrationLock { _held: None });
+        };
+        let dir = match path.parent().filter(|dir| !dir.as_os_str().is_empty()) {
+            Some(dir) => dir.to_path_buf(),
+            None => std::path::PathBuf::from("."),
+        };
+        std::fs::create_dir_all(&dir).map_err(|source| StoreError::CreateDir {
+            path: dir.clone(),
+            source,
+        })?;
+        let locked = tokio::task::spawn_blocking(move || {
+            let file = std::fs::File::open(&dir)?;
+            file.lock()?;
+            Ok::<_, std::io::Error>(file)
+        })
+        .await
+        .map_err(|e| std::io::Error::other(e.to_string()))
+        .and_then(|locked| locked)
+        .map_err(|source| StoreError::Lock {
+            path: path.clone(),
+            source,
+        })?;
+        Ok(MigrationLock {
+            _held: Some(locked),
+        })
+    }
+}
+
 /// How long a SQLite writer waits for the lock before giving up.
 const SQLITE_BUSY_TIMEOUT_MS: u32 = 10_000;
 
@@ -328,7 +368,14 @@ impl Store {
     }
 
     /// [`Store::open`] with a pool of `size`.
+    ///
+    /// Any number of processes may open the same new store at once: the migrations are applied
+    /// by one of them while the others wait, and those then find the schema current. On SQLite
+    /// the openers take an exclusive `flock` on the database's directory for the connection and
+    /// the migrations; on PostgreSQL the migrator holds an advisory lock (`pg_advisory_lock`)
+    /// while it applies them.
     pub async fn open_with(url: &StoreUrl, size: PoolSize) -> StoreResult<Store> {
+        let _lock = MigrationLock::take(url).await?;
         let store = Store::connect_with(url, size).await?;
         store.migrate_to(SCHEMA_VERSION).await?;
         Ok(store)

@@ -23,6 +23,7 @@
 mod clients;
 mod completer;
 mod db;
+mod errors;
 mod job;
 pub use job::recorded_piece;
 mod jobs;
@@ -37,6 +38,7 @@ mod toolbox;
 mod worker;
 
 pub use db::{ENV_DB, open_store, store_url};
+pub use errors::error_chain;
 pub use jobs::{
     JobError, JobSummary, POLL, Submission, WorkerSummary, cancel_job, exit_code, list_jobs,
     live_workers, show_job, submit, wait_job,

@@ -86,7 +86,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", maestro_app::error_chain(e.as_ref()));
             ExitCode::from(2)
         }
     }

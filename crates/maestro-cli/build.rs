@@ -16,6 +16,8 @@
 fn main() {
     // The PostgreSQL job tests show as ignored when initdb is missing.
     maestro_buildcheck::check_postgres();
+    // The store fault tests mount size-limited or read-only file systems.
+    maestro_buildcheck::check_mount();
     println!("cargo:rerun-if-env-changed=MAESTRO_NO_RELR");
     println!("cargo:rerun-if-env-changed=MAESTRO_NO_CODE_ORDER");
     let var = |name: &str| std::env::var(name).unwrap_or_default();

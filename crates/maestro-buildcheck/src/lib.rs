@@ -34,3 +34,47 @@ pub fn postgres_installed() -> bool {
     });
     from_env || from_debian
 }
+
+/// Marks the build `no_mount` when this user cannot mount a size-limited tmpfs (not root, or no
+/// `CAP_SYS_ADMIN` in a container), so the tests that fill or write-protect a file system show
+/// as ignored with the reason. It mounts and unmounts a 64 KiB tmpfs under `OUT_DIR` to find
+/// out.
+pub fn check_mount() {
+    println!("cargo::rustc-check-cfg=cfg(no_mount)");
+    if !can_mount_tmpfs() {
+        println!("cargo::rustc-cfg=no_mount");
+        println!(
+            "cargo::warning=cannot mount a tmpfs here (needs root or CAP_SYS_ADMIN): the tests \
+             that fill or write-protect a file system will be ignored"
+        );
+    }
+}
+
+fn can_mount_tmpfs() -> bool {
+    let Some(out) = std::env::var_os("OUT_DIR") else {
+        return false;
+    };
+    let probe = Path::new(&out).join("mount-probe");
+    if std::fs::create_dir_all(&probe).is_err() {
+        return false;
+    }
+    let run = |program: &str, args: &[&std::ffi::OsStr]| {
+        std::process::Command::new(program)
+            .args(args)
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|status| status.success())
+    };
+    let mounted = run(
+        "mount",
+        &[
+            "-t".as_ref(),
+            "tmpfs".as_ref(),
+            "-o".as_ref(),
+            "size=64k".as_ref(),
+            "tmpfs".as_ref(),
+            probe.as_os_str(),
+        ],
+    );
+    mounted && run("umount", &[probe.as_os_str()])
+}

@@ -37,7 +37,7 @@ mod subtasks;
 mod toolbox;
 mod worker;
 
-pub use db::{ENV_DB, open_store, store_url};
+pub use db::{ENV_DB, open_store, open_store_existing, open_store_in, store_url};
 pub use errors::error_chain;
 pub use jobs::{
     JobError, JobSummary, POLL, Submission, WorkerSummary, cancel_job, exit_code, list_jobs,

@@ -33,6 +33,11 @@ impl StoreArgs {
     pub async fn open(&self, config: &Config) -> anyhow::Result<Store> {
         Ok(maestro_app::open_store(self.db.as_deref(), config, PoolSize::Shared).await?)
     }
+
+    /// For commands that only read: the store must exist, and may be read-only.
+    pub async fn open_existing(&self, config: &Config) -> anyhow::Result<Store> {
+        Ok(maestro_app::open_store_existing(self.db.as_deref(), config, PoolSize::Shared).await?)
+    }
 }
 
 #[derive(Debug, clap::Args)]
@@ -226,7 +231,7 @@ pub fn jobs(command: JobsCommand) -> anyhow::Result<u8> {
                         )
                     })?;
                 let config = store.configuration()?;
-                let store = store.open(&config).await?;
+                let store = store.open_existing(&config).await?;
                 let mut out = std::io::stdout().lock();
                 for job in maestro_app::list_jobs(&store, status).await? {
                     if json {
@@ -240,7 +245,7 @@ pub fn jobs(command: JobsCommand) -> anyhow::Result<u8> {
             JobsCommand::Show { id, json, store } => {
                 let id = parse_id(&id)?;
                 let config = store.configuration()?;
-                let store = store.open(&config).await?;
+                let store = store.open_existing(&config).await?;
                 let job = maestro_app::show_job(&store, id).await?;
                 if json {
                     println!("{}", serde_json::to_string(&job)?);
@@ -277,14 +282,14 @@ pub fn jobs(command: JobsCommand) -> anyhow::Result<u8> {
             } => {
                 let id = parse_id(&id)?;
                 let config = store.configuration()?;
-                let store = store.open(&config).await?;
+                let store = store.open_existing(&config).await?;
                 follow_events(&store, id, after, follow).await?;
                 Ok(0)
             }
             JobsCommand::Wait { id, timeout, store } => {
                 let id = parse_id(&id)?;
                 let config = store.configuration()?;
-                let store = store.open(&config).await?;
+                let store = store.open_existing(&config).await?;
                 let timeout = timeout.map(Duration::from_secs_f64);
                 let job = maestro_app::wait_job(&store, id, timeout).await?;
                 let code = maestro_app::exit_code(job.status).unwrap_or(1);
@@ -357,7 +362,7 @@ const LIVE_WITHIN: Duration = Duration::from_secs(60);
 pub fn workers(args: WorkersArgs) -> anyhow::Result<u8> {
     block_on(async move {
         let config = args.store.configuration()?;
-        let store = args.store.open(&config).await?;
+        let store = args.store.open_existing(&config).await?;
         let mut out = std::io::stdout().lock();
         for w in maestro_app::live_workers(&store, LIVE_WITHIN).await? {
             if args.json {

@@ -4,11 +4,14 @@
 //! real PostgreSQL clusters.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use maestro_store::{Store, StoreUrl};
 use maestro_testkit::ScriptedLlm;
 use pretty_assertions::assert_eq;
+use serde_json::json;
 use sqlx::Connection;
 
 mod support;
@@ -47,6 +50,95 @@ async fn a_failed_migration_prints_each_cause_once() {
              returned from database: (code: 1) table job_comments already exists\n"
         )
     );
+}
+
+/// A size-limited tmpfs mounted on a temporary directory, unmounted on drop.
+struct Tmpfs {
+    dir: tempfile::TempDir,
+}
+
+impl Tmpfs {
+    fn mount(size: &str) -> Tmpfs {
+        let dir = tempfile::tempdir().unwrap();
+        let mounted = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir.path())
+            .status()
+            .unwrap();
+        assert!(mounted.success(), "mount -t tmpfs failed");
+        Tmpfs { dir }
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn remount_read_only(&self) {
+        let remounted = Command::new("mount")
+            .args(["-o", "remount,ro"])
+            .arg(self.path())
+            .status()
+            .unwrap();
+        assert!(remounted.success(), "mount -o remount,ro failed");
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(self.dir.path()).status();
+    }
+}
+
+/// The store commands that only read, with the id of a job that need not exist.
+const READ_ONLY_COMMANDS: &[&[&str]] = &[
+    &["jobs", "list"],
+    &["jobs", "show", "01900000-0000-7000-8000-000000000000"],
+    &["jobs", "events", "01900000-0000-7000-8000-000000000000"],
+    &["jobs", "wait", "01900000-0000-7000-8000-000000000000"],
+    &["workers"],
+    &["schedules", "list"],
+];
+
+#[tokio::test(flavor = "multi_thread")]
+async fn read_only_commands_create_no_store_and_name_the_url_and_its_origin() {
+    let project = Project::new();
+    let missing = project.path().join("mistyped/path.db");
+    let url = format!("sqlite://{}", missing.display());
+    for command in READ_ONLY_COMMANDS {
+        let mut args = command.to_vec();
+        args.extend(["--db", &url]);
+        let out = project.maestro(&args).await;
+        assert_eq!(
+            (out.status.code(), stderr(&out)),
+            (
+                Some(2),
+                format!(
+                    "error: the store `{url}` (from --db) does not exist; check the URL, or \
+                     create the store with a command that writes (`maestro submit`, `maestro \
+                     worker`)\n"
+                )
+            ),
+            "{command:?}"
+        );
+        assert!(!project.path().join("mistyped").exists(), "{command:?}");
+    }
+    // The default store, named by nothing.
+    let out = project.maestro(&["jobs", "list"]).await;
+    let default = project.path().join(".maestro/maestro.db");
+    assert!(
+        stderr(&out).contains(&format!(
+            "the store `sqlite://{}` (from default) does not exist",
+            default.display()
+        )),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!default.exists());
+    // A command that writes creates it; then the readers read it.
+    project.submit("Create the store", &[]).await;
+    let out = project.maestro(&["jobs", "list"]).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(String::from_utf8(out.stdout).unwrap().lines().count(), 1);
 }
 
 /// Runs `maestro ARGS` and checks that it failed well within the pool's 30 s acquire timeout.
@@ -112,6 +204,35 @@ async fn an_unreachable_postgres_fails_at_once_with_connection_refused() {
         );
         assert!(err.contains("Connection refused"), "{err}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[cfg_attr(
+    no_mount,
+    ignore = "cannot mount a tmpfs here (needs root or CAP_SYS_ADMIN)"
+)]
+async fn a_store_on_a_read_only_file_system_is_read_and_refuses_writes_with_the_cause() {
+    let fs = Tmpfs::mount("8m");
+    let mut project = Project::new();
+    let url = format!("sqlite://{}", fs.path().join("store/maestro.db").display());
+    project.db = Some(url.clone());
+    let id = project.submit("Written before", &[]).await;
+    fs.remount_read_only();
+
+    let out = project.maestro(&["jobs", "list"]).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(String::from_utf8(out.stdout).unwrap().contains(&id));
+    assert_eq!(project.show(&id).await["status"], json!("queued"));
+
+    let err = fails_at_once(&project, &["submit", "one", "--task", "x"]).await;
+    assert_eq!(
+        err,
+        format!(
+            "error: the store `{url}` cannot be written (Read-only file system (os error 30)); a \
+             command that writes needs write access to the file and its directory, while \
+             read-only commands (`maestro jobs list`, `maestro jobs show`) can still read it\n"
+        )
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -260,3 +260,39 @@ async fn a_worker_whose_store_is_corrupted_under_it_stops_and_says_why() {
         "{err}"
     );
 }
+
+/// The SQLite store's `-wal` and `-shm` files that exist now.
+fn wal_files(project: &Project) -> Vec<String> {
+    ["maestro.db-wal", "maestro.db-shm"]
+        .into_iter()
+        .filter(|name| project.path().join(".maestro").join(name).exists())
+        .map(str::to_string)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_command_and_the_worker_leave_no_wal_files_when_they_exit() {
+    let server = ScriptedLlm::start([support::jobs::complete("done")]).await;
+    let project = Project::new();
+    let id = project.submit("Leave it clean", &[]).await;
+    assert_eq!(wal_files(&project), Vec::<String>::new(), "after submit");
+    for args in [
+        &["jobs", "list"][..],
+        &["jobs", "show", &id],
+        &["jobs", "events", &id],
+        &["workers"],
+        &["schedules", "list"],
+    ] {
+        let out = project.maestro(args).await;
+        assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+        assert_eq!(wal_files(&project), Vec::<String>::new(), "after {args:?}");
+    }
+    let worker = project.worker(&server.base_url(), &[]);
+    project.until_completed(&id, 1, "done").await;
+    support::jobs::stop_worker(worker, "1 finished").await;
+    assert_eq!(
+        wal_files(&project),
+        Vec::<String>::new(),
+        "after the worker"
+    );
+}

@@ -280,13 +280,61 @@ pub struct Store {
 /// connection takes no lock a writer needs, so commits go on meanwhile.
 /// `wal_autocheckpoint` stays on, at [`WAL_AUTOCHECKPOINT_PAGES`], in case this task falls
 /// behind.
+///
+/// It also closes the pool when the last clone of a writable SQLite store is dropped without
+/// [`Store::close`] (see [`Store::wait_dropped_closed`]): SQLite checkpoints the log and
+/// removes the `-wal` and `-shm` files when the last connection to the database closes, and a
+/// dropped pool's connections close on their own threads, which a process that exits right
+/// after does not wait for.
 #[derive(Debug)]
-struct Checkpointer(tokio::task::JoinHandle<()>);
+struct Checkpointer {
+    task: tokio::task::JoinHandle<()>,
+    pool: AnyPool,
+}
+
+/// The closes that dropping a store's last clone started, for [`Store::wait_dropped_closed`].
+static CLOSING: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// How many writable SQLite stores of this process are open (have a clone left).
+static OPEN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 impl Drop for Checkpointer {
     fn drop(&mut self) {
-        self.0.abort();
+        self.task.abort();
+        OPEN.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        if self.pool.is_closed() {
+            return;
+        }
+        // `Drop` cannot await: the close runs as a task of the runtime, which a process about
+        // to exit awaits with `Store::wait_dropped_closed`.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let pool = self.pool.clone();
+        let closing = runtime.spawn(async move { close_pool(&pool).await });
+        if let Ok(mut all) = CLOSING.lock() {
+            all.retain(|c| !c.is_finished());
+            all.push(closing);
+        }
     }
+}
+
+/// How long a close waits for connections still on their way back to the pool.
+const CLOSE_WAIT: Duration = Duration::from_secs(5);
+
+/// Closes the pool once the connections in use are back. A connection dropped by its last
+/// user goes back through a task of the runtime; `Pool::close` only closes the idle ones, and a
+/// connection merely dropped at exit is closed on its own thread after the process has gone
+/// (leaving the `-wal` and `-shm` files behind).
+async fn close_pool(pool: &AnyPool) {
+    let started = tokio::time::Instant::now();
+    while pool.size() > u32::try_from(pool.num_idle()).unwrap_or(u32::MAX)
+        && started.elapsed() < CLOSE_WAIT
+    {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    pool.close().await;
 }
 
 /// How often the background checkpoint runs.
@@ -298,7 +346,9 @@ const WAL_AUTOCHECKPOINT_PAGES: u32 = 16_384;
 
 impl Checkpointer {
     fn start(pool: AnyPool) -> Checkpointer {
-        Checkpointer(tokio::spawn(async move {
+        let for_drop = pool.clone();
+        OPEN.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        let task = tokio::spawn(async move {
             let mut every = tokio::time::interval(CHECKPOINT_EVERY);
             every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             every.tick().await;
@@ -313,7 +363,11 @@ impl Checkpointer {
                     .fetch_optional(&pool)
                     .await;
             }
-        }))
+        });
+        Checkpointer {
+            task,
+            pool: for_drop,
+        }
     }
 }
 
@@ -677,9 +731,41 @@ impl Store {
         &self.url
     }
 
-    /// Closes every connection (waits for queries in flight).
+    /// Closes every connection (waits for queries in flight). On SQLite the last connection to
+    /// close checkpoints the write-ahead log and removes the `-wal` and `-shm` files. Dropping
+    /// the last clone of a store closes it the same way.
     pub async fn close(&self) {
-        self.pool.close().await;
+        if let Some(checkpointer) = &self._checkpointer {
+            checkpointer.task.abort();
+        }
+        close_pool(&self.pool).await;
+    }
+
+    /// Waits until the stores whose last clone was dropped without [`Store::close`] are
+    /// closed, and (for at most [`CLOSE_WAIT`]) until the clones that tasks still hold are
+    /// dropped too: a background task notices that its work is over at its next turn. A process
+    /// awaits it before it exits (the CLI does after every command), so that SQLite removes the
+    /// `-wal` and `-shm` files.
+    pub async fn wait_dropped_closed() {
+        let started = tokio::time::Instant::now();
+        loop {
+            let closing = CLOSING
+                .lock()
+                .map(|mut all| std::mem::take(&mut *all))
+                .unwrap_or_default();
+            let none_closing = closing.is_empty();
+            for close in closing {
+                let _ = close.await;
+            }
+            if none_closing {
+                if OPEN.load(std::sync::atomic::Ordering::Acquire) == 0
+                    || started.elapsed() >= CLOSE_WAIT
+                {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        }
     }
 
     pub(crate) async fn begin_write(&self) -> StoreResult<Transaction<'static, Any>> {

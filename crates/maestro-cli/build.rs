@@ -13,12 +13,11 @@
 //!   or a linker set in the configuration, links without it.
 //!   `MAESTRO_NO_CODE_ORDER=1` turns it off, for a linker without `--symbol-ordering-file`.
 
-#[path = "../maestro-store/build_pg.rs"]
-mod build_pg;
-
 fn main() {
     // The PostgreSQL job tests show as ignored when initdb is missing.
-    build_pg::check_postgres();
+    maestro_buildcheck::check_postgres();
+    // The store fault tests mount size-limited or read-only file systems.
+    maestro_buildcheck::check_mount();
     println!("cargo:rerun-if-env-changed=MAESTRO_NO_RELR");
     println!("cargo:rerun-if-env-changed=MAESTRO_NO_CODE_ORDER");
     let var = |name: &str| std::env::var(name).unwrap_or_default();

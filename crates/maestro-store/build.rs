@@ -1,8 +1,6 @@
-//! The store's build script: see `build_pg.rs`.
-
-#[path = "build_pg.rs"]
-mod build_pg;
+//! Marks the build `no_postgres` when PostgreSQL is not installed, so the PostgreSQL tests show
+//! as ignored (see `maestro-buildcheck`).
 
 fn main() {
-    build_pg::check_postgres();
+    maestro_buildcheck::check_postgres();
 }

@@ -2,7 +2,7 @@
 //! project's `.maestro/maestro.db`.
 
 use maestro_config::Config;
-use maestro_store::{PoolSize, Store, StoreError, StoreUrl, UrlOrigin};
+use maestro_store::{OpenMode, PoolSize, Store, StoreError, StoreUrl, UrlOrigin};
 
 /// The environment variable naming the store.
 pub const ENV_DB: &str = "MAESTRO_DB";
@@ -27,14 +27,43 @@ pub fn store_url(flag: Option<&str>, config: &Config) -> Result<(StoreUrl, UrlOr
     Ok((url, origin))
 }
 
-/// Opens (and migrates) the store [`store_url`] names, with a pool of `size`.
+/// Opens (and migrates) the store [`store_url`] names, with a pool of `size`; a SQLite store
+/// that does not exist is created. For commands that write.
 pub async fn open_store(
     flag: Option<&str>,
     config: &Config,
     size: PoolSize,
 ) -> Result<Store, StoreError> {
-    let (url, _origin) = store_url(flag, config)?;
-    Store::open_with(&url, size).await
+    open_store_in(flag, config, size, OpenMode::Create).await
+}
+
+/// Opens the store [`store_url`] names, which must exist: for commands that only read (list,
+/// show, follow, wait). Nothing is created; a store that does not exist is
+/// [`StoreError::NotFound`], naming the URL and where it came from. A SQLite store that cannot
+/// be written (a read-only file, directory or file system) is opened read-only.
+pub async fn open_store_existing(
+    flag: Option<&str>,
+    config: &Config,
+    size: PoolSize,
+) -> Result<Store, StoreError> {
+    open_store_in(flag, config, size, OpenMode::Existing).await
+}
+
+/// Opens the store [`store_url`] names in `mode`.
+pub async fn open_store_in(
+    flag: Option<&str>,
+    config: &Config,
+    size: PoolSize,
+    mode: OpenMode,
+) -> Result<Store, StoreError> {
+    let (url, origin) = store_url(flag, config)?;
+    match Store::open_in(&url, size, mode).await {
+        Err(StoreError::NotFound { url, .. }) => Err(StoreError::NotFound {
+            url,
+            origin: Some(origin),
+        }),
+        opened => opened,
+    }
 }
 
 /// Opens (and migrates) the store at `url`, with a pool of `size`.

@@ -41,7 +41,7 @@ mod subtasks;
 mod toolbox;
 mod worker;
 
-pub use errors::error_text;
+pub use errors::error_chain;
 pub use handle::{
     Canceller, LOCAL_LEASE, RecordReadError, RunHandle, RunKind, RunRequest, StartError,
     recorded_run, start,
@@ -58,7 +58,7 @@ pub use maestro_store::{
     JobId, JobQueue, JobStatus, PoolSize, Store, StoreError, StoreUrl, UrlOrigin,
 };
 
-pub use db::{ENV_DB, open_store, open_url, store_url};
+pub use db::{ENV_DB, open_store, open_store_existing, open_store_in, open_url, store_url};
 pub use jobs::{
     JobError, JobSummary, POLL, Submission, WorkerSummary, answer_job, cancel_job, exit_code,
     list_jobs, live_workers, show_job, submit, wait_job,

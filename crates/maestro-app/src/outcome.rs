@@ -126,7 +126,7 @@ impl RunError {
             // The connection error names the URL and the cause; the CLI's advice on starting a
             // local model is not for a job's reason.
             RunError::Model(ModelError::Unreachable { cause, .. }) => cause.to_string(),
-            _ => crate::error_text(self),
+            _ => crate::error_chain(self),
         };
         match self {
             RunError::Piece(PieceError::Classify(_))

@@ -126,6 +126,11 @@ pub enum WorkerError {
     /// Registering the worker failed.
     #[error("cannot register the worker")]
     Register(#[source] StoreError),
+    /// The store became unusable while the worker ran (its file corrupt, not a database, or
+    /// read-only): the worker stopped, handing back what it ran, so that a person can act and a
+    /// supervisor can restart it.
+    #[error("the worker stopped: its store can no longer be used")]
+    StoreUnusable(#[source] StoreError),
 }
 
 /// A worker process: a store, the configuration runs use, and how to run.
@@ -219,6 +224,7 @@ impl Worker {
             shutdown.stop.clone(),
         ));
         let counters = Arc::new(Counters::default());
+        let unusable = Arc::new(std::sync::Mutex::new(None));
         let (completer, completing) = Completer::start(inner.job.store.clone());
         let mut slots = JoinSet::new();
         for (id, profile) in &ids {
@@ -231,6 +237,7 @@ impl Worker {
                     shutdown: shutdown.clone(),
                     counters: Arc::clone(&counters),
                     completer: completer.clone(),
+                    unusable: Arc::clone(&unusable),
                 },
             ));
         }
@@ -258,6 +265,9 @@ impl Worker {
         done.cancel();
         let _ = beat.await;
         let _ = ticker.await;
+        if let Some(e) = unusable.lock().ok().and_then(|mut e| e.take()) {
+            return Err(WorkerError::StoreUnusable(e));
+        }
         Ok(WorkerStats {
             finished: counters.finished.load(Ordering::Relaxed),
             failed: counters.failed.load(Ordering::Relaxed),
@@ -320,6 +330,7 @@ async fn profile_slots(inner: Arc<Inner>, profile: ProfileRun) {
         shutdown,
         counters,
         completer,
+        unusable,
     } = profile;
     let mut runs = JoinSet::new();
     while !shutdown.stop.is_cancelled() {
@@ -363,6 +374,16 @@ async fn profile_slots(inner: Arc<Inner>, profile: ProfileRun) {
                 if !filled {
                     idle_wait(&inner, &shutdown, &mut runs).await;
                 }
+            }
+            Err(e) if e.is_unusable() => {
+                // Retrying cannot help: stop, hand the runs back, and say why.
+                tracing::error!("claiming jobs failed and the store cannot be used: {e}");
+                if let Ok(mut first) = unusable.lock()
+                    && first.is_none()
+                {
+                    *first = Some(e);
+                }
+                shutdown.hand_back();
             }
             Err(e) => {
                 tracing::warn!("claiming jobs failed: {e}");
@@ -412,6 +433,8 @@ struct ProfileRun {
     shutdown: Shutdown,
     counters: Arc<Counters>,
     completer: Completer,
+    /// The error that made the store unusable, which stops the worker.
+    unusable: Arc<std::sync::Mutex<Option<StoreError>>>,
 }
 
 fn report(joined: Result<(), tokio::task::JoinError>) {

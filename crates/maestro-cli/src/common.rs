@@ -13,7 +13,12 @@ pub fn block_on<F: std::future::Future<Output = anyhow::Result<u8>>>(f: F) -> an
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    runtime.block_on(f)
+    runtime.block_on(async {
+        let out = f.await;
+        // The stores the command dropped close, so SQLite removes its -wal and -shm files.
+        maestro_app::Store::wait_dropped_closed().await;
+        out
+    })
 }
 
 /// Who is acting, for the audit log.

@@ -92,7 +92,7 @@ impl Override for ModelFlags {
 /// The configuration files and the environment, with the command's flags on top.
 pub fn settings(config: &ConfigFlag, flags: &[&dyn Override]) -> anyhow::Result<Config> {
     let (mut loaded, _files) = Config::load(LoadFrom::current(config.config.clone())?)
-        .map_err(|e| anyhow::anyhow!(maestro_app::error_text(&e)))?;
+        .map_err(|e| anyhow::anyhow!(maestro_app::error_chain(&e)))?;
     for flag in flags {
         flag.apply(&mut loaded);
     }
@@ -138,5 +138,13 @@ impl StoreArgs {
     /// The store, with a pool shared by the command's queries.
     pub async fn open(&self, config: &Config) -> anyhow::Result<Store> {
         self.store.open(config, PoolSize::Shared).await
+    }
+
+    /// For commands that only read: the store must exist, and may be read-only.
+    pub async fn open_existing(&self, config: &Config) -> anyhow::Result<Store> {
+        Ok(
+            maestro_app::open_store_existing(self.store.db.as_deref(), config, PoolSize::Shared)
+                .await?,
+        )
     }
 }

@@ -181,7 +181,7 @@ pub fn jobs(command: JobsCommand) -> anyhow::Result<u8> {
                         )
                     })?;
                 let config = store.configuration()?;
-                let store = store.open(&config).await?;
+                let store = store.open_existing(&config).await?;
                 let mut out = std::io::stdout().lock();
                 for job in maestro_app::list_jobs(&store, status).await? {
                     if json {
@@ -195,7 +195,7 @@ pub fn jobs(command: JobsCommand) -> anyhow::Result<u8> {
             JobsCommand::Show { id, json, store } => {
                 let id = parse_id(&id)?;
                 let config = store.configuration()?;
-                let store = store.open(&config).await?;
+                let store = store.open_existing(&config).await?;
                 let job = maestro_app::show_job(&store, id).await?;
                 if json {
                     println!("{}", serde_json::to_string(&job)?);
@@ -234,14 +234,14 @@ pub fn jobs(command: JobsCommand) -> anyhow::Result<u8> {
             } => {
                 let id = parse_id(&id)?;
                 let config = store.configuration()?;
-                let store = store.open(&config).await?;
+                let store = store.open_existing(&config).await?;
                 follow_events(&store, id, after, follow).await?;
                 Ok(0)
             }
             JobsCommand::Wait { id, timeout, store } => {
                 let id = parse_id(&id)?;
                 let config = store.configuration()?;
-                let store = store.open(&config).await?;
+                let store = store.open_existing(&config).await?;
                 let timeout = timeout.map(Duration::from_secs_f64);
                 let job = maestro_app::wait_job(&store, id, timeout).await?;
                 let code = maestro_app::exit_code(job.status).unwrap_or(1);
@@ -314,7 +314,7 @@ const LIVE_WITHIN: Duration = Duration::from_secs(60);
 pub fn workers(args: WorkersArgs) -> anyhow::Result<u8> {
     block_on(async move {
         let config = args.store.configuration()?;
-        let store = args.store.open(&config).await?;
+        let store = args.store.open_existing(&config).await?;
         let mut out = std::io::stdout().lock();
         for w in maestro_app::live_workers(&store, LIVE_WITHIN).await? {
             if args.json {

@@ -90,8 +90,11 @@ fn main() -> ExitCode {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
             // An error may carry an endpoint's own words: no control character reaches the
-            // terminal.
-            eprintln!("error: {}", term::printable(&format!("{e:#}")));
+            // terminal. Each cause is said once.
+            eprintln!(
+                "error: {}",
+                term::printable(&maestro_app::error_chain(e.as_ref()))
+            );
             ExitCode::from(2)
         }
     }

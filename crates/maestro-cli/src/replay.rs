@@ -28,7 +28,12 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    let out = runtime.block_on(replay(args));
+    let out = runtime.block_on(async {
+        let out = replay(args).await;
+        // The stores the command dropped close, so SQLite removes its -wal and -shm files.
+        maestro_app::Store::wait_dropped_closed().await;
+        out
+    });
     runtime.shutdown_timeout(std::time::Duration::from_millis(100));
     out
 }
@@ -38,7 +43,7 @@ async fn replay(args: Args) -> anyhow::Result<u8> {
     let store = args.store.open(&config, PoolSize::Shared).await?;
     let history = maestro_app::recorded_run(Some(&store), &config.paths.runs_dir, &args.id)
         .await
-        .map_err(|e| anyhow!(maestro_app::error_text(&e)))?;
+        .map_err(|e| anyhow!(maestro_app::error_chain(&e)))?;
     // A run stopped by its user ended where it was, not where its piece led: it has nothing to
     // replay until it is continued.
     let last_end = history.iter().rev().find_map(|r| match &r.event {
@@ -79,7 +84,7 @@ async fn replay(args: Args) -> anyhow::Result<u8> {
             }
             Ok(1)
         }
-        RunOutcome::Failed { error, .. } => Err(anyhow!(maestro_app::error_text(&error))),
+        RunOutcome::Failed { error, .. } => Err(anyhow!(maestro_app::error_chain(&error))),
         RunOutcome::Fenced { why } => Err(anyhow!("the replay stopped: {why}")),
         RunOutcome::HandedBack => Err(anyhow!("the replay was handed back")),
     }

@@ -131,7 +131,12 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    let out = runtime.block_on(run_async(args));
+    let out = runtime.block_on(async {
+        let out = run_async(args).await;
+        // The stores the command dropped close, so SQLite removes its -wal and -shm files.
+        maestro_app::Store::wait_dropped_closed().await;
+        out
+    });
     runtime.shutdown_timeout(std::time::Duration::from_millis(100));
     out
 }
@@ -292,9 +297,9 @@ fn explain_run_error(error: RunError) -> anyhow::Error {
     match error {
         RunError::Piece(e) => crate::common::explain_piece_error(e),
         RunError::RequiredMcp { .. } => {
-            anyhow!("{}\nno run was started", maestro_app::error_text(&error))
+            anyhow!("{}\nno run was started", maestro_app::error_chain(&error))
         }
-        e => anyhow!(maestro_app::error_text(&e)),
+        e => anyhow!(maestro_app::error_chain(&e)),
     }
 }
 

@@ -178,7 +178,7 @@ pub fn run(command: Command) -> anyhow::Result<u8> {
             Command::Add(args) => add(*args).await,
             Command::List { json, store } => {
                 let config = store.configuration()?;
-                let store = store.open(&config).await?;
+                let store = store.open_existing(&config).await?;
                 let schedules = maestro_app::list_schedules(&store, store.now()).await?;
                 if json {
                     for s in &schedules {

@@ -20,6 +20,40 @@ pub enum StoreError {
         #[source]
         source: std::io::Error,
     },
+    /// The lock that serialises the processes migrating a SQLite store could not be taken.
+    #[error(
+        "cannot lock the directory of the SQLite store `{}` while its schema is brought up to \
+         date: {source}",
+        path.display()
+    )]
+    Lock {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A command that only reads was pointed at a SQLite store that does not exist (nothing
+    /// was created).
+    #[error(
+        "the store `{url}`{} does not exist; check the URL, or create the store with a command \
+         that writes (`maestro submit`, `maestro worker`)",
+        origin.as_ref().map(|o| format!(" (from {o})")).unwrap_or_default()
+    )]
+    NotFound {
+        url: String,
+        /// Where the URL came from (`--db`, `MAESTRO_DB`, …), when the caller knows.
+        origin: Option<crate::url::UrlOrigin>,
+    },
+    /// A command that writes was pointed at a SQLite store it cannot write.
+    #[error(
+        "the store `{url}` cannot be written ({source}); a command that writes needs write \
+         access to the file and its directory, while read-only commands (`maestro jobs list`, \
+         `maestro jobs show`) can still read it"
+    )]
+    ReadOnly {
+        url: String,
+        #[source]
+        source: std::io::Error,
+    },
     /// Connecting to the database failed.
     #[error("cannot open the store at `{url}`: {source}")]
     Connect {
@@ -77,6 +111,23 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// True when the store cannot be used until a person acts: its file is corrupt or not a
+    /// database, cannot be written or cannot be opened (SQLite). A worker stops on such an error
+    /// instead of retrying; a full disk, a busy database or a server that went away are not
+    /// among them (they pass).
+    pub fn is_unusable(&self) -> bool {
+        let source = match self {
+            StoreError::Connect { source, .. } | StoreError::Query { source, .. } => source,
+            StoreError::Migrate {
+                source: sqlx::migrate::MigrateError::Execute(source),
+                ..
+            } => source,
+            _ => return false,
+        };
+        crate::store::sqlite_code(source)
+            .is_some_and(|code| crate::store::SQLITE_UNUSABLE.contains(&code))
+    }
+
     pub(crate) fn query(context: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError {
         move |source| StoreError::Query { context, source }
     }

@@ -46,6 +46,6 @@ pub use model::{
     JobStatus, Lease, NewEvent, NewJob, NewSchedule, Outcome, Schedule, StoredEvent, WorkerInfo,
 };
 pub use queue::JobQueue;
-pub use store::{Backend, Backoff, PoolSize, SCHEMA_VERSION, Store};
+pub use store::{Backend, Backoff, OpenMode, PoolSize, SCHEMA_VERSION, Store};
 pub use subtasks::{NewChild, Spawned, child_workspace};
 pub use url::{StoreUrl, UrlOrigin};

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use sqlx::any::{AnyPoolOptions, install_default_drivers};
 use sqlx::migrate::{Migration, MigrationType, Migrator};
-use sqlx::{Any, AnyPool, Connection, Executor, SqlSafeStr, Transaction};
+use sqlx::{Any, AnyConnection, AnyPool, Connection, Executor, SqlSafeStr, Transaction};
 
 use crate::clock::{Clock, SystemClock};
 use crate::error::{StoreError, StoreResult};
@@ -280,13 +280,61 @@ pub struct Store {
 /// connection takes no lock a writer needs, so commits go on meanwhile.
 /// `wal_autocheckpoint` stays on, at [`WAL_AUTOCHECKPOINT_PAGES`], in case this task falls
 /// behind.
+///
+/// It also closes the pool when the last clone of a writable SQLite store is dropped without
+/// [`Store::close`] (see [`Store::wait_dropped_closed`]): SQLite checkpoints the log and
+/// removes the `-wal` and `-shm` files when the last connection to the database closes, and a
+/// dropped pool's connections close on their own threads, which a process that exits right
+/// after does not wait for.
 #[derive(Debug)]
-struct Checkpointer(tokio::task::JoinHandle<()>);
+struct Checkpointer {
+    task: tokio::task::JoinHandle<()>,
+    pool: AnyPool,
+}
+
+/// The closes that dropping a store's last clone started, for [`Store::wait_dropped_closed`].
+static CLOSING: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// How many writable SQLite stores of this process are open (have a clone left).
+static OPEN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 impl Drop for Checkpointer {
     fn drop(&mut self) {
-        self.0.abort();
+        self.task.abort();
+        OPEN.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        if self.pool.is_closed() {
+            return;
+        }
+        // `Drop` cannot await: the close runs as a task of the runtime, which a process about
+        // to exit awaits with `Store::wait_dropped_closed`.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let pool = self.pool.clone();
+        let closing = runtime.spawn(async move { close_pool(&pool).await });
+        if let Ok(mut all) = CLOSING.lock() {
+            all.retain(|c| !c.is_finished());
+            all.push(closing);
+        }
     }
+}
+
+/// How long a close waits for connections still on their way back to the pool.
+const CLOSE_WAIT: Duration = Duration::from_secs(5);
+
+/// Closes the pool once the connections in use are back. A connection dropped by its last
+/// user goes back through a task of the runtime; `Pool::close` only closes the idle ones, and a
+/// connection merely dropped at exit is closed on its own thread after the process has gone
+/// (leaving the `-wal` and `-shm` files behind).
+async fn close_pool(pool: &AnyPool) {
+    let started = tokio::time::Instant::now();
+    while pool.size() > u32::try_from(pool.num_idle()).unwrap_or(u32::MAX)
+        && started.elapsed() < CLOSE_WAIT
+    {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    pool.close().await;
 }
 
 /// How often the background checkpoint runs.
@@ -298,7 +346,9 @@ const WAL_AUTOCHECKPOINT_PAGES: u32 = 16_384;
 
 impl Checkpointer {
     fn start(pool: AnyPool) -> Checkpointer {
-        Checkpointer(tokio::spawn(async move {
+        let for_drop = pool.clone();
+        OPEN.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        let task = tokio::spawn(async move {
             let mut every = tokio::time::interval(CHECKPOINT_EVERY);
             every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             every.tick().await;
@@ -313,37 +363,196 @@ impl Checkpointer {
                     .fetch_optional(&pool)
                     .await;
             }
-        }))
+        });
+        Checkpointer {
+            task,
+            pool: for_drop,
+        }
+    }
+}
+
+/// Serialises the processes opening one SQLite store while its schema is brought up to date:
+/// an exclusive `flock` on the directory that holds the database, released on drop. The
+/// directory rather than the file: closing a descriptor of the database file would drop the
+/// POSIX locks SQLite's own connections in this process hold on it.
+struct MigrationLock {
+    _held: Option<std::fs::File>,
+}
+
+impl MigrationLock {
+    async fn take(url: &StoreUrl, mode: OpenMode) -> StoreResult<MigrationLock> {
+        let StoreUrl::Sqlite { path } = url else {
+            // PostgreSQL: sqlx's migrator takes `pg_advisory_lock` around the migrations.
+            return Ok(MigrationLock { _held: None });
+        };
+        let dir = match path.parent().filter(|dir| !dir.as_os_str().is_empty()) {
+            Some(dir) => dir.to_path_buf(),
+            None => std::path::PathBuf::from("."),
+        };
+        if mode == OpenMode::Create {
+            std::fs::create_dir_all(&dir).map_err(|source| StoreError::CreateDir {
+                path: dir.clone(),
+                source,
+            })?;
+        }
+        let locked = tokio::task::spawn_blocking(move || {
+            let file = std::fs::File::open(&dir)?;
+            file.lock()?;
+            Ok::<_, std::io::Error>(file)
+        })
+        .await
+        .map_err(|e| std::io::Error::other(e.to_string()))
+        .and_then(|locked| locked)
+        .map_err(|source| StoreError::Lock {
+            path: path.clone(),
+            source,
+        })?;
+        Ok(MigrationLock {
+            _held: Some(locked),
+        })
     }
 }
 
 /// How long a SQLite writer waits for the lock before giving up.
 const SQLITE_BUSY_TIMEOUT_MS: u32 = 10_000;
 
+/// How a store is opened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpenMode {
+    /// For commands that write: a SQLite store that does not exist yet is created (with its
+    /// directory), and the schema is brought up to date.
+    Create,
+    /// For commands that only read: the store must exist (a SQLite file that does not is
+    /// [`StoreError::NotFound`], nothing is created). A SQLite store that cannot be written
+    /// (a read-only file, directory or file system) is opened read-only, unmigrated.
+    Existing,
+}
+
+/// Whether a SQLite connection may write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Access {
+    ReadWrite,
+    ReadOnly,
+    /// Read-only where SQLite cannot even create its shared-memory file beside the database (a
+    /// read-only directory or file system): the file is taken not to change while it is open.
+    Immutable,
+}
+
+/// The settings every SQLite connection gets (the pool's and the one that opens the store).
+async fn sqlite_setup(conn: &mut AnyConnection, access: Access) -> Result<(), sqlx::Error> {
+    // First, so that the statements below wait for a lock another process holds.
+    let busy = format!("PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}");
+    conn.execute(sqlx::AssertSqlSafe(busy)).await?;
+    if access == Access::ReadWrite {
+        // WAL: readers never block the writer. NORMAL is durable across process crashes (a
+        // power cut may lose the last commits, never corrupt).
+        conn.execute("PRAGMA journal_mode = WAL").await?;
+    }
+    conn.execute("PRAGMA synchronous = NORMAL").await?;
+    conn.execute("PRAGMA foreign_keys = ON").await?;
+    // Pages are read straight from the file's mapping instead of copied in by a `pread` each
+    // time they leave the connection's small page cache.
+    conn.execute("PRAGMA mmap_size = 268435456").await?;
+    // Checkpoints are the background task's (see `Checkpointer`).
+    let pages = format!("PRAGMA wal_autocheckpoint = {WAL_AUTOCHECKPOINT_PAGES}");
+    conn.execute(sqlx::AssertSqlSafe(pages)).await?;
+    // A query that reads the schema fails here, not later, on a file that is not a database
+    // or is corrupt at its start.
+    conn.execute("SELECT count(*) FROM sqlite_schema").await?;
+    Ok(())
+}
+
+/// The settings every PostgreSQL connection gets.
+async fn postgres_setup(conn: &mut AnyConnection) -> Result<(), sqlx::Error> {
+    // The claim reads queued jobs down the `jobs_queued` index in claim order and stops after
+    // the few it takes. Statistics taken before a burst of submits make the planner expect a
+    // handful of queued rows, and it then prefers a bitmap scan of every queued job followed by
+    // a sort: a cost that grows with the backlog. Every query of the store is a lookup by key or
+    // a range down an index, so bitmap scans are never the better plan here.
+    conn.execute("SET enable_bitmapscan = off").await?;
+    Ok(())
+}
+
+/// The SQLite errors after which a store cannot be used until a person acts: the file is
+/// corrupt or not a database, it cannot be written, or it cannot be opened.
+pub(crate) const SQLITE_UNUSABLE: [i64; 4] = [
+    8,  // SQLITE_READONLY
+    11, // SQLITE_CORRUPT
+    14, // SQLITE_CANTOPEN
+    26, // SQLITE_NOTADB
+];
+
+/// The primary SQLite result code of a database error (extended codes carry it in their low
+/// byte).
+pub(crate) fn sqlite_code(e: &sqlx::Error) -> Option<i64> {
+    let sqlx::Error::Database(db) = e else {
+        return None;
+    };
+    db.code()?.parse::<i64>().ok().map(|code| code & 0xff)
+}
+
 impl Store {
     /// Opens the store and brings its schema up to date (migrations are idempotent: an
-    /// up-to-date database is left alone, an older one is upgraded in place).
+    /// up-to-date database is left alone, an older one is upgraded in place). A SQLite store
+    /// that does not exist is created ([`OpenMode::Create`]).
     pub async fn open(url: &StoreUrl) -> StoreResult<Store> {
         Store::open_with(url, PoolSize::Shared).await
     }
 
     /// [`Store::open`] with a pool of `size`.
+    ///
+    /// Any number of processes may open the same new store at once: the migrations are applied
+    /// by one of them while the others wait, and those then find the schema current. On SQLite
+    /// the openers take an exclusive `flock` on the database's directory for the connection and
+    /// the migrations; on PostgreSQL the migrator holds an advisory lock (`pg_advisory_lock`)
+    /// while it applies them.
     pub async fn open_with(url: &StoreUrl, size: PoolSize) -> StoreResult<Store> {
-        let store = Store::connect_with(url, size).await?;
-        store.migrate_to(SCHEMA_VERSION).await?;
-        Ok(store)
+        Store::open_in(url, size, OpenMode::Create).await
     }
 
-    /// Opens the store without migrating it.
+    /// Opens a store that must exist already ([`OpenMode::Existing`]): for commands that only
+    /// read. A SQLite store that cannot be written is opened read-only.
+    pub async fn open_existing(url: &StoreUrl, size: PoolSize) -> StoreResult<Store> {
+        Store::open_in(url, size, OpenMode::Existing).await
+    }
+
+    /// Opens the store in `mode`. A store that cannot be opened fails at once with the
+    /// database's own reason (a corrupt or read-only file, a refused connection), not after the
+    /// pool's acquire timeout.
+    pub async fn open_in(url: &StoreUrl, size: PoolSize, mode: OpenMode) -> StoreResult<Store> {
+        if mode == OpenMode::Existing
+            && let StoreUrl::Sqlite { path } = url
+            && !path.is_file()
+        {
+            return Err(StoreError::NotFound {
+                url: url.to_string(),
+                origin: None,
+            });
+        }
+        let _lock = MigrationLock::take(url, mode).await?;
+        Store::connect_in(url, size, mode, true).await
+    }
+
+    /// Opens the store without migrating it (creating a SQLite file that does not exist).
     pub async fn connect(url: &StoreUrl) -> StoreResult<Store> {
-        Store::connect_with(url, PoolSize::Shared).await
+        Store::connect_in(url, PoolSize::Shared, OpenMode::Create, false).await
     }
 
-    async fn connect_with(url: &StoreUrl, size: PoolSize) -> StoreResult<Store> {
+    /// Connects once directly (so that an error comes at once, with its cause), applies the
+    /// migrations on that connection when `migrate` (and the store is writable), then builds
+    /// the pool, whose connections open as they are needed.
+    async fn connect_in(
+        url: &StoreUrl,
+        size: PoolSize,
+        mode: OpenMode,
+        migrate: bool,
+    ) -> StoreResult<Store> {
         install_default_drivers();
         let backend = match url {
             StoreUrl::Sqlite { path } => {
-                if let Some(dir) = path.parent().filter(|dir| !dir.as_os_str().is_empty()) {
+                if mode == OpenMode::Create
+                    && let Some(dir) = path.parent().filter(|dir| !dir.as_os_str().is_empty())
+                {
                     std::fs::create_dir_all(dir).map_err(|source| StoreError::CreateDir {
                         path: dir.to_path_buf(),
                         source,
@@ -353,33 +562,78 @@ impl Store {
             }
             StoreUrl::Postgres { .. } => Backend::Postgres,
         };
+        let connect_error = |source| StoreError::Connect {
+            url: url.to_string(),
+            source,
+        };
+        let (mut first, access) =
+            match Store::first_connection(url, backend, Access::ReadWrite).await {
+                Ok(conn) => (conn, Access::ReadWrite),
+                Err(e)
+                    if backend == Backend::Sqlite
+                        && mode == OpenMode::Existing
+                        && matches!(sqlite_code(&e), Some(8 | 14)) =>
+                {
+                    // Not writable here: a reader can still read it.
+                    match Store::first_connection(url, backend, Access::ReadOnly).await {
+                        Ok(conn) => (conn, Access::ReadOnly),
+                        Err(_) => {
+                            match Store::first_connection(url, backend, Access::Immutable).await {
+                                Ok(conn) => (conn, Access::Immutable),
+                                Err(_) => return Err(connect_error(e)),
+                            }
+                        }
+                    }
+                }
+                Err(e) => {
+                    if let StoreUrl::Sqlite { path } = url
+                        && matches!(sqlite_code(&e), Some(8 | 14))
+                        && let Err(source) = std::fs::OpenOptions::new().append(true).open(path)
+                    {
+                        return Err(StoreError::ReadOnly {
+                            url: url.to_string(),
+                            source,
+                        });
+                    }
+                    return Err(connect_error(e));
+                }
+            };
+        if migrate && access == Access::ReadWrite {
+            let migrated = migrator(backend, SCHEMA_VERSION)
+                .run_to(SCHEMA_VERSION, &mut first)
+                .await
+                .map_err(|source| StoreError::Migrate {
+                    url: url.to_string(),
+                    source,
+                });
+            if let Err(e) = migrated {
+                let _ = first.close().await;
+                return Err(e);
+            }
+        }
+        first.close().await.map_err(connect_error)?;
+
         let mut options = AnyPoolOptions::new()
             .max_connections(size.max_connections(backend))
-            .acquire_timeout(Duration::from_secs(30));
+            .acquire_timeout(Duration::from_secs(30))
+            // A connection given back inside a transaction that could not be ended (a COMMIT
+            // and then its ROLLBACK failed: a full disk, a server gone) is closed, never
+            // pooled: its next user would find it in that transaction.
+            .after_release(|conn, _meta| {
+                Box::pin(async move {
+                    if conn.is_in_transaction() {
+                        // A dropped transaction's rollback is queued: let it run, then look.
+                        conn.ping().await?;
+                    }
+                    Ok(!conn.is_in_transaction())
+                })
+            });
         if backend == Backend::Sqlite {
             // A connection to a file does not go stale: no ping before each use (a round
             // trip to the connection's thread per query).
             options = options
                 .test_before_acquire(false)
-                .after_connect(|conn, _meta| {
-                    Box::pin(async move {
-                        // WAL: readers never block the writer. NORMAL is durable across process
-                        // crashes (a power cut may lose the last commits, never corrupt).
-                        conn.execute("PRAGMA journal_mode = WAL").await?;
-                        conn.execute("PRAGMA synchronous = NORMAL").await?;
-                        conn.execute("PRAGMA foreign_keys = ON").await?;
-                        // Pages are read straight from the file's mapping instead of copied in
-                        // by a `pread` each time they leave the connection's small page cache.
-                        conn.execute("PRAGMA mmap_size = 268435456").await?;
-                        // Checkpoints are the background task's (see `Checkpointer`).
-                        let pages =
-                            format!("PRAGMA wal_autocheckpoint = {WAL_AUTOCHECKPOINT_PAGES}");
-                        conn.execute(sqlx::AssertSqlSafe(pages)).await?;
-                        let busy = format!("PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}");
-                        conn.execute(sqlx::AssertSqlSafe(busy)).await?;
-                        Ok(())
-                    })
-                });
+                .after_connect(move |conn, _meta| Box::pin(sqlite_setup(conn, access)));
         } else {
             // A ping before each use is a second round trip per statement. A connection used
             // within the last second is known to be alive (a server that went away since fails
@@ -395,30 +649,13 @@ impl Store {
                         Ok(true)
                     })
                 })
-                .after_connect(|conn, _meta| {
-                    Box::pin(async move {
-                        // The claim reads queued jobs down the `jobs_queued` index in claim
-                        // order and stops after the few it takes. Statistics taken before a
-                        // burst of submits make the planner expect a handful of queued rows,
-                        // and it then prefers a bitmap scan of every queued job followed by a
-                        // sort: a cost that grows with the backlog. Every query of the store
-                        // is a lookup by key or a range down an index, so bitmap scans are
-                        // never the better plan here.
-                        conn.execute("SET enable_bitmapscan = off").await?;
-                        Ok(())
-                    })
-                });
+                .after_connect(|conn, _meta| Box::pin(postgres_setup(conn)));
         }
-        let pool =
-            options
-                .connect(&url.driver_url())
-                .await
-                .map_err(|source| StoreError::Connect {
-                    url: url.to_string(),
-                    source,
-                })?;
-        let checkpointer =
-            (backend == Backend::Sqlite).then(|| Arc::new(Checkpointer::start(pool.clone())));
+        let pool = options
+            .connect_lazy(&url.driver_url(access))
+            .map_err(connect_error)?;
+        let checkpointer = (backend == Backend::Sqlite && access == Access::ReadWrite)
+            .then(|| Arc::new(Checkpointer::start(pool.clone())));
         Ok(Store {
             pool,
             backend,
@@ -428,6 +665,26 @@ impl Store {
             url: url.clone(),
             _checkpointer: checkpointer,
         })
+    }
+
+    /// One connection, set up as the pool's are.
+    async fn first_connection(
+        url: &StoreUrl,
+        backend: Backend,
+        access: Access,
+    ) -> Result<AnyConnection, sqlx::Error> {
+        let mut conn = AnyConnection::connect(&url.driver_url(access)).await?;
+        let setup = match backend {
+            Backend::Sqlite => sqlite_setup(&mut conn, access).await,
+            Backend::Postgres => postgres_setup(&mut conn).await,
+        };
+        match setup {
+            Ok(()) => Ok(conn),
+            Err(e) => {
+                let _ = conn.close_hard().await;
+                Err(e)
+            }
+        }
     }
 
     /// Applies the embedded migrations up to `version` (tests use it to build an old
@@ -474,9 +731,41 @@ impl Store {
         &self.url
     }
 
-    /// Closes every connection (waits for queries in flight).
+    /// Closes every connection (waits for queries in flight). On SQLite the last connection to
+    /// close checkpoints the write-ahead log and removes the `-wal` and `-shm` files. Dropping
+    /// the last clone of a store closes it the same way.
     pub async fn close(&self) {
-        self.pool.close().await;
+        if let Some(checkpointer) = &self._checkpointer {
+            checkpointer.task.abort();
+        }
+        close_pool(&self.pool).await;
+    }
+
+    /// Waits until the stores whose last clone was dropped without [`Store::close`] are
+    /// closed, and (for at most [`CLOSE_WAIT`]) until the clones that tasks still hold are
+    /// dropped too: a background task notices that its work is over at its next turn. A process
+    /// awaits it before it exits (the CLI does after every command), so that SQLite removes the
+    /// `-wal` and `-shm` files.
+    pub async fn wait_dropped_closed() {
+        let started = tokio::time::Instant::now();
+        loop {
+            let closing = CLOSING
+                .lock()
+                .map(|mut all| std::mem::take(&mut *all))
+                .unwrap_or_default();
+            let none_closing = closing.is_empty();
+            for close in closing {
+                let _ = close.await;
+            }
+            if none_closing {
+                if OPEN.load(std::sync::atomic::Ordering::Acquire) == 0
+                    || started.elapsed() >= CLOSE_WAIT
+                {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        }
     }
 
     pub(crate) async fn begin_write(&self) -> StoreResult<Transaction<'static, Any>> {

@@ -49,10 +49,16 @@ impl StoreUrl {
     }
 
     /// The URL the driver connects to. SQLite files are opened read-write and created when
-    /// missing.
-    pub(crate) fn driver_url(&self) -> String {
+    /// missing, or read-only.
+    pub(crate) fn driver_url(&self, access: crate::store::Access) -> String {
         match self {
-            StoreUrl::Sqlite { path } => format!("sqlite://{}?mode=rwc", path.display()),
+            StoreUrl::Sqlite { path } => match access {
+                crate::store::Access::ReadWrite => format!("sqlite://{}?mode=rwc", path.display()),
+                crate::store::Access::ReadOnly => format!("sqlite://{}?mode=ro", path.display()),
+                crate::store::Access::Immutable => {
+                    format!("sqlite://{}?mode=ro&immutable=true", path.display())
+                }
+            },
             StoreUrl::Postgres { url } => url.clone(),
         }
     }

@@ -1040,3 +1040,42 @@ async fn sqlite_checkpoints_its_log_in_the_background() {
     }
     assert_eq!(stored_seqs(&store, id, 0).await.len(), 1_000);
 }
+
+/// SQLite removes the write-ahead log when the last connection closes: after `close`, and
+/// after the last clone is dropped once the dropped stores are waited for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closing_or_dropping_a_sqlite_store_removes_its_wal_files() {
+    let db = common::Db::sqlite();
+    let StoreUrl::Sqlite { path } = &db.url else {
+        unreachable!()
+    };
+    let side_files = || {
+        ["-wal", "-shm"]
+            .into_iter()
+            .filter(|suffix| {
+                let mut name = path.clone().into_os_string();
+                name.push(suffix);
+                std::path::Path::new(&name).exists()
+            })
+            .collect::<Vec<_>>()
+    };
+    let store = db.open().await;
+    store
+        .submit(NewJob::new("default", "closed", "alice"))
+        .await
+        .unwrap();
+    assert_eq!(side_files(), vec!["-wal", "-shm"]);
+    store.close().await;
+    assert_eq!(side_files(), Vec::<&str>::new());
+
+    let store = db.open().await;
+    let clone = store.clone();
+    store
+        .submit(NewJob::new("default", "dropped", "alice"))
+        .await
+        .unwrap();
+    drop(store);
+    drop(clone);
+    Store::wait_dropped_closed().await;
+    assert_eq!(side_files(), Vec::<&str>::new());
+}

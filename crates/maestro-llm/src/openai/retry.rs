@@ -223,7 +223,7 @@ mod tests {
     }
 
     #[test]
-    fn provider_message_prefers_the_error_text() {
+    fn provider_message_prefers_the_error_chain() {
         assert_eq!(
             provider_message(r#"{"error":{"message":"model not found","type":"x"}}"#),
             "model not found"

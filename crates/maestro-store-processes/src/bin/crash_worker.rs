@@ -1,4 +1,4 @@
-//! The child process of the store's kill -9 tests (not a user tool): claims one job from the
+//! The child process of the store's kill -9 test (test support, not shipped): claims one job from the
 //! store at `URL`, then appends events two at a time, one transaction per pair, renewing its
 //! lease between pairs and printing `committed N` after each commit, until it is killed.
 //!

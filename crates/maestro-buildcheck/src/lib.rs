@@ -1,0 +1,80 @@
+//! Checks that build scripts share: whether PostgreSQL's `initdb` is installed.
+//!
+//! A crate whose tests run on a real PostgreSQL cluster calls [`check_postgres`] from its
+//! build script (as a build dependency): when `initdb` is missing the build is marked
+//! `no_postgres`, and the PostgreSQL tests (`#[cfg_attr(no_postgres, ignore = "…")]`) show as
+//! ignored with the install command instead of failing or passing unseen.
+
+use std::path::Path;
+
+/// Prints the cargo directives of the check: declares the `no_postgres` cfg, sets it when
+/// neither `$MAESTRO_PG_BIN/initdb` nor Debian's `/usr/lib/postgresql/*/bin/initdb` exists (with
+/// a build warning naming the package to install), and asks for a rerun when either changes.
+pub fn check_postgres() {
+    println!("cargo::rustc-check-cfg=cfg(no_postgres)");
+    println!("cargo::rerun-if-env-changed=MAESTRO_PG_BIN");
+    println!("cargo::rerun-if-changed=/usr/lib/postgresql");
+    if !postgres_installed() {
+        println!("cargo::rustc-cfg=no_postgres");
+        println!(
+            "cargo::warning=PostgreSQL is not installed: the PostgreSQL tests will be \
+             ignored (apt-get install postgresql, or scripts/prerequisites.sh)"
+        );
+    }
+}
+
+/// True when `initdb` is found in `$MAESTRO_PG_BIN` or under `/usr/lib/postgresql/*/bin`.
+pub fn postgres_installed() -> bool {
+    let from_env = std::env::var_os("MAESTRO_PG_BIN")
+        .is_some_and(|dir| Path::new(&dir).join("initdb").exists());
+    let from_debian = std::fs::read_dir("/usr/lib/postgresql").is_ok_and(|versions| {
+        versions
+            .flatten()
+            .any(|version| version.path().join("bin/initdb").exists())
+    });
+    from_env || from_debian
+}
+
+/// Marks the build `no_mount` when this user cannot mount a size-limited tmpfs (not root, or no
+/// `CAP_SYS_ADMIN` in a container), so the tests that fill or write-protect a file system show
+/// as ignored with the reason. It mounts and unmounts a 64 KiB tmpfs under `OUT_DIR` to find
+/// out.
+pub fn check_mount() {
+    println!("cargo::rustc-check-cfg=cfg(no_mount)");
+    if !can_mount_tmpfs() {
+        println!("cargo::rustc-cfg=no_mount");
+        println!(
+            "cargo::warning=cannot mount a tmpfs here (needs root or CAP_SYS_ADMIN): the tests \
+             that fill or write-protect a file system will be ignored"
+        );
+    }
+}
+
+fn can_mount_tmpfs() -> bool {
+    let Some(out) = std::env::var_os("OUT_DIR") else {
+        return false;
+    };
+    let probe = Path::new(&out).join("mount-probe");
+    if std::fs::create_dir_all(&probe).is_err() {
+        return false;
+    }
+    let run = |program: &str, args: &[&std::ffi::OsStr]| {
+        std::process::Command::new(program)
+            .args(args)
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|status| status.success())
+    };
+    let mounted = run(
+        "mount",
+        &[
+            "-t".as_ref(),
+            "tmpfs".as_ref(),
+            "-o".as_ref(),
+            "size=64k".as_ref(),
+            "tmpfs".as_ref(),
+            probe.as_os_str(),
+        ],
+    );
+    mounted && run("umount", &[probe.as_os_str()])
+}

@@ -446,12 +446,16 @@ fn run_spec(
         suspend,
         answers,
     } = parts;
-    let record = RunRecord::open(
+    let mut record = RunRecord::open(
         &config.paths.runs_dir,
         &claimed.job.id.to_string(),
         workspace.as_deref(),
     )
     .map_err(|e| Ended::Broken(format!("record_error: {e}")))?;
+    if claimed.job.parent_id.is_some() {
+        // A subtask's workspace (`subtasks/<n>/` of its parent's) is made for it, not named.
+        record.workspace_kind = maestro_tools::WorkspaceKind::Job;
+    }
     let jsonl = JsonlLog::rewrite(&record.events_path(), &history).map_err(|e| {
         Ended::Broken(format!(
             "record_error: cannot write {}: {e}",

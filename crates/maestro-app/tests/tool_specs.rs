@@ -36,6 +36,7 @@ async fn everything(skills: &std::path::Path) -> Bench {
     prepare_workspace(dir.path()).unwrap();
     let ctx = ToolContext {
         workspace: dir.path().to_path_buf(),
+        workspace_kind: maestro_tools::WorkspaceKind::Job,
         // Write and Edit are offered.
         edit: true,
         // Bash refuses every program before running anything.

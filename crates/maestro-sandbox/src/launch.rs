@@ -8,16 +8,13 @@ use std::io::{Seek, SeekFrom, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
-
-use tokio_util::sync::CancellationToken;
 
 use super::SandboxConfig;
 use super::cgroup::CommandCgroups;
 use super::child::{ChildSetup, Limit};
 use super::process::Job;
 use super::seccomp::{self, Network};
-use super::{Confinement, SandboxError, bwrap, landlock_fs, setid};
+use super::{Command, Confinement, RunAs, SandboxError, bwrap, landlock_fs, setid};
 
 const MIB: u64 = 1 << 20;
 
@@ -49,16 +46,24 @@ static SCRATCH_SEQ: AtomicU64 = AtomicU64::new(0);
 /// with `writable` (absolute directories inside `root`) writable.
 pub(crate) fn prepare<'a>(
     config: &SandboxConfig,
-    root: &Path,
-    writable: &[PathBuf],
-    command: &str,
     confinement: Confinement,
-    timeout: Duration,
-    cancel: &'a CancellationToken,
+    command: Command<'a>,
 ) -> Result<Launch<'a>, SandboxError> {
+    let Command {
+        root,
+        writable,
+        line: command,
+        run_as,
+        timeout,
+        cancel,
+    } = command;
     let memory = config.memory_mb.saturating_mul(MIB);
     let cgroups = CommandCgroups::create(config.max_processes, Some(memory));
-    let drop_to = running_as_root().then_some((config.uid, config.gid));
+    let drop_to = match (running_as_root(), run_as) {
+        (false, _) => None,
+        (true, RunAs::SandboxUser) => Some((config.uid, config.gid)),
+        (true, RunAs::RootOwner) => Some(setid::owner(root)?),
+    };
     let mut limits = vec![
         Limit::FileSize(config.file_mb.saturating_mul(MIB)),
         Limit::CpuSeconds(config.cpu_secs.max(1)),
@@ -71,7 +76,13 @@ pub(crate) fn prepare<'a>(
         limits.push(Limit::Processes(u64::from(config.max_processes)));
     }
     if let Some((uid, gid)) = drop_to {
-        setid::grant(root, writable, uid, gid)?;
+        // The owner of a named directory already has its files; only the sandbox user is
+        // handed the writable directories.
+        let handed = match run_as {
+            RunAs::SandboxUser => writable,
+            RunAs::RootOwner => &[],
+        };
+        setid::grant(root, handed, uid, gid)?;
     }
     let shell: Vec<OsString> = vec!["/bin/sh".into(), "-c".into(), command.into()];
     let mut keep = Keep::default();

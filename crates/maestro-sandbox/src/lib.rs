@@ -81,6 +81,18 @@ pub struct SandboxConfig {
     pub output_cap_bytes: usize,
 }
 
+/// Whom the command runs as when Maestro runs as root (otherwise it runs as Maestro's own user).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RunAs {
+    /// The sandbox user ([`SandboxConfig::uid`]/`gid`); the writable directories are handed to
+    /// it before the command runs. For directories Maestro made.
+    #[default]
+    SandboxUser,
+    /// The user who owns `root`: for a directory someone named, whose files must keep their
+    /// owner, so nothing changes hands. Refused when that user is root.
+    RootOwner,
+}
+
 /// One command to run: where, what may be written, and for how long.
 #[derive(Debug, Clone, Copy)]
 pub struct Command<'a> {
@@ -92,6 +104,8 @@ pub struct Command<'a> {
     pub writable: &'a [PathBuf],
     /// The shell command line (`/bin/sh -c`).
     pub line: &'a str,
+    /// Whom it runs as when Maestro runs as root.
+    pub run_as: RunAs,
     pub timeout: Duration,
     /// Stops the command and everything it started.
     pub cancel: &'a CancellationToken,
@@ -113,16 +127,7 @@ pub async fn run(
     confinement: Confinement,
     command: Command<'_>,
 ) -> Result<Finished, RunError> {
-    let launch = launch::prepare(
-        config,
-        command.root,
-        command.writable,
-        command.line,
-        confinement,
-        command.timeout,
-        command.cancel,
-    )
-    .map_err(RunError::Sandbox)?;
+    let launch = launch::prepare(config, confinement, command).map_err(RunError::Sandbox)?;
     let finished = process::run(launch.job).await;
     drop(launch.keep);
     finished.map_err(RunError::Start)
@@ -168,6 +173,11 @@ pub enum SandboxError {
     },
     #[error("{0}")]
     Unreachable(String),
+    #[error(
+        "Maestro runs as root and the workspace {} belongs to root. Bash never runs commands as root, and in a directory you named it does not hand your files to the sandbox user; change the directory's owner to the user commands should run as (`chown -R USER {}`), or run Maestro as that user",
+        .0.display(), .0.display()
+    )]
+    RootOwned(PathBuf),
 }
 
 /// Why the sandbox a mode asks for cannot be had here.
@@ -296,15 +306,15 @@ async fn run_probe(config: &SandboxConfig, confinement: Confinement) -> Result<(
     let result = async {
         let root = std::fs::canonicalize(&dir).map_err(ProbeError::Directory)?;
         let cancel = CancellationToken::new();
-        let job = launch::prepare(
-            config,
-            &root,
-            &[],
-            "true",
-            confinement,
-            Duration::from_secs(10),
-            &cancel,
-        )?;
+        let command = Command {
+            root: &root,
+            writable: &[],
+            line: "true",
+            run_as: RunAs::SandboxUser,
+            timeout: Duration::from_secs(10),
+            cancel: &cancel,
+        };
+        let job = launch::prepare(config, confinement, command)?;
         let finished = process::run(job.job).await.map_err(ProbeError::Start)?;
         match finished.ending {
             Ending::Exited(0) => Ok(()),

@@ -12,6 +12,19 @@ use super::SandboxError;
 /// does not stall the next call).
 const WALK_LIMIT: usize = 200_000;
 
+/// The user and group owning `root`, to run commands as in a directory someone named; refused
+/// when that is root.
+pub(crate) fn owner(root: &Path) -> Result<(u32, u32), SandboxError> {
+    let meta = std::fs::metadata(root).map_err(SandboxError::io(format!(
+        "cannot inspect the workspace {}",
+        root.display()
+    )))?;
+    if meta.uid() == 0 {
+        return Err(SandboxError::RootOwned(root.to_path_buf()));
+    }
+    Ok((meta.uid(), meta.gid()))
+}
+
 /// Makes the workspace reachable by `uid` and its writable directories owned by it. Refuses a
 /// workspace under a directory the sandbox user cannot traverse, rather than opening up the
 /// operator's directories.

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use maestro_sandbox::{Confinement, Ending, Finished, PathPolicy, PathRules};
+use maestro_sandbox::{Confinement, Ending, Finished, PathPolicy, PathRules, RunAs};
 use schemars::JsonSchema;
 use serde::Deserialize;
 
@@ -14,7 +14,7 @@ use crate::config::ToolsConfig;
 use crate::core::open_workspace;
 use crate::input::truncation_marker;
 use crate::workspace::{Workspace, WorkspaceError};
-use crate::{ToolContext, ToolOutput, TypedTool};
+use crate::{ToolContext, ToolOutput, TypedTool, WorkspaceKind};
 
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct BashInput {
@@ -69,9 +69,10 @@ pub async fn run_bash(
     };
     // Inside a kernel sandbox the kernel keeps paths in; without one, the parsed command's
     // literal paths are checked too (a weak second line, which is why that mode is "unsafe").
+    let may_write = ctx.writable_dirs(&config.writable_dirs);
     let rules = WorkspacePaths {
         workspace: ws,
-        writable_dirs: &config.writable_dirs,
+        writable_dirs: &may_write,
     };
     let paths = match confinement {
         Confinement::Bwrap | Confinement::Landlock => None,
@@ -83,7 +84,7 @@ pub async fn run_bash(
     if let Err(why) = maestro_sandbox::check_command(&input.command, allowed, paths) {
         return ToolOutput::error(format!("command refused: {why}"));
     }
-    let writable = match writable_dirs(ws, ctx.edit, &config.writable_dirs) {
+    let writable = match writable_dirs(ws, ctx.edit, &may_write) {
         Ok(w) => w,
         Err(e) => return ToolOutput::error(e.to_string()),
     };
@@ -95,6 +96,12 @@ pub async fn run_bash(
         root: ws.root(),
         writable: &writable,
         line: &input.command,
+        // In a directory the user named, a command that may write runs as its owner: handing
+        // the whole directory to the sandbox user would change the owner of every file in it.
+        run_as: match (ctx.workspace_kind, ctx.edit) {
+            (WorkspaceKind::Named, true) => RunAs::RootOwner,
+            _ => RunAs::SandboxUser,
+        },
         timeout,
         cancel: &ctx.cancel,
     };

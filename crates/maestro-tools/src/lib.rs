@@ -33,7 +33,7 @@ pub use core::{blocking, off_runtime, open_workspace};
 pub use registry::{EDIT_TOOLS, META_TOOLS, Registry, is_offered};
 pub use tool::{
     BoxFuture, CancellationToken, ChecklistItem, RunScratch, Tool, ToolContext, ToolOutput,
-    TypedTool,
+    TypedTool, WorkspaceKind,
 };
 pub use workspace::{
     ResolvedPath, SANDBOX_WORKSPACE, WORKSPACE_DIRS, Workspace, WorkspaceError, prepare_workspace,

@@ -30,6 +30,7 @@ impl Bench {
         prepare_workspace(dir.path()).unwrap();
         let ctx = ToolContext {
             workspace: dir.path().to_path_buf(),
+            workspace_kind: maestro_tools::WorkspaceKind::Job,
             edit: false,
             allowed_commands: None,
             allowed_ssh_connections: None,

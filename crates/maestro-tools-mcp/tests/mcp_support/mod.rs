@@ -93,6 +93,7 @@ impl HttpServer {
 pub fn ctx() -> ToolContext {
     ToolContext {
         workspace: std::env::temp_dir(),
+        workspace_kind: maestro_tools::WorkspaceKind::Job,
         edit: false,
         allowed_commands: None,
         allowed_ssh_connections: None,

@@ -71,6 +71,7 @@ impl Tools {
         let tool = self.tools.iter().find(|t| t.spec().name == name).unwrap();
         let ctx = ToolContext {
             workspace: workspace.to_path_buf(),
+            workspace_kind: maestro_tools::WorkspaceKind::Job,
             edit,
             allowed_commands: None,
             allowed_ssh_connections: allowed.map(|l| l.iter().map(|s| s.to_string()).collect()),

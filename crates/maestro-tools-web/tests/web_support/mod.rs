@@ -143,6 +143,7 @@ pub fn tool(tools: &[Arc<dyn Tool>], name: &str) -> Arc<dyn Tool> {
 pub fn ctx(workspace: &std::path::Path) -> ToolContext {
     ToolContext {
         workspace: workspace.to_path_buf(),
+        workspace_kind: maestro_tools::WorkspaceKind::Job,
         edit: false,
         allowed_commands: None,
         allowed_ssh_connections: None,

@@ -1,6 +1,7 @@
 //! What the child process does between `fork` and `exec`: join its cgroups, take its resource
-//! limits, keep the seccomp program descriptors bubblewrap reads, drop root for the sandbox
-//! user, and — in the landlock fallback — confine itself with landlock and seccomp.
+//! limits, keep the seccomp program descriptors bubblewrap reads, show the workspace where the
+//! sandbox user can reach it, drop root for the sandbox user, and — in the landlock fallback —
+//! confine itself with landlock and seccomp.
 //!
 //! Everything here runs in a forked copy of a multi-threaded process, so it uses only
 //! async-signal-safe system calls on data prepared by the parent: no allocation, no locks.
@@ -25,6 +26,19 @@ pub(crate) enum Limit {
     NoCore,
 }
 
+/// A workspace under directories the sandbox user cannot traverse, bound (recursively) onto an
+/// empty directory it can reach, in a mount namespace of the child's own: the host sees no
+/// mount, and nothing above the workspace is opened to anyone.
+#[derive(Debug)]
+pub(crate) struct View {
+    /// The workspace.
+    pub source: CString,
+    /// The empty directory it is shown at.
+    pub target: CString,
+    /// Whether the command starts in `target` (the fallbacks; bubblewrap chooses its own).
+    pub chdir: bool,
+}
+
 /// The child's setup, prepared by the parent.
 #[derive(Debug, Default)]
 pub(crate) struct ChildSetup {
@@ -34,6 +48,8 @@ pub(crate) struct ChildSetup {
     pub inherit: Vec<RawFd>,
     /// `(uid, gid)` to switch to when Maestro runs as root.
     pub drop_to: Option<(u32, u32)>,
+    /// The workspace shown at a path the sandbox user can reach, while still root.
+    pub view: Option<View>,
     /// Landlock ruleset to restrict the child to (the fallback sandbox).
     pub landlock: Option<OwnedFd>,
     /// Seccomp programs to install in the child itself (the fallback; bubblewrap installs them
@@ -63,6 +79,9 @@ impl ChildSetup {
         }
         for fd in &self.inherit {
             keep_open(*fd)?;
+        }
+        if let Some(view) = &self.view {
+            show(view)?;
         }
         if let Some((uid, gid)) = self.drop_to {
             drop_privileges(uid, gid)?;
@@ -126,6 +145,42 @@ fn keep_open(fd: RawFd) -> std::io::Result<()> {
     // SAFETY: fcntl on a descriptor number has no memory effects.
     if unsafe { libc::fcntl(fd, libc::F_SETFD, 0) } != 0 {
         return Err(last_error());
+    }
+    Ok(())
+}
+
+#[allow(unsafe_code)]
+fn show(view: &View) -> std::io::Result<()> {
+    // SAFETY: unshare takes flags; mount and chdir read NUL-terminated strings the parent
+    // prepared (or a static one) and null data pointers.
+    unsafe {
+        if libc::unshare(libc::CLONE_NEWNS) != 0 {
+            return Err(last_error());
+        }
+        // Mounts made from here on stay in this namespace.
+        if libc::mount(
+            std::ptr::null(),
+            c"/".as_ptr(),
+            std::ptr::null(),
+            libc::MS_REC | libc::MS_PRIVATE,
+            std::ptr::null(),
+        ) != 0
+        {
+            return Err(last_error());
+        }
+        if libc::mount(
+            view.source.as_ptr(),
+            view.target.as_ptr(),
+            std::ptr::null(),
+            libc::MS_BIND | libc::MS_REC,
+            std::ptr::null(),
+        ) != 0
+        {
+            return Err(last_error());
+        }
+        if view.chdir && libc::chdir(view.target.as_ptr()) != 0 {
+            return Err(last_error());
+        }
     }
     Ok(())
 }

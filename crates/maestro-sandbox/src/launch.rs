@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::SandboxConfig;
 use super::cgroup::CommandCgroups;
-use super::child::{ChildSetup, Limit};
+use super::child::{ChildSetup, Limit, View};
 use super::process::Job;
 use super::seccomp::{self, Network};
 use super::{Command, Confinement, RunAs, SandboxError, bwrap, landlock_fs, setid};
@@ -25,17 +25,23 @@ pub(crate) struct Launch<'a> {
 }
 
 /// Resources held for the duration of one call: the seccomp program descriptors bubblewrap
-/// reads, and the private scratch directory of the landlock fallback (removed on drop).
+/// reads, the private scratch directory of the landlock fallback and the empty directory the
+/// workspace was shown at (removed on drop).
 #[derive(Default)]
 pub(crate) struct Keep {
     _seccomp: Vec<OwnedFd>,
     scratch: Option<PathBuf>,
+    pub view: Option<PathBuf>,
 }
 
 impl Drop for Keep {
     fn drop(&mut self) {
         if let Some(dir) = self.scratch.take() {
             let _ = std::fs::remove_dir_all(dir);
+        }
+        if let Some(dir) = self.view.take() {
+            // Only ever a mount point in the child's namespace: here it is empty.
+            let _ = std::fs::remove_dir(dir);
         }
     }
 }
@@ -75,6 +81,8 @@ pub(crate) fn prepare<'a>(
     if drop_to.is_some() && !cgroups.limits_pids() {
         limits.push(Limit::Processes(u64::from(config.max_processes)));
     }
+    let mut keep = Keep::default();
+    let mut view = None;
     if let Some((uid, gid)) = drop_to {
         // The owner of a named directory already has its files; only the sandbox user is
         // handed the writable directories.
@@ -82,14 +90,40 @@ pub(crate) fn prepare<'a>(
             RunAs::SandboxUser => writable,
             RunAs::RootOwner => &[],
         };
-        setid::grant(root, handed, uid, gid)?;
+        if !setid::grant(root, handed, uid, gid)? {
+            // A directory above the workspace is closed to the user the command runs as (a
+            // `mktemp -d` parent, a home directory): the command sees the workspace at a
+            // directory it can reach instead, bound there in the child's own mount namespace.
+            let target = view_dir()?;
+            keep.view = Some(target.clone());
+            view = Some((root.to_path_buf(), target));
+        }
     }
+    // Where the command finds the workspace and its writable directories (landlock's rules
+    // name the directories themselves, wherever they are shown).
+    let (shown_root, shown_writable): (&Path, Vec<PathBuf>) = match &view {
+        None => (root, writable.to_vec()),
+        Some((root, target)) => (
+            target,
+            writable
+                .iter()
+                .map(|w| target.join(w.strip_prefix(root).unwrap_or(w)))
+                .collect(),
+        ),
+    };
     let shell: Vec<OsString> = vec!["/bin/sh".into(), "-c".into(), command.into()];
-    let mut keep = Keep::default();
     let mut setup = ChildSetup {
         cgroup_procs: cgroups.procs_files(),
         limits,
         drop_to,
+        view: match &view {
+            Some((source, target)) => Some(View {
+                source: c_path(source)?,
+                target: c_path(target)?,
+                chdir: confinement != Confinement::Bwrap,
+            }),
+            None => None,
+        },
         ..ChildSetup::default()
     };
     let (argv, env, cwd) = match confinement {
@@ -100,9 +134,9 @@ pub(crate) fn prepare<'a>(
                 memfd_with(&seccomp::to_bytes(&filters.enosys))?,
             ];
             setup.inherit = fds.iter().map(AsRawFd::as_raw_fd).collect();
-            let refs: Vec<&Path> = writable.iter().map(PathBuf::as_path).collect();
+            let refs: Vec<&Path> = shown_writable.iter().map(PathBuf::as_path).collect();
             let argv = bwrap::argv(
-                root,
+                shown_root,
                 &refs,
                 &shell,
                 bwrap::Extras {
@@ -127,13 +161,20 @@ pub(crate) fn prepare<'a>(
                 setup.landlock = Some(landlock_fs::ruleset_fd(&reach)?);
                 setup.seccomp = Some(seccomp::filters(Network::UnixOnly)?);
             }
-            let mut env = bwrap::sandbox_env(&root.to_string_lossy());
+            let mut env = bwrap::sandbox_env(&shown_root.to_string_lossy());
             for (k, v) in &mut env {
                 if k == "TMPDIR" {
                     *v = scratch.to_string_lossy().into_owned();
                 }
             }
-            (shell, env, root.to_path_buf())
+            // With a view the child changes into it after mounting it (a working directory
+            // set before would be the empty directory underneath).
+            let cwd = if view.is_some() {
+                PathBuf::from("/")
+            } else {
+                root.to_path_buf()
+            };
+            (shell, env, cwd)
         }
     };
     Ok(Launch {
@@ -179,6 +220,33 @@ fn scratch_dir(owner: Option<(u32, u32)>) -> Result<PathBuf, SandboxError> {
         ))?;
     }
     Ok(dir)
+}
+
+/// An empty directory every user can traverse, for the child to show the workspace at.
+fn view_dir() -> Result<PathBuf, SandboxError> {
+    let dir = std::env::temp_dir().join(format!(
+        "maestro-bash-ws-{}-{}",
+        std::process::id(),
+        SCRATCH_SEQ.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir(&dir);
+    std::fs::create_dir(&dir).map_err(SandboxError::io(format!(
+        "cannot create {} to show the workspace at",
+        dir.display()
+    )))?;
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).map_err(
+        SandboxError::io(format!("cannot open {} to others", dir.display())),
+    )?;
+    Ok(dir)
+}
+
+fn c_path(path: &Path) -> Result<std::ffi::CString, SandboxError> {
+    use std::os::unix::ffi::OsStrExt;
+    std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(|_| SandboxError::Io {
+        what: format!("{} contains a NUL byte", path.display()),
+        source: std::io::Error::from(std::io::ErrorKind::InvalidInput),
+    })
 }
 
 /// An anonymous in-memory file holding `bytes`, positioned at its start.

@@ -128,9 +128,16 @@ pub async fn run(
     command: Command<'_>,
 ) -> Result<Finished, RunError> {
     let launch = launch::prepare(config, confinement, command).map_err(RunError::Sandbox)?;
+    let shown = launch.keep.view.is_some();
     let finished = process::run(launch.job).await;
     drop(launch.keep);
-    finished.map_err(RunError::Start)
+    finished.map_err(|e| match shown {
+        false => RunError::Start(e),
+        true => RunError::Sandbox(SandboxError::Unreachable {
+            workspace: command.root.to_path_buf(),
+            source: e,
+        }),
+    })
 }
 
 /// Which confinement a call runs under.
@@ -171,8 +178,16 @@ pub enum SandboxError {
         #[source]
         source: std::io::Error,
     },
-    #[error("{0}")]
-    Unreachable(String),
+    /// The sandbox user cannot traverse a directory above the workspace, and the workspace
+    /// could not be shown to it elsewhere (a private mount namespace needs `CAP_SYS_ADMIN`).
+    #[error(
+        "Maestro runs as root, so Bash runs commands as an unprivileged user, which cannot traverse the directories above the workspace {}; showing it the workspace in a mount namespace of its own failed ({source}). Put workspaces under a directory others can traverse (for example /srv/maestro), set safety.sandbox_uid to a user that can, or run Maestro as an unprivileged user", workspace.display()
+    )]
+    Unreachable {
+        workspace: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error(
         "Maestro runs as root and the workspace {} belongs to root. Bash never runs commands as root, and in a directory you named it does not hand your files to the sandbox user; change the directory's owner to the user commands should run as (`chown -R USER {}`), or run Maestro as that user",
         .0.display(), .0.display()

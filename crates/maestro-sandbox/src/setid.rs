@@ -25,19 +25,20 @@ pub(crate) fn owner(root: &Path) -> Result<(u32, u32), SandboxError> {
     Ok((meta.uid(), meta.gid()))
 }
 
-/// Makes the workspace reachable by `uid` and its writable directories owned by it. Refuses a
-/// workspace under a directory the sandbox user cannot traverse, rather than opening up the
-/// operator's directories.
+/// Makes the workspace readable by `uid` and its writable directories owned by it. Never opens up
+/// the directories above the workspace: returns whether `uid` can traverse them, and where it
+/// cannot, the command is shown the workspace elsewhere (see `launch.rs`).
 pub(crate) fn grant(
     root: &Path,
     writable: &[PathBuf],
     uid: u32,
     gid: u32,
-) -> Result<(), SandboxError> {
+) -> Result<bool, SandboxError> {
     let canonical = std::fs::canonicalize(root).map_err(SandboxError::io(format!(
         "cannot resolve the workspace {}",
         root.display()
     )))?;
+    let mut reachable = true;
     for ancestor in canonical.ancestors().skip(1) {
         let meta = std::fs::metadata(ancestor).map_err(SandboxError::io(format!(
             "cannot inspect {}",
@@ -46,13 +47,7 @@ pub(crate) fn grant(
         let searchable = meta.mode() & 0o001 != 0
             || (meta.uid() == uid && meta.mode() & 0o100 != 0)
             || (meta.gid() == gid && meta.mode() & 0o010 != 0);
-        if !searchable {
-            return Err(SandboxError::Unreachable(format!(
-                "Maestro runs as root, so Bash runs commands as the unprivileged user {uid}, which cannot reach the workspace {}: {} is not searchable by other users. Put workspaces under a directory others can traverse (for example /srv/maestro), set safety.sandbox_uid to a user that can, or run Maestro as an unprivileged user",
-                canonical.display(),
-                ancestor.display()
-            )));
-        }
+        reachable &= searchable;
     }
     let meta = std::fs::metadata(&canonical).map_err(SandboxError::io(format!(
         "cannot inspect {}",
@@ -78,7 +73,7 @@ pub(crate) fn grant(
             Ok(())
         })?;
     }
-    Ok(())
+    Ok(reachable)
 }
 
 /// Clears every set-id bit on regular files under `dirs`; returns the files it changed.

@@ -34,6 +34,7 @@ both_modes!(
     the_network_is_unreachable,
     tmp_is_capped_or_unreachable,
     stdout_and_stderr_read_back_in_the_order_written,
+    a_workspace_under_a_private_parent_is_reached,
 );
 
 fn is_root() -> bool {
@@ -292,4 +293,52 @@ async fn stdout_and_stderr_read_back_in_the_order_written(mode: BashSandboxMode)
     assert!(out.ok, "{out:?}");
     let expected: String = (1..=8).map(|i| format!("out{i}\nerr{i}\n")).collect();
     assert!(out.output.starts_with(&expected), "{out:?}");
+}
+
+/// A workspace whose parent only its owner may enter (`mktemp -d` makes them 0700): when Maestro
+/// runs as root the command runs as the sandbox user, which cannot traverse that parent, so it
+/// is shown the workspace elsewhere; the parent stays closed.
+async fn a_workspace_under_a_private_parent_is_reached(mode: BashSandboxMode) {
+    let parent = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(parent.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let ws = parent.path().join("ws");
+    maestro_tools::prepare_workspace(&ws).unwrap();
+    std::fs::write(ws.join("input/listed.txt"), "from the host\n").unwrap();
+    let mut b = Bench::new(mode).editing().allow(&["ls", "cat", "echo"]);
+    b.ctx.workspace = ws.clone();
+    let out = b.bash("ls input && cat input/listed.txt").await;
+    assert_eq!(
+        (out.ok, out.output.as_str()),
+        (true, "listed.txt\nfrom the host\n"),
+        "{out:?}"
+    );
+    let out = b
+        .bash("echo made inside > output/made.txt && cat output/made.txt")
+        .await;
+    assert_eq!(
+        (out.ok, out.output.as_str()),
+        (true, "made inside\n"),
+        "{out:?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(ws.join("output/made.txt")).unwrap(),
+        "made inside\n"
+    );
+    if is_root() {
+        let config = ToolsConfig::default();
+        assert_eq!(
+            std::fs::metadata(ws.join("output/made.txt")).unwrap().uid(),
+            config.sandbox_uid,
+            "written as the sandbox user"
+        );
+    }
+    assert_eq!(
+        std::fs::metadata(parent.path())
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777,
+        0o700,
+        "the parent is not opened up"
+    );
 }

@@ -505,11 +505,15 @@ fn run_spec(
     steer: &Steer<'_>,
 ) -> Result<RunSpec, RunError> {
     let workspace = claimed.job.workspace.as_ref().map(PathBuf::from);
-    let record = RunRecord::open(
+    let mut record = RunRecord::open(
         &config.paths.runs_dir,
         &claimed.job.id.to_string(),
         workspace.as_deref(),
     )?;
+    if claimed.job.parent_id.is_some() {
+        // A subtask's workspace (`subtasks/<n>/` of its parent's) is made for it, not named.
+        record.workspace_kind = maestro_tools::WorkspaceKind::Job;
+    }
     let jsonl = JsonlLog::rewrite(&record.events_path(), &history).map_err(|source| {
         RunError::Engine(maestro_engine::EngineError::Record(
             maestro_engine::RecordError::Open {

@@ -1,7 +1,9 @@
-//! The full tool set, built from the loaded configuration: the built-in tools (`tools:`), the
-//! web tools (`web:`), the SSH tools (`ssh:`) and the tools of the MCP servers (`mcp:`).
-//! `maestro run`, `maestro tools` and the workers all build their registry here, so a tool
-//! called by hand behaves as it does in a run.
+//! The full tool set, built from the loaded configuration: the built-in tools of `maestro-tools`
+//! (`tools:`), the web tools of `maestro-tools-web` (`web:`), the SSH tools of
+//! `maestro-tools-ssh` (`ssh:`) and the tools of the MCP servers (`maestro-tools-mcp`, `mcp:`).
+//! This is the one place tools are assembled: `maestro run`, `maestro tools` and the workers all
+//! build their registry here, so a tool called by hand behaves as it does in a run, and the
+//! catalogue pieces are validated against ([`tool_catalog`]) names the same tools.
 //!
 //! MCP servers are child processes or remote sessions, so only the servers a caller needs are
 //! started ([`McpSelection`]), and [`Toolbox::shutdown`] stops them again.
@@ -10,9 +12,9 @@ use std::sync::Arc;
 
 use maestro_config::Config;
 use maestro_piece::{LoadOptions, Movement, Piece, ToolCatalog};
-use maestro_tools::catalog::ToolSetup;
-use maestro_tools::ssh::SshRegistryError;
-use maestro_tools::{McpConfig, McpError, McpHub, Registry, ssh, web};
+use maestro_tools::Registry;
+use maestro_tools_mcp::{McpConfig, McpError, McpHub};
+use maestro_tools_ssh::SshRegistryError;
 
 /// Why the tool set could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -96,12 +98,11 @@ impl McpSelection {
 /// The tool names pieces may use under `config`, and which of them it sets up: what `maestro
 /// validate`, `maestro run` and `CreatePiece` check `allowed_tools` against.
 pub fn tool_catalog(config: &Config) -> ToolCatalog {
-    maestro_tools::catalog::tool_catalog(ToolSetup {
-        tools: &config.tools,
-        web: &config.web,
-        ssh_connections: config.ssh.connections.len(),
-        subtasks: config.subtasks.max_depth > 0,
-    })
+    let mut catalog =
+        maestro_tools::catalog::tool_catalog(&config.tools, config.subtasks.max_depth > 0);
+    maestro_tools_web::add_to_catalog(&mut catalog, &config.web);
+    maestro_tools_ssh::add_to_catalog(&mut catalog, config.ssh.connections.len());
+    catalog
 }
 
 /// The options pieces load with under `config`: the facet directories of the project (the
@@ -168,11 +169,11 @@ impl Toolbox {
             ..config.tools.clone()
         };
         let mut registry = Registry::builtin(tools);
-        for tool in web::tools(config.web.clone()) {
+        for tool in maestro_tools_web::tools(config.web.clone()) {
             registry.register(tool);
         }
         let connections = config.ssh.registry().map_err(ToolboxError::Ssh)?;
-        for tool in ssh::tools(Arc::new(connections), None) {
+        for tool in maestro_tools_ssh::tools(Arc::new(connections), None) {
             registry.register(tool);
         }
         let selected = McpConfig {
@@ -218,7 +219,7 @@ impl Toolbox {
     /// Each started server with its tool count, or the reason it is down.
     pub fn mcp_status(
         &self,
-    ) -> std::collections::BTreeMap<String, Result<usize, maestro_tools::mcp::ServerDown>> {
+    ) -> std::collections::BTreeMap<String, Result<usize, maestro_tools_mcp::ServerDown>> {
         self.hub.status()
     }
 
@@ -233,8 +234,74 @@ impl Toolbox {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
+    use maestro_piece::Availability;
+    use maestro_tools::catalog::{ENGINE_TOOLS, PLANNED_TOOLS};
+    use maestro_tools_ssh::SshRegistry;
+    use maestro_tools_web::{SearchProvider, WebConfig};
+
     use super::*;
+
+    /// The catalog's names are exactly the tools the toolbox registers when everything is set
+    /// up, plus the engine's and the planned ones: a new tool cannot be forgotten there.
+    #[test]
+    fn the_catalog_names_every_registered_tool() {
+        let mut config = Config::default();
+        config.tools.skills_dirs = vec!["skills".into()];
+        config.tools.pieces_dir = Some("pieces".into());
+        config.web.search = Some(SearchProvider {
+            searxng_url: "http://127.0.0.1:1".into(),
+        });
+        config.subtasks.max_depth = 1;
+        // Built as `Toolbox::build` does, without starting MCP servers (their tools are named
+        // by pattern, not in the catalog) or needing a real SSH connection.
+        let mut registry = Registry::builtin(config.tools.clone());
+        for tool in maestro_tools_web::tools(WebConfig::default()) {
+            registry.register(tool);
+        }
+        for tool in maestro_tools_ssh::tools(Arc::new(SshRegistry::new(Vec::new()).unwrap()), None)
+        {
+            registry.register(tool);
+        }
+        let mut registered: Vec<String> = registry.list().into_iter().map(|s| s.name).collect();
+        registered.sort();
+        let mut catalog =
+            maestro_tools::catalog::tool_catalog(&config.tools, config.subtasks.max_depth > 0);
+        maestro_tools_web::add_to_catalog(&mut catalog, &config.web);
+        maestro_tools_ssh::add_to_catalog(&mut catalog, 1);
+        let available: Vec<&str> = catalog
+            .names()
+            .filter(|n| catalog.get(n) == Some(&Availability::Available))
+            .filter(|n| !ENGINE_TOOLS.contains(n))
+            .collect();
+        assert_eq!(available, registered);
+        let planned: Vec<&str> = catalog
+            .names()
+            .filter(|n| catalog.get(n) != Some(&Availability::Available))
+            .collect();
+        let mut expected = PLANNED_TOOLS.to_vec();
+        expected.sort_unstable();
+        assert_eq!(planned, expected);
+    }
+
+    #[test]
+    fn unconfigured_tools_say_what_to_set() {
+        let mut config = Config::default();
+        config.subtasks.max_depth = 0;
+        let catalog = tool_catalog(&config);
+        let why = |name: &str| match catalog.get(name) {
+            Some(Availability::Unavailable(why)) => why.clone(),
+            other => panic!("{name}: {other:?}"),
+        };
+        assert!(why("WebSearch").contains("web.search.searxng_url"));
+        assert!(why("SshExec").contains("ssh.connections"));
+        assert!(why("CreatePiece").contains("tools.pieces_dir"));
+        assert!(why("SpawnSubTask").contains("subtasks.max_depth"));
+        assert!(why("BrowseWeb").contains("does not have it yet"));
+        assert_eq!(catalog.get("Read"), Some(&Availability::Available));
+        assert_eq!(catalog.get("WebFetch"), Some(&Availability::Available));
+    }
 
     fn only(required: &[&str], allowed: &[&str]) -> McpSelection {
         McpSelection::Only {

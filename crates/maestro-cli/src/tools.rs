@@ -180,6 +180,7 @@ fn call(args: CallArgs) -> anyhow::Result<u8> {
     let scratch = Arc::new(Mutex::new(scratch));
     let ctx = ToolContext {
         workspace: args.workspace.clone(),
+        workspace_kind: maestro_tools::WorkspaceKind::Job,
         edit: args.edit,
         allowed_commands: args.allowed_commands.clone(),
         allowed_ssh_connections: args.allowed_ssh_connections.clone(),

@@ -4,8 +4,11 @@
 use std::path::PathBuf;
 
 use maestro_engine::EngineConfig;
-use maestro_tools::ssh::{SshConnection, SshRegistry, SshRegistryError};
-use maestro_tools::{BashSandboxMode, McpConfig, ToolsConfig, WebConfig, mcp};
+use maestro_tools::{BashSandboxMode, ToolsConfig};
+use maestro_tools_mcp as mcp;
+use maestro_tools_mcp::McpConfig;
+use maestro_tools_ssh::{SshConnection, SshRegistry, SshRegistryError};
+use maestro_tools_web::WebConfig;
 use serde::{Deserialize, Serialize};
 
 use crate::engine::EngineSettings;

@@ -1,8 +1,8 @@
 //! The configuration as a person may see it (`maestro config show`, the server's settings page):
 //! every field, every secret replaced by `***`.
 
-use maestro_tools::McpServer;
-use maestro_tools::ssh::{SecretSource, SshAuth, SshConnection};
+use maestro_tools_mcp::McpServer;
+use maestro_tools_ssh::{SecretSource, SshAuth, SshConnection};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 

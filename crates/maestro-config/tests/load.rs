@@ -459,7 +459,7 @@ fn an_mcp_server_is_replaced_whole_by_a_later_file() {
     let (config, _) = dirs.load(&[]).unwrap();
     assert_eq!(
         config.mcp.servers["docs"],
-        maestro_tools::McpServer::Http {
+        maestro_tools_mcp::McpServer::Http {
             url: "http://127.0.0.1:7000/mcp".into(),
             headers: BTreeMap::new()
         }

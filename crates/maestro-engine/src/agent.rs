@@ -516,6 +516,7 @@ impl<'a> Agent<'a> {
         }
         let ctx = ToolContext {
             workspace: self.run.record.workspace.clone(),
+            workspace_kind: self.run.record.workspace_kind,
             edit: self.movement.edit,
             allowed_commands: self.movement.allowed_commands.clone(),
             allowed_ssh_connections: self.movement.allowed_ssh_connections.clone(),

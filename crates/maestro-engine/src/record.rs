@@ -4,6 +4,8 @@
 
 use std::path::{Path, PathBuf};
 
+use maestro_tools::WorkspaceKind;
+
 use crate::error::{EngineError, RecordError};
 
 /// Where one run keeps its files.
@@ -14,6 +16,9 @@ pub struct RunRecord {
     pub dir: PathBuf,
     /// The root the tools work in: the run directory, or `--workspace`.
     pub workspace: PathBuf,
+    /// [`WorkspaceKind::Named`] for a `--workspace` (an editing movement may write anywhere in
+    /// it), [`WorkspaceKind::Job`] for the run directory (only under `tools.writable_dirs`).
+    pub workspace_kind: WorkspaceKind,
 }
 
 impl RunRecord {
@@ -83,16 +88,19 @@ impl RunRecord {
             let path = dir.join(sub);
             std::fs::create_dir_all(&path).map_err(|e| io("", &path, e))?;
         }
-        let workspace = match workspace {
+        let (workspace, workspace_kind) = match workspace {
             Some(ws) => {
                 std::fs::create_dir_all(ws).map_err(|e| io("the workspace", ws, e))?;
-                ws.canonicalize().map_err(|e| io("the workspace", ws, e))?
+                let ws = ws.canonicalize().map_err(|e| io("the workspace", ws, e))?;
+                (ws, WorkspaceKind::Named)
             }
             None => {
                 maestro_tools::prepare_workspace(&dir)
                     .map_err(|e| io("the workspace in", &dir, e))?;
-                dir.canonicalize()
-                    .map_err(|e| io("the run directory", &dir, e))?
+                let ws = dir
+                    .canonicalize()
+                    .map_err(|e| io("the run directory", &dir, e))?;
+                (ws, WorkspaceKind::Job)
             }
         };
         let dir = dir
@@ -102,6 +110,7 @@ impl RunRecord {
             run_id,
             dir,
             workspace,
+            workspace_kind,
         })
     }
 
@@ -136,6 +145,7 @@ mod tests {
             assert!(record.dir.join(sub).is_dir(), "{sub}");
         }
         assert_eq!(record.workspace, record.dir);
+        assert_eq!(record.workspace_kind, WorkspaceKind::Job);
         let id = uuid::Uuid::parse_str(&record.run_id).unwrap();
         assert_eq!(id.get_version_num(), 7, "{}", record.run_id);
         let again = RunRecord::open(&tmp.path().join("runs"), &record.run_id, None).unwrap();
@@ -146,5 +156,6 @@ mod tests {
         assert_ne!(other.run_id, record.run_id);
         assert!(!other.dir.join("input").exists());
         assert!(other.workspace.ends_with("ws"));
+        assert_eq!(other.workspace_kind, WorkspaceKind::Named);
     }
 }

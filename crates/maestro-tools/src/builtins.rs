@@ -5,7 +5,7 @@ use std::sync::Arc;
 use crate::checklist::{CheckItem, CreateChecklist, GetChecklist};
 use crate::config::ToolsConfig;
 use crate::pieces::{CreatePiece, GetPiece, ListPieces, UpdatePiece};
-use crate::{Tool, core, data, docs, sandbox, skills};
+use crate::{Tool, bash, core, data, docs, skills};
 
 /// Every built-in tool of this crate, configured by `config`.
 pub(crate) fn builtin_tools(config: &Arc<ToolsConfig>) -> Vec<Arc<dyn Tool>> {
@@ -16,7 +16,7 @@ pub(crate) fn builtin_tools(config: &Arc<ToolsConfig>) -> Vec<Arc<dyn Tool>> {
         Arc::new(core::EditTool { config: c() }),
         Arc::new(core::GlobTool { config: c() }),
         Arc::new(core::GrepTool { config: c() }),
-        Arc::new(sandbox::BashTool { config: c() }),
+        Arc::new(bash::BashTool { config: c() }),
         Arc::new(data::SqliteTool { config: c() }),
         Arc::new(CreateChecklist),
         Arc::new(CheckItem),

@@ -6,24 +6,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-/// How `Bash` is confined (`safety.bash_sandbox`). Every mode but `unsafe_no_sandbox` is
-/// kernel-enforced; none silently runs weaker than it says.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum BashSandboxMode {
-    /// bubblewrap + seccomp when bubblewrap works here, else landlock + seccomp; `Bash` is
-    /// unavailable (with the reason and the fix) when neither works. The choice is logged once.
-    #[default]
-    Auto,
-    /// bubblewrap + seccomp, or `Bash` is unavailable.
-    Always,
-    /// Do not use bubblewrap: landlock + seccomp, or `Bash` is unavailable.
-    Off,
-    /// No sandbox at all: commands run with Maestro's own access to the host, kept only by the
-    /// allowlist, the resource limits and the scrubbed environment. Logged loudly at every
-    /// start and written into the run record.
-    UnsafeNoSandbox,
-}
+/// How `Bash` is confined (`safety.bash_sandbox`): the sandbox's [`SandboxMode`].
+pub use maestro_sandbox::SandboxMode as BashSandboxMode;
+pub use maestro_sandbox::{DEFAULT_ALLOWED_COMMANDS, SandboxConfig, SandboxMode};
 
 /// Configuration shared by every built-in tool. Build it once and hand it to
 /// [`Registry::builtin`](crate::Registry::builtin).
@@ -73,8 +58,9 @@ pub struct ToolsConfig {
     /// document their own tools).
     pub docs_dir: Option<PathBuf>,
     /// The tool names `CreatePiece`/`UpdatePiece` check a piece's `allowed_tools` against. It
-    /// depends on more than this section (web search, SSH connections), so whoever builds the
-    /// registry sets it ([`crate::catalog::tool_catalog`]); `None` checks the names only.
+    /// depends on more than this section (web search, SSH connections), so whoever assembles the
+    /// tools sets it (`maestro-app`'s toolbox); `None` checks against this crate's
+    /// [`crate::catalog::names_only`].
     #[serde(skip)]
     pub tool_catalog: Option<maestro_piece::ToolCatalog>,
 }
@@ -108,79 +94,22 @@ impl Default for ToolsConfig {
     }
 }
 
-/// The programs `Bash` may run when neither the movement nor the configuration says otherwise:
-/// reading, searching and transforming text, moving files around inside the workspace, archives,
-/// `git` and `sqlite3`. Shells, interpreters (`python3`, `make`), `env`, `sudo`, network clients
-/// and package managers are absent on purpose: a program that runs any code needs `*` (see
-/// `docs/tools/Bash.md`).
-pub const DEFAULT_ALLOWED_COMMANDS: &[&str] = &[
-    "ls",
-    "cat",
-    "head",
-    "tail",
-    "wc",
-    "grep",
-    "egrep",
-    "fgrep",
-    "rg",
-    "find",
-    "sed",
-    "awk",
-    "sort",
-    "uniq",
-    "cut",
-    "tr",
-    "diff",
-    "cmp",
-    "comm",
-    "paste",
-    "join",
-    "fold",
-    "nl",
-    "column",
-    "echo",
-    "printf",
-    "pwd",
-    "mkdir",
-    "cp",
-    "mv",
-    "rm",
-    "rmdir",
-    "touch",
-    "ln",
-    "basename",
-    "dirname",
-    "realpath",
-    "readlink",
-    "stat",
-    "file",
-    "du",
-    "date",
-    "true",
-    "false",
-    "test",
-    "seq",
-    "sleep",
-    "tee",
-    "xxd",
-    "od",
-    "md5sum",
-    "sha1sum",
-    "sha256sum",
-    "base64",
-    "jq",
-    "sqlite3",
-    "tar",
-    "gzip",
-    "gunzip",
-    "zcat",
-    "unzip",
-    "zip",
-    "xargs",
-    "git",
-];
-
 impl ToolsConfig {
+    /// The limits and the confinement `Bash` hands the sandbox.
+    pub fn sandbox(&self) -> SandboxConfig {
+        SandboxConfig {
+            mode: self.bash_sandbox,
+            max_processes: self.bash_max_processes,
+            memory_mb: self.bash_memory_mb,
+            tmp_mb: self.bash_tmp_mb,
+            cpu_secs: self.bash_cpu_secs,
+            file_mb: self.bash_file_mb,
+            uid: self.sandbox_uid,
+            gid: self.sandbox_gid,
+            output_cap_bytes: self.output_cap_bytes,
+        }
+    }
+
     /// The cap applied to the `timeout` a model asked for (milliseconds), or the default.
     pub fn bash_timeout(&self, requested_ms: Option<u64>) -> Duration {
         match requested_ms {

@@ -54,7 +54,10 @@ impl TypedTool for SqliteTool {
         };
         let writable = ctx.edit
             && ws
-                .resolve_writable(&input.database, &self.config.writable_dirs)
+                .resolve_writable(
+                    &input.database,
+                    &ctx.writable_dirs(&self.config.writable_dirs),
+                )
                 .is_ok();
         let db_path = path.abs.clone();
         match off_runtime(move || check_database_files(&db_path)).await {

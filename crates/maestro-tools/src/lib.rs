@@ -1,10 +1,15 @@
 //! The tools agents use: the [`TypedTool`] trait every built-in tool implements (and the [`Tool`]
-//! trait the registry holds), the [`Registry`] that offers a movement only what it
-//! allows, and every tool implementation (files, shell in a bwrap sandbox, web, SQLite,
-//! checklist, pieces, docs, skills, SSH, MCP).
+//! trait the registry holds), the [`Registry`] that offers a movement only what it allows, the
+//! workspace every tool is confined to, and the tools that need nothing beyond it (files, `Bash`
+//! over [`maestro_sandbox`], SQLite, checklist, pieces, docs, skills).
+//!
+//! Tools of one capability with dependencies of their own live in crates of their own
+//! (`maestro-tools-web`, `maestro-tools-ssh`, `maestro-tools-mcp`) that depend on this one for
+//! the trait; `maestro-app`'s toolbox assembles them all.
 //!
 //! This crate knows nothing of runs.
 
+pub mod bash;
 mod builtins;
 pub mod catalog;
 pub mod checklist;
@@ -13,26 +18,23 @@ mod core;
 pub mod data;
 pub mod docs;
 pub mod input;
-pub mod mcp;
 pub mod pieces;
 mod registry;
 pub mod regular_file;
-pub mod sandbox;
 pub mod skills;
-pub mod ssh;
 mod tool;
-pub mod web;
 mod workspace;
+pub mod workspace_file;
 
-pub use config::{BashSandboxMode, DEFAULT_ALLOWED_COMMANDS, ToolsConfig};
-pub use mcp::{McpConfig, McpError, McpHub, McpServer};
+pub use config::{
+    BashSandboxMode, DEFAULT_ALLOWED_COMMANDS, SandboxConfig, SandboxMode, ToolsConfig,
+};
+pub use core::{blocking, off_runtime, open_workspace};
 pub use registry::{EDIT_TOOLS, META_TOOLS, Registry, is_offered};
-pub use ssh::{SshAuth, SshConnection, SshRegistry, SshRegistryError};
 pub use tool::{
     BoxFuture, CancellationToken, ChecklistItem, RunScratch, Tool, ToolContext, ToolOutput,
-    TypedTool,
+    TypedTool, WorkspaceKind,
 };
-pub use web::{SearchProvider, WebConfig};
 pub use workspace::{
     ResolvedPath, SANDBOX_WORKSPACE, WORKSPACE_DIRS, Workspace, WorkspaceError, prepare_workspace,
 };

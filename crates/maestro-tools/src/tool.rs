@@ -1,5 +1,6 @@
 //! The tool trait and the context a call runs in.
 
+use std::borrow::Cow;
 use std::future::Future;
 use std::path::PathBuf;
 use std::pin::Pin;
@@ -43,12 +44,27 @@ impl ToolOutput {
 
 pub use maestro_protocol::{ChecklistItem, RunScratch};
 
+/// Who chose the workspace, which decides where a movement with `edit: true` may write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WorkspaceKind {
+    /// Laid out for the run (`input/`, `output/`, `logs/`, …): writes go only under the
+    /// configured `tools.writable_dirs` (default `output/`).
+    #[default]
+    Job,
+    /// A directory the user named (`maestro run --workspace DIR`, a job submitted with a
+    /// workspace): writes may go anywhere inside it, still never outside it.
+    Named,
+}
+
 /// Everything a tool call may depend on. Built by the engine per movement (or by
 /// `maestro tools call`), so both take the same code path.
 #[derive(Debug, Clone)]
 pub struct ToolContext {
     /// The job workspace root; relative paths resolve against it, nothing escapes it.
     pub workspace: PathBuf,
+    /// Who chose the workspace: where `edit` lets a movement write ([`ToolContext::writable_dirs`]).
+    pub workspace_kind: WorkspaceKind,
     /// The movement's `edit` flag: Write/Edit (and writable SQLite) only when true.
     pub edit: bool,
     /// Bash allowlist of program names; `None` means the configured default.
@@ -57,6 +73,17 @@ pub struct ToolContext {
     pub allowed_ssh_connections: Option<Vec<String>>,
     pub cancel: CancellationToken,
     pub scratch: Arc<Mutex<RunScratch>>,
+}
+
+impl ToolContext {
+    /// The workspace-relative directories a movement with `edit: true` may write: the whole
+    /// workspace (`.`) when the user named it, else `configured` (`tools.writable_dirs`).
+    pub fn writable_dirs<'a>(&self, configured: &'a [String]) -> Cow<'a, [String]> {
+        match self.workspace_kind {
+            WorkspaceKind::Job => Cow::Borrowed(configured),
+            WorkspaceKind::Named => Cow::Owned(vec![".".to_string()]),
+        }
+    }
 }
 
 /// A tool the model can call, as the registry and the engine see it.

@@ -11,7 +11,7 @@ pub const WORKSPACE_DIRS: [&str; 5] = ["input", "output", "logs", "subtasks", "s
 
 /// Where the workspace appears inside the Bash sandbox; paths under it are accepted by the file
 /// tools too, so a path copied from a Bash listing works in `Read`.
-pub const SANDBOX_WORKSPACE: &str = "/workspace";
+pub use maestro_sandbox::SANDBOX_WORKSPACE;
 
 /// Creates the workspace root and its standard subdirectories (existing ones are kept).
 pub fn prepare_workspace(root: &Path) -> io::Result<()> {

@@ -134,3 +134,87 @@ async fn writes_are_limited_to_writable_dirs_and_edit_movements() {
     );
     assert!(!b.path("output/new.txt").exists());
 }
+
+/// A workspace the user named is theirs to edit: an editing movement writes anywhere inside it
+/// (its root included), with the file tools and with Bash, and still nowhere outside it. A
+/// workspace laid out for the run keeps writes under `output/`.
+#[tokio::test]
+async fn a_named_workspace_is_writable_anywhere_inside() {
+    use std::os::unix::fs::MetadataExt;
+    let laid_out = bench();
+    let refused = laid_out
+        .call("Write", json!({"file_path": "f.txt", "content": "x"}))
+        .await;
+    assert!(
+        !refused.ok && refused.output.contains("may write only under `output/`"),
+        "{refused:?}"
+    );
+
+    let b = Bench::new(BashSandboxMode::Always).editing().named();
+    b.write("src/lib.rs", "fn main() {}\n");
+    if running_as_root() {
+        // Commands in a named workspace run as its owner, never as root.
+        std::os::unix::fs::chown(b.root(), Some(4242), Some(4242)).unwrap();
+    }
+    let owner_before = std::fs::metadata(b.path("src/lib.rs")).unwrap().uid();
+    let out = b
+        .call(
+            "Write",
+            json!({"file_path": "f.txt", "content": "at the root\n"}),
+        )
+        .await;
+    assert!(out.ok, "{out:?}");
+    assert_eq!(
+        std::fs::read_to_string(b.path("f.txt")).unwrap(),
+        "at the root\n"
+    );
+    let out = b
+        .call(
+            "Edit",
+            json!({"file_path": "src/lib.rs", "old_string": "main", "new_string": "run"}),
+        )
+        .await;
+    assert!(out.ok, "{out:?}");
+    let out = b.bash("echo from-bash > g.txt && cat g.txt").await;
+    assert!(out.ok && out.output == "from-bash\n", "{out:?}");
+    assert_eq!(
+        std::fs::read_to_string(b.path("g.txt")).unwrap(),
+        "from-bash\n"
+    );
+    assert_eq!(
+        std::fs::metadata(b.path("src/lib.rs")).unwrap().uid(),
+        owner_before,
+        "the user's files keep their owner"
+    );
+
+    let outside = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(outside.path(), b.path("out-link")).unwrap();
+    let escape = format!(
+        "../{}/x.txt",
+        outside.path().file_name().unwrap().to_string_lossy()
+    );
+    for path in [escape.as_str(), "out-link/x.txt", "/etc/x.txt"] {
+        let out = b
+            .call("Write", json!({"file_path": path, "content": "x"}))
+            .await;
+        assert!(!out.ok, "{path}: {out:?}");
+    }
+    let out = b
+        .bash(&format!("echo x > {}/y.txt", outside.path().display()))
+        .await;
+    assert!(!out.ok, "{out:?}");
+    assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);
+
+    let read_only = Bench::new(BashSandboxMode::Always).named();
+    let out = read_only
+        .call("Write", json!({"file_path": "f.txt", "content": "x"}))
+        .await;
+    assert!(!out.ok, "without edit nothing is written: {out:?}");
+}
+
+fn running_as_root() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self")
+        .map(|m| m.uid() == 0)
+        .unwrap_or(false)
+}

@@ -443,14 +443,7 @@ async fn created_pieces_name_real_tools() {
         ..ToolsConfig::default()
     };
     let b = Bench::with_config(ToolsConfig {
-        tool_catalog: Some(maestro_tools::catalog::tool_catalog(
-            maestro_tools::catalog::ToolSetup {
-                tools: &tools,
-                web: &maestro_tools::WebConfig::default(),
-                ssh_connections: 0,
-                subtasks: true,
-            },
-        )),
+        tool_catalog: Some(maestro_tools::catalog::tool_catalog(&tools, true)),
         ..tools.clone()
     });
     let typo = VALID_PIECE.replace("allowed_tools: [Read]", "allowed_tools: [Raed]");
@@ -465,13 +458,13 @@ async fn created_pieces_name_real_tools() {
         "{out:?}"
     );
     assert!(!pieces.path().join("demo.yaml").exists());
-    let unset = VALID_PIECE.replace("allowed_tools: [Read]", "allowed_tools: [Read, WebSearch]");
+    let unset = VALID_PIECE.replace("allowed_tools: [Read]", "allowed_tools: [Read, ListSkills]");
     let out = b
         .call("CreatePiece", json!({"name": "demo", "content": unset}))
         .await;
     assert!(out.ok, "{out:?}");
     assert!(
-        out.output.contains("warnings:\ndemo.yaml:10:27: movements[0].allowed_tools[1]: `WebSearch` is not available here, so it is not offered: no search provider is configured"),
+        out.output.contains("warnings:\ndemo.yaml:10:27: movements[0].allowed_tools[1]: `ListSkills` is not available here, so it is not offered: no skills directory is configured"),
         "{out:?}"
     );
 }

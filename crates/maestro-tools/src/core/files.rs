@@ -130,7 +130,7 @@ fn writable_path(
     file_path: &str,
 ) -> Result<ResolvedPath, ToolOutput> {
     open_workspace(ctx)?
-        .resolve_writable(file_path, &config.writable_dirs)
+        .resolve_writable(file_path, &ctx.writable_dirs(&config.writable_dirs))
         .map_err(|e| ToolOutput::error(e.to_string()))
 }
 

@@ -11,12 +11,12 @@ use crate::ToolOutput;
 use crate::workspace::Workspace;
 
 /// Opens the context's workspace, or explains why it cannot be used.
-pub(crate) fn open_workspace(ctx: &crate::ToolContext) -> Result<Workspace, ToolOutput> {
+pub fn open_workspace(ctx: &crate::ToolContext) -> Result<Workspace, ToolOutput> {
     Workspace::open(&ctx.workspace).map_err(|e| ToolOutput::error(e.to_string()))
 }
 
 /// Runs blocking work off the async runtime; a panic inside becomes a tool error.
-pub(crate) async fn blocking<F>(f: F) -> ToolOutput
+pub async fn blocking<F>(f: F) -> ToolOutput
 where
     F: FnOnce() -> ToolOutput + Send + 'static,
 {
@@ -28,7 +28,7 @@ where
 
 /// Runs blocking file work off the async runtime. The regular-file helpers never block on a
 /// FIFO, so the thread returns; a panic inside becomes an I/O error.
-pub(crate) async fn off_runtime<T, F>(f: F) -> Result<T, crate::regular_file::OpenError>
+pub async fn off_runtime<T, F>(f: F) -> Result<T, crate::regular_file::OpenError>
 where
     F: FnOnce() -> Result<T, crate::regular_file::OpenError> + Send + 'static,
     T: Send + 'static,

@@ -29,6 +29,7 @@ impl Bench {
         prepare_workspace(dir.path()).unwrap();
         let ctx = ToolContext {
             workspace: dir.path().to_path_buf(),
+            workspace_kind: maestro_tools::WorkspaceKind::Job,
             edit: false,
             allowed_commands: None,
             allowed_ssh_connections: None,
@@ -58,6 +59,12 @@ impl Bench {
 
     pub fn editing(mut self) -> Bench {
         self.ctx.edit = true;
+        self
+    }
+
+    /// The workspace is one the user named (`--workspace DIR`), not one laid out for the run.
+    pub fn named(mut self) -> Bench {
+        self.ctx.workspace_kind = maestro_tools::WorkspaceKind::Named;
         self
     }
 

@@ -254,6 +254,17 @@ async fn show(mut events: maestro_app::Subscription, resumed_after: u64, jsonl: 
 async fn report(outcome: RunOutcome, config: &Config, jsonl: bool) -> anyhow::Result<u8> {
     let summary = match outcome {
         RunOutcome::Ended(summary) => summary,
+        RunOutcome::Failed {
+            error: error @ RunError::RequiredMcp { .. },
+            ..
+        } => {
+            // The piece cannot run here: said, and nothing ran (exit 1, as for a failed run).
+            eprintln!(
+                "error: {}\nno run was started",
+                crate::term::printable(&maestro_app::error_chain(&error))
+            );
+            return Ok(1);
+        }
         RunOutcome::Failed { error, .. } => return Err(explain_run_error(error)),
         RunOutcome::Fenced { why } => {
             eprintln!("the run stopped without writing its end: {why}");
@@ -296,9 +307,6 @@ async fn report(outcome: RunOutcome, config: &Config, jsonl: bool) -> anyhow::Re
 fn explain_run_error(error: RunError) -> anyhow::Error {
     match error {
         RunError::Piece(e) => crate::common::explain_piece_error(e),
-        RunError::RequiredMcp { .. } => {
-            anyhow!("{}\nno run was started", maestro_app::error_chain(&error))
-        }
         e => anyhow!(maestro_app::error_chain(&e)),
     }
 }

@@ -116,6 +116,11 @@ async fn a_local_run_that_asks_exits_4_and_goes_on_after_the_answer() {
         "{err}"
     );
     assert!(err.contains(&format!("maestro run --resume {id}")), "{err}");
+    // The question is the job's, as for a worker's run: `jobs show` has it.
+    let out = project.maestro(&["jobs", "show", &id, "--json"]).await;
+    let shown: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(shown["status"], "waiting_input", "{shown}");
+    assert_eq!(shown["question"], "Which cuisine?", "{shown}");
 
     // not answered yet: resuming says what to do
     let resume = run(&["--resume", &id]);

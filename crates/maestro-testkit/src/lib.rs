@@ -3,6 +3,7 @@
 //! ([`TempWorkspace`]), a real OpenSSH server on a loopback port ([`Sshd`]), and a throwaway
 //! PostgreSQL cluster ([`PgCluster`]).
 
+mod ask;
 mod postgres;
 mod render;
 mod scripted;

@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use serde_json::{Value, json};
 
-use crate::scripted::Ask;
+use crate::ask::Ask;
 use crate::turn::{Action, ScriptedCall, Turn};
 
 /// Something the response body does next.

@@ -14,6 +14,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde_json::{Map, Value, json};
 
+use crate::ask::Ask;
 use crate::render;
 use crate::turn::Turn;
 
@@ -449,16 +450,6 @@ fn message_text(request: &Value) -> String {
     out
 }
 
-/// What a chat request asks for, as far as the answer depends on it.
-pub(crate) struct Ask {
-    pub stream: bool,
-    pub include_usage: bool,
-    pub has_stream_options: bool,
-    pub has_tools: bool,
-    pub model: Option<String>,
-    /// The whole body, or `null` when it was not needed.
-    pub body: Value,
-}
 
 /// The fields of a chat request [`Ask`] is made of; the rest of the body is skipped unparsed.
 #[derive(serde::Deserialize)]

@@ -296,3 +296,67 @@ async fn every_command_and_the_worker_leave_no_wal_files_when_they_exit() {
         "after the worker"
     );
 }
+
+/// Writes to `path` until the file system is full.
+fn fill(path: &Path) {
+    let mut file = std::fs::File::create(path).unwrap();
+    let chunk = vec![0u8; 64 * 1024];
+    while std::io::Write::write_all(&mut file, &chunk).is_ok() {}
+    let _ = file.sync_all();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[cfg_attr(
+    no_mount,
+    ignore = "cannot mount a tmpfs here (needs root or CAP_SYS_ADMIN)"
+)]
+async fn a_worker_whose_disk_fills_up_finishes_the_queue_once_space_is_freed() {
+    let turns: Vec<_> = (0..40)
+        .map(|i| {
+            support::jobs::complete(&format!("done {i}")).with_delay(Duration::from_millis(200))
+        })
+        .collect();
+    let server = ScriptedLlm::start(turns).await;
+    let fs = Tmpfs::mount("4m");
+    let mut project = Project::new();
+    project.db = Some(format!(
+        "sqlite://{}",
+        fs.path().join("store/maestro.db").display()
+    ));
+    let mut ids = Vec::new();
+    for i in 0..6 {
+        ids.push(
+            project
+                .submit(&format!("Before the disk fills {i}"), &[])
+                .await,
+        );
+    }
+    let worker = project.worker(&server.base_url(), &["--concurrency", "2"]);
+    support::jobs::until_requests(&server, 1).await;
+
+    let filler = fs.path().join("filler");
+    fill(&filler);
+    // The worker's commits fail for a while.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    std::fs::remove_file(&filler).unwrap();
+
+    ids.push(project.submit("After the space is freed", &[]).await);
+    let last = ids.last().unwrap().clone();
+    project
+        .until(&last, "completed", |job| {
+            job["status"] == json!("completed")
+        })
+        .await;
+    for id in &ids {
+        let job = project
+            .until(id, "ended", |job| {
+                !["queued", "running"].contains(&job["status"].as_str().unwrap())
+            })
+            .await;
+        assert!(
+            ["completed", "failed"].contains(&job["status"].as_str().unwrap()),
+            "{job}"
+        );
+    }
+    support::jobs::stop_worker(worker, "stopped").await;
+}

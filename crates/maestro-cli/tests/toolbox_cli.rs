@@ -18,8 +18,8 @@ use support::{
 /// A private copy of the Python SDK test server (`mcp==2.3.0`), so that its processes can be
 /// told apart from other tests' by their command line.
 fn mcp_script(dir: &Path) -> PathBuf {
-    let source =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../maestro-tools/tests/mcp_support/server.py");
+    let source = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../maestro-tools-mcp/tests/mcp_support/server.py");
     let target = dir.join("calc-server").join("server.py");
     std::fs::create_dir_all(target.parent().unwrap()).unwrap();
     std::fs::copy(source, &target).unwrap();

@@ -450,7 +450,6 @@ fn message_text(request: &Value) -> String {
     out
 }
 
-
 /// The fields of a chat request [`Ask`] is made of; the rest of the body is skipped unparsed.
 #[derive(serde::Deserialize)]
 struct LightAsk {

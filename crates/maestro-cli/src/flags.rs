@@ -4,7 +4,6 @@
 
 use std::path::PathBuf;
 
-use anyhow::Context as _;
 use maestro_app::{PoolSize, Store, UrlOrigin};
 use maestro_config::{Config, LoadFrom};
 
@@ -101,12 +100,9 @@ pub fn settings(config: &ConfigFlag, flags: &[&dyn Override]) -> anyhow::Result<
 
 impl StoreFlag {
     /// Opens (and migrates) the store this flag, `MAESTRO_DB`, `store.url` or the default
-    /// names; an error says which of them named it.
+    /// names; its errors name the store's URL.
     pub async fn open(&self, config: &Config, size: PoolSize) -> anyhow::Result<Store> {
-        let (url, origin) = maestro_app::store_url(self.db.as_deref(), config)?;
-        maestro_app::open_store(self.db.as_deref(), config, size)
-            .await
-            .with_context(|| format!("the job store {url} (from {})", origin_text(origin)))
+        Ok(maestro_app::open_store(self.db.as_deref(), config, size).await?)
     }
 }
 

@@ -14,7 +14,7 @@ use crate::lease_owner::LeaseOwner;
 use crate::run::{Execution, Target, execute};
 
 /// The children a local run runs in its own process, through the worker's job path.
-pub struct LocalChildren {
+pub(crate) struct LocalChildren {
     /// Itself, for the tasks it spawns.
     me: std::sync::Weak<LocalChildren>,
     context: Arc<JobContext>,
@@ -144,7 +144,7 @@ impl LocalChildren {
     /// After the parent's run: stops the children when the parent was stopped (cancelling
     /// them and theirs in the store), then waits for every child this process runs to write
     /// its end or hand its job back.
-    pub async fn finish(&self, parent: JobId, parent_stopped: bool) {
+    pub(crate) async fn finish(&self, parent: JobId, parent_stopped: bool) {
         if parent_stopped {
             let store = &self.context.store;
             if let Ok(children) = store.children(parent).await {

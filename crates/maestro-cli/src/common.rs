@@ -8,7 +8,9 @@ use maestro_app::{PieceError, Skipped};
 use maestro_piece::{Dialect, LoadOptions, render_diagnostics};
 
 /// A current-thread runtime for one command.
-pub fn block_on<F: std::future::Future<Output = anyhow::Result<u8>>>(f: F) -> anyhow::Result<u8> {
+pub(crate) fn block_on<F: std::future::Future<Output = anyhow::Result<u8>>>(
+    f: F,
+) -> anyhow::Result<u8> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -22,7 +24,7 @@ pub fn block_on<F: std::future::Future<Output = anyhow::Result<u8>>>(f: F) -> an
 }
 
 /// Who is acting, for the audit log.
-pub fn actor() -> String {
+pub(crate) fn actor() -> String {
     std::env::var("USER")
         .ok()
         .filter(|u| !u.is_empty())

@@ -9,7 +9,7 @@ use maestro_config::{Config, LoadFrom};
 
 /// `--config FILE`.
 #[derive(Debug, Clone, Default, clap::Args)]
-pub struct ConfigFlag {
+pub(crate) struct ConfigFlag {
     /// Use this configuration file instead of `~/.maestro/config.yaml` and
     /// `.maestro/config.yaml`.
     #[arg(long)]
@@ -18,7 +18,7 @@ pub struct ConfigFlag {
 
 /// `--db URL`.
 #[derive(Debug, Clone, Default, clap::Args)]
-pub struct StoreFlag {
+pub(crate) struct StoreFlag {
     /// The job store: `sqlite://PATH` or `postgres://…` (also `MAESTRO_DB`, `store.url`;
     /// default `sqlite://.maestro/maestro.db` in the project).
     #[arg(long)]
@@ -27,7 +27,7 @@ pub struct StoreFlag {
 
 /// `--pieces-dir DIR…`.
 #[derive(Debug, Clone, Default, clap::Args)]
-pub struct PiecesFlag {
+pub(crate) struct PiecesFlag {
     /// Directories searched for pieces by name and by the classifier (default:
     /// `paths.pieces_dirs`, `.maestro/pieces` and `pieces`).
     #[arg(long)]
@@ -36,7 +36,7 @@ pub struct PiecesFlag {
 
 /// `--runs-dir DIR`.
 #[derive(Debug, Clone, Default, clap::Args)]
-pub struct RunsFlag {
+pub(crate) struct RunsFlag {
     /// Where run records go (default: `paths.runs_dir`, `.maestro/runs`).
     #[arg(long)]
     pub runs_dir: Option<PathBuf>,
@@ -44,7 +44,7 @@ pub struct RunsFlag {
 
 /// `--llm-base-url URL` and `--model NAME`.
 #[derive(Debug, Clone, Default, clap::Args)]
-pub struct ModelFlags {
+pub(crate) struct ModelFlags {
     /// The OpenAI-compatible API root, e.g. http://127.0.0.1:8088/v1 (also
     /// `MAESTRO_LLM_BASE_URL`, `llm.base_url`).
     #[arg(long)]
@@ -56,7 +56,7 @@ pub struct ModelFlags {
 }
 
 /// A flag group that changes the configuration.
-pub trait Override {
+pub(crate) trait Override {
     /// Puts the flags given over the configuration's values.
     fn apply(&self, config: &mut Config);
 }
@@ -89,7 +89,7 @@ impl Override for ModelFlags {
 }
 
 /// The configuration files and the environment, with the command's flags on top.
-pub fn settings(config: &ConfigFlag, flags: &[&dyn Override]) -> anyhow::Result<Config> {
+pub(crate) fn settings(config: &ConfigFlag, flags: &[&dyn Override]) -> anyhow::Result<Config> {
     let (mut loaded, _files) = Config::load(LoadFrom::current(config.config.clone())?)
         .map_err(|e| anyhow::anyhow!(maestro_app::error_chain(&e)))?;
     for flag in flags {
@@ -101,13 +101,13 @@ pub fn settings(config: &ConfigFlag, flags: &[&dyn Override]) -> anyhow::Result<
 impl StoreFlag {
     /// Opens (and migrates) the store this flag, `MAESTRO_DB`, `store.url` or the default
     /// names; its errors name the store's URL.
-    pub async fn open(&self, config: &Config, size: PoolSize) -> anyhow::Result<Store> {
+    pub(crate) async fn open(&self, config: &Config, size: PoolSize) -> anyhow::Result<Store> {
         Ok(maestro_app::open_store(self.db.as_deref(), config, size).await?)
     }
 }
 
 /// Where a store URL came from, for a person.
-pub fn origin_text(origin: UrlOrigin) -> &'static str {
+pub(crate) fn origin_text(origin: UrlOrigin) -> &'static str {
     match origin {
         UrlOrigin::Flag => "--db",
         UrlOrigin::Env => "MAESTRO_DB",
@@ -118,7 +118,7 @@ pub fn origin_text(origin: UrlOrigin) -> &'static str {
 
 /// `--db` and `--config`: where the store and the configuration come from.
 #[derive(Debug, Clone, clap::Args)]
-pub struct StoreArgs {
+pub(crate) struct StoreArgs {
     #[command(flatten)]
     pub store: StoreFlag,
     #[command(flatten)]
@@ -127,17 +127,17 @@ pub struct StoreArgs {
 
 impl StoreArgs {
     /// The configuration, with no flag on top.
-    pub fn configuration(&self) -> anyhow::Result<Config> {
+    pub(crate) fn configuration(&self) -> anyhow::Result<Config> {
         settings(&self.config, &[])
     }
 
     /// The store, with a pool shared by the command's queries.
-    pub async fn open(&self, config: &Config) -> anyhow::Result<Store> {
+    pub(crate) async fn open(&self, config: &Config) -> anyhow::Result<Store> {
         self.store.open(config, PoolSize::Shared).await
     }
 
     /// For commands that only read: the store must exist, and may be read-only.
-    pub async fn open_existing(&self, config: &Config) -> anyhow::Result<Store> {
+    pub(crate) async fn open_existing(&self, config: &Config) -> anyhow::Result<Store> {
         Ok(
             maestro_app::open_store_existing(self.store.db.as_deref(), config, PoolSize::Shared)
                 .await?,

@@ -14,7 +14,7 @@ use crate::flags::StoreArgs;
 use crate::term::printable;
 
 #[derive(Debug, clap::Args)]
-pub struct SubmitArgs {
+pub(crate) struct SubmitArgs {
     /// A piece file, a piece name found in the pieces directories, or `auto` to let the
     /// worker's classifier choose.
     piece: String,
@@ -44,7 +44,7 @@ pub struct SubmitArgs {
 }
 
 #[derive(Debug, clap::Subcommand)]
-pub enum JobsCommand {
+pub(crate) enum JobsCommand {
     /// List jobs, oldest first, one JSON object per line with --json.
     List {
         /// Only jobs in this status (queued, running, waiting_input, waiting_subtasks,
@@ -105,7 +105,7 @@ pub enum JobsCommand {
 }
 
 #[derive(Debug, clap::Args)]
-pub struct WorkersArgs {
+pub(crate) struct WorkersArgs {
     /// One JSON object per worker per line.
     #[arg(long)]
     json: bool,
@@ -118,7 +118,7 @@ fn parse_id(id: &str) -> anyhow::Result<JobId> {
         .map_err(|_| anyhow!("`{id}` is not a job id (a UUID, as `maestro submit` prints)"))
 }
 
-pub fn submit(args: SubmitArgs) -> anyhow::Result<u8> {
+pub(crate) fn submit(args: SubmitArgs) -> anyhow::Result<u8> {
     block_on(async move {
         let mut config = args.store.configuration()?;
         if !args.pieces_dir.is_empty() {
@@ -163,7 +163,7 @@ fn human(job: &JobSummary) -> String {
     line
 }
 
-pub fn jobs(command: JobsCommand) -> anyhow::Result<u8> {
+pub(crate) fn jobs(command: JobsCommand) -> anyhow::Result<u8> {
     block_on(async move {
         match command {
             JobsCommand::List {
@@ -311,7 +311,7 @@ async fn follow_events(
 /// How recent a worker's heartbeat must be for `maestro workers` to list it.
 const LIVE_WITHIN: Duration = Duration::from_secs(60);
 
-pub fn workers(args: WorkersArgs) -> anyhow::Result<u8> {
+pub(crate) fn workers(args: WorkersArgs) -> anyhow::Result<u8> {
     block_on(async move {
         let config = args.store.configuration()?;
         let store = args.store.open_existing(&config).await?;

@@ -17,7 +17,7 @@ const DEFAULT_FILTER: &str = "warn,maestro::sandbox=info";
 static DISPLAY: Mutex<Option<indicatif::MultiProgress>> = Mutex::new(None);
 
 /// Installs the subscriber; a filter that does not parse is reported once and `warn` is used.
-pub fn install() {
+pub(crate) fn install() {
     let (source, spec) = match (std::env::var("MAESTRO_LOG"), std::env::var("RUST_LOG")) {
         (Ok(spec), _) if !spec.trim().is_empty() => ("MAESTRO_LOG", spec),
         (_, Ok(spec)) if !spec.trim().is_empty() => ("RUST_LOG", spec),
@@ -37,11 +37,11 @@ pub fn install() {
 }
 
 /// Routes log lines above `display` until [`release_display`].
-pub fn attach_display(display: indicatif::MultiProgress) {
+pub(crate) fn attach_display(display: indicatif::MultiProgress) {
     *DISPLAY.lock().unwrap_or_else(PoisonError::into_inner) = Some(display);
 }
 
-pub fn release_display() {
+pub(crate) fn release_display() {
     *DISPLAY.lock().unwrap_or_else(PoisonError::into_inner) = None;
 }
 

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use maestro_piece::{discover, load_file};
 
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// Where to look (all *.yaml / *.yml below it). Default: the project's `.maestro/pieces`
     /// and the user's `~/.maestro/pieces`, those that exist.
     #[arg(value_name = "DIR")]
@@ -25,7 +25,7 @@ struct Row {
     file: String,
 }
 
-pub fn run(args: Args) -> anyhow::Result<u8> {
+pub(crate) fn run(args: Args) -> anyhow::Result<u8> {
     let dirs = match args.dir {
         Some(dir) => {
             if !dir.exists() {

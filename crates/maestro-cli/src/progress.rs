@@ -36,7 +36,7 @@ enum Activity {
 
 /// The rendering state: fed events and streamed text, asked for lines.
 #[derive(Debug, Clone)]
-pub struct ProgressModel {
+pub(crate) struct ProgressModel {
     max_movements: u32,
     tokens: u64,
     /// The top-level movement, its position in the run and its visit.
@@ -49,7 +49,7 @@ pub struct ProgressModel {
 }
 
 impl ProgressModel {
-    pub fn new(max_movements: u32) -> Self {
+    pub(crate) fn new(max_movements: u32) -> Self {
         ProgressModel {
             max_movements,
             tokens: 0,
@@ -61,7 +61,7 @@ impl ProgressModel {
     }
 
     /// Applies one event and returns the lines it adds to the log (possibly none).
-    pub fn apply(&mut self, event: &RunEvent) -> Vec<String> {
+    pub(crate) fn apply(&mut self, event: &RunEvent) -> Vec<String> {
         let line = match event {
             RunEvent::RunStarted {
                 run_id,
@@ -219,7 +219,7 @@ impl ProgressModel {
     }
 
     /// Streamed answer text arrived.
-    pub fn text(&mut self, delta: &str) {
+    pub(crate) fn text(&mut self, delta: &str) {
         self.streamed.push_str(delta);
         // Keep the tail only: enough for the last line, bounded whatever the answer's size.
         if self.streamed.len() > 4 * PREVIEW_CHARS * 4 {
@@ -232,7 +232,7 @@ impl ProgressModel {
     }
 
     /// A log line as printed off a terminal: elapsed time and tokens so far, then the line.
-    pub fn plain(&self, line: &str, elapsed: Duration) -> String {
+    pub(crate) fn plain(&self, line: &str, elapsed: Duration) -> String {
         format!(
             "[{} {:>7} tok] {line}",
             clock(elapsed),
@@ -241,7 +241,7 @@ impl ProgressModel {
     }
 
     /// The status line redrawn under the log on a terminal.
-    pub fn status(&self, elapsed: Duration) -> String {
+    pub(crate) fn status(&self, elapsed: Duration) -> String {
         let spin = match self.activity {
             Activity::Answering | Activity::Tool(_) => {
                 SPINNER[(elapsed.as_millis() / SPIN_STEP.as_millis()) as usize % SPINNER.len()]
@@ -337,7 +337,7 @@ fn group_thousands(n: u64) -> String {
 }
 
 /// Puts the model's rendering on stderr.
-pub struct Progress {
+pub(crate) struct Progress {
     model: Arc<Mutex<ProgressModel>>,
     start: Instant,
     live: Mutex<Option<Live>>,
@@ -353,7 +353,7 @@ struct Live {
 
 impl Progress {
     /// Live on a terminal, plain lines otherwise.
-    pub fn new(max_movements: u32) -> Self {
+    pub(crate) fn new(max_movements: u32) -> Self {
         let model = Arc::new(Mutex::new(ProgressModel::new(max_movements)));
         let start = Instant::now();
         let live = std::io::IsTerminal::is_terminal(&std::io::stderr())
@@ -366,7 +366,7 @@ impl Progress {
     }
 
     /// Clears the status line; the log stays.
-    pub fn finish(&self) {
+    pub(crate) fn finish(&self) {
         let live = self
             .live
             .lock()
@@ -429,13 +429,13 @@ impl Live {
 
 impl Progress {
     /// Brings the display up to date with an event of an earlier attempt, showing nothing.
-    pub fn catch_up(&self, record: &EventRecord) {
+    pub(crate) fn catch_up(&self, record: &EventRecord) {
         let mut model = self.model.lock().unwrap_or_else(PoisonError::into_inner);
         let _ = model.apply(&record.event);
     }
 
     /// Prints a note above the status line.
-    pub fn note(&self, text: &str) {
+    pub(crate) fn note(&self, text: &str) {
         let live = self.live.lock().unwrap_or_else(PoisonError::into_inner);
         match live.as_ref() {
             Some(live) => {
@@ -446,7 +446,7 @@ impl Progress {
     }
 
     /// Shows one committed event.
-    pub fn record(&self, record: &EventRecord) -> std::io::Result<()> {
+    pub(crate) fn record(&self, record: &EventRecord) -> std::io::Result<()> {
         let mut model = self.model.lock().unwrap_or_else(PoisonError::into_inner);
         let lines = model.apply(&record.event);
         let elapsed = self.start.elapsed();
@@ -474,7 +474,7 @@ impl Progress {
     }
 
     /// Shows a piece of the model's answer as it streams.
-    pub fn text_delta(&self, text: &str) {
+    pub(crate) fn text_delta(&self, text: &str) {
         self.model
             .lock()
             .unwrap_or_else(PoisonError::into_inner)

@@ -9,7 +9,7 @@ use maestro_piece::prompt::{PromptContext, assemble};
 use maestro_piece::{Dialect, load_str, render_diagnostics};
 
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// The piece file.
     #[arg(value_name = "PIECE")]
     pub piece: PathBuf,
@@ -27,7 +27,7 @@ pub struct Args {
     pub facets_dirs: Vec<PathBuf>,
 }
 
-pub fn run(args: Args) -> anyhow::Result<u8> {
+pub(crate) fn run(args: Args) -> anyhow::Result<u8> {
     let opts = crate::common::load_options(args.dialect, &args.facets_dirs);
     let source = std::fs::read_to_string(&args.piece)
         .with_context(|| format!("cannot read {}", args.piece.display()))?;

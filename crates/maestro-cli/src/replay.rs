@@ -10,7 +10,7 @@ use maestro_app::{
 use crate::flags::{ConfigFlag, PiecesFlag, RunsFlag, StoreFlag, settings};
 
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// The run's id (its job id).
     id: String,
     #[command(flatten)]
@@ -23,7 +23,7 @@ pub struct Args {
     config: ConfigFlag,
 }
 
-pub fn run(args: Args) -> anyhow::Result<u8> {
+pub(crate) fn run(args: Args) -> anyhow::Result<u8> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -18,7 +18,7 @@ use crate::flags::{ConfigFlag, ModelFlags, Override, PiecesFlag, RunsFlag, Store
 use crate::progress::Progress;
 
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// A piece file, a piece name found in the pieces directories, or `auto` (the default) to
     /// let the classifier choose.
     piece: Option<String>,
@@ -121,7 +121,7 @@ fn stop_signal() -> anyhow::Result<impl std::future::Future<Output = bool> + Sen
     })
 }
 
-pub fn run(args: Args) -> anyhow::Result<u8> {
+pub(crate) fn run(args: Args) -> anyhow::Result<u8> {
     // One thread: a run waits on the model almost all the time, parallel movements interleave
     // on it, and tools' blocking work goes to tokio's blocking pool. Each worker thread would
     // add its own stack and malloc arena to the footprint (docs/benchmarks.md). The run record

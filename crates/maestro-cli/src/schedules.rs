@@ -11,7 +11,7 @@ use crate::flags::StoreArgs;
 use crate::term::printable;
 
 #[derive(Debug, clap::Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// Add a schedule; prints its id (`{"id": …}` with --json).
     Add(Box<AddArgs>),
     /// List schedules: spec, zone, misfire policy, next fire, slots fired and missed.
@@ -44,7 +44,7 @@ pub enum Command {
 }
 
 #[derive(Debug, clap::Args)]
-pub struct AddArgs {
+pub(crate) struct AddArgs {
     /// A piece file or a piece name found in the pieces directories.
     #[arg(long)]
     piece: String,
@@ -172,7 +172,7 @@ fn table(schedules: &[maestro_app::ScheduleSummary]) -> String {
     out
 }
 
-pub fn run(command: Command) -> anyhow::Result<u8> {
+pub(crate) fn run(command: Command) -> anyhow::Result<u8> {
     block_on(async move {
         match command {
             Command::Add(args) => add(*args).await,

@@ -14,7 +14,7 @@ use maestro_tools::{BashSandboxMode, EDIT_TOOLS, Registry, RunScratch, ToolConte
 use maestro_app::{McpSelection, Toolbox};
 
 #[derive(Debug, clap::Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// List every tool with its one-sentence description: the built-in, web and SSH tools and
     /// the tools of every configured MCP server.
     List {
@@ -32,7 +32,7 @@ pub enum Command {
 }
 
 #[derive(Debug, clap::Args)]
-pub struct CallArgs {
+pub(crate) struct CallArgs {
     /// The tool's name, e.g. `Read` or `Bash`.
     pub tool: String,
     /// The job workspace (created with the standard layout if it does not exist).
@@ -74,7 +74,7 @@ pub struct CallArgs {
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
-pub enum SandboxArg {
+pub(crate) enum SandboxArg {
     Auto,
     Always,
     Off,
@@ -103,7 +103,7 @@ pub(crate) fn block_on<T>(work: impl std::future::Future<Output = T>) -> anyhow:
     Ok(out)
 }
 
-pub fn run(cmd: Command) -> anyhow::Result<u8> {
+pub(crate) fn run(cmd: Command) -> anyhow::Result<u8> {
     match cmd {
         Command::List { json, config } => {
             let config = load_config(config)?;

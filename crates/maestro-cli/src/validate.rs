@@ -13,7 +13,7 @@ use maestro_piece::{
 };
 
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// Print one JSON object per file per line:
     /// {"file","valid","dialect","errors":[{"path","line","column","message"}],"warnings":[…]}.
     #[arg(long)]
@@ -52,7 +52,7 @@ enum Checked {
     Unreadable(String),
 }
 
-pub fn run(args: Args) -> anyhow::Result<u8> {
+pub(crate) fn run(args: Args) -> anyhow::Result<u8> {
     let opts = LoadOptions {
         tools: Some(tool_catalog(args.config.clone())?),
         ..crate::common::load_options(args.dialect, &args.facets_dirs)

@@ -10,7 +10,7 @@ use maestro_app::{PoolSize, Profile, Shutdown, Worker, WorkerOptions, classes, s
 use crate::flags::{ConfigFlag, ModelFlags, PiecesFlag, RunsFlag, StoreFlag, settings};
 
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// Jobs run at once (with --classes or alone: one profile, `default`; without either, the
     /// `workers:` profiles of the configuration).
     #[arg(long)]
@@ -62,7 +62,7 @@ impl Signals {
     }
 }
 
-pub fn run(args: Args) -> anyhow::Result<u8> {
+pub(crate) fn run(args: Args) -> anyhow::Result<u8> {
     crate::common::block_on(async move {
         let config = settings(&args.config, &[&args.model, &args.pieces, &args.runs])?;
         if args.lease_secs == 0 {

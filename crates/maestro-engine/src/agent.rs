@@ -62,7 +62,7 @@ pub(crate) struct Agent<'a> {
 }
 
 impl<'a> Agent<'a> {
-    pub fn new(run: &'a RunCtx, movement: &'a Movement, messages: Vec<Message>) -> Self {
+    pub(crate) fn new(run: &'a RunCtx, movement: &'a Movement, messages: Vec<Message>) -> Self {
         // A movement that names no tools gets none (not even the registry's documentation
         // tools, which only help with tools one has).
         let mut tools = if movement.allowed_tools.is_empty() {
@@ -87,19 +87,19 @@ impl<'a> Agent<'a> {
         }
     }
 
-    pub fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         &self.movement.name
     }
 
     /// True once the context reached the force threshold.
-    pub fn context_exhausted(&self) -> bool {
+    pub(crate) fn context_exhausted(&self) -> bool {
         self.meter.window().is_some_and(|w| {
             self.meter.used() as f64 >= w as f64 * self.run.config.context_thresholds.force
         })
     }
 
     /// Required reports not written yet in this visit.
-    pub fn missing_reports(&self) -> Vec<String> {
+    pub(crate) fn missing_reports(&self) -> Vec<String> {
         self.movement
             .output_contracts
             .iter()
@@ -112,7 +112,7 @@ impl<'a> Agent<'a> {
     /// model that cannot write the format freely produces a valid answer. Returns false (and
     /// leaves the request unconstrained) when the movement offers tools, since an endpoint takes
     /// either tools or a response format.
-    pub fn constrain_answer(&mut self, schema: ResponseSchema) -> bool {
+    pub(crate) fn constrain_answer(&mut self, schema: ResponseSchema) -> bool {
         if !self.tools.is_empty() {
             return false;
         }
@@ -121,7 +121,7 @@ impl<'a> Agent<'a> {
     }
 
     /// Adds a user message (a reminder or a follow-up) and records why.
-    pub async fn ask_again(
+    pub(crate) async fn ask_again(
         &mut self,
         kind: ReminderKind,
         attempt: u32,
@@ -142,7 +142,7 @@ impl<'a> Agent<'a> {
     /// The model answered in plain text where a control tool was required. When the provider was
     /// still finding out how this model takes tools (`tool_mode: auto`), it now offers them in
     /// JSON mode: the plain answer is dropped and the same request goes again (returns true).
-    pub async fn resend_with_json_tools(&mut self) -> Result<bool, EngineError> {
+    pub(crate) async fn resend_with_json_tools(&mut self) -> Result<bool, EngineError> {
         if self.tools.is_empty() {
             return Ok(false);
         }
@@ -204,7 +204,7 @@ impl<'a> Agent<'a> {
     }
 
     /// Asks once for missing reports after an answer; returns whether it asked.
-    pub async fn ask_for_missing_reports(&mut self) -> Result<bool, EngineError> {
+    pub(crate) async fn ask_for_missing_reports(&mut self) -> Result<bool, EngineError> {
         let missing = self.missing_reports();
         if missing.is_empty() || self.report_reminder_sent {
             return Ok(false);
@@ -216,7 +216,7 @@ impl<'a> Agent<'a> {
     }
 
     /// Runs the loop until the model's turn ends.
-    pub async fn drive(&mut self) -> Result<TurnEnd, EngineError> {
+    pub(crate) async fn drive(&mut self) -> Result<TurnEnd, EngineError> {
         loop {
             if self.calls >= self.run.config.max_iterations_per_movement {
                 return Ok(TurnEnd::IterationsExhausted);

@@ -68,7 +68,7 @@ pub(crate) struct WriteReportArgs {
 
 /// A control tool call, checked against the movement.
 #[derive(Debug, Clone, PartialEq)]
-pub enum ControlCall {
+pub(crate) enum ControlCall {
     Transition {
         next: Target,
         summary: Option<String>,
@@ -114,7 +114,7 @@ fn restricted(base: &Value, field: &str, values: Vec<String>) -> Arc<Value> {
 }
 
 /// The distinct `next` labels of the movement's rules, in order.
-pub fn transition_targets(movement: &Movement) -> Vec<String> {
+pub(crate) fn transition_targets(movement: &Movement) -> Vec<String> {
     let mut targets: Vec<String> = Vec::new();
     for label in movement
         .rules
@@ -139,7 +139,7 @@ fn report_names(movement: &Movement) -> Vec<String> {
 }
 
 /// The control tools offered for `movement` in `dialect`.
-pub fn control_tools(dialect: Dialect, movement: &Movement) -> Vec<ToolSpec> {
+pub(crate) fn control_tools(dialect: Dialect, movement: &Movement) -> Vec<ToolSpec> {
     let mut tools = Vec::new();
     if dialect == Dialect::Maestro {
         let targets = transition_targets(movement);
@@ -171,7 +171,7 @@ pub fn control_tools(dialect: Dialect, movement: &Movement) -> Vec<ToolSpec> {
 /// Why a control tool call was refused; the message is what the model reads, so it says what
 /// the call needs.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum ControlError {
+pub(crate) enum ControlError {
     #[error("the arguments for `{tool}` must be one JSON object")]
     NotAnObject { tool: String },
     /// serde refused the arguments (`detail`, cut); `needs` says what the tool takes.
@@ -203,7 +203,7 @@ fn arguments_of<T: DeserializeOwned>(
 
 /// Reads a call to a control tool. `None` when `name` is not one offered here; `Some(Err)` with
 /// a message the model can act on when the arguments are wrong.
-pub fn parse_control(
+pub(crate) fn parse_control(
     offered: &[ToolSpec],
     movement: &Movement,
     name: &str,

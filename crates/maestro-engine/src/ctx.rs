@@ -44,7 +44,7 @@ pub(crate) struct RunCtx {
 
 impl RunCtx {
     /// Records `event` and resolves once it is committed.
-    pub async fn emit(&self, event: RunEvent) -> Result<(), EngineError> {
+    pub(crate) async fn emit(&self, event: RunEvent) -> Result<(), EngineError> {
         self.journal.emit(event).await.map(drop)
     }
 
@@ -52,17 +52,17 @@ impl RunCtx {
     /// effect of its own follows (`movement_started`, `llm_response`, `movement_finished`): the
     /// next side effect waits for its own event, and the writer commits in order, so this one is
     /// durable before it. A failed commit fails that next wait (the writer's failure is sticky).
-    pub fn emit_queued(&self, event: RunEvent) -> Result<(), EngineError> {
+    pub(crate) fn emit_queued(&self, event: RunEvent) -> Result<(), EngineError> {
         self.journal.emit_nowait(event)
     }
 
     /// Like [`RunCtx::emit`]; true when the run's record already held the event.
-    pub async fn emit_replayed(&self, event: RunEvent) -> Result<bool, EngineError> {
+    pub(crate) async fn emit_replayed(&self, event: RunEvent) -> Result<bool, EngineError> {
         self.journal.emit(event).await
     }
 
     /// The answer to `movement`'s question: the one the record holds, else the next new one.
-    pub fn next_answer(&self, movement: &str) -> Option<String> {
+    pub(crate) fn next_answer(&self, movement: &str) -> Option<String> {
         if let Some(recorded) = self.journal.recorded().and_then(|r| r.user_input(movement)) {
             return Some(recorded);
         }
@@ -72,7 +72,7 @@ impl RunCtx {
     /// How the subtasks `movement` waits for ended: as the record holds it, else from the
     /// host once every pending one has ended. `None`: some are still open (the run parks), or
     /// in a replay past the record.
-    pub async fn subtasks_ended(
+    pub(crate) async fn subtasks_ended(
         &self,
         movement: &str,
     ) -> Result<Option<Vec<SubtaskOutcome>>, EngineError> {
@@ -102,24 +102,24 @@ impl RunCtx {
 
     /// True when the run only goes through its record (`maestro replay`): no model call and no
     /// tool runs.
-    pub fn verifying(&self) -> bool {
+    pub(crate) fn verifying(&self) -> bool {
         self.journal
             .recorded()
             .is_some_and(|r| r.mode() == ReplayMode::Verify)
     }
 
-    pub fn redact(&self, text: &str) -> String {
+    pub(crate) fn redact(&self, text: &str) -> String {
         self.secrets
             .iter()
             .fold(text.to_string(), |t, s| s.redact(&t))
     }
 
-    pub fn scratch_snapshot(&self) -> RunScratch {
+    pub(crate) fn scratch_snapshot(&self) -> RunScratch {
         self.scratch.lock().map(|s| s.clone()).unwrap_or_default()
     }
 
     /// One model call with its `llm_request` / `llm_retry` / `llm_response` events.
-    pub async fn chat(
+    pub(crate) async fn chat(
         &self,
         movement: &str,
         purpose: CallPurpose,

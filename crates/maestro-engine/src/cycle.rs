@@ -13,7 +13,7 @@ pub(crate) struct Cycle {
 
 impl Cycle {
     /// The cycle as a reader sees it: `review → fix → review`.
-    pub fn label(&self) -> String {
+    pub(crate) fn label(&self) -> String {
         let mut names: Vec<&str> = self.movements.iter().map(String::as_str).collect();
         names.extend(self.movements.first().map(String::as_str));
         names.join(" → ")

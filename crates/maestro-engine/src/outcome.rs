@@ -96,7 +96,7 @@ fn same_condition(a: &str, b: &str) -> bool {
 }
 
 /// The text a judge sees for a rule's condition.
-pub fn condition_text(condition: &Condition) -> String {
+pub(crate) fn condition_text(condition: &Condition) -> String {
     match condition {
         Condition::Text(t) | Condition::Ai(t) | Condition::Status(t) => t.clone(),
         Condition::All(args) => format!("all({})", args.join(", ")),

@@ -141,7 +141,7 @@ impl Recorded {
     /// In `Resume` mode a run that ended `failed` (stopped by its user, or by an error such as
     /// an endpoint that went away) goes on past that end: the recorded end is not expected
     /// again.
-    pub fn new(mode: ReplayMode, mut history: Vec<EventRecord>) -> Recorded {
+    pub(crate) fn new(mode: ReplayMode, mut history: Vec<EventRecord>) -> Recorded {
         // An end the run went on past (it was resumed after it) is not expected again, nor is
         // the mark of the resume itself: a resumed run produces neither at that point.
         let last_resume = history
@@ -192,7 +192,7 @@ impl Recorded {
 
     /// The context window the record's `run_started` names (`Some(None)`: recorded as
     /// unknown; `None`: no `run_started` recorded).
-    pub fn context_window(&self) -> Option<Option<u64>> {
+    pub(crate) fn context_window(&self) -> Option<Option<u64>> {
         let streams = self.inner.lock().ok()?;
         streams
             .by_movement
@@ -205,7 +205,7 @@ impl Recorded {
     }
 
     /// True when the record ends the run for good (a `run_finished` that is still expected).
-    pub fn holds_final_end(&self) -> bool {
+    pub(crate) fn holds_final_end(&self) -> bool {
         self.inner.lock().is_ok_and(|streams| {
             streams.by_movement.get("").is_some_and(|q| {
                 q.iter()
@@ -214,12 +214,12 @@ impl Recorded {
         })
     }
 
-    pub fn mode(&self) -> ReplayMode {
+    pub(crate) fn mode(&self) -> ReplayMode {
         self.mode
     }
 
     /// Matches an event the run is about to write against the record.
-    pub fn match_event(&self, event: &RunEvent) -> Matched {
+    pub(crate) fn match_event(&self, event: &RunEvent) -> Matched {
         let Ok(mut streams) = self.inner.lock() else {
             return Matched::New;
         };
@@ -275,7 +275,7 @@ impl Recorded {
 
     /// The recorded answer to the model call whose `llm_request` was just matched, if the
     /// record holds one.
-    pub fn answer(&self, movement: &str) -> Option<ChatResponse> {
+    pub(crate) fn answer(&self, movement: &str) -> Option<ChatResponse> {
         let mut streams = self.inner.lock().ok()?;
         streams.skip_passive(movement);
         match &streams.by_movement.get(movement)?.front()?.event {
@@ -299,7 +299,7 @@ impl Recorded {
     }
 
     /// The answer the record holds for `movement`'s question, when the run reached it before.
-    pub fn user_input(&self, movement: &str) -> Option<String> {
+    pub(crate) fn user_input(&self, movement: &str) -> Option<String> {
         let mut streams = self.inner.lock().ok()?;
         streams.skip_passive(movement);
         match &streams.by_movement.get(movement)?.front()?.event {
@@ -309,7 +309,7 @@ impl Recorded {
     }
 
     /// How the subtasks `movement` waited for ended, when the record holds it.
-    pub fn subtasks_ended(&self, movement: &str) -> Option<Vec<SubtaskOutcome>> {
+    pub(crate) fn subtasks_ended(&self, movement: &str) -> Option<Vec<SubtaskOutcome>> {
         let mut streams = self.inner.lock().ok()?;
         streams.skip_passive(movement);
         match &streams.by_movement.get(movement)?.front()?.event {
@@ -320,7 +320,7 @@ impl Recorded {
 
     /// Whether the record has `movement` switch to JSON tool mode next (after a plain answer
     /// where a control tool was required); `None` past the end of its record.
-    pub fn switched_tool_mode(&self, movement: &str) -> Option<bool> {
+    pub(crate) fn switched_tool_mode(&self, movement: &str) -> Option<bool> {
         let streams = self.inner.lock().ok()?;
         let next = streams
             .by_movement
@@ -331,7 +331,7 @@ impl Recorded {
     }
 
     /// How many answers the record holds.
-    pub fn answers_recorded(&self) -> usize {
+    pub(crate) fn answers_recorded(&self) -> usize {
         self.inner
             .lock()
             .map(|s| {
@@ -345,7 +345,7 @@ impl Recorded {
     }
 
     /// The recorded outcome of the tool call `call_id` whose `tool_call` was just matched.
-    pub fn tool(&self, movement: &str, call_id: &str) -> ToolRecord {
+    pub(crate) fn tool(&self, movement: &str, call_id: &str) -> ToolRecord {
         let Ok(mut streams) = self.inner.lock() else {
             return ToolRecord::InFlight;
         };
@@ -386,7 +386,7 @@ impl Recorded {
     }
 
     /// The first recorded event no part of the run has produced again, if any.
-    pub fn first_unmatched(&self) -> Option<EventRecord> {
+    pub(crate) fn first_unmatched(&self) -> Option<EventRecord> {
         let mut streams = self.inner.lock().ok()?;
         let keys: Vec<String> = streams.by_movement.keys().cloned().collect();
         for key in keys {

@@ -103,7 +103,7 @@ impl SubtaskHost for RecordOnly {
 const RESULT_CHARS: usize = 4_000;
 
 /// The message the waiting movement goes on with once its subtasks ended.
-pub fn ended_message(children: &[SubtaskOutcome]) -> String {
+pub(crate) fn ended_message(children: &[SubtaskOutcome]) -> String {
     let mut text = format!(
         "Your {} ended. Their workspaces are inside yours; read them for the details.\n",
         if children.len() == 1 {

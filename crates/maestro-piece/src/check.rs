@@ -34,7 +34,7 @@ pub(crate) const MAX_PER_FILE: usize = 200;
 pub(crate) const MAX_UNKNOWN_PER_MAPPING: usize = 10;
 
 impl Sink {
-    pub fn new(file: &Path) -> Self {
+    pub(crate) fn new(file: &Path) -> Self {
         Sink {
             file: file.to_owned(),
             errors: Vec::new(),
@@ -58,24 +58,24 @@ impl Sink {
         }
     }
 
-    pub fn error(&mut self, path: &str, span: Span, message: impl Into<String>) {
+    pub(crate) fn error(&mut self, path: &str, span: Span, message: impl Into<String>) {
         let d = self.make(Severity::Error, path, span, message.into());
         keep(&mut self.errors, &mut self.dropped_errors, d);
     }
 
-    pub fn warn(&mut self, path: &str, span: Span, message: impl Into<String>) {
+    pub(crate) fn warn(&mut self, path: &str, span: Span, message: impl Into<String>) {
         let d = self.make(Severity::Warning, path, span, message.into());
         keep(&mut self.warnings, &mut self.dropped_warnings, d);
     }
 
     /// Records a key we accept but do not use; reported once per key name, with a count.
-    pub fn ignored(&mut self, key: &str, path: &str, span: Span, why: &str) {
+    pub(crate) fn ignored(&mut self, key: &str, path: &str, span: Span, why: &str) {
         self.warn_once(key, path, span, || format!("`{key}` is ignored: {why}"));
     }
 
     /// A warning reported once per `key` in a file (the first place, with a count of the
     /// others), for findings that repeat in every movement.
-    pub fn warn_once(
+    pub(crate) fn warn_once(
         &mut self,
         key: &str,
         path: &str,
@@ -95,12 +95,12 @@ impl Sink {
         self.ignored.push((key.to_owned(), d, 1));
     }
 
-    pub fn has_errors(&self) -> bool {
+    pub(crate) fn has_errors(&self) -> bool {
         !self.errors.is_empty()
     }
 
     /// Errors and warnings, each sorted by position.
-    pub fn finish(mut self) -> (Vec<Diagnostic>, Vec<Diagnostic>) {
+    pub(crate) fn finish(mut self) -> (Vec<Diagnostic>, Vec<Diagnostic>) {
         for (_, mut d, count) in std::mem::take(&mut self.ignored) {
             if count > 1 {
                 d.message.push_str(&format!(
@@ -213,14 +213,14 @@ pub(crate) fn fields<'n>(
 }
 
 impl<'n> Fields<'n> {
-    pub fn get(&self, key: &str) -> Option<(&'n Node, String)> {
+    pub(crate) fn get(&self, key: &str) -> Option<(&'n Node, String)> {
         self.entries
             .iter()
             .find(|(k, _)| k.text == key)
             .map(|(_, v)| (v, join_key(self.path, key)))
     }
 
-    pub fn key_span(&self, key: &str) -> Option<Span> {
+    pub(crate) fn key_span(&self, key: &str) -> Option<Span> {
         self.entries
             .iter()
             .find(|(k, _)| k.text == key)
@@ -228,7 +228,12 @@ impl<'n> Fields<'n> {
     }
 
     /// The value under `key`, or an error naming the missing field and where it belongs.
-    pub fn required(&self, sink: &mut Sink, key: &str, what: &str) -> Option<(&'n Node, String)> {
+    pub(crate) fn required(
+        &self,
+        sink: &mut Sink,
+        key: &str,
+        what: &str,
+    ) -> Option<(&'n Node, String)> {
         let found = self.get(key);
         if found.is_none() {
             let span = self.entries.first().map_or(self.node.span, |(k, _)| k.span);
@@ -242,13 +247,13 @@ impl<'n> Fields<'n> {
     }
 
     /// The string under `key`, which must be present (`None` after an error).
-    pub fn required_string(&self, sink: &mut Sink, key: &str, what: &str) -> Option<String> {
+    pub(crate) fn required_string(&self, sink: &mut Sink, key: &str, what: &str) -> Option<String> {
         self.required(sink, key, what)
             .and_then(|(node, path)| string(sink, node, &path).map(str::to_owned))
     }
 
     /// The string under `key`, if present (`None` when absent or after an error).
-    pub fn optional_string(&self, sink: &mut Sink, key: &str) -> Option<String> {
+    pub(crate) fn optional_string(&self, sink: &mut Sink, key: &str) -> Option<String> {
         self.get(key)
             .and_then(|(node, path)| string(sink, node, &path).map(str::to_owned))
     }

@@ -19,7 +19,7 @@ use crate::ir::Dialect;
 use crate::yaml::{Node, Span, Value};
 
 /// Top-level keys only takt pieces use.
-pub const TAKT_TOP_KEYS: &[&str] = &[
+pub(crate) const TAKT_TOP_KEYS: &[&str] = &[
     "personas",
     "policies",
     "instructions",
@@ -30,7 +30,7 @@ pub const TAKT_TOP_KEYS: &[&str] = &[
 ];
 
 /// Movement keys only takt pieces use.
-pub const TAKT_MOVEMENT_KEYS: &[&str] = &[
+pub(crate) const TAKT_MOVEMENT_KEYS: &[&str] = &[
     "parallel",
     "policy",
     "knowledge",
@@ -47,7 +47,7 @@ pub const TAKT_MOVEMENT_KEYS: &[&str] = &[
 ];
 
 /// Rule keys only takt pieces use.
-pub const TAKT_RULE_KEYS: &[&str] = &["requires_user_input", "interactive_only", "appendix"];
+pub(crate) const TAKT_RULE_KEYS: &[&str] = &["requires_user_input", "interactive_only", "appendix"];
 
 /// The detected dialect and the feature that decided it.
 #[derive(Debug, Clone, PartialEq, Eq)]

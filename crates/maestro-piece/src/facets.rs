@@ -33,7 +33,7 @@ pub(crate) enum FacetKind {
 }
 
 impl FacetKind {
-    pub const ALL: [FacetKind; 5] = [
+    pub(crate) const ALL: [FacetKind; 5] = [
         FacetKind::Persona,
         FacetKind::Policy,
         FacetKind::Knowledge,
@@ -42,7 +42,7 @@ impl FacetKind {
     ];
 
     /// The directory name under a facets root.
-    pub fn dir(self) -> &'static str {
+    pub(crate) fn dir(self) -> &'static str {
         match self {
             FacetKind::Persona => "personas",
             FacetKind::Policy => "policies",
@@ -53,7 +53,7 @@ impl FacetKind {
     }
 
     /// The top-level section map key in a takt piece.
-    pub fn section(self) -> &'static str {
+    pub(crate) fn section(self) -> &'static str {
         match self {
             FacetKind::Persona => "personas",
             FacetKind::Policy => "policies",
@@ -89,7 +89,7 @@ pub(crate) struct Resolver {
 }
 
 impl Resolver {
-    pub fn new(origin: &Path, opts: &LoadOptions) -> Self {
+    pub(crate) fn new(origin: &Path, opts: &LoadOptions) -> Self {
         let piece_dir = origin.parent().map(Path::to_path_buf).unwrap_or_default();
         let mut roots = vec![piece_dir.join("..").join("facets")];
         if let Some(project) = &opts.project_dir {
@@ -123,7 +123,7 @@ impl Resolver {
 
     /// Reads the takt section maps (`personas:`, `policies:`, …) from the top level. Every
     /// entry must name a readable file relative to the piece.
-    pub fn read_sections(&mut self, sink: &mut Sink, top: &Fields<'_>) {
+    pub(crate) fn read_sections(&mut self, sink: &mut Sink, top: &Fields<'_>) {
         for kind in FacetKind::ALL {
             let Some((node, path)) = top.get(kind.section()) else {
                 continue;
@@ -164,7 +164,7 @@ impl Resolver {
     }
 
     /// Resolves `name` to a facet; see the module doc for the search order.
-    pub fn resolve(
+    pub(crate) fn resolve(
         &mut self,
         sink: &mut Sink,
         kind: FacetKind,

@@ -75,7 +75,7 @@ fn variable(name: &str, ctx: &PromptContext) -> Option<String> {
 }
 
 /// The names used as `{{{x}}}` or `{{x}}` in an edge prompt, in order of appearance.
-pub fn mustache_names(template: &str) -> Vec<String> {
+pub(crate) fn mustache_names(template: &str) -> Vec<String> {
     let mut names = Vec::new();
     let mut rest = template;
     while let Some(start) = rest.find("{{") {

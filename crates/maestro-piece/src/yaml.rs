@@ -10,14 +10,14 @@ use std::collections::{HashMap, HashSet};
 use saphyr_parser::{Event, Marker, Parser, ScalarStyle, ScanError};
 
 /// Deepest nesting accepted; real pieces stay under 15.
-pub const MAX_DEPTH: usize = 128;
+pub(crate) const MAX_DEPTH: usize = 128;
 /// Most nodes a document may produce, counting every alias expansion.
-pub const MAX_NODES: usize = 100_000;
+pub(crate) const MAX_NODES: usize = 100_000;
 /// YAML problems reported one by one; the rest are counted in one closing line.
-pub const MAX_ERRORS: usize = 100;
+pub(crate) const MAX_ERRORS: usize = 100;
 
 /// `59990` as `59,990`, for counts in messages.
-pub fn thousands(n: usize) -> String {
+pub(crate) fn thousands(n: usize) -> String {
     let digits = n.to_string();
     let mut out = String::with_capacity(digits.len() + digits.len() / 3);
     for (i, c) in digits.chars().enumerate() {
@@ -31,7 +31,7 @@ pub fn thousands(n: usize) -> String {
 
 /// Where a node or key sits in the source.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Span {
+pub(crate) struct Span {
     /// Byte offsets, end exclusive.
     pub start: usize,
     pub end: usize,
@@ -41,26 +41,26 @@ pub struct Span {
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct Node {
+pub(crate) struct Node {
     pub value: Value,
     pub span: Span,
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub enum Value {
+pub(crate) enum Value {
     Map(Vec<(Key, Node)>),
     Seq(Vec<Node>),
     Scalar(Scalar),
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct Key {
+pub(crate) struct Key {
     pub text: String,
     pub span: Span,
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct Scalar {
+pub(crate) struct Scalar {
     pub text: String,
     /// Plain (unquoted, untagged) scalars are typed by the YAML 1.2 core schema; quoted and
     /// block scalars are always strings, so `"123"` stays text.
@@ -69,7 +69,7 @@ pub struct Scalar {
 
 /// What a scalar means under the YAML 1.2 core schema.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum ScalarKind {
+pub(crate) enum ScalarKind {
     Null,
     Bool(bool),
     Int(i64),
@@ -78,7 +78,7 @@ pub enum ScalarKind {
 }
 
 impl Scalar {
-    pub fn kind(&self) -> ScalarKind {
+    pub(crate) fn kind(&self) -> ScalarKind {
         if !self.plain {
             return ScalarKind::Str;
         }
@@ -122,7 +122,7 @@ impl Scalar {
 
 impl Node {
     /// A short description of the node's type for error messages ("a list", "an integer").
-    pub fn kind_name(&self) -> String {
+    pub(crate) fn kind_name(&self) -> String {
         match &self.value {
             Value::Map(_) => "a mapping".to_owned(),
             Value::Seq(_) => "a list".to_owned(),
@@ -139,7 +139,7 @@ impl Node {
         }
     }
 
-    pub fn as_map(&self) -> Option<&[(Key, Node)]> {
+    pub(crate) fn as_map(&self) -> Option<&[(Key, Node)]> {
         match &self.value {
             Value::Map(entries) => Some(entries),
             _ => None,
@@ -147,7 +147,7 @@ impl Node {
     }
 
     /// The value under `key`, when this node is a mapping that has it.
-    pub fn get(&self, key: &str) -> Option<&Node> {
+    pub(crate) fn get(&self, key: &str) -> Option<&Node> {
         self.as_map()?
             .iter()
             .find(|(k, _)| k.text == key)
@@ -155,7 +155,7 @@ impl Node {
     }
 
     /// The text of a string-typed scalar.
-    pub fn as_str(&self) -> Option<&str> {
+    pub(crate) fn as_str(&self) -> Option<&str> {
         match &self.value {
             Value::Scalar(s) if s.kind() == ScalarKind::Str => Some(&s.text),
             _ => None,
@@ -163,7 +163,7 @@ impl Node {
     }
 
     /// Converts to JSON with core-schema typing (for frontmatter JSON Schemas).
-    pub fn to_json(&self) -> serde_json::Value {
+    pub(crate) fn to_json(&self) -> serde_json::Value {
         match &self.value {
             Value::Map(entries) => serde_json::Value::Object(
                 entries
@@ -189,7 +189,7 @@ impl Node {
 
 /// A problem found while reading the YAML itself.
 #[derive(Debug, Clone, PartialEq)]
-pub struct YamlError {
+pub(crate) struct YamlError {
     pub message: String,
     pub span: Span,
     /// YAML-level path of the offending key, when known (duplicate keys).
@@ -200,13 +200,13 @@ pub struct YamlError {
 /// Duplicate keys are reported but still give a tree (the first value wins), so the loader
 /// can report further problems in the same pass.
 #[derive(Debug)]
-pub struct Parsed {
+pub(crate) struct Parsed {
     pub root: Option<Node>,
     pub errors: Vec<YamlError>,
 }
 
 /// Parses one YAML document into a positioned tree.
-pub fn parse(source: &str) -> Parsed {
+pub(crate) fn parse(source: &str) -> Parsed {
     let mut builder = Builder {
         parser: Parser::new_from_str(source),
         positions: Positions::new(source),
@@ -617,7 +617,7 @@ fn path_at(node: &Node, offset: usize, path: &str) -> String {
 }
 
 /// `parent.key`, or `key` at the top.
-pub fn join_key(parent: &str, key: &str) -> String {
+pub(crate) fn join_key(parent: &str, key: &str) -> String {
     if parent.is_empty() {
         key.to_owned()
     } else {
@@ -626,7 +626,7 @@ pub fn join_key(parent: &str, key: &str) -> String {
 }
 
 /// `parent[i]`.
-pub fn join_index(parent: &str, index: usize) -> String {
+pub(crate) fn join_index(parent: &str, index: usize) -> String {
     format!("{parent}[{index}]")
 }
 

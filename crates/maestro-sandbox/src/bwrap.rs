@@ -13,13 +13,13 @@ use std::path::Path;
 use crate::SANDBOX_WORKSPACE;
 
 /// The `bwrap` program's name.
-pub const BWRAP: &str = "bwrap";
+pub(crate) const BWRAP: &str = "bwrap";
 
 static BWRAP_PATH: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
 
 /// Where `bwrap` is: the first match in the sandbox `PATH`, then in this process's `PATH`
 /// (so the probe and the real calls run the same binary).
-pub fn bwrap_path() -> &'static Path {
+pub(crate) fn bwrap_path() -> &'static Path {
     BWRAP_PATH.get_or_init(|| {
         let inherited = std::env::var("PATH").unwrap_or_default();
         SANDBOX_PATH
@@ -33,7 +33,7 @@ pub fn bwrap_path() -> &'static Path {
 }
 
 /// `PATH` inside the sandbox (and in the fallback).
-pub const SANDBOX_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+pub(crate) const SANDBOX_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
 /// `/etc` entries bound read-only into the sandbox: what dynamic linking, user-name lookups,
 /// `update-alternatives` links (e.g. `awk`), Python and `file` need. Anything else — `shadow`,
@@ -156,7 +156,7 @@ pub(crate) fn argv(
 }
 
 /// The whole environment a command gets: no API keys, tokens or host paths.
-pub fn sandbox_env(home: &str) -> Vec<(String, String)> {
+pub(crate) fn sandbox_env(home: &str) -> Vec<(String, String)> {
     vec![
         ("PATH".to_string(), SANDBOX_PATH.to_string()),
         ("HOME".to_string(), home.to_string()),

@@ -5,7 +5,7 @@
 
 /// One word after quote removal.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Word {
+pub(crate) struct Word {
     /// The text with quotes and escapes removed.
     pub text: String,
     /// Contains a `$` expansion outside single quotes (its value is unknown here).
@@ -29,7 +29,7 @@ pub(crate) enum Brace {
 
 /// A redirection such as `> out.txt`, `2>&1` or `< in.txt`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Redirect {
+pub(crate) struct Redirect {
     /// The operator without its file descriptor number: `>`, `>>`, `<`, `&>`, `>&`, `<<<`, ...
     pub op: String,
     /// The target word; `None` for a descriptor duplication such as `2>&1` or `>&-`.
@@ -38,7 +38,7 @@ pub struct Redirect {
 
 impl Redirect {
     /// True for redirections that open their target for writing.
-    pub fn writes(&self) -> bool {
+    pub(crate) fn writes(&self) -> bool {
         self.op.contains('>')
     }
 }
@@ -46,14 +46,14 @@ impl Redirect {
 /// One simple command: the words (assignments first, then the program and its arguments) and
 /// its redirections.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct SimpleCommand {
+pub(crate) struct SimpleCommand {
     pub words: Vec<Word>,
     pub redirects: Vec<Redirect>,
 }
 
 /// Splits a command line into simple commands (separated by `|`, `||`, `&&`, `;`, `&`, `|&` and
 /// newlines), or explains which construct is not allowed.
-pub fn parse(line: &str) -> Result<Vec<SimpleCommand>, SyntaxError> {
+pub(crate) fn parse(line: &str) -> Result<Vec<SimpleCommand>, SyntaxError> {
     Parser {
         chars: line.chars().collect(),
         pos: 0,

@@ -23,7 +23,7 @@ const PIPE_GRACE: Duration = Duration::from_millis(500);
 
 /// What to run.
 #[derive(Debug)]
-pub struct Job<'a> {
+pub(crate) struct Job<'a> {
     /// Program and arguments.
     pub argv: Vec<OsString>,
     pub cwd: PathBuf,
@@ -63,7 +63,7 @@ pub struct Finished {
 
 /// Runs `job` to its end (exit, time limit, cancellation or output flood); nothing it started
 /// survives the return.
-pub async fn run(job: Job<'_>) -> std::io::Result<Finished> {
+pub(crate) async fn run(job: Job<'_>) -> std::io::Result<Finished> {
     let mut command = Command::new(&job.argv[0]);
     command
         .args(&job.argv[1..])

@@ -11,7 +11,7 @@ use super::guard::{Blocked, GuardedResolver, HostLookup, HostPolicy};
 use super::{WebConfig, WebError};
 
 /// Redirect hops followed before giving up.
-pub const MAX_REDIRECTS: usize = 5;
+pub(crate) const MAX_REDIRECTS: usize = 5;
 
 /// An HTTP client whose every connection and redirect passes the SSRF guard.
 ///
@@ -225,7 +225,7 @@ fn check_redirect(policy: &HostPolicy, attempt: Attempt<'_>) -> reqwest::redirec
 }
 
 /// Reads at most `limit` bytes of the body; the flag says whether more was left unread.
-pub async fn read_limited(
+pub(crate) async fn read_limited(
     client: &WebClient,
     mut response: reqwest::Response,
     limit: u64,

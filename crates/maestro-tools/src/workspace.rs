@@ -199,7 +199,7 @@ impl Workspace {
 }
 
 /// True when the workspace-relative `rel` lies under one of `writable_dirs`.
-pub fn is_writable(rel: &Path, writable_dirs: &[String]) -> bool {
+pub(crate) fn is_writable(rel: &Path, writable_dirs: &[String]) -> bool {
     writable_dirs.iter().any(|d| {
         let d = d.trim_matches('/');
         d == "." || d.is_empty() || (rel.starts_with(d) && rel != Path::new(d))

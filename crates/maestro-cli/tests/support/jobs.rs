@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use maestro_testkit::{ScriptedLlm, Turn};
 use serde_json::{Value, json};
 
-pub const PIECE: &str = "\
+pub(crate) const PIECE: &str = "\
 name: one
 description: one movement that completes
 max_movements: 3
@@ -25,13 +25,13 @@ movements:
 ";
 
 /// A project directory (also HOME) with the piece `one` in `pieces/` and native tool calls.
-pub struct Project {
+pub(crate) struct Project {
     dir: tempfile::TempDir,
     pub db: Option<String>,
 }
 
 impl Project {
-    pub fn new() -> Project {
+    pub(crate) fn new() -> Project {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(dir.path().join("pieces")).unwrap();
         std::fs::write(dir.path().join("pieces/one.yaml"), PIECE).unwrap();
@@ -44,11 +44,11 @@ impl Project {
         Project { dir, db: None }
     }
 
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         self.dir.path()
     }
 
-    pub fn command(&self, args: &[&str]) -> Command {
+    pub(crate) fn command(&self, args: &[&str]) -> Command {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_maestro"));
         cmd.current_dir(self.path())
             .args(args)
@@ -63,7 +63,7 @@ impl Project {
         cmd
     }
 
-    pub async fn maestro(&self, args: &[&str]) -> Output {
+    pub(crate) async fn maestro(&self, args: &[&str]) -> Output {
         let mut cmd = self.command(args);
         tokio::task::spawn_blocking(move || cmd.output().unwrap())
             .await
@@ -71,12 +71,12 @@ impl Project {
     }
 
     /// `maestro submit one --task TASK EXTRA…`: the job id.
-    pub async fn submit(&self, task: &str, extra: &[&str]) -> String {
+    pub(crate) async fn submit(&self, task: &str, extra: &[&str]) -> String {
         self.submit_piece("one", task, extra).await
     }
 
     /// `maestro submit PIECE --task TASK EXTRA…`: the job id.
-    pub async fn submit_piece(&self, piece: &str, task: &str, extra: &[&str]) -> String {
+    pub(crate) async fn submit_piece(&self, piece: &str, task: &str, extra: &[&str]) -> String {
         let mut args = vec!["submit", piece, "--task", task];
         args.extend(extra);
         let out = self.maestro(&args).await;
@@ -86,7 +86,7 @@ impl Project {
         id
     }
 
-    pub fn worker(&self, base_url: &str, extra: &[&str]) -> Child {
+    pub(crate) fn worker(&self, base_url: &str, extra: &[&str]) -> Child {
         let mut cmd = self.command(&["worker", "--llm-base-url", base_url]);
         cmd.args(["--model", "scripted-model"]);
         if !extra.contains(&"--lease-secs") {
@@ -96,14 +96,14 @@ impl Project {
         cmd.spawn().unwrap()
     }
 
-    pub async fn show(&self, id: &str) -> Value {
+    pub(crate) async fn show(&self, id: &str) -> Value {
         let out = self.maestro(&["jobs", "show", id, "--json"]).await;
         assert!(out.status.success(), "{}", stderr(&out));
         serde_json::from_slice(&out.stdout).unwrap()
     }
 
     /// Waits until the job is `completed`; checks its attempt count and result text.
-    pub async fn until_completed(&self, id: &str, attempt: i64, result: &str) -> Value {
+    pub(crate) async fn until_completed(&self, id: &str, attempt: i64, result: &str) -> Value {
         let done = self
             .until(id, "completed", |job| job["status"] == json!("completed"))
             .await;
@@ -116,7 +116,7 @@ impl Project {
     }
 
     /// Polls `jobs show` until `done` holds for the job, at most 30 s.
-    pub async fn until(&self, id: &str, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+    pub(crate) async fn until(&self, id: &str, what: &str, done: impl Fn(&Value) -> bool) -> Value {
         let started = Instant::now();
         loop {
             let job = self.show(id).await;
@@ -132,11 +132,11 @@ impl Project {
     }
 }
 
-pub fn stderr(out: &Output) -> String {
+pub(crate) fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
-pub fn signal(child: &Child, name: &str) {
+pub(crate) fn signal(child: &Child, name: &str) {
     let sent = Command::new("kill")
         .args([&format!("-{name}"), &child.id().to_string()])
         .status()
@@ -145,7 +145,7 @@ pub fn signal(child: &Child, name: &str) {
 }
 
 /// Waits for the worker to exit (at most `within`); its status and stderr.
-pub async fn exited(mut child: Child, within: Duration) -> (ExitStatus, String) {
+pub(crate) async fn exited(mut child: Child, within: Duration) -> (ExitStatus, String) {
     tokio::task::spawn_blocking(move || {
         let deadline = Instant::now() + within;
         loop {
@@ -168,14 +168,14 @@ pub async fn exited(mut child: Child, within: Duration) -> (ExitStatus, String) 
 }
 
 /// SIGTERM to an idle worker: it exits 0 and its last line counts what it did.
-pub async fn stop_worker(worker: Child, summary: &str) {
+pub(crate) async fn stop_worker(worker: Child, summary: &str) {
     signal(&worker, "TERM");
     let (status, err) = exited(worker, Duration::from_secs(10)).await;
     assert!(status.success(), "{err}");
     assert!(err.contains(summary), "{err}");
 }
 
-pub async fn until_requests(server: &ScriptedLlm, n: usize) {
+pub(crate) async fn until_requests(server: &ScriptedLlm, n: usize) {
     let started = Instant::now();
     while server.requests().len() < n {
         assert!(
@@ -187,12 +187,12 @@ pub async fn until_requests(server: &ScriptedLlm, n: usize) {
     }
 }
 
-pub fn complete(result: &str) -> Turn {
+pub(crate) fn complete(result: &str) -> Turn {
     Turn::tool_call("complete", json!({"status": "success", "result": result}))
 }
 
 /// The job's stored events with the fencing token of the claim that wrote each.
-pub async fn stored_events(project: &Project, id: &str) -> Vec<maestro_store::StoredEvent> {
+pub(crate) async fn stored_events(project: &Project, id: &str) -> Vec<maestro_store::StoredEvent> {
     let url = maestro_store::StoreUrl::Sqlite {
         path: project.path().join(".maestro/maestro.db"),
     };

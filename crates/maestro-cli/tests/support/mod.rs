@@ -3,7 +3,7 @@
 //! server, and reading a run's record.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)] // each test binary uses part of it
 
-pub mod jobs;
+pub(crate) mod jobs;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -18,19 +18,23 @@ use axum::routing::get;
 use maestro_testkit::{ScriptedLlm, Turn};
 use serde_json::{Value, json};
 
-pub const PAGE: &str = "<html><head><title>Toolbelt</title></head><body>\
+pub(crate) const PAGE: &str = "<html><head><title>Toolbelt</title></head><body>\
     <h1>Welcome to the toolbelt page</h1><p>Fetched through the guard.</p></body></html>";
 
 /// The body of `/files/data.csv`.
-pub const CSV: &str = "id,name\n1,downloaded-row\n";
+pub(crate) const CSV: &str = "id,name\n1,downloaded-row\n";
 
 /// Runs the binary in `dir` (also its HOME, so no user or project configuration leaks in).
-pub async fn maestro(dir: &Path, args: Vec<String>) -> Output {
+pub(crate) async fn maestro(dir: &Path, args: Vec<String>) -> Output {
     maestro_with_env(dir, args, &[]).await
 }
 
 /// [`maestro`] with these environment variables set.
-pub async fn maestro_with_env(dir: &Path, args: Vec<String>, env: &[(&str, &str)]) -> Output {
+pub(crate) async fn maestro_with_env(
+    dir: &Path,
+    args: Vec<String>,
+    env: &[(&str, &str)],
+) -> Output {
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_maestro"));
     cmd.current_dir(dir)
         .args(args)
@@ -44,13 +48,13 @@ pub async fn maestro_with_env(dir: &Path, args: Vec<String>, env: &[(&str, &str)
         .unwrap()
 }
 
-pub fn args(list: &[&str]) -> Vec<String> {
+pub(crate) fn args(list: &[&str]) -> Vec<String> {
     list.iter().map(|s| s.to_string()).collect()
 }
 
 /// `maestro tools call TOOL --workspace <dir>/ws --input INPUT EXTRA…`: exit code and the JSON
 /// line.
-pub async fn call(dir: &Path, tool: &str, input: Value, extra: &[&str]) -> (i32, Value) {
+pub(crate) async fn call(dir: &Path, tool: &str, input: Value, extra: &[&str]) -> (i32, Value) {
     let ws = dir.join("ws");
     let mut list = args(&["tools", "call", tool, "--input", &input.to_string()]);
     list.extend(args(&["--workspace", ws.to_str().unwrap()]));
@@ -70,20 +74,20 @@ pub async fn call(dir: &Path, tool: &str, input: Value, extra: &[&str]) -> (i32,
 }
 
 /// The output of a call that must have succeeded (exit code 0, `ok: true`).
-pub fn ok_output((code, out): (i32, Value)) -> String {
+pub(crate) fn ok_output((code, out): (i32, Value)) -> String {
     assert_eq!((code, &out["ok"]), (0, &json!(true)), "{out}");
     assert_eq!(out["error"], Value::Null, "{out}");
     out["output"].as_str().unwrap().to_string()
 }
 
 /// The error of a call that must have failed (exit code 1, `ok: false`).
-pub fn error_output((code, out): (i32, Value)) -> String {
+pub(crate) fn error_output((code, out): (i32, Value)) -> String {
     assert_eq!((code, &out["ok"]), (1, &json!(false)), "{out}");
     assert_eq!(out["output"], Value::Null, "{out}");
     out["error"].as_str().unwrap().to_string()
 }
 
-pub fn write_config(dir: &Path, yaml: &str) -> PathBuf {
+pub(crate) fn write_config(dir: &Path, yaml: &str) -> PathBuf {
     let path = dir.join("maestro-test-config.yaml");
     std::fs::write(&path, yaml).unwrap();
     path
@@ -93,7 +97,7 @@ type Hits = Arc<Mutex<Vec<String>>>;
 
 /// A web server on 127.0.0.1 that records every request (`path?query`): `/page` (HTML),
 /// `/files/data.csv` (a download) and `/search` (SearXNG's JSON API).
-pub struct Web {
+pub(crate) struct Web {
     pub port: u16,
     hits: Hits,
 }
@@ -124,7 +128,7 @@ async fn search(
 }
 
 impl Web {
-    pub async fn start() -> Web {
+    pub(crate) async fn start() -> Web {
         let hits: Hits = Arc::new(Mutex::new(Vec::new()));
         let app = Router::new()
             .route("/page", get(record))
@@ -137,20 +141,20 @@ impl Web {
         Web { port, hits }
     }
 
-    pub fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("http://127.0.0.1:{}{path}", self.port)
     }
 
     /// Every request served so far, as `path?query` (percent-encoded as sent).
-    pub fn hits(&self) -> Vec<String> {
+    pub(crate) fn hits(&self) -> Vec<String> {
         self.hits.lock().unwrap().clone()
     }
 }
 
-pub use maestro_testkit::Sshd;
+pub(crate) use maestro_testkit::Sshd;
 
 /// The CLI tests' view of the shared test server: its `ssh:` configuration section.
-pub trait SshdConfig {
+pub(crate) trait SshdConfig {
     fn config(&self, id: &str) -> String;
 }
 
@@ -169,7 +173,7 @@ impl SshdConfig for Sshd {
 }
 
 /// A scripted model that makes `calls` one per turn, then completes the run with `result`.
-pub async fn scripted_model(calls: &[(&str, Value)], result: &str) -> ScriptedLlm {
+pub(crate) async fn scripted_model(calls: &[(&str, Value)], result: &str) -> ScriptedLlm {
     let mut turns: Vec<Turn> = calls
         .iter()
         .map(|(tool, input)| Turn::tool_call(*tool, input.clone()))
@@ -182,7 +186,12 @@ pub async fn scripted_model(calls: &[(&str, Value)], result: &str) -> ScriptedLl
 }
 
 /// `maestro run piece.yaml` in `dir` against `server`, with native tool calls.
-pub async fn run_piece(dir: &Path, config: &Path, server: &ScriptedLlm, task: &str) -> Output {
+pub(crate) async fn run_piece(
+    dir: &Path,
+    config: &Path,
+    server: &ScriptedLlm,
+    task: &str,
+) -> Output {
     maestro(
         dir,
         args(&[
@@ -204,7 +213,7 @@ pub async fn run_piece(dir: &Path, config: &Path, server: &ScriptedLlm, task: &s
 }
 
 /// The only run directory under `<dir>/.maestro/runs`.
-pub fn only_run(dir: &Path) -> PathBuf {
+pub(crate) fn only_run(dir: &Path) -> PathBuf {
     let runs: Vec<PathBuf> = std::fs::read_dir(dir.join(".maestro/runs"))
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -214,7 +223,7 @@ pub fn only_run(dir: &Path) -> PathBuf {
 }
 
 /// The run's `events.jsonl`.
-pub fn events(run: &Path) -> Vec<Value> {
+pub(crate) fn events(run: &Path) -> Vec<Value> {
     std::fs::read_to_string(run.join("events.jsonl"))
         .unwrap()
         .lines()
@@ -223,7 +232,7 @@ pub fn events(run: &Path) -> Vec<Value> {
 }
 
 /// Each `tool_result` event as (tool, ok).
-pub fn tool_results(events: &[Value]) -> Vec<(String, bool)> {
+pub(crate) fn tool_results(events: &[Value]) -> Vec<(String, bool)> {
     events
         .iter()
         .filter(|e| e["type"] == "tool_result")
@@ -237,7 +246,7 @@ pub fn tool_results(events: &[Value]) -> Vec<(String, bool)> {
 }
 
 /// The content of a model request's last message, which must be a tool result.
-pub fn last_tool_message(request: &Value) -> String {
+pub(crate) fn last_tool_message(request: &Value) -> String {
     let last = request["messages"].as_array().unwrap().last().unwrap();
     assert_eq!(last["role"], "tool", "{last}");
     last["content"].as_str().unwrap().to_string()

@@ -15,7 +15,7 @@ use maestro_testkit::{ScriptedLlm, Turn};
 use maestro_tools::{Registry, ToolsConfig};
 use serde_json::Value;
 
-pub fn facet(text: &str) -> Facet {
+pub(crate) fn facet(text: &str) -> Facet {
     Facet {
         name: "inline".into(),
         text: text.into(),
@@ -23,7 +23,7 @@ pub fn facet(text: &str) -> Facet {
     }
 }
 
-pub fn target(label: &str) -> Target {
+pub(crate) fn target(label: &str) -> Target {
     match label {
         "COMPLETE" | "$END" => Target::Complete,
         "ABORT" => Target::Abort,
@@ -34,7 +34,7 @@ pub fn target(label: &str) -> Target {
 }
 
 /// A plain-text rule.
-pub fn rule(condition: &str, next: &str) -> Rule {
+pub(crate) fn rule(condition: &str, next: &str) -> Rule {
     Rule {
         condition: Condition::Text(condition.into()),
         next: Some(target(next)),
@@ -45,7 +45,7 @@ pub fn rule(condition: &str, next: &str) -> Rule {
     }
 }
 
-pub fn rule_if(condition: Condition, next: Option<&str>) -> Rule {
+pub(crate) fn rule_if(condition: Condition, next: Option<&str>) -> Rule {
     Rule {
         condition,
         next: next.map(target),
@@ -54,7 +54,7 @@ pub fn rule_if(condition: Condition, next: Option<&str>) -> Rule {
 }
 
 /// A movement reading the workspace, with an instruction that names it.
-pub fn mv(name: &str, rules: Vec<Rule>) -> Movement {
+pub(crate) fn mv(name: &str, rules: Vec<Rule>) -> Movement {
     Movement {
         name: name.into(),
         persona: Some(facet(&format!("You are the {name} agent."))),
@@ -77,7 +77,7 @@ pub fn mv(name: &str, rules: Vec<Rule>) -> Movement {
     }
 }
 
-pub fn piece(dialect: Dialect, movements: Vec<Movement>) -> Piece {
+pub(crate) fn piece(dialect: Dialect, movements: Vec<Movement>) -> Piece {
     Piece {
         name: "test-piece".into(),
         description: "a piece for tests".into(),
@@ -96,7 +96,7 @@ pub fn piece(dialect: Dialect, movements: Vec<Movement>) -> Piece {
 }
 
 /// A finished run and everything a test looks at.
-pub struct Ran {
+pub(crate) struct Ran {
     pub server: ScriptedLlm,
     pub report: RunReport,
     pub events: Vec<EventRecord>,
@@ -104,26 +104,26 @@ pub struct Ran {
 }
 
 impl Ran {
-    pub fn kinds(&self) -> Vec<&'static str> {
+    pub(crate) fn kinds(&self) -> Vec<&'static str> {
         self.events.iter().map(|r| r.event.kind()).collect()
     }
 
-    pub fn count(&self, kind: &str) -> usize {
+    pub(crate) fn count(&self, kind: &str) -> usize {
         self.kinds().iter().filter(|k| **k == kind).count()
     }
 
     /// Chat requests the server received.
-    pub fn requests(&self) -> Vec<Value> {
+    pub(crate) fn requests(&self) -> Vec<Value> {
         self.server.requests()
     }
 
     /// The text of every message of request `i`, joined.
-    pub fn request_text(&self, i: usize) -> String {
+    pub(crate) fn request_text(&self, i: usize) -> String {
         messages_text(&self.requests()[i])
     }
 
     /// `(status, reason)` of the run.
-    pub fn status(&self) -> (String, Option<String>) {
+    pub(crate) fn status(&self) -> (String, Option<String>) {
         (
             self.report.status.to_string(),
             self.report.reason.as_ref().map(ToString::to_string),
@@ -131,14 +131,14 @@ impl Ran {
     }
 
     /// Checks what every run must satisfy (see [`assert_record_sound`]).
-    pub fn assert_record_is_sound(&self) {
+    pub(crate) fn assert_record_is_sound(&self) {
         assert_record_sound(&self.events, &self.report.state);
     }
 }
 
 /// `seq` gapless from 1, one `run_started` first and one `run_finished` last, and replaying the
 /// events gives the final state.
-pub fn assert_record_sound(events: &[EventRecord], state: &RunState) {
+pub(crate) fn assert_record_sound(events: &[EventRecord], state: &RunState) {
     let seqs: Vec<u64> = events.iter().map(|r| r.seq).collect();
     assert_eq!(
         seqs,
@@ -161,7 +161,7 @@ pub fn assert_record_sound(events: &[EventRecord], state: &RunState) {
     );
 }
 
-pub fn messages_text(request: &Value) -> String {
+pub(crate) fn messages_text(request: &Value) -> String {
     request["messages"]
         .as_array()
         .map(|ms| {
@@ -174,7 +174,7 @@ pub fn messages_text(request: &Value) -> String {
 }
 
 /// The text of the last user message of a request.
-pub fn last_user_text(request: &Value) -> String {
+pub(crate) fn last_user_text(request: &Value) -> String {
     request["messages"]
         .as_array()
         .and_then(|ms| ms.iter().rev().find(|m| m["role"] == "user"))
@@ -183,7 +183,7 @@ pub fn last_user_text(request: &Value) -> String {
         .to_string()
 }
 
-pub fn fast_retries() -> RetryPolicy {
+pub(crate) fn fast_retries() -> RetryPolicy {
     RetryPolicy {
         max_attempts: 4,
         initial: Duration::from_millis(10),
@@ -192,7 +192,7 @@ pub fn fast_retries() -> RetryPolicy {
     }
 }
 
-pub fn engine_config() -> EngineConfig {
+pub(crate) fn engine_config() -> EngineConfig {
     EngineConfig {
         context_length: Some(100_000),
         ..EngineConfig::new("scripted-model")
@@ -200,11 +200,11 @@ pub fn engine_config() -> EngineConfig {
 }
 
 /// Runs `piece` for a task against a scripted server serving `turns`.
-pub async fn run(piece: Piece, turns: Vec<Turn>) -> Ran {
+pub(crate) async fn run(piece: Piece, turns: Vec<Turn>) -> Ran {
     run_with(piece, turns, engine_config(), None).await
 }
 
-pub async fn run_with(
+pub(crate) async fn run_with(
     piece: Piece,
     turns: Vec<Turn>,
     config: EngineConfig,
@@ -215,7 +215,7 @@ pub async fn run_with(
 }
 
 /// Runs `piece` against `server` with the client in `tool_mode`.
-pub async fn run_against(
+pub(crate) async fn run_against(
     server: ScriptedLlm,
     piece: Piece,
     config: EngineConfig,

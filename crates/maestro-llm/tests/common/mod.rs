@@ -12,7 +12,7 @@ use maestro_protocol::ToolSpec;
 use serde_json::json;
 
 /// Millisecond backoff without jitter, so retry tests run fast and delays are exact.
-pub fn fast_retry(max_attempts: u32) -> RetryPolicy {
+pub(crate) fn fast_retry(max_attempts: u32) -> RetryPolicy {
     RetryPolicy {
         max_attempts,
         initial: Duration::from_millis(5),
@@ -21,17 +21,17 @@ pub fn fast_retry(max_attempts: u32) -> RetryPolicy {
     }
 }
 
-pub fn config(base_url: String) -> OpenAiConfig {
+pub(crate) fn config(base_url: String) -> OpenAiConfig {
     OpenAiConfig::new(base_url)
         .with_retry(fast_retry(6))
         .with_idle_timeout(Duration::from_secs(5))
 }
 
-pub fn client(config: OpenAiConfig) -> OpenAiCompat {
+pub(crate) fn client(config: OpenAiConfig) -> OpenAiCompat {
     OpenAiCompat::new(config).unwrap()
 }
 
-pub fn ask(text: &str) -> ChatRequest {
+pub(crate) fn ask(text: &str) -> ChatRequest {
     ChatRequest {
         model: "scripted-model".into(),
         messages: vec![
@@ -46,7 +46,7 @@ pub fn ask(text: &str) -> ChatRequest {
     }
 }
 
-pub fn read_tool() -> ToolSpec {
+pub(crate) fn read_tool() -> ToolSpec {
     ToolSpec {
         name: "Read".into(),
         description: "Reads a file of the workspace.".into(),
@@ -56,18 +56,18 @@ pub fn read_tool() -> ToolSpec {
 
 /// Collects the events a call reports.
 #[derive(Default)]
-pub struct Events(Mutex<Vec<StreamEvent>>);
+pub(crate) struct Events(Mutex<Vec<StreamEvent>>);
 
 impl Events {
-    pub fn sink(&self) -> impl Fn(StreamEvent) + Send + Sync + '_ {
+    pub(crate) fn sink(&self) -> impl Fn(StreamEvent) + Send + Sync + '_ {
         |event| self.0.lock().unwrap().push(event)
     }
 
-    pub fn all(&self) -> Vec<StreamEvent> {
+    pub(crate) fn all(&self) -> Vec<StreamEvent> {
         self.0.lock().unwrap().clone()
     }
 
-    pub fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         self.all()
             .into_iter()
             .filter_map(|e| match e {
@@ -78,7 +78,7 @@ impl Events {
     }
 
     /// `(mode, reason)` of each tool-mode change.
-    pub fn tool_mode_changes(&self) -> Vec<(ToolMode, String)> {
+    pub(crate) fn tool_mode_changes(&self) -> Vec<(ToolMode, String)> {
         self.all()
             .into_iter()
             .filter_map(|e| match e {
@@ -89,7 +89,7 @@ impl Events {
     }
 
     /// `(attempt, delay)` of each retry.
-    pub fn retries(&self) -> Vec<(u32, Duration, String)> {
+    pub(crate) fn retries(&self) -> Vec<(u32, Duration, String)> {
         self.all()
             .into_iter()
             .filter_map(|e| match e {

@@ -19,7 +19,7 @@ pub(crate) struct Targets {
 }
 
 impl Targets {
-    pub fn describe(&self) -> String {
+    pub(super) fn describe(&self) -> String {
         format!("{}, COMPLETE, ABORT", known_list(&self.movements))
     }
 }

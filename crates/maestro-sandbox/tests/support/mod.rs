@@ -11,21 +11,21 @@ use maestro_tools::{
     prepare_workspace,
 };
 
-pub struct Bench {
+pub(crate) struct Bench {
     pub dir: tempfile::TempDir,
     pub registry: Registry,
     pub ctx: ToolContext,
 }
 
 impl Bench {
-    pub fn new(mode: BashSandboxMode) -> Bench {
+    pub(crate) fn new(mode: BashSandboxMode) -> Bench {
         Bench::with_config(ToolsConfig {
             bash_sandbox: mode,
             ..ToolsConfig::default()
         })
     }
 
-    pub fn with_config(config: ToolsConfig) -> Bench {
+    pub(crate) fn with_config(config: ToolsConfig) -> Bench {
         let dir = tempfile::tempdir().unwrap();
         prepare_workspace(dir.path()).unwrap();
         let ctx = ToolContext {
@@ -44,37 +44,37 @@ impl Bench {
         }
     }
 
-    pub fn root(&self) -> &Path {
+    pub(crate) fn root(&self) -> &Path {
         self.dir.path()
     }
 
-    pub fn path(&self, rel: &str) -> PathBuf {
+    pub(crate) fn path(&self, rel: &str) -> PathBuf {
         self.dir.path().join(rel)
     }
 
-    pub fn write(&self, rel: &str, content: &str) {
+    pub(crate) fn write(&self, rel: &str, content: &str) {
         let p = self.path(rel);
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();
         std::fs::write(p, content).unwrap();
     }
 
-    pub fn editing(mut self) -> Bench {
+    pub(crate) fn editing(mut self) -> Bench {
         self.ctx.edit = true;
         self
     }
 
-    pub fn allow(mut self, commands: &[&str]) -> Bench {
+    pub(crate) fn allow(mut self, commands: &[&str]) -> Bench {
         self.ctx.allowed_commands = Some(commands.iter().map(|s| s.to_string()).collect());
         self
     }
 
-    pub async fn call(&self, tool: &str, input: serde_json::Value) -> ToolOutput {
+    pub(crate) async fn call(&self, tool: &str, input: serde_json::Value) -> ToolOutput {
         self.registry
             .execute(&self.ctx, tool, &input.to_string())
             .await
     }
 
-    pub async fn bash(&self, command: &str) -> ToolOutput {
+    pub(crate) async fn bash(&self, command: &str) -> ToolOutput {
         self.call(
             "Bash",
             serde_json::json!({ "command": command, "timeout": 20_000 }),
@@ -84,7 +84,7 @@ impl Bench {
 }
 
 /// Processes on the host whose command line contains `marker`.
-pub fn processes_with(marker: &str) -> Vec<String> {
+pub(crate) fn processes_with(marker: &str) -> Vec<String> {
     let mut found = Vec::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
         let name = entry.file_name();

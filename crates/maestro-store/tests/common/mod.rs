@@ -6,14 +6,14 @@ use maestro_store::{Store, StoreUrl};
 use maestro_testkit::PgCluster;
 
 /// A fresh database and what keeps it alive.
-pub struct Db {
+pub(crate) struct Db {
     pub url: StoreUrl,
     _sqlite_dir: Option<tempfile::TempDir>,
     _pg: Option<PgCluster>,
 }
 
 impl Db {
-    pub fn sqlite() -> Db {
+    pub(crate) fn sqlite() -> Db {
         let dir = tempfile::tempdir().unwrap();
         Db {
             url: StoreUrl::Sqlite {
@@ -24,7 +24,7 @@ impl Db {
         }
     }
 
-    pub fn postgres() -> Db {
+    pub(crate) fn postgres() -> Db {
         let cluster = PgCluster::start();
         Db {
             url: StoreUrl::Postgres { url: cluster.url() },
@@ -34,12 +34,12 @@ impl Db {
     }
 
     /// A store with every migration applied.
-    pub async fn open(&self) -> Store {
+    pub(crate) async fn open(&self) -> Store {
         Store::open(&self.url).await.unwrap()
     }
 
     /// The URL a plain sqlx connection uses (for writing rows the way an old version did).
-    pub fn raw_url(&self) -> String {
+    pub(crate) fn raw_url(&self) -> String {
         match &self.url {
             StoreUrl::Sqlite { path } => format!("sqlite://{}", path.display()),
             StoreUrl::Postgres { url } => url.clone(),

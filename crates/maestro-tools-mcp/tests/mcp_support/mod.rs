@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 /// The reference filesystem server, installed with
 /// `npm install --prefix /opt/maestro-test @modelcontextprotocol/server-filesystem@2026.8.31`.
-pub fn filesystem_server(root: &std::path::Path) -> McpServer {
+pub(crate) fn filesystem_server(root: &std::path::Path) -> McpServer {
     let bin = std::env::var_os("MAESTRO_TEST_MCP_FS_SERVER")
         .map(PathBuf::from)
         .unwrap_or_else(|| {
@@ -33,12 +33,12 @@ pub fn filesystem_server(root: &std::path::Path) -> McpServer {
     }
 }
 
-pub fn python_script() -> String {
+pub(crate) fn python_script() -> String {
     concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mcp_support/server.py").to_string()
 }
 
 /// The Python SDK server over stdio (needs `pip install mcp==2.3.0`).
-pub fn python_stdio_server() -> McpServer {
+pub(crate) fn python_stdio_server() -> McpServer {
     McpServer::Stdio {
         command: "python3".into(),
         args: vec![python_script(), "stdio".into()],
@@ -48,7 +48,7 @@ pub fn python_stdio_server() -> McpServer {
 }
 
 /// The Python SDK server listening for streamable HTTP on a loopback port.
-pub struct HttpServer {
+pub(crate) struct HttpServer {
     pub url: String,
     child: Child,
 }
@@ -61,7 +61,7 @@ impl Drop for HttpServer {
 }
 
 impl HttpServer {
-    pub fn start() -> HttpServer {
+    pub(crate) fn start() -> HttpServer {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -90,7 +90,7 @@ impl HttpServer {
     }
 }
 
-pub fn ctx() -> ToolContext {
+pub(crate) fn ctx() -> ToolContext {
     ToolContext {
         workspace: std::env::temp_dir(),
         workspace_kind: maestro_tools::WorkspaceKind::Job,
@@ -102,11 +102,11 @@ pub fn ctx() -> ToolContext {
     }
 }
 
-pub fn names(tools: &[std::sync::Arc<dyn Tool>]) -> Vec<String> {
+pub(crate) fn names(tools: &[std::sync::Arc<dyn Tool>]) -> Vec<String> {
     tools.iter().map(|t| t.spec().name).collect()
 }
 
-pub fn find(tools: &[std::sync::Arc<dyn Tool>], name: &str) -> std::sync::Arc<dyn Tool> {
+pub(crate) fn find(tools: &[std::sync::Arc<dyn Tool>], name: &str) -> std::sync::Arc<dyn Tool> {
     tools
         .iter()
         .find(|t| t.spec().name == name)

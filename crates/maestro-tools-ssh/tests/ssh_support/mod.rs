@@ -11,12 +11,12 @@ use maestro_tools_ssh::{SecretSource, SshAuth, SshConnection, SshRegistry};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-pub const CONN: &str = "6f9619ff-8b86-d011-b42d-00c04fc964ff";
+pub(crate) const CONN: &str = "6f9619ff-8b86-d011-b42d-00c04fc964ff";
 
-pub use maestro_testkit::Sshd;
+pub(crate) use maestro_testkit::Sshd;
 
 /// What the SSH tool tests need on top of the shared server.
-pub trait SshdExt {
+pub(crate) trait SshdExt {
     fn connection(&self, id: &str) -> SshConnection;
 }
 
@@ -40,27 +40,27 @@ impl SshdExt for Sshd {
     }
 }
 
-pub fn current_user() -> String {
+pub(crate) fn current_user() -> String {
     Sshd::user()
 }
 
-pub fn password(secret: &str) -> SshAuth {
+pub(crate) fn password(secret: &str) -> SshAuth {
     SshAuth::Password(SecretSource::Inline(maestro_protocol::Secret::new(secret)))
 }
 
-pub struct Tools {
+pub(crate) struct Tools {
     pub tools: Vec<Arc<dyn Tool>>,
 }
 
 impl Tools {
-    pub fn new(connections: Vec<SshConnection>, owner: Option<&str>) -> Tools {
+    pub(crate) fn new(connections: Vec<SshConnection>, owner: Option<&str>) -> Tools {
         let registry = Arc::new(SshRegistry::new(connections).unwrap());
         Tools {
             tools: maestro_tools_ssh::tools(registry, owner.map(str::to_string)),
         }
     }
 
-    pub async fn call(
+    pub(crate) async fn call(
         &self,
         name: &str,
         workspace: &Path,

@@ -16,24 +16,24 @@ use maestro_tools::{BoxFuture, Tool, ToolContext, ToolOutput};
 use maestro_tools_web::{HostLookup, WebConfig};
 use tokio_util::sync::CancellationToken;
 
-pub const PAGE: &str = "<html><head><title>T</title><style>body{}</style></head><body>\
+pub(crate) const PAGE: &str = "<html><head><title>T</title><style>body{}</style></head><body>\
     <h1>Welcome</h1><script>steal()</script><p>Some <b>bold</b> text.</p></body></html>";
-pub const BINARY: &[u8] = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR-binary-bytes";
+pub(crate) const BINARY: &[u8] = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR-binary-bytes";
 
 #[derive(Clone, Default)]
-pub struct Hits(pub Arc<Mutex<Vec<String>>>);
+pub(crate) struct Hits(pub Arc<Mutex<Vec<String>>>);
 
-pub struct Server {
+pub(crate) struct Server {
     pub port: u16,
     pub hits: Hits,
 }
 
 impl Server {
-    pub fn url(&self, host: &str, path: &str) -> String {
+    pub(crate) fn url(&self, host: &str, path: &str) -> String {
         format!("http://{host}:{}{path}", self.port)
     }
 
-    pub fn hits(&self) -> Vec<String> {
+    pub(crate) fn hits(&self) -> Vec<String> {
         self.hits.0.lock().unwrap().clone()
     }
 }
@@ -90,7 +90,7 @@ async fn search(State(h): State<Hits>, Query(q): Query<HashMap<String, String>>)
     axum::Json(body).into_response()
 }
 
-pub async fn start() -> Server {
+pub(crate) async fn start() -> Server {
     let hits = Hits::default();
     let app = Router::new()
         .route("/page", get(page))
@@ -108,7 +108,7 @@ pub async fn start() -> Server {
 }
 
 /// Maps test names to addresses without DNS.
-pub struct MapLookup(pub HashMap<String, Vec<IpAddr>>);
+pub(crate) struct MapLookup(pub HashMap<String, Vec<IpAddr>>);
 
 impl HostLookup for MapLookup {
     fn lookup<'a>(&'a self, host: &'a str) -> BoxFuture<'a, std::io::Result<Vec<IpAddr>>> {
@@ -123,7 +123,7 @@ impl HostLookup for MapLookup {
     }
 }
 
-pub fn lookup(entries: &[(&str, &str)]) -> Arc<MapLookup> {
+pub(crate) fn lookup(entries: &[(&str, &str)]) -> Arc<MapLookup> {
     Arc::new(MapLookup(
         entries
             .iter()
@@ -132,7 +132,7 @@ pub fn lookup(entries: &[(&str, &str)]) -> Arc<MapLookup> {
     ))
 }
 
-pub fn tool(tools: &[Arc<dyn Tool>], name: &str) -> Arc<dyn Tool> {
+pub(crate) fn tool(tools: &[Arc<dyn Tool>], name: &str) -> Arc<dyn Tool> {
     tools
         .iter()
         .find(|t| t.spec().name == name)
@@ -140,7 +140,7 @@ pub fn tool(tools: &[Arc<dyn Tool>], name: &str) -> Arc<dyn Tool> {
         .unwrap()
 }
 
-pub fn ctx(workspace: &std::path::Path) -> ToolContext {
+pub(crate) fn ctx(workspace: &std::path::Path) -> ToolContext {
     ToolContext {
         workspace: workspace.to_path_buf(),
         workspace_kind: maestro_tools::WorkspaceKind::Job,
@@ -153,7 +153,7 @@ pub fn ctx(workspace: &std::path::Path) -> ToolContext {
 }
 
 /// Calls one web tool with a config and a name map.
-pub async fn call(
+pub(crate) async fn call(
     config: WebConfig,
     names: &[(&str, &str)],
     name: &str,

@@ -19,7 +19,7 @@ const DEFAULT_READ_LINES: usize = 2000;
 const MAX_LINE_CHARS: usize = 2000;
 
 #[derive(Debug, Deserialize, JsonSchema)]
-pub struct ReadInput {
+pub(crate) struct ReadInput {
     /// Path of the file, relative to the workspace root (e.g. `input/data.csv`).
     pub file_path: String,
     /// 1-based line number to start reading from.
@@ -29,7 +29,7 @@ pub struct ReadInput {
 }
 
 /// `Read`: a text file's lines, numbered like `cat -n`.
-pub struct ReadTool {
+pub(crate) struct ReadTool {
     pub config: Arc<ToolsConfig>,
 }
 
@@ -135,7 +135,7 @@ fn writable_path(
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
-pub struct WriteInput {
+pub(crate) struct WriteInput {
     /// Path of the file to create or overwrite, relative to the workspace root (e.g. `output/report.md`).
     pub file_path: String,
     /// The complete new content of the file.
@@ -143,7 +143,7 @@ pub struct WriteInput {
 }
 
 /// `Write`: creates or overwrites a file under the writable directories.
-pub struct WriteTool {
+pub(crate) struct WriteTool {
     pub config: Arc<ToolsConfig>,
 }
 
@@ -193,7 +193,7 @@ impl TypedTool for WriteTool {
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
-pub struct EditInput {
+pub(crate) struct EditInput {
     /// Path of the file to edit, relative to the workspace root.
     pub file_path: String,
     /// The exact text to replace (must match the file exactly, including whitespace).
@@ -206,7 +206,7 @@ pub struct EditInput {
 }
 
 /// `Edit`: exact-match replacement in a file under the writable directories.
-pub struct EditTool {
+pub(crate) struct EditTool {
     pub config: Arc<ToolsConfig>,
 }
 

@@ -4,8 +4,8 @@
 mod files;
 mod search;
 
-pub use files::{EditTool, ReadTool, WriteTool};
-pub use search::{GlobTool, GrepTool};
+pub(crate) use files::{EditTool, ReadTool, WriteTool};
+pub(crate) use search::{GlobTool, GrepTool};
 
 use crate::ToolOutput;
 use crate::workspace::Workspace;

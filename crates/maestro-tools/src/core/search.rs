@@ -26,7 +26,7 @@ const MAX_GREP_MATCHES: usize = 500;
 const MAX_GREP_LINE: usize = 500;
 
 #[derive(Debug, Deserialize, JsonSchema)]
-pub struct GlobInput {
+pub(crate) struct GlobInput {
     /// Glob pattern, e.g. `**/*.rs` or `input/*.csv` (`*` does not cross `/`; `**` does).
     pub pattern: String,
     /// Directory to search from, relative to the workspace root (default: the root).
@@ -34,7 +34,7 @@ pub struct GlobInput {
 }
 
 /// `Glob`: workspace files whose path matches a pattern, newest first.
-pub struct GlobTool {
+pub(crate) struct GlobTool {
     pub config: Arc<ToolsConfig>,
 }
 
@@ -155,7 +155,7 @@ fn walk(base: &Path) -> ignore::Walk {
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
-pub struct GrepInput {
+pub(crate) struct GrepInput {
     /// Regular expression (Rust/ripgrep syntax) to search for.
     pub pattern: String,
     /// File or directory to search, relative to the workspace root (default: the root).
@@ -169,7 +169,7 @@ pub struct GrepInput {
 }
 
 /// `Grep`: matching lines in workspace files, as `path:line:text`.
-pub struct GrepTool {
+pub(crate) struct GrepTool {
     pub config: Arc<ToolsConfig>,
 }
 

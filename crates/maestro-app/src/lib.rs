@@ -40,8 +40,8 @@ mod worker;
 pub use db::{ENV_DB, open_store, open_store_existing, open_store_in, store_url};
 pub use errors::error_chain;
 pub use jobs::{
-    JobError, JobSummary, POLL, Submission, WorkerSummary, cancel_job, exit_code, list_jobs,
-    live_workers, show_job, submit, wait_job,
+    FollowError, JobError, JobSummary, POLL, Submission, WAIT_TIMED_OUT_EXIT, WorkerSummary,
+    cancel_job, exit_code, follow_events, list_jobs, live_workers, show_job, submit, wait_job,
 };
 pub use local::{LOCAL_LEASE, LocalError, LocalJob};
 pub use models::{

@@ -85,7 +85,29 @@ impl Tmpfs {
 
 impl Drop for Tmpfs {
     fn drop(&mut self) {
-        let _ = Command::new("umount").arg(self.dir.path()).status();
+        // Lazily: a process a failed test left behind may still hold a file there.
+        let _ = Command::new("umount")
+            .arg("--lazy")
+            .arg(self.dir.path())
+            .status();
+    }
+}
+
+/// A worker process that is killed if the test ends before stopping it.
+struct Running(Option<std::process::Child>);
+
+impl Running {
+    fn take(mut self) -> std::process::Child {
+        self.0.take().unwrap()
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(child) = &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }
 
@@ -331,7 +353,9 @@ async fn a_worker_whose_disk_fills_up_finishes_the_queue_once_space_is_freed() {
                 .await,
         );
     }
-    let worker = project.worker(&server.base_url(), &["--concurrency", "2"]);
+    let worker = Running(Some(
+        project.worker(&server.base_url(), &["--concurrency", "2"]),
+    ));
     support::jobs::until_requests(&server, 1).await;
 
     let filler = fs.path().join("filler");
@@ -358,7 +382,7 @@ async fn a_worker_whose_disk_fills_up_finishes_the_queue_once_space_is_freed() {
             "{job}"
         );
     }
-    support::jobs::stop_worker(worker, "stopped").await;
+    support::jobs::stop_worker(worker.take(), "stopped").await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -6,7 +6,8 @@ use std::time::Duration;
 use maestro_config::Config;
 use maestro_protocol::RunStatus;
 use maestro_store::{
-    CommentKind, Job, JobId, JobQueue, JobStatus, NewJob, Store, StoreError, WorkerInfo,
+    CommentKind, Job, JobId, JobQueue, JobStatus, NewJob, Store, StoreError, StoredEvent,
+    WorkerInfo,
 };
 use serde::Serialize;
 use time::OffsetDateTime;
@@ -210,29 +211,133 @@ pub fn exit_code(status: JobStatus) -> Option<i32> {
 /// How often waiting and following look at the store.
 pub const POLL: Duration = Duration::from_millis(200);
 
-/// Waits until the job has an exit code ([`exit_code`]), at most `timeout`.
+/// The exit code of `maestro jobs wait` when its `--timeout` runs out (as `timeout(1)`'s):
+/// distinct from every run's exit code ([`exit_code`]) and from 2, a usage error or a failure.
+pub const WAIT_TIMED_OUT_EXIT: u8 = 124;
+
+/// The longest pause between two tries while the store does not answer.
+const OUTAGE_MAX_PAUSE: Duration = Duration::from_secs(5);
+
+/// Rides out a store that fails for a while (a PostgreSQL restart, a busy or full disk) as a
+/// worker does: each failed look is warned about and tried again after a pause that doubles
+/// from [`POLL`] up to [`OUTAGE_MAX_PAUSE`]. Errors retrying cannot help
+/// ([`StoreError::is_unusable`], a bad URL, a missing store) are returned at once.
+#[derive(Debug, Default)]
+struct Outage {
+    failures: u32,
+}
+
+impl Outage {
+    async fn look<T>(&mut self, result: Result<T, StoreError>) -> Result<Option<T>, JobError> {
+        match result {
+            Ok(value) => {
+                if self.failures > 0 {
+                    tracing::warn!("the store answers again");
+                }
+                self.failures = 0;
+                Ok(Some(value))
+            }
+            Err(e) if retryable(&e) => {
+                let pause = POLL
+                    .saturating_mul(1 << self.failures.min(8))
+                    .min(OUTAGE_MAX_PAUSE);
+                self.failures += 1;
+                tracing::warn!("reading the store failed (trying again in {pause:?}): {e}");
+                tokio::time::sleep(pause).await;
+                Ok(None)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+fn retryable(e: &StoreError) -> bool {
+    matches!(e, StoreError::Query { .. } | StoreError::Connect { .. }) && !e.is_unusable()
+}
+
+/// Waits until the job has an exit code ([`exit_code`]), at most `timeout`. A store that
+/// fails meanwhile is warned about and read again ([`Outage`]).
 pub async fn wait_job(
     store: &Store,
     id: JobId,
     timeout: Option<Duration>,
 ) -> Result<Job, JobError> {
     let started = tokio::time::Instant::now();
+    let mut outage = Outage::default();
+    let mut status = None;
     loop {
-        let job = store.job(id).await?.ok_or(JobError::NoSuchJob(id))?;
-        if exit_code(job.status).is_some() {
-            return Ok(job);
+        if let Some(job) = outage.look(store.job(id).await).await? {
+            let job = job.ok_or(JobError::NoSuchJob(id))?;
+            if exit_code(job.status).is_some() {
+                return Ok(job);
+            }
+            status = Some(job.status);
         }
         if let Some(limit) = timeout
             && started.elapsed() >= limit
         {
             return Err(JobError::WaitTimedOut {
                 id,
-                status: job.status,
+                status: status.unwrap_or(JobStatus::Queued),
                 waited: limit,
             });
         }
-        tokio::time::sleep(POLL).await;
+        if outage.failures == 0 {
+            tokio::time::sleep(POLL).await;
+        }
     }
+}
+
+/// Hands each of the job's events after `after` to `emit`, in order; with `follow`, goes on
+/// until the job has ended and every event is handed over. A store that fails meanwhile is
+/// warned about and read again ([`Outage`]).
+pub async fn follow_events<E>(
+    store: &Store,
+    id: JobId,
+    mut after: i64,
+    follow: bool,
+    mut emit: impl FnMut(&StoredEvent) -> Result<(), E>,
+) -> Result<(), FollowError<E>> {
+    let mut outage = Outage::default();
+    let exists = loop {
+        if let Some(job) = outage.look(store.job(id).await).await? {
+            break job.is_some();
+        }
+    };
+    if !exists {
+        return Err(JobError::NoSuchJob(id).into());
+    }
+    loop {
+        // Read the status before the events, so that events written just before the end are
+        // not missed.
+        let Some(job) = outage.look(store.job(id).await).await? else {
+            continue;
+        };
+        let ended = job.is_none_or(|job| exit_code(job.status).is_some());
+        let Some(events) = outage.look(store.events(id, after).await).await? else {
+            continue;
+        };
+        for event in &events {
+            emit(event).map_err(FollowError::Emit)?;
+            after = event.seq;
+        }
+        if !follow || (ended && events.is_empty()) {
+            return Ok(());
+        }
+        if events.is_empty() {
+            tokio::time::sleep(POLL).await;
+        }
+    }
+}
+
+/// Why following a job's events stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum FollowError<E> {
+    #[error(transparent)]
+    Job(#[from] JobError),
+    /// Handing an event on failed (its reader went away, say).
+    #[error("{0}")]
+    Emit(E),
 }
 
 /// Cancels the job and its descendants; returns the ids cancelled.

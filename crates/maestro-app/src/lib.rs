@@ -60,8 +60,9 @@ pub use maestro_store::{
 
 pub use db::{ENV_DB, open_store, open_store_existing, open_store_in, open_url, store_url};
 pub use jobs::{
-    JobError, JobSummary, POLL, Submission, WorkerSummary, answer_job, cancel_job, exit_code,
-    list_jobs, live_workers, show_job, submit, wait_job,
+    FollowError, JobError, JobSummary, POLL, Submission, WAIT_TIMED_OUT_EXIT, WorkerSummary,
+    answer_job, cancel_job, exit_code, follow_events, list_jobs, live_workers, show_job, submit,
+    wait_job,
 };
 pub use models::{
     ModelError, check_served, client, endpoint_unreachable, ensure_served, no_endpoint,

@@ -6,8 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::anyhow;
-use maestro_app::{JobError, JobSummary, POLL, Submission};
-use maestro_app::{JobId, JobQueue, JobStatus, Store};
+use maestro_app::{JobError, JobId, JobStatus, JobSummary, Store, Submission};
 
 use crate::common::{actor, block_on, print_id};
 use crate::flags::StoreArgs;
@@ -80,7 +79,7 @@ pub(crate) enum JobsCommand {
     /// cancelled, 3 aborted, 4 waiting for input, 5 exceeded).
     Wait {
         id: String,
-        /// Give up after this many seconds (exit code 2).
+        /// Give up after this many seconds (exit code 124).
         #[arg(long)]
         timeout: Option<f64>,
         #[command(flatten)]
@@ -243,7 +242,13 @@ pub(crate) fn jobs(command: JobsCommand) -> anyhow::Result<u8> {
                 let config = store.configuration()?;
                 let store = store.open_existing(&config).await?;
                 let timeout = timeout.map(Duration::from_secs_f64);
-                let job = maestro_app::wait_job(&store, id, timeout).await?;
+                let job = match maestro_app::wait_job(&store, id, timeout).await {
+                    Err(e @ JobError::WaitTimedOut { .. }) => {
+                        eprintln!("{e}");
+                        return Ok(maestro_app::WAIT_TIMED_OUT_EXIT);
+                    }
+                    waited => waited?,
+                };
                 let code = maestro_app::exit_code(job.status).unwrap_or(1);
                 let mut line = format!("job {} {}", job.id, job.status);
                 if let Some(reason) = &job.reason {
@@ -275,37 +280,18 @@ pub(crate) fn jobs(command: JobsCommand) -> anyhow::Result<u8> {
 
 /// Prints the job's events after `after`; with `follow`, keeps going until the job has ended
 /// and every event is printed.
-async fn follow_events(
-    store: &Store,
-    id: JobId,
-    mut after: i64,
-    follow: bool,
-) -> anyhow::Result<()> {
-    if store.job(id).await?.is_none() {
-        return Err(JobError::NoSuchJob(id).into());
-    }
-    loop {
-        // Read the status before the events, so that events written just before the end are
-        // not missed.
-        let ended = match store.job(id).await? {
-            Some(job) => maestro_app::exit_code(job.status).is_some(),
-            None => true,
-        };
-        let events = store.events(id, after).await?;
-        let mut out = std::io::stdout().lock();
-        for event in &events {
-            writeln!(out, "{}", serde_json::to_string(&event.payload)?)?;
-            after = event.seq;
-        }
+async fn follow_events(store: &Store, id: JobId, after: i64, follow: bool) -> anyhow::Result<()> {
+    let mut out = std::io::stdout();
+    maestro_app::follow_events(store, id, after, follow, |event| {
+        writeln!(out, "{}", serde_json::to_string(&event.payload)?)?;
         out.flush()?;
-        drop(out);
-        if !follow || (ended && events.is_empty()) {
-            return Ok(());
-        }
-        if events.is_empty() {
-            tokio::time::sleep(POLL).await;
-        }
-    }
+        Ok::<_, anyhow::Error>(())
+    })
+    .await
+    .map_err(|e| match e {
+        maestro_app::FollowError::Job(e) => e.into(),
+        maestro_app::FollowError::Emit(e) => e,
+    })
 }
 
 /// How recent a worker's heartbeat must be for `maestro workers` to list it.

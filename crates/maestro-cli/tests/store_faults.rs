@@ -85,7 +85,29 @@ impl Tmpfs {
 
 impl Drop for Tmpfs {
     fn drop(&mut self) {
-        let _ = Command::new("umount").arg(self.dir.path()).status();
+        // Lazily: a process a failed test left behind may still hold a file there.
+        let _ = Command::new("umount")
+            .arg("--lazy")
+            .arg(self.dir.path())
+            .status();
+    }
+}
+
+/// A worker process that is killed if the test ends before stopping it.
+struct Running(Option<std::process::Child>);
+
+impl Running {
+    fn take(mut self) -> std::process::Child {
+        self.0.take().unwrap()
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(child) = &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }
 
@@ -331,7 +353,9 @@ async fn a_worker_whose_disk_fills_up_finishes_the_queue_once_space_is_freed() {
                 .await,
         );
     }
-    let worker = project.worker(&server.base_url(), &["--concurrency", "2"]);
+    let worker = Running(Some(
+        project.worker(&server.base_url(), &["--concurrency", "2"]),
+    ));
     support::jobs::until_requests(&server, 1).await;
 
     let filler = fs.path().join("filler");
@@ -358,5 +382,105 @@ async fn a_worker_whose_disk_fills_up_finishes_the_queue_once_space_is_freed() {
             "{job}"
         );
     }
-    support::jobs::stop_worker(worker, "stopped").await;
+    support::jobs::stop_worker(worker.take(), "stopped").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn jobs_wait_that_times_out_exits_124_not_the_error_code() {
+    let project = Project::new();
+    let id = project.submit("Never claimed", &[]).await;
+    let out = project
+        .maestro(&["jobs", "wait", &id, "--timeout", "0.3"])
+        .await;
+    assert_eq!(out.status.code(), Some(124), "{}", stderr(&out));
+    assert!(
+        stderr(&out).starts_with(&format!("job {id} is still queued after")),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[cfg_attr(
+    no_postgres,
+    ignore = "PostgreSQL is not installed: apt-get install postgresql (scripts/prerequisites.sh)"
+)]
+async fn jobs_wait_and_events_follow_ride_out_a_postgres_restart() {
+    use maestro_store::{Classes, JobQueue, JobStatus, NewEvent, Outcome};
+    use std::process::Stdio;
+
+    let cluster = tokio::task::spawn_blocking(maestro_testkit::PgCluster::start)
+        .await
+        .unwrap();
+    let mut project = Project::new();
+    project.db = Some(cluster.url());
+    let id = project.submit("Outlive the restart", &[]).await;
+    let spawn = |args: &[&str]| {
+        project
+            .command(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let wait = spawn(&["jobs", "wait", &id]);
+    let follow = spawn(&["jobs", "events", &id, "--follow"]);
+    tokio::time::sleep(Duration::from_millis(800)).await;
+
+    let cluster = tokio::task::spawn_blocking(move || {
+        cluster.stop();
+        std::thread::sleep(Duration::from_secs(3));
+        cluster.restart();
+        cluster
+    })
+    .await
+    .unwrap();
+
+    // A worker's part, by hand: claim, one event, completed.
+    let url: StoreUrl = cluster.url().parse().unwrap();
+    let store = Store::open(&url).await.unwrap();
+    let claimed = store
+        .claim("by-hand", &Classes::Any, Duration::from_secs(30))
+        .await
+        .unwrap()
+        .unwrap();
+    let event = NewEvent::new(1, "run_started", &json!({"seq": 1, "type": "run_started"})).unwrap();
+    store.append_events(&claimed.lease, &[event]).await.unwrap();
+    store
+        .finish(
+            &claimed.lease,
+            Outcome {
+                status: JobStatus::Completed,
+                result: Some(json!({"result": "done"})),
+                reason: None,
+            },
+        )
+        .await
+        .unwrap();
+    store.close().await;
+
+    let (waited, followed) = tokio::task::spawn_blocking(move || {
+        (
+            wait.wait_with_output().unwrap(),
+            follow.wait_with_output().unwrap(),
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(waited.status.code(), Some(0), "{}", stderr(&waited));
+    assert!(
+        stderr(&waited).contains(&format!("job {id} completed")),
+        "{}",
+        stderr(&waited)
+    );
+    assert!(
+        stderr(&waited).contains("reading the store failed"),
+        "{}",
+        stderr(&waited)
+    );
+    assert_eq!(followed.status.code(), Some(0), "{}", stderr(&followed));
+    assert_eq!(
+        String::from_utf8(followed.stdout).unwrap(),
+        "{\"seq\":1,\"type\":\"run_started\"}\n"
+    );
 }

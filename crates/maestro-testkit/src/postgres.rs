@@ -82,36 +82,7 @@ impl PgCluster {
             .status()
             .unwrap();
         assert!(copied.success(), "cannot copy {}", template.display());
-        let data = cluster.data_dir();
-        let server_options = format!(
-            "-c listen_addresses=127.0.0.1 -p {port} -k {socket} -c fsync=off \
-             -c synchronous_commit=off -c full_page_writes=off -c max_connections=100",
-            socket = cluster.dir.path().display()
-        );
-        let log = cluster.dir.path().join("server.log");
-        let started = cluster.output(
-            "pg_ctl",
-            &[
-                "-D",
-                path_str(&data),
-                "-l",
-                path_str(&log),
-                "-o",
-                &server_options,
-                "-w",
-                "-t",
-                "60",
-                "start",
-            ],
-        );
-        if !started.status.success() {
-            let log = std::fs::read_to_string(&log).unwrap_or_default();
-            panic!(
-                "pg_ctl start failed: {}\n{}\nserver log:\n{log}",
-                String::from_utf8_lossy(&started.stdout),
-                String::from_utf8_lossy(&started.stderr)
-            );
-        }
+        cluster.start_server();
         cluster
     }
 
@@ -154,6 +125,56 @@ impl PgCluster {
             );
         }
         template
+    }
+
+    /// Starts the server on the cluster's port, waiting until it accepts connections.
+    fn start_server(&self) {
+        let data = self.data_dir();
+        let server_options = format!(
+            "-c listen_addresses=127.0.0.1 -p {port} -k {socket} -c fsync=off \
+             -c synchronous_commit=off -c full_page_writes=off -c max_connections=100",
+            port = self.port,
+            socket = self.dir.path().display()
+        );
+        let log = self.dir.path().join("server.log");
+        let started = self.output(
+            "pg_ctl",
+            &[
+                "-D",
+                path_str(&data),
+                "-l",
+                path_str(&log),
+                "-o",
+                &server_options,
+                "-w",
+                "-t",
+                "60",
+                "start",
+            ],
+        );
+        if !started.status.success() {
+            let log = std::fs::read_to_string(&log).unwrap_or_default();
+            panic!(
+                "pg_ctl start failed: {}\n{}\nserver log:\n{log}",
+                String::from_utf8_lossy(&started.stdout),
+                String::from_utf8_lossy(&started.stderr)
+            );
+        }
+    }
+
+    /// Stops the server (`pg_ctl stop -m fast`: clients are disconnected), as a restart or an
+    /// outage would; [`PgCluster::restart`] starts it again on the same port.
+    pub fn stop(&self) {
+        let data = self.data_dir();
+        self.run(
+            "pg_ctl",
+            &["-D", path_str(&data), "-m", "fast", "-w", "stop"],
+        );
+    }
+
+    /// Starts a server that [`PgCluster::stop`] stopped, with the same data and port.
+    pub fn restart(&self) {
+        self.start_server();
     }
 
     /// A URL for the cluster's `postgres` database.

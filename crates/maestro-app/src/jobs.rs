@@ -20,11 +20,13 @@ use crate::toolbox::load_options;
 pub struct Submission {
     /// A piece file, a piece name in `paths.pieces_dirs`, or `auto` (the worker classifies).
     pub piece: String,
+    /// What the run should do; not empty.
     pub task: String,
     /// The directory the tools work in (default: the run directory's own workspace).
     pub workspace: Option<PathBuf>,
     /// The task class (default: `default`).
     pub class: Option<String>,
+    /// Higher runs first among queued jobs (default 0).
     pub priority: i64,
     /// Claims allowed before the job ends `failed` (default 3).
     pub max_attempts: Option<i64>,
@@ -47,7 +49,9 @@ pub enum JobError {
     /// `--workspace` cannot be made absolute.
     #[error("the workspace `{}` cannot be resolved", path.display())]
     Workspace {
+        /// The workspace as given.
         path: PathBuf,
+        /// Why it cannot be made absolute.
         #[source]
         source: std::io::Error,
     },
@@ -57,8 +61,11 @@ pub enum JobError {
     /// The job had not ended when the wait ran out.
     #[error("job {id} is still {status} after {waited:?}")]
     WaitTimedOut {
+        /// The job waited for.
         id: JobId,
+        /// Its status when the wait ran out.
         status: JobStatus,
+        /// How long the wait was.
         waited: Duration,
     },
     /// The task is empty or only whitespace: a job would run with nothing to do.
@@ -120,22 +127,32 @@ pub async fn submit(store: &Store, config: &Config, s: Submission) -> Result<Job
 /// What `maestro jobs list` and `maestro jobs show` print about a job.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct JobSummary {
+    /// The job's id (a UUIDv7: ids sort by submission time).
     pub id: JobId,
+    /// Where it is in its life: queued, running, waiting, or how it ended.
     pub status: JobStatus,
+    /// The piece as submitted: a name, a file, or `auto`.
     pub piece: String,
+    /// The job that spawned it, for a subtask.
     pub parent_id: Option<JobId>,
     /// Claims so far.
     pub attempt: i64,
+    /// When it was submitted.
     #[serde(with = "time::serde::rfc3339")]
     pub created_at: OffsetDateTime,
+    /// When its row last changed.
     #[serde(with = "time::serde::rfc3339")]
     pub updated_at: OffsetDateTime,
     /// The run's outcome: `run_id`, `status`, `result`, `run_dir`.
     pub result: Option<serde_json::Value>,
+    /// Why it ended other than by its run's normal outcome, or why its last attempt failed:
+    /// an end reason's code and detail (`llm_error: …`).
     pub reason: Option<String>,
     /// The run's latest open question (a job waiting for input).
     pub question: Option<String>,
+    /// The schedule that fired it, if one did.
     pub schedule_id: Option<String>,
+    /// The slot of that schedule it was fired for.
     #[serde(with = "time::serde::rfc3339::option")]
     pub scheduled_for: Option<OffsetDateTime>,
     /// A subtask's title, as its parent gave it.
@@ -333,6 +350,7 @@ pub async fn follow_events<E>(
 /// Why following a job's events stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum FollowError<E> {
+    /// Reading the job or its events failed.
     #[error(transparent)]
     Job(#[from] JobError),
     /// Handing an event on failed (its reader went away, say).
@@ -359,8 +377,10 @@ pub async fn answer_job(store: &Store, id: JobId, actor: &str, text: &str) -> Re
 /// A live worker and the jobs it runs now.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct WorkerSummary {
+    /// The worker as it registered: name, profile, classes, host, pid, heartbeat.
     #[serde(flatten)]
     pub worker: WorkerInfo,
+    /// The jobs it holds a lease on now.
     pub running: Vec<JobId>,
 }
 

@@ -14,6 +14,7 @@ pub enum ModelError {
     /// Nothing answers at the endpoint.
     #[error("{}", no_endpoint(base_url))]
     Unreachable {
+        /// The endpoint's API root (`llm.base_url`).
         base_url: String,
         /// The connection error (not a `#[source]`: the message already says what to do, and
         /// the CLI prints the chain).
@@ -25,17 +26,23 @@ pub enum ModelError {
          failed: {cause})"
     )]
     ListFailed {
+        /// The endpoint's API root (`llm.base_url`).
         base_url: String,
         /// Shown in the message, so not also a `#[source]`.
         cause: LlmError,
     },
     /// The endpoint lists no model.
     #[error("no model: set llm.model, MAESTRO_MODEL or --model ({base_url} lists no models)")]
-    NoneServed { base_url: String },
+    NoneServed {
+        /// The endpoint's API root (`llm.base_url`).
+        base_url: String,
+    },
     /// The endpoint lists several models and none was chosen.
     #[error("no model: set llm.model, MAESTRO_MODEL or --model; {base_url} serves: {}", served.join(", "))]
     Ambiguous {
+        /// The endpoint's API root (`llm.base_url`).
         base_url: String,
+        /// The models it lists.
         served: Vec<String>,
     },
     /// The chosen model is not among those the endpoint lists.
@@ -45,8 +52,11 @@ pub enum ModelError {
         served.join(", ")
     )]
     NotServed {
+        /// The model that was asked for.
         model: String,
+        /// The endpoint's API root (`llm.base_url`).
         base_url: String,
+        /// The models it lists.
         served: Vec<String>,
     },
 }

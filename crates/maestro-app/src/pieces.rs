@@ -17,9 +17,11 @@ pub enum PieceError {
     /// with [`maestro_piece::render_diagnostics`] over `source`.
     #[error("{} is not a valid piece", path.display())]
     Invalid {
+        /// The piece file.
         path: PathBuf,
         /// The file's text (empty when it could not be read).
         source_text: String,
+        /// Every error the validator found, with its position.
         diagnostics: Box<Failed>,
     },
     /// Neither a file nor a piece name found in the pieces directories.
@@ -29,8 +31,11 @@ pub enum PieceError {
         if known.is_empty() { "none".to_string() } else { known.join(", ") }
     )]
     NotFound {
+        /// The piece as given: a path or a name.
         given: String,
+        /// The pieces directories searched.
         searched: Vec<PathBuf>,
+        /// The names of the pieces that loaded there.
         known: Vec<String>,
         /// The broken files passed over while searching.
         skipped: Vec<Skipped>,
@@ -46,6 +51,7 @@ pub enum PieceError {
 /// A piece file in a pieces directory that does not load; lookups skip it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Skipped {
+    /// The file.
     pub path: PathBuf,
     /// How many errors the file has.
     pub errors: usize,
@@ -54,25 +60,31 @@ pub struct Skipped {
 /// The pieces of some directories: those that load, and the files skipped.
 #[derive(Debug, Clone, Default)]
 pub struct Available {
+    /// The pieces that load, each with its file.
     pub pieces: Vec<(PathBuf, Piece)>,
+    /// The files that do not load.
     pub skipped: Vec<Skipped>,
 }
 
 /// A piece that was found, with the broken files passed over on the way.
 #[derive(Debug, Clone)]
 pub struct Found {
+    /// The piece.
     pub piece: Piece,
     /// The file it was loaded from.
     pub path: PathBuf,
+    /// The broken files passed over while looking for it.
     pub skipped: Vec<Skipped>,
 }
 
 /// A piece the classifier chose.
 #[derive(Debug, Clone)]
 pub struct Chosen {
+    /// The piece.
     pub piece: Piece,
     /// The file it was loaded from.
     pub path: PathBuf,
+    /// The classifier's answer: the piece's name and why it fits the task.
     pub choice: Classified,
 }
 

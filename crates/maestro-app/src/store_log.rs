@@ -157,6 +157,7 @@ pub struct StoreLog {
 }
 
 impl StoreLog {
+    /// The log of the run held by `lease`, committed through `writer`; `fence` stops it.
     pub fn new(writer: EventWriter, lease: Lease, fence: Arc<Fence>) -> StoreLog {
         StoreLog {
             writer,

@@ -32,7 +32,9 @@ pub enum McpSelection {
     /// The servers named in `required`, and those whose tools `allowed_tools` patterns can
     /// offer: `mcp__*` (every server), `mcp__<server>__*`, or an exact `mcp__<server>__<tool>`.
     Only {
+        /// The piece's `required_mcp` servers.
         required: Vec<String>,
+        /// The `allowed_tools` patterns of every movement of the piece.
         allowed_tools: Vec<String>,
     },
 }
@@ -55,7 +57,6 @@ impl McpSelection {
         }
     }
 
-    /// Only the server that `tool` (a tool name) belongs to, if it is an MCP tool.
     /// No MCP server.
     pub fn none() -> McpSelection {
         McpSelection::Only {
@@ -64,6 +65,7 @@ impl McpSelection {
         }
     }
 
+    /// Only the server that `tool` (a tool name) belongs to, if it is an MCP tool.
     pub fn for_tool(tool: &str) -> McpSelection {
         McpSelection::Only {
             required: Vec::new(),
@@ -126,22 +128,39 @@ pub enum RequiredMcp {
          fix: configure `mcp.servers.{server}` in .maestro/config.yaml, with `command` (a stdio \
          server) or `url` (a streamable HTTP server)"
     )]
-    NotConfigured { server: String, configured: String },
+    /// No server of that name is configured.
+    NotConfigured {
+        /// The server the piece requires.
+        server: String,
+        /// The servers that are configured, comma-separated (`none` when there are none).
+        configured: String,
+    },
     #[error(
         "MCP server `{server}` is required but was not started\n  fix: check \
          `mcp.servers.{server}` in .maestro/config.yaml"
     )]
-    NotStarted { server: String },
+    /// The server is configured but was not started for this run.
+    NotStarted {
+        /// The server the piece requires.
+        server: String,
+    },
     #[error(
         "MCP server `{server}` is required but not available: {reason}\n  fix: check \
          `mcp.servers.{server}` in .maestro/config.yaml (command, args, env or url) and that the \
          server starts on its own"
     )]
-    Unavailable { server: String, reason: String },
+    /// The server was started but does not serve.
+    Unavailable {
+        /// The server the piece requires.
+        server: String,
+        /// Why it does not serve (its start or its handshake failed).
+        reason: String,
+    },
 }
 
 /// The registry with every configured tool, and the MCP servers behind some of them.
 pub struct Toolbox {
+    /// Every tool of the configuration, ready for the engine.
     pub registry: Registry,
     hub: McpHub,
     /// Every server in the configuration, started or not (for error messages).

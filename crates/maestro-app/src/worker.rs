@@ -26,8 +26,11 @@ use crate::run::{Execution, Target, execute};
 /// One worker profile: a name, how many jobs at once, which task classes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Profile {
+    /// The profile's name (`workers[].name`, or `default`).
     pub name: String,
+    /// Jobs it runs at once (at least 1).
     pub concurrency: usize,
+    /// The task classes it claims.
     pub classes: Classes,
 }
 
@@ -56,6 +59,7 @@ pub fn classes(names: &[String]) -> Classes {
 pub struct WorkerOptions {
     /// Shown by `maestro workers`.
     pub name: String,
+    /// The profiles it serves, each with its own slots.
     pub profiles: Vec<Profile>,
     /// How long a claim holds; renewed every third of it.
     pub lease: Duration,
@@ -83,6 +87,7 @@ pub struct Shutdown {
 }
 
 impl Shutdown {
+    /// A shutdown that has not begun.
     pub fn new() -> Shutdown {
         Shutdown::default()
     }
@@ -148,6 +153,7 @@ struct Inner {
 }
 
 impl Worker {
+    /// A worker on `store` whose runs use `config`; it starts with [`Worker::run`].
     pub fn new(store: Store, config: Config, options: WorkerOptions) -> Worker {
         Worker {
             inner: Arc::new(Inner {

@@ -40,11 +40,17 @@ pub enum ScheduleError {
 /// A schedule to add, as the command line gives it.
 #[derive(Debug, Clone)]
 pub struct ScheduleRequest {
+    /// The piece each fired job runs: a name, a file, or `auto`.
     pub piece: String,
+    /// The task each fired job runs; not empty.
     pub task: String,
+    /// When it fires.
     pub spec: Spec,
+    /// The tz database zone its times are read in (`UTC`, `Europe/Paris`).
     pub tz: String,
+    /// What to do with slots missed while no worker ran.
     pub misfire: Misfire,
+    /// Who adds it (the audit log's actor, and the owner of the jobs it fires).
     pub created_by: String,
 }
 
@@ -81,17 +87,26 @@ pub async fn add_schedule(
 /// What `maestro schedules list` prints about a schedule.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ScheduleSummary {
+    /// The schedule's id.
     pub id: String,
+    /// The piece its jobs run.
     pub piece: String,
+    /// The task its jobs run.
     pub task: String,
+    /// When it fires, as stored (`cron:…`, `every:…`, `daily:…`, `once:…`).
     pub spec: String,
+    /// The zone its times are read in.
     pub tz: String,
+    /// `skip` or `catch_up_once`.
     pub misfire: String,
+    /// True while it is paused: it fires nothing.
     pub paused: bool,
     /// The next slot (None when paused, or a `once` that has fired).
     #[serde(with = "time::serde::rfc3339::option")]
     pub next_fire: Option<OffsetDateTime>,
+    /// Slots it fired a job for.
     pub fired: i64,
+    /// Slots it let pass (missed while no worker ran, under `skip`).
     pub missed: i64,
 }
 

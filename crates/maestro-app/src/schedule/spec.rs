@@ -25,41 +25,62 @@ pub enum SpecError {
     #[error(
         "--cron `{expr}` is not a cron expression ({reason}); write five fields (minute hour day month weekday) or six with seconds first, e.g. `*/5 * * * *`"
     )]
-    Cron { expr: String, reason: String },
+    /// `--cron` does not parse.
+    Cron {
+        /// The expression as given.
+        expr: String,
+        /// What the cron parser said.
+        reason: String,
+    },
     #[error(
         "--every `{0}` is not a duration; write a positive number with a unit s, m, h or d, e.g. `30s`, `5m`, `2h`"
     )]
+    /// `--every` is not a duration (the text as given).
     Every(String),
     #[error("--daily `{0}` is not a time of day; write HH:MM, e.g. `02:30`")]
+    /// `--daily` is not HH:MM (the text as given).
     Daily(String),
     #[error("--weekly `{0}` is not DAY@HH:MM; write a weekday and a time, e.g. `mon@09:00`")]
+    /// `--weekly` is not DAY@HH:MM (the text as given).
     Weekly(String),
     #[error(
         "--monthly `{0}` is not N@HH:MM; write a day of the month (1-31) and a time, e.g. `1@09:00`"
     )]
+    /// `--monthly` is not N@HH:MM (the text as given).
     Monthly(String),
     #[error(
         "--once `{0}` is not an RFC 3339 time; write e.g. `2026-03-08T09:00:00Z` or `2026-03-08T09:00:00-05:00`"
     )]
+    /// `--once` is not an RFC 3339 time (the text as given).
     Once(String),
     #[error(
         "--tz `{0}` is not a time zone of the tz database; write e.g. `UTC`, `Europe/Paris`, `America/New_York`"
     )]
+    /// `--tz` is not a zone of the tz database (the name as given).
     Zone(String),
     #[error("--misfire `{0}` is not a misfire policy; write `skip` or `catch_up_once`")]
+    /// `--misfire` is not `skip` or `catch_up_once` (the text as given).
     Misfire(String),
     #[error("stored schedule spec `{0}` is not understood")]
+    /// A spec read back from the store does not parse (a newer writer, or a hand edit).
     Stored(String),
     #[error(
         "--cron `{0}` matches no date, so it would never fire; check its day-of-month and month \
          fields (February has no 30th or 31st; April, June, September and November no 31st)"
     )]
+    /// A cron rule that matches no date (the rule as given).
     NeverMatches(String),
     #[error(
         "--once `{at}` is in the past (it is now {now}), so it would never fire; give a time \
          still to come"
     )]
-    OnceInPast { at: String, now: String },
+    /// A `--once` time that has already passed.
+    OnceInPast {
+        /// The time as given.
+        at: String,
+        /// The store's clock when it was refused.
+        now: String,
+    },
 }
 
 /// When a schedule fires.

@@ -5,15 +5,15 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use maestro_store::{JobId, Lease, Store, StoreError};
+use maestro_store::{Lease, LeaseKey, Store, StoreError};
 use tokio::time::Instant;
 
-use crate::store_log::Fence;
+use crate::store_log::StopLatch;
 
 /// Keeps leases: every tick (a third of the lease, at most a second) it renews, in one
 /// statement, the leases whose last renewal is a third of the lease old, and reads, in one
 /// query, whether any other kept job was cancelled or taken over. A lost lease or a cancelled
-/// job closes that run's fence, which stops the run: a cancel stops a run within about a
+/// job closes that run's stop latch, which stops the run: a cancel stops a run within about a
 /// second, a lost lease within one heartbeat.
 ///
 /// Cheap to clone. Its task starts with the first [`LeaseKeeper::keep`] and ends within a tick
@@ -29,14 +29,14 @@ struct KeeperInner {
     lease_for: Duration,
     /// By job and fencing token: a run that lost its lease may still be winding down when the
     /// same worker claims the job again.
-    held: Mutex<HashMap<(JobId, i64), Held>>,
+    held: Mutex<HashMap<LeaseKey, Held>>,
     started: std::sync::Once,
 }
 
 #[derive(Debug)]
 struct Held {
     lease: Lease,
-    fence: Arc<Fence>,
+    latch: Arc<StopLatch>,
     renewed_at: Instant,
 }
 
@@ -44,7 +44,7 @@ struct Held {
 #[derive(Debug)]
 pub(crate) struct Kept {
     inner: Arc<KeeperInner>,
-    key: (JobId, i64),
+    key: LeaseKey,
 }
 
 impl Drop for Kept {
@@ -72,16 +72,16 @@ impl LeaseKeeper {
         self.inner.lease_for
     }
 
-    /// Keeps `lease` (just claimed) until the answer is dropped, closing `fence` when it is
+    /// Keeps `lease` (just claimed) until the answer is dropped, closing `latch` when it is
     /// lost or the job is cancelled.
-    pub(crate) fn keep(&self, lease: Lease, fence: Arc<Fence>) -> Kept {
-        let key = (lease.job_id, lease.fence);
+    pub(crate) fn keep(&self, lease: Lease, latch: Arc<StopLatch>) -> Kept {
+        let key = lease.key();
         if let Ok(mut held) = self.inner.held.lock() {
             held.insert(
                 key,
                 Held {
                     lease,
-                    fence,
+                    latch,
                     renewed_at: Instant::now(),
                 },
             );
@@ -147,7 +147,7 @@ impl KeeperInner {
             match self.store.check_leases(&others).await {
                 Ok(refused) => {
                     for lease in &others {
-                        if let Some(e) = refused.get(&(lease.job_id, lease.fence)) {
+                        if let Some(e) = refused.get(&lease.key()) {
                             self.refused(lease, e);
                         }
                     }
@@ -159,7 +159,7 @@ impl KeeperInner {
 
     fn renewed(&self, lease: Lease, at: Instant) {
         if let Ok(mut held) = self.held.lock()
-            && let Some(h) = held.get_mut(&(lease.job_id, lease.fence))
+            && let Some(h) = held.get_mut(&lease.key())
         {
             h.lease = lease;
             h.renewed_at = at;
@@ -172,14 +172,14 @@ impl KeeperInner {
             | StoreError::JobCancelled(_)
             | StoreError::NoSuchJob(_) => {
                 // Refused for good: it is not asked about again.
-                let fence = self
+                let latch = self
                     .held
                     .lock()
                     .ok()
-                    .and_then(|mut held| held.remove(&(lease.job_id, lease.fence)))
-                    .map(|h| h.fence);
-                if let Some(fence) = fence {
-                    fence.close(why.to_string());
+                    .and_then(|mut held| held.remove(&lease.key()))
+                    .map(|h| h.latch);
+                if let Some(latch) = latch {
+                    latch.close(why.to_string());
                 }
             }
             e => tracing::warn!(job = %lease.job_id, "keeping the lease failed: {e}"),

@@ -76,6 +76,6 @@ pub use schedule::{
     GRACE, Misfire, ScheduleError, ScheduleRequest, ScheduleSummary, Spec, SpecError, TICK,
     TickReport, add_schedule, list_schedules, remove_schedule, set_paused, tick, zone,
 };
-pub use store_log::{AppendFailure, EventWriter, Fence, StoreLog};
+pub use store_log::{AppendFailure, EventWriter, StopLatch, StoreLog};
 pub use toolbox::{McpSelection, RequiredMcp, Toolbox, ToolboxError, load_options, tool_catalog};
 pub use worker::{Profile, Shutdown, Worker, WorkerError, WorkerOptions, WorkerStats, classes};

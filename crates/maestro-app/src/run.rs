@@ -27,7 +27,7 @@ use crate::context::JobContext;
 use crate::live::LiveSink;
 use crate::outcome::{RunError, RunOutcome, RunSummary};
 use crate::pieces::{AUTO, available_pieces, classify_piece, find_piece, load_piece};
-use crate::store_log::{Fence, StoreLog};
+use crate::store_log::{StopLatch, StoreLog};
 use crate::subtasks::StoreSubtasks;
 use crate::toolbox::{McpSelection, Toolbox};
 
@@ -98,14 +98,14 @@ async fn run_job(
     let store = &ctx.store;
     let lease = claimed.lease.clone();
     let job_id = claimed.job.id;
-    let fence = Arc::new(Fence::default());
-    let kept = ctx.leases.keep(lease.clone(), Arc::clone(&fence));
+    let latch = Arc::new(StopLatch::default());
+    let kept = ctx.leases.keep(lease.clone(), Arc::clone(&latch));
     // A hand-back suspends the run: it stops where it is and records no end, so that the
     // process that claims the job next resumes it.
     let suspend = hand_back.child_token();
     let live = ctx.live.open(job_id);
     let steer = Steer {
-        fence: &fence,
+        latch: &latch,
         suspend: suspend.clone(),
         stop,
         live: Arc::new(LiveSink {
@@ -119,7 +119,7 @@ async fn run_job(
     }
     .await;
     drop(kept);
-    let outcome = record_end(ctx, &claimed, ran, &fence, &suspend, completer).await;
+    let outcome = record_end(ctx, &claimed, ran, &latch, &suspend, completer).await;
     // The channel closes once the end is written: a subscriber's last item is the run's last
     // event, and the job's status already says how it ended.
     drop(live);
@@ -131,7 +131,7 @@ async fn record_end(
     ctx: &JobContext,
     claimed: &Claimed,
     ran: Result<Ran, RunError>,
-    fence: &Fence,
+    latch: &StopLatch,
     suspend: &CancellationToken,
     completer: &Completer,
 ) -> RunOutcome {
@@ -149,7 +149,7 @@ async fn record_end(
             }
         };
     }
-    if let Some(why) = fence.closed() {
+    if let Some(why) = latch.closed() {
         tracing::info!(job = %job_id, "stopped, writing nothing more: {why}");
         return RunOutcome::Fenced { why };
     }
@@ -395,7 +395,7 @@ fn first_claim(lease: &Lease) -> bool {
 
 /// How the caller steers a claimed job's run.
 struct Steer<'a> {
-    fence: &'a Arc<Fence>,
+    latch: &'a Arc<StopLatch>,
     suspend: CancellationToken,
     stop: Option<CancellationToken>,
     live: Arc<LiveSink>,
@@ -460,7 +460,7 @@ async fn run_prepared(
         engine = engine.with_secret(key);
     }
     let cancel = engine.cancel_token();
-    let stop_run = steer.fence.stop_run.clone();
+    let stop_run = steer.latch.stop_run.clone();
     let stop = steer.stop.clone().unwrap_or_default();
     let forward = tokio::spawn(async move {
         tokio::select! {
@@ -525,7 +525,7 @@ fn run_spec(
     let store_log = StoreLog::new(
         ctx.events.clone(),
         claimed.lease.clone(),
-        Arc::clone(steer.fence),
+        Arc::clone(steer.latch),
     );
     let mut spec = RunSpec::new(piece, &claimed.job.task, record);
     spec.logs = vec![Arc::new(store_log), Arc::new(jsonl)];

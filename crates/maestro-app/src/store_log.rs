@@ -17,13 +17,13 @@ const MAX_GROUP: usize = 512;
 /// Why the worker must stop writing about a job, shared by the heartbeat, the event log and the
 /// job's runner: once set, nothing more is written under this lease.
 #[derive(Debug, Default)]
-pub struct Fence {
+pub struct StopLatch {
     lost: Mutex<Option<String>>,
     /// Cancelled when the lease is lost, the job cancelled or the run handed back: the run stops.
     pub stop_run: CancellationToken,
 }
 
-impl Fence {
+impl StopLatch {
     /// Marks the lease as unusable (the first reason wins) and stops the run.
     pub fn close(&self, why: impl Into<String>) {
         if let Ok(mut lost) = self.lost.lock()
@@ -153,21 +153,21 @@ async fn commit_queued(store: Store, mut queue: mpsc::UnboundedReceiver<Queued>)
 pub struct StoreLog {
     writer: EventWriter,
     lease: Lease,
-    fence: Arc<Fence>,
+    latch: Arc<StopLatch>,
 }
 
 impl StoreLog {
-    /// The log of the run held by `lease`, committed through `writer`; `fence` stops it.
-    pub fn new(writer: EventWriter, lease: Lease, fence: Arc<Fence>) -> StoreLog {
+    /// The log of the run held by `lease`, committed through `writer`; `latch` stops it.
+    pub fn new(writer: EventWriter, lease: Lease, latch: Arc<StopLatch>) -> StoreLog {
         StoreLog {
             writer,
             lease,
-            fence,
+            latch,
         }
     }
 
     /// Appends `records` with the writer's next commit, fenced by the lease. A lost lease or a
-    /// cancelled job closes the [`Fence`] (which stops the run).
+    /// cancelled job closes the [`StopLatch`] (which stops the run).
     pub async fn append_records(&self, records: &[EventRecord]) -> Result<(), AppendFailure> {
         let json = records
             .iter()
@@ -188,7 +188,7 @@ impl StoreLog {
         records: &[EventRecord],
         json: &[Box<RawValue>],
     ) -> Result<(), AppendFailure> {
-        if let Some(why) = self.fence.closed() {
+        if let Some(why) = self.latch.closed() {
             return Err(AppendFailure::Fenced(why));
         }
         let rows = records
@@ -206,7 +206,7 @@ impl StoreLog {
             Ok(()) => Ok(()),
             Err(e @ (StoreError::LeaseLost { .. } | StoreError::JobCancelled(_))) => {
                 let why = e.to_string();
-                self.fence.close(why.clone());
+                self.latch.close(why.clone());
                 Err(AppendFailure::Fenced(why))
             }
             Err(e) => Err(AppendFailure::Store(e)),

@@ -1,12 +1,12 @@
 //! The worker's event writer on SQLite and on a real PostgreSQL cluster: the events of
 //! concurrent runs are committed together, each run waits for its own, and a stale attempt is
-//! refused (its fence closed) without failing the others'.
+//! refused (its stop latch closed) without failing the others'.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use maestro_app::{AppendFailure, EventWriter, Fence, StoreLog};
+use maestro_app::{AppendFailure, EventWriter, StopLatch, StoreLog};
 use maestro_engine::{EventRecord, RunEvent};
 use maestro_store::{Classes, JobId, JobQueue, Lease, ManualClock, NewJob, Store, StoreUrl};
 use maestro_testkit::PgCluster;
@@ -77,10 +77,10 @@ async fn stale_run_is_refused_alone(url: StoreUrl) {
 
     let writer = EventWriter::new(store.clone());
     let log = |lease: &Lease| {
-        let fence = Arc::new(Fence::default());
+        let latch = Arc::new(StopLatch::default());
         (
-            StoreLog::new(writer.clone(), lease.clone(), Arc::clone(&fence)),
-            fence,
+            StoreLog::new(writer.clone(), lease.clone(), Arc::clone(&latch)),
+            latch,
         )
     };
     let (log_a, fence_a) = log(&a);

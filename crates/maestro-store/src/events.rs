@@ -8,7 +8,7 @@ use sqlx::{Any, Transaction};
 
 use crate::error::{StoreError, StoreResult};
 use crate::fence::FENCED;
-use crate::model::{JobId, Lease, NewEvent};
+use crate::model::{Lease, LeaseKey, NewEvent};
 use crate::rows::{col, parse_id};
 use crate::store::{Marks, Store, pow2_chunks};
 
@@ -99,7 +99,7 @@ impl Store {
         let mut rows = Vec::new();
         for batch in batches {
             let lease = &batch.lease;
-            if batch.events.is_empty() || held.contains(&(lease.job_id, lease.fence)) {
+            if batch.events.is_empty() || held.contains(&lease.key()) {
                 rows.extend(batch.events.iter().map(|event| (lease, event)));
                 placed.push(Ok(()));
             } else {
@@ -148,7 +148,7 @@ impl Store {
         &self,
         tx: &mut Transaction<'static, Any>,
         batches: &[&EventBatch],
-    ) -> StoreResult<HashSet<(JobId, i64)>> {
+    ) -> StoreResult<HashSet<LeaseKey>> {
         let mut held = HashSet::with_capacity(batches.len());
         for chunk in pow2_chunks(batches, ROWS_PER_INSERT) {
             let sql = format!(
@@ -165,10 +165,10 @@ impl Store {
                 .await
                 .map_err(StoreError::query("check leases before appending events"))?
             {
-                held.insert((
-                    parse_id(&col::<String>(&row, "id")?)?,
-                    col::<i64>(&row, "fence")?,
-                ));
+                held.insert(LeaseKey {
+                    job: parse_id(&col::<String>(&row, "id")?)?,
+                    fence: col::<i64>(&row, "fence")?,
+                });
             }
         }
         Ok(held)

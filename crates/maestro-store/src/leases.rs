@@ -8,7 +8,7 @@ use sqlx::Any;
 
 use crate::clock::{duration_ms, from_ms};
 use crate::error::{StoreError, StoreResult};
-use crate::model::{JobId, JobStatus, Lease};
+use crate::model::{JobStatus, Lease, LeaseKey};
 use crate::rows::{col, parse_id};
 use crate::store::{Marks, Store, pow2_chunks};
 
@@ -55,22 +55,22 @@ impl Store {
                 .await
                 .map_err(StoreError::query("renew leases"))?
             {
-                renewed.insert((
-                    parse_id(&col::<String>(&row, "id")?)?,
-                    col::<i64>(&row, "fence")?,
-                ));
+                renewed.insert(LeaseKey {
+                    job: parse_id(&col::<String>(&row, "id")?)?,
+                    fence: col::<i64>(&row, "fence")?,
+                });
             }
         }
         let refused: Vec<&Lease> = leases
             .iter()
-            .filter(|lease| !renewed.contains(&(lease.job_id, lease.fence)))
+            .filter(|lease| !renewed.contains(&lease.key()))
             .collect();
         let mut why = self.refusals(&refused).await?;
         Ok(leases
             .iter()
-            .map(|lease| match why.remove(&(lease.job_id, lease.fence)) {
+            .map(|lease| match why.remove(&lease.key()) {
                 Some(e) => Err(e),
-                None if renewed.contains(&(lease.job_id, lease.fence)) => Ok(Lease {
+                None if renewed.contains(&lease.key()) => Ok(Lease {
                     expires_at: from_ms(expires),
                     ..lease.clone()
                 }),
@@ -93,12 +93,12 @@ impl Store {
     pub async fn check_leases(
         &self,
         leases: &[Lease],
-    ) -> StoreResult<HashMap<(JobId, i64), StoreError>> {
+    ) -> StoreResult<HashMap<LeaseKey, StoreError>> {
         let refs: Vec<&Lease> = leases.iter().collect();
         self.refusals(&refs).await
     }
 
-    async fn refusals(&self, leases: &[&Lease]) -> StoreResult<HashMap<(JobId, i64), StoreError>> {
+    async fn refusals(&self, leases: &[&Lease]) -> StoreResult<HashMap<LeaseKey, StoreError>> {
         let mut now_held = HashMap::with_capacity(leases.len());
         for chunk in pow2_chunks(leases, PER_STATEMENT) {
             let sql = format!(
@@ -133,7 +133,7 @@ impl Store {
                         status: *status,
                     },
                 };
-                Some(((lease.job_id, lease.fence), why))
+                Some((lease.key(), why))
             })
             .collect())
     }

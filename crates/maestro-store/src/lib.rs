@@ -43,7 +43,8 @@ pub use error::{StoreError, StoreResult};
 pub use events::EventBatch;
 pub use model::{
     AuditAction, AuditEntry, Claimed, Classes, Comment, CommentKind, FailDisposition, Job, JobId,
-    JobStatus, Lease, NewEvent, NewJob, NewSchedule, Outcome, Schedule, StoredEvent, WorkerInfo,
+    JobStatus, Lease, LeaseKey, NewEvent, NewJob, NewSchedule, Outcome, Schedule, StoredEvent,
+    WorkerInfo,
 };
 pub use queue::JobQueue;
 pub use store::{Backend, Backoff, OpenMode, PoolSize, SCHEMA_VERSION, Store};

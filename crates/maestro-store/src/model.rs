@@ -248,6 +248,26 @@ pub struct Lease {
     pub expires_at: OffsetDateTime,
 }
 
+impl Lease {
+    /// Which claim of which job this lease is: what tells an old claim still winding down
+    /// from a newer claim of the same job.
+    pub fn key(&self) -> LeaseKey {
+        LeaseKey {
+            job: self.job_id,
+            fence: self.fence,
+        }
+    }
+}
+
+/// One claim of one job: the job and the fencing token of that claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct LeaseKey {
+    /// The job.
+    pub job: JobId,
+    /// The fencing token: the job's claim counter at that claim.
+    pub fence: i64,
+}
+
 /// A job a worker has just claimed, with its lease.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Claimed {

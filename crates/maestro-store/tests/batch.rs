@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common::Db;
 use maestro_store::{
-    Classes, JobId, JobQueue, JobStatus, Lease, NewJob, Outcome, Store, StoreError,
+    Classes, JobId, JobQueue, JobStatus, Lease, LeaseKey, NewJob, Outcome, Store, StoreError,
 };
 use pretty_assertions::assert_eq;
 use serde_json::json;
@@ -315,7 +315,7 @@ async fn leases_renewed_and_checked_together_answer_each_alone(db: Db) {
         .await
         .unwrap()
         .iter()
-        .map(|((id, _), e)| (*id, refused(e)))
+        .map(|(key, e)| (key.job, refused(e)))
         .collect();
     checked.sort_by_key(|(id, _)| ids.iter().position(|i| i == id));
     assert_eq!(checked, expected);
@@ -361,13 +361,19 @@ async fn an_old_and_a_new_lease_on_one_job_are_told_apart(db: Db) {
         .unwrap()
         .lease;
     let both = [leases[0].clone(), new.clone()];
-    let refused: Vec<(JobId, i64)> = store
+    let refused: Vec<LeaseKey> = store
         .check_leases(&both)
         .await
         .unwrap()
         .into_keys()
         .collect();
-    assert_eq!(refused, vec![(ids[0], 1)]);
+    assert_eq!(
+        refused,
+        vec![LeaseKey {
+            job: ids[0],
+            fence: 1
+        }]
+    );
     let answers = store.renew_leases(&both, LEASE).await.unwrap();
     assert!(matches!(
         answers[0],

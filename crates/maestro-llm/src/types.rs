@@ -14,19 +14,29 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "role", rename_all = "snake_case")]
 pub enum Message {
+    /// Instructions that frame the whole conversation (the movement's persona and rules).
     System {
+        /// The instructions' text.
         content: String,
     },
+    /// A turn of the user: the task, an instruction, or a person's answer.
     User {
+        /// The turn's text.
         content: String,
     },
+    /// A turn of the model.
     Assistant {
+        /// The answer's text; may be empty when the model only called tools.
         content: String,
+        /// The tools the model called in this turn, in order; empty when it called none.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         tool_calls: Vec<ToolCall>,
     },
+    /// The result of one tool call, answering the assistant turn that made it.
     Tool {
+        /// The id of the [`ToolCall`] this answers.
         tool_call_id: String,
+        /// The tool's output as the model reads it.
         content: String,
     },
 }
@@ -36,29 +46,39 @@ pub use maestro_protocol::ToolMode;
 /// A structured-output constraint (`response_format: {type: json_schema}`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ResponseSchema {
+    /// The schema's name, sent as `json_schema.name`.
     pub name: String,
+    /// The JSON Schema the answer must match.
     pub schema: serde_json::Value,
 }
 
 /// One model call.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct ChatRequest {
+    /// The model's name as the endpoint knows it.
     pub model: String,
+    /// The conversation so far, oldest first.
     pub messages: Vec<Message>,
     /// Tools offered for this call; empty means none.
     pub tools: std::sync::Arc<[ToolSpec]>,
     /// Forces a JSON answer of this shape (judge calls). Tools are not offered with it.
     pub response_schema: Option<ResponseSchema>,
+    /// The sampling temperature; `None` leaves it to the endpoint.
     pub temperature: Option<f32>,
+    /// The most tokens the answer may have; `None` leaves it to the endpoint.
     pub max_tokens: Option<u32>,
 }
 
 /// The assembled answer of one model call.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct ChatResponse {
+    /// The answer's text; may be empty when the model only called tools.
     pub content: String,
+    /// The tools the model called, whole (streamed pieces already joined), in order.
     pub tool_calls: Vec<ToolCall>,
+    /// The tokens the call used, from the endpoint or estimated (`usage.estimated`).
     pub usage: Usage,
+    /// Why the model stopped, as the endpoint said (`stop`, `length`, `tool_calls`, …).
     pub finish_reason: Option<String>,
 }
 
@@ -69,30 +89,58 @@ pub enum StreamEvent {
     TextDelta(String),
     /// A retryable failure happened; the client waits `delay` and tries again.
     Retry {
+        /// The attempt that failed, from 1.
         attempt: u32,
+        /// How long the client waits before the next attempt.
         delay: Duration,
+        /// The failure, with secrets removed.
         reason: String,
     },
     /// The endpoint refused native tools, so the request is sent again in [`ToolMode::Json`],
     /// which the provider keeps for this model from now on.
-    ToolModeChanged { mode: ToolMode, reason: String },
+    ToolModeChanged {
+        /// The mode used from now on.
+        mode: ToolMode,
+        /// The endpoint's refusal, with secrets removed.
+        reason: String,
+    },
 }
 
 /// Errors a provider reports after its own retries are spent. Messages keep the provider's own
 /// text, with secrets removed.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum LlmError {
+    /// The request could not be sent: the connection failed, was refused or timed out.
     #[error("cannot reach the model endpoint {url}: {message}")]
-    Connect { url: String, message: String },
+    Connect {
+        /// The URL that was called.
+        url: String,
+        /// Why the connection failed.
+        message: String,
+    },
+    /// The endpoint answered with an HTTP error status.
     #[error("the model endpoint answered HTTP {status}: {message}")]
-    Http { status: u16, message: String },
+    Http {
+        /// The HTTP status code.
+        status: u16,
+        /// The endpoint's own error text.
+        message: String,
+    },
     /// The endpoint refused the request because it does not fit the model's context window
     /// (HTTP 400 or 413 in the server's own words). The engine ends the movement as
     /// context-exhausted rather than failing the run.
     #[error("the model endpoint answered HTTP {status}: {message}")]
-    ContextOverflow { status: u16, message: String },
+    ContextOverflow {
+        /// The HTTP status code (400 or 413).
+        status: u16,
+        /// The endpoint's own error text.
+        message: String,
+    },
+    /// The answer's stream ended or failed before the answer was complete.
     #[error("the model's stream broke: {0}")]
     Stream(String),
+    /// The endpoint answered with something that is not a chat completion (an HTML page, a
+    /// body or stream chunk that is not JSON).
     #[error("the model sent an answer that cannot be read: {0}")]
     Protocol(String),
     /// The endpoint fell silent for longer than the idle timeout (waiting for the answer's
@@ -105,7 +153,11 @@ pub enum LlmError {
         "the model call timed out: the answer was not complete after {secs} s \
          (llm.call_timeout_secs); the model may be stuck streaming without end"
     )]
-    CallTimeout { secs: u64 },
+    CallTimeout {
+        /// The deadline that passed, in seconds.
+        secs: u64,
+    },
+    /// The caller cancelled the call (the run was stopped).
     #[error("the model call was cancelled")]
     Cancelled,
     /// The answer grew past a configured bound (`limit` says which, e.g. "32 MiB on the wire
@@ -114,7 +166,10 @@ pub enum LlmError {
         "the model's answer exceeded {limit} and was cut off; the model may be stuck repeating \
          itself (raise the limit if answers this long are expected)"
     )]
-    AnswerTooLarge { limit: String },
+    AnswerTooLarge {
+        /// The bound that was passed and the configuration key that sets it.
+        limit: String,
+    },
 }
 
 impl LlmError {
@@ -149,6 +204,8 @@ impl LlmError {
 /// accumulates streamed tool-call deltas into whole [`ToolCall`]s; it fills `usage` from the
 /// endpoint or with an estimate flagged `estimated`; and it never puts a secret into an error.
 pub trait Provider: Send + Sync {
+    /// Sends one model call and returns its assembled answer, reporting streamed text, retries
+    /// and tool-mode changes through `on_event` as they happen.
     fn chat<'a>(
         &'a self,
         request: ChatRequest,

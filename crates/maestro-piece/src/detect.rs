@@ -52,6 +52,7 @@ pub(crate) const TAKT_RULE_KEYS: &[&str] = &["requires_user_input", "interactive
 /// The detected dialect and the feature that decided it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Detection {
+    /// The dialect the text is written in.
     pub dialect: Dialect,
     /// Why, e.g. "`movements[0].parallel` is a takt feature".
     pub reason: String,

@@ -4,17 +4,22 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+/// How serious a [`Diagnostic`] is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Severity {
+    /// The piece is invalid and does not load until this is fixed.
     Error,
+    /// The piece loads, but something in it is probably not what its author meant.
     Warning,
 }
 
 /// One finding about a piece file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Diagnostic {
+    /// Whether the finding stops the piece from loading.
     pub severity: Severity,
+    /// The file the finding is about.
     pub file: PathBuf,
     /// Field path, e.g. `movements[1].rules[0].next`; empty for the document itself.
     pub path: String,

@@ -10,8 +10,11 @@ pub use maestro_protocol::Dialect;
 /// A loaded, validated piece.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Piece {
+    /// The piece's name, as `maestro run NAME` and the classifier know it.
     pub name: String,
+    /// What the piece is for, in a sentence; the classifier reads it.
     pub description: String,
+    /// The dialect the file was written in.
     pub dialect: Dialect,
     /// The file the piece was loaded from (empty for pieces created from a string).
     pub source: PathBuf,
@@ -19,11 +22,14 @@ pub struct Piece {
     pub hash: String,
     /// Hard cap on movements per run (graph pieces get the configurable default, 50).
     pub max_movements: u32,
+    /// The movement a run starts with; always a top-level movement of the piece.
     pub initial_movement: String,
     /// Graph dialect: the `$START` edge prompt, rendered as the first movement's instruction
     /// preamble. `None` for other dialects.
     pub start_prompt: Option<String>,
+    /// The top-level movements, in file order.
     pub movements: Vec<Movement>,
+    /// takt loop monitors; empty for the other dialects.
     pub loop_monitors: Vec<LoopMonitor>,
     /// `triggers.keywords`: hints for the piece classifier.
     pub keywords: Vec<String>,
@@ -76,9 +82,13 @@ pub enum SessionMode {
 /// One step of a piece.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Movement {
+    /// The movement's name, unique in the piece; rules lead to it by this name.
     pub name: String,
+    /// Who the model is in this movement; the start of the system message.
     pub persona: Option<Facet>,
+    /// Rules of conduct added to the system message (takt `policy`).
     pub policies: Vec<Facet>,
+    /// Reference text added to the system message (takt `knowledge`).
     pub knowledge: Vec<Facet>,
     /// The instruction template; template variables (`{task}` …) are filled at run time.
     pub instruction: Option<Facet>,
@@ -91,14 +101,20 @@ pub struct Movement {
     pub allowed_commands: Option<Vec<String>>,
     /// SSH connection ids this movement may use; `None` (omitted) and `[]` both deny all.
     pub allowed_ssh_connections: Option<Vec<String>>,
+    /// The transition rules, in order: the first that matches decides the next movement.
     pub rules: Vec<Rule>,
     /// Engine-internal fallback target (context overflow, no control outcome).
     pub default_next: Option<Target>,
+    /// Consecutive visits allowed before the run ends `loop_detected`; `None`: the
+    /// configured `engine.default_max_consecutive_revisits` (3).
     pub max_consecutive_revisits: Option<u32>,
     /// Whether the previous movement's answer is carried into this one (default true).
     pub pass_previous_response: bool,
+    /// Whether a revisit keeps the conversation of the earlier visits.
     pub session: SessionMode,
+    /// The reports the movement must write before it ends.
     pub output_contracts: Vec<OutputContract>,
+    /// Checks the model is told to make before it finishes (takt `quality_gates`).
     pub quality_gates: Vec<String>,
     /// Non-empty for a parallel parent: the sub-movements run concurrently and the parent's
     /// `all()` / `any()` rules aggregate their outcomes.
@@ -108,6 +124,7 @@ pub struct Movement {
 }
 
 impl Movement {
+    /// True for a parallel parent, whose sub-movements run concurrently.
     pub fn is_parallel(&self) -> bool {
         !self.parallel.is_empty()
     }
@@ -116,10 +133,14 @@ impl Movement {
 /// A transition rule.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Rule {
+    /// When the rule applies.
     pub condition: Condition,
     /// `None` only for parallel sub-movement rules, whose `next` the parent decides.
     pub next: Option<Target>,
+    /// takt: the run ends asking the user when this rule matches.
     pub requires_user_input: bool,
+    /// takt: the rule counts only in an interactive run (`engine.interactive`); otherwise it is
+    /// left out of the rule tags offered to the model.
     pub interactive_only: bool,
     /// Extra text shown with the rule (takt `appendix`).
     pub appendix: Option<String>,
@@ -149,6 +170,7 @@ pub enum Condition {
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Target {
+    /// Go on with the named movement.
     Movement(String),
     /// End the run successfully (`COMPLETE`, `$END`).
     Complete,
@@ -199,7 +221,9 @@ pub struct OutputContract {
 /// A takt loop monitor: counts cycles through `cycle` and runs `judge` at `threshold`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LoopMonitor {
+    /// The movement names that make up the watched cycle, in order.
     pub cycle: Vec<String>,
+    /// The judge runs each time the cycle has completed this many times.
     pub threshold: u32,
     /// The judge, as a movement whose rules pick the next movement.
     pub judge: Movement,

@@ -18,7 +18,9 @@ use crate::yaml::{Node, Span};
 /// A valid piece and the warnings found on the way.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Loaded {
+    /// The piece, ready to run.
     pub piece: Piece,
+    /// Findings that did not stop it from loading, sorted by position.
     pub warnings: Vec<Diagnostic>,
 }
 
@@ -27,7 +29,9 @@ pub struct Loaded {
 pub struct Failed {
     /// The dialect the file was read as, when it got that far.
     pub dialect: Option<Dialect>,
+    /// The errors that make the piece invalid, sorted by position.
     pub errors: Vec<Diagnostic>,
+    /// The warnings found as well, sorted by position.
     pub warnings: Vec<Diagnostic>,
 }
 

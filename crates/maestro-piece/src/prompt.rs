@@ -18,7 +18,10 @@ pub use crate::template::{render_edge_prompt, render_template};
 /// The two messages that open a movement's conversation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Prompt {
+    /// The system message: persona, policies, knowledge and the frame.
     pub system: String,
+    /// The first user message: the instruction with its template variables filled, then the
+    /// carried parts (task, previous answer, feedback, lessons, rule tags, quality gates, reports).
     pub user: String,
 }
 

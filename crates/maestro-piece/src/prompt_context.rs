@@ -6,20 +6,25 @@ use std::collections::BTreeMap;
 /// What the engine knows at the start of a movement, beyond the piece itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PromptContext {
+    /// The run's task text (`{task}`).
     pub task: String,
     /// 1-based number of this movement in the run.
     pub iteration: u32,
+    /// The piece's cap on movements per run (`{max_movements}`).
     pub max_movements: u32,
     /// 1-based visit number of this movement.
     pub movement_iteration: u32,
+    /// The previous movement's answer (`{previous_response}`); `None` in the first movement.
     pub previous_response: Option<String>,
     /// The last `transition.summary`.
     pub feedback: Option<String>,
+    /// The lessons earlier movements passed on with their transitions, oldest first.
     pub lessons: Vec<String>,
     /// The run's report directory, as the model should refer to it.
     pub report_dir: String,
     /// Reports written so far, by file name (for `{report:<file>}`).
     pub reports: BTreeMap<String, String>,
+    /// Every answer a person gave to the run's questions so far, oldest first (`{user_inputs}`).
     pub user_inputs: Vec<String>,
     /// Loop-monitor cycle count (for `{cycle_count}`).
     pub cycle_count: u32,

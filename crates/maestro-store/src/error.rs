@@ -12,11 +12,18 @@ pub enum StoreError {
         "store URL `{url}`: {problem}; expected `sqlite://PATH` (for example \
          `sqlite://.maestro/maestro.db`) or `postgres://USER@HOST:PORT/DATABASE`"
     )]
-    BadUrl { url: String, problem: String },
+    BadUrl {
+        /// The URL as given.
+        url: String,
+        /// What is wrong with it.
+        problem: String,
+    },
     /// The SQLite file's directory could not be created.
     #[error("cannot create the directory `{path}` for the SQLite store: {source}")]
     CreateDir {
+        /// The directory that could not be created.
         path: std::path::PathBuf,
+        /// Why the file system refused it.
         #[source]
         source: std::io::Error,
     },
@@ -27,7 +34,9 @@ pub enum StoreError {
         path.display()
     )]
     Lock {
+        /// The SQLite database file whose directory is locked.
         path: std::path::PathBuf,
+        /// Why the `flock` failed.
         #[source]
         source: std::io::Error,
     },
@@ -39,6 +48,7 @@ pub enum StoreError {
         origin.as_ref().map(|o| format!(" (from {o})")).unwrap_or_default()
     )]
     NotFound {
+        /// The store's URL.
         url: String,
         /// Where the URL came from (`--db`, `MAESTRO_DB`, …), when the caller knows.
         origin: Option<crate::url::UrlOrigin>,
@@ -50,14 +60,18 @@ pub enum StoreError {
          `maestro jobs show`) can still read it"
     )]
     ReadOnly {
+        /// The store's URL.
         url: String,
+        /// The error the write access check met.
         #[source]
         source: std::io::Error,
     },
     /// Connecting to the database failed.
     #[error("cannot open the store at `{url}`: {source}")]
     Connect {
+        /// The store's URL (a PostgreSQL password shown as `***`).
         url: String,
+        /// The driver's reason.
         #[source]
         source: sqlx::Error,
     },
@@ -65,20 +79,27 @@ pub enum StoreError {
     /// applied completely.
     #[error("migrating the store at `{url}` failed: {source}")]
     Migrate {
+        /// The store's URL (a PostgreSQL password shown as `***`).
         url: String,
+        /// The migrator's reason, naming the migration when one failed or is unknown.
         #[source]
         source: sqlx::migrate::MigrateError,
     },
     /// A statement failed.
     #[error("store query failed ({context}): {source}")]
     Query {
+        /// What the statement was doing, e.g. `commit a cancel`.
         context: &'static str,
+        /// The driver's reason.
         #[source]
         source: sqlx::Error,
     },
     /// A row held a value this version does not understand (a newer writer, or a hand edit).
     #[error("job store row is corrupt: {what}")]
-    Corrupt { what: String },
+    Corrupt {
+        /// What could not be read and why, e.g. the column and the driver's reason.
+        what: String,
+    },
     /// No job has this id.
     #[error("no job with id {0}")]
     NoSuchJob(JobId),
@@ -89,9 +110,13 @@ pub enum StoreError {
          {current} ({status}); nothing was written"
     )]
     LeaseLost {
+        /// The job the write was about.
         job: JobId,
+        /// The fencing token the writer's lease carries.
         held: i64,
+        /// The job's newest fencing token.
         current: i64,
+        /// The job's status now.
         status: JobStatus,
     },
     /// The job was cancelled while the worker ran it. Nothing was written; stop the run.
@@ -100,12 +125,20 @@ pub enum StoreError {
     /// An event with this sequence number is already stored for the job: a replay must not
     /// append it again.
     #[error("job {job} already has an event with seq {seq}")]
-    EventExists { job: JobId, seq: i64 },
+    EventExists {
+        /// The job whose stream already holds the event.
+        job: JobId,
+        /// The sequence number that is already stored.
+        seq: i64,
+    },
     /// A status change that the job's lifecycle does not allow.
     #[error("job {job}: cannot {action} a job that is {status}")]
     InvalidTransition {
+        /// The job that was asked to change.
         job: JobId,
+        /// What was asked, e.g. `answer` or `cancel`.
         action: &'static str,
+        /// The job's status, which does not allow it.
         status: JobStatus,
     },
 }

@@ -22,7 +22,9 @@ const ROWS_PER_INSERT: usize = 64;
 /// One run's events to append under its lease, as part of [`Store::append_batches`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct EventBatch {
+    /// The run's lease: the batch is written only while its fencing token is the job's newest.
     pub lease: Lease,
+    /// The events to append, in `seq` order; the batch is appended all or nothing.
     pub events: Vec<NewEvent>,
 }
 

@@ -11,7 +11,9 @@ use uuid::Uuid;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("unknown {kind} `{value}`")]
 pub struct UnknownName {
+    /// What the name was meant to be, e.g. `job status` or `comment kind`.
     pub kind: &'static str,
+    /// The name as stored.
     pub value: String,
 }
 
@@ -144,16 +146,21 @@ impl FromStr for JobStatus {
 /// A job to submit.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewJob {
+    /// The piece to run: a piece file, a name looked up in `paths.pieces_dirs`, or `auto` (the
+    /// worker's classifier chooses).
     pub piece: String,
+    /// The task text the run starts with.
     pub task: String,
     /// Who submitted it (a user name, `scheduler`, or the parent job's worker); goes to the
     /// audit log.
     pub submitted_by: String,
+    /// The job that spawns this one as a subtask; `None` for a submitted job.
     pub parent_id: Option<JobId>,
     /// Higher runs first; equal priorities run oldest first.
     pub priority: i64,
     /// Only workers serving this class claim the job.
     pub task_class: String,
+    /// The absolute directory the run's tools work in; `None`: the run directory's own workspace.
     pub workspace: Option<String>,
     /// Claims allowed before the job ends `failed` (crashed workers and retryable failures
     /// both count).
@@ -191,32 +198,51 @@ impl NewJob {
 /// A job as stored.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Job {
+    /// The job's id.
     pub id: JobId,
+    /// The piece to run, as submitted: a file, a name, or `auto`.
     pub piece: String,
+    /// The task text the run starts with.
     pub task: String,
+    /// Where the job is in its life.
     pub status: JobStatus,
+    /// The job that spawned this one as a subtask; `None` for a submitted job.
     pub parent_id: Option<JobId>,
+    /// Higher is claimed first; equal priorities are claimed oldest first.
     pub priority: i64,
+    /// Only workers serving this class claim the job.
     pub task_class: String,
+    /// The absolute directory the run's tools work in; `None`: the run directory's own workspace.
     pub workspace: Option<String>,
+    /// Who submitted it, as the audit log records it.
     pub submitted_by: String,
     /// Claims so far (each claim counts, including rescues of a crashed worker's job).
     pub attempts: i64,
+    /// Claims allowed before the job ends `failed`.
     pub max_attempts: i64,
     /// The fencing token of the newest claim; 0 before the first.
     pub fence: i64,
+    /// The id of the worker that holds the lease, while the job is `running`.
     pub lease_owner: Option<String>,
+    /// When that lease runs out unless it is renewed.
     #[serde(with = "time::serde::rfc3339::option")]
     pub lease_expires_at: Option<OffsetDateTime>,
+    /// Not claimed before this time: a retry's backoff, otherwise the submit time.
     #[serde(with = "time::serde::rfc3339")]
     pub run_at: OffsetDateTime,
+    /// The run's outcome as JSON (`run_id`, `status`, `result`, `run_dir`), once it has ended.
     pub result: Option<serde_json::Value>,
+    /// Why the job failed, was cancelled, or is queued again after a failure.
     pub reason: Option<String>,
+    /// When it was submitted.
     #[serde(with = "time::serde::rfc3339")]
     pub created_at: OffsetDateTime,
+    /// Its last change.
     #[serde(with = "time::serde::rfc3339")]
     pub updated_at: OffsetDateTime,
+    /// The schedule that fired it, if one did.
     pub schedule_id: Option<String>,
+    /// The schedule's slot it was fired for, if a schedule fired it.
     #[serde(with = "time::serde::rfc3339::option")]
     pub scheduled_for: Option<OffsetDateTime>,
     /// How far below its root job: 0 for a job someone submitted, 1 for its subtasks, ….
@@ -241,10 +267,13 @@ pub enum Classes {
 /// claim carries it; the store refuses the write when `fence` is no longer the job's newest.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lease {
+    /// The job the lease is for.
     pub job_id: JobId,
+    /// The id of the worker that holds it (the job's `lease_owner`).
     pub worker: String,
     /// The fencing token: the job's claim counter at this claim.
     pub fence: i64,
+    /// When the lease runs out unless it is renewed with a heartbeat.
     pub expires_at: OffsetDateTime,
 }
 
@@ -271,7 +300,9 @@ pub struct LeaseKey {
 /// A job a worker has just claimed, with its lease.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Claimed {
+    /// The job as the claim left it: `running`, with its attempt and fencing token counted.
     pub job: Job,
+    /// The lease every later write about the job must carry.
     pub lease: Lease,
 }
 
@@ -282,8 +313,11 @@ pub struct Claimed {
 /// ([`NewEvent::new`]) and stored as it is.
 #[derive(Debug, Clone)]
 pub struct NewEvent {
+    /// The event's number in the job's stream, one more than the last stored.
     pub seq: i64,
+    /// The event's type, e.g. `run_started` or `tool_result`.
     pub kind: String,
+    /// The event's body, as JSON text.
     pub payload: Box<serde_json::value::RawValue>,
 }
 
@@ -313,12 +347,17 @@ impl PartialEq for NewEvent {
 /// An event as stored.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct StoredEvent {
+    /// The job whose stream holds it.
     pub job_id: JobId,
+    /// Its number in the job's stream, from 1.
     pub seq: i64,
     /// The fencing token of the claim that wrote it.
     pub fence: i64,
+    /// The event's type, e.g. `run_started` or `tool_result`.
     pub kind: String,
+    /// The event's body.
     pub payload: serde_json::Value,
+    /// When it was stored.
     #[serde(with = "time::serde::rfc3339")]
     pub created_at: OffsetDateTime,
 }
@@ -328,7 +367,9 @@ pub struct StoredEvent {
 pub struct Outcome {
     /// One of `completed`, `aborted`, `exceeded`, `waiting_input`, `waiting_subtasks`.
     pub status: JobStatus,
+    /// The run's outcome as JSON, stored as the job's `result`.
     pub result: Option<serde_json::Value>,
+    /// Why it ended this way, stored as the job's `reason`; `None` when there is nothing to say.
     pub reason: Option<String>,
 }
 
@@ -336,7 +377,10 @@ pub struct Outcome {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FailDisposition {
     /// Queued again, claimable from this time on (exponential backoff with jitter).
-    Requeued { run_at: OffsetDateTime },
+    Requeued {
+        /// When the job becomes claimable again.
+        run_at: OffsetDateTime,
+    },
     /// Attempts used up: the job ended `failed`.
     Failed,
 }
@@ -344,11 +388,17 @@ pub enum FailDisposition {
 /// A comment on a job: the run's question, a person's answer, or a note.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Comment {
+    /// The comment's id, increasing in the order comments were added.
     pub id: i64,
+    /// The job it is about.
     pub job_id: JobId,
+    /// Who wrote it: a person's name, or the worker for a run's question.
     pub author: String,
+    /// Whether it is a question, an answer or a note.
     pub kind: CommentKind,
+    /// Its text.
     pub body: String,
+    /// When it was added.
     #[serde(with = "time::serde::rfc3339")]
     pub created_at: OffsetDateTime,
 }
@@ -357,8 +407,11 @@ pub struct Comment {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CommentKind {
+    /// The question a run parked on as `waiting_input`.
     Question,
+    /// A person's answer to that question (`maestro jobs answer`); it queues the job again.
     Answer,
+    /// Any other remark; it changes nothing about the job.
     Note,
 }
 
@@ -384,14 +437,22 @@ impl CommentKind {
 /// A live (or recently seen) worker process.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct WorkerInfo {
+    /// The worker's id: a UUIDv7, one per profile of the process.
     pub id: String,
+    /// The name the worker was given (`maestro worker --name`).
     pub name: String,
+    /// The name of the profile (`workers:` entry) these slots serve.
     pub profile: String,
+    /// The task classes it claims; empty: every class.
     pub task_classes: Vec<String>,
+    /// The host name of the machine it runs on.
     pub host: String,
+    /// Its process id on that host.
     pub pid: i64,
+    /// When it registered.
     #[serde(with = "time::serde::rfc3339")]
     pub started_at: OffsetDateTime,
+    /// Its last heartbeat; a worker whose heartbeat is old is no longer listed as live.
     #[serde(with = "time::serde::rfc3339")]
     pub heartbeat_at: OffsetDateTime,
 }
@@ -400,24 +461,36 @@ pub struct WorkerInfo {
 /// daily, …); the store keeps it as text.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewSchedule {
+    /// The piece each fired job runs.
     pub piece: String,
+    /// The task text each fired job starts with.
     pub task: String,
+    /// The rule as the scheduler writes it (`cron …`, `every 30s`, `daily 02:30`, …).
     pub spec: String,
+    /// The tz database zone the rule's wall-clock times are read in (`--tz`, e.g. `UTC`).
     pub tz: String,
+    /// What to do with slots missed while no node ran: `skip` or `catch_up_once` (`--misfire`).
     pub misfire: String,
+    /// Who added it, as the audit log records it.
     pub created_by: String,
 }
 
 /// A stored schedule and what it fired so far.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Schedule {
+    /// The schedule's id (a UUIDv7).
     pub id: String,
+    /// The piece each fired job runs.
     pub piece: String,
+    /// The task text each fired job starts with.
     pub task: String,
     /// The rule as the scheduler wrote it (`cron …`, `every 30s`, `daily 02:30`, …).
     pub spec: String,
+    /// The tz database zone the rule's wall-clock times are read in.
     pub tz: String,
+    /// What to do with slots missed while no node ran: `skip` or `catch_up_once`.
     pub misfire: String,
+    /// A paused schedule fires nothing until it is resumed.
     pub paused: bool,
     /// Slots that passed with no node running (skipped, or caught up by one job).
     pub missed: i64,
@@ -426,7 +499,9 @@ pub struct Schedule {
     /// The latest slot fired or recorded as missed.
     #[serde(with = "time::serde::rfc3339::option")]
     pub last_slot: Option<OffsetDateTime>,
+    /// Who added it.
     pub created_by: String,
+    /// When it was added.
     #[serde(with = "time::serde::rfc3339")]
     pub created_at: OffsetDateTime,
     /// When it was added, paused or resumed last.
@@ -437,13 +512,20 @@ pub struct Schedule {
 /// One entry of the audit log: who did what.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct AuditEntry {
+    /// The entry's id, increasing in the order entries were written.
     pub id: i64,
+    /// When it happened.
     #[serde(with = "time::serde::rfc3339")]
     pub at: OffsetDateTime,
+    /// Who did it: a user name, `scheduler`, or the worker that spawned a subtask.
     pub actor: String,
+    /// What was done.
     pub action: AuditAction,
+    /// The job it was done to, for the job actions.
     pub job_id: Option<JobId>,
+    /// The schedule it was done to, for the schedule actions.
     pub schedule_id: Option<String>,
+    /// More about the action: the rule of an added schedule; `None` for the others.
     pub detail: Option<String>,
 }
 
@@ -451,12 +533,19 @@ pub struct AuditEntry {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum AuditAction {
+    /// A job was submitted.
     Submit,
+    /// A job was cancelled.
     Cancel,
+    /// A waiting job's question was answered.
     Answer,
+    /// A schedule was added.
     ScheduleAdd,
+    /// A schedule was paused.
     SchedulePause,
+    /// A paused schedule was resumed.
     ScheduleResume,
+    /// A schedule was removed.
     ScheduleRemove,
 }
 

@@ -18,7 +18,9 @@ use crate::url::StoreUrl;
 /// the engines differ.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
+    /// SQLite, embedded: a `sqlite://PATH` URL.
     Sqlite,
+    /// PostgreSQL: a `postgres://` or `postgresql://` URL.
     Postgres,
 }
 
@@ -234,7 +236,9 @@ fn migrator(backend: Backend, up_to: i64) -> Migrator {
 /// scaled by a random factor in [0.5, 1] so that jobs failed together do not retry together.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Backoff {
+    /// The delay after the first failed attempt (default 1 s).
     pub base: Duration,
+    /// The longest delay, before the random factor (default 5 min).
     pub cap: Duration,
 }
 

@@ -23,14 +23,17 @@ pub struct NewChild {
     /// Names the spawn within its parent's run: the same key finds the same child, so a spawn
     /// repeated after a crash does not make a second one.
     pub key: String,
+    /// The child's title, shown with its result when the parent goes on.
     pub title: String,
     /// A piece name, or `auto` for the classifier.
     pub piece: String,
+    /// The task text the child starts with.
     pub task: String,
     /// The parent's workspace: the child's is `subtasks/<n>/` inside it.
     pub parent_workspace: Option<String>,
     /// The most children the parent may have.
     pub max_children: i64,
+    /// Claims allowed before the child ends `failed`.
     pub max_attempts: i64,
 }
 
@@ -42,7 +45,10 @@ pub enum Spawned {
     /// The child this key spawned before.
     Existing(Job),
     /// The parent already has `max_children` children.
-    Full { children: i64 },
+    Full {
+        /// How many children the parent has.
+        children: i64,
+    },
 }
 
 /// A child's workspace inside its parent's.

@@ -11,9 +11,15 @@ use crate::error::StoreError;
 pub enum StoreUrl {
     /// `sqlite://PATH`: an embedded database file (created, with its directory, on first open).
     /// A relative path is relative to the working directory.
-    Sqlite { path: PathBuf },
+    Sqlite {
+        /// The database file.
+        path: PathBuf,
+    },
     /// `postgres://…` or `postgresql://…`: a PostgreSQL database, passed to the driver as is.
-    Postgres { url: String },
+    Postgres {
+        /// The whole URL, password included (its `Display` shows the password as `***`).
+        url: String,
+    },
 }
 
 impl StoreUrl {

@@ -20,6 +20,7 @@ pub struct PgCluster {
     dir: tempfile::TempDir,
     bin: PathBuf,
     run_as: Option<String>,
+    /// The loopback port the server listens on (`127.0.0.1`).
     pub port: u16,
 }
 

@@ -106,7 +106,9 @@ struct Shared {
 /// turn's delay over), by the wall clock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Timing {
+    /// When the request's body had been read.
     pub received: std::time::SystemTime,
+    /// When the answer began: the turn's delay over, just before its response is rendered.
     pub answered: std::time::SystemTime,
 }
 
@@ -290,6 +292,7 @@ impl ScriptedLlm {
         format!("http://{}", self.addr)
     }
 
+    /// The loopback address the server listens on.
     pub fn addr(&self) -> SocketAddr {
         self.addr
     }

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 #[derive(Debug)]
 pub struct Sshd {
     dir: tempfile::TempDir,
+    /// The loopback port the server listens on (`127.0.0.1`).
     pub port: u16,
     child: Child,
 }

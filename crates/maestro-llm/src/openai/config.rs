@@ -97,56 +97,67 @@ impl OpenAiConfig {
         }
     }
 
+    /// Sets the API key sent as a bearer token ([`OpenAiConfig::api_key`]).
     pub fn with_api_key(mut self, key: Secret) -> Self {
         self.api_key = Some(key);
         self
     }
 
+    /// Sets how tools are offered ([`OpenAiConfig::tool_mode`]).
     pub fn with_tool_mode(mut self, mode: ToolMode) -> Self {
         self.tool_mode = mode;
         self
     }
 
+    /// Sets the file where [`ToolMode::Auto`] remembers its mode ([`OpenAiConfig::tool_mode_cache`]).
     pub fn with_tool_mode_cache(mut self, path: impl Into<PathBuf>) -> Self {
         self.tool_mode_cache = Some(path.into());
         self
     }
 
+    /// Sets the longest silence tolerated ([`OpenAiConfig::idle_timeout`]).
     pub fn with_idle_timeout(mut self, timeout: Duration) -> Self {
         self.idle_timeout = timeout;
         self
     }
 
+    /// Sets the longest one call may take in total ([`OpenAiConfig::call_timeout`]).
     pub fn with_call_timeout(mut self, timeout: Duration) -> Self {
         self.call_timeout = timeout;
         self
     }
 
+    /// Sets the most bytes one answer may take ([`OpenAiConfig::max_answer_bytes`]).
     pub fn with_max_answer_bytes(mut self, bytes: usize) -> Self {
         self.max_answer_bytes = bytes;
         self
     }
 
+    /// Sets the most tokens one streamed answer may carry ([`OpenAiConfig::max_answer_tokens`]).
     pub fn with_max_answer_tokens(mut self, tokens: u64) -> Self {
         self.max_answer_tokens = tokens;
         self
     }
 
+    /// Sets the retry policy ([`OpenAiConfig::retry`]).
     pub fn with_retry(mut self, retry: RetryPolicy) -> Self {
         self.retry = retry;
         self
     }
 
+    /// Sets the model's context window in tokens, overriding the endpoint's ([`OpenAiConfig::context_length`]).
     pub fn with_context_length(mut self, tokens: u64) -> Self {
         self.context_length = Some(tokens);
         self
     }
 
+    /// Asks for a streamed answer or a plain one ([`OpenAiConfig::stream`]).
     pub fn with_stream(mut self, stream: bool) -> Self {
         self.stream = stream;
         self
     }
 
+    /// Adds a header sent with every request; its value is redacted from errors ([`OpenAiConfig::extra_headers`]).
     pub fn with_header(mut self, name: impl Into<String>, value: Secret) -> Self {
         self.extra_headers.push((name.into(), value));
         self
@@ -196,12 +207,25 @@ impl Default for RetryPolicy {
 /// A configuration the client cannot be built from.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
+    /// `base_url` is not an `http://` or `https://` URL.
     #[error(
         "invalid model endpoint base_url {url:?}: {reason}; expected e.g. http://127.0.0.1:11434/v1"
     )]
-    BaseUrl { url: String, reason: String },
+    BaseUrl {
+        /// The URL as configured.
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The API key, or an extra header's name or value, has characters HTTP cannot carry.
     #[error("invalid extra header {name:?}: {reason}")]
-    Header { name: String, reason: String },
+    Header {
+        /// The header's name (`Authorization` for the API key); its value is never shown.
+        name: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The HTTP client could not be built from these settings.
     #[error("cannot build the HTTP client: {0}")]
     Client(String),
 }

@@ -6,8 +6,9 @@ use std::str::FromStr;
 
 use crate::error::StoreError;
 
-/// A parsed store URL.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A parsed store URL. Its `Debug`, like its `Display`, masks a PostgreSQL password, so that
+/// no log line or error shows it.
+#[derive(Clone, PartialEq, Eq)]
 pub enum StoreUrl {
     /// `sqlite://PATH`: an embedded database file (created, with its directory, on first open).
     /// A relative path is relative to the working directory.
@@ -110,6 +111,18 @@ impl fmt::Display for StoreUrl {
     }
 }
 
+impl fmt::Debug for StoreUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StoreUrl::Sqlite { path } => f.debug_struct("Sqlite").field("path", path).finish(),
+            StoreUrl::Postgres { url } => f
+                .debug_struct("Postgres")
+                .field("url", &mask_password(url))
+                .finish(),
+        }
+    }
+}
+
 fn mask_password(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_string();
@@ -153,6 +166,20 @@ impl fmt::Display for UrlOrigin {
 mod tests {
     use super::*;
     use pretty_assertions::assert_eq;
+
+    #[test]
+    fn a_postgres_password_never_prints() {
+        let url = StoreUrl::Postgres {
+            url: "postgres://maestro:s3cret@db.internal:5432/jobs".into(),
+        };
+        for shown in [format!("{url}"), format!("{url:?}"), format!("{url:#?}")] {
+            assert!(!shown.contains("s3cret"), "{shown}");
+            assert!(
+                shown.contains("maestro:***@db.internal:5432/jobs"),
+                "{shown}"
+            );
+        }
+    }
 
     #[test]
     fn flag_beats_env_beats_config_beats_default() {

@@ -51,7 +51,7 @@ pub enum StoreError {
         /// The store's URL.
         url: String,
         /// Where the URL came from (`--db`, `MAESTRO_DB`, …), when the caller knows.
-        origin: Option<crate::url::UrlOrigin>,
+        origin: Option<crate::open::UrlOrigin>,
     },
     /// A command that writes was pointed at a SQLite store it cannot write.
     #[error(
@@ -157,8 +157,7 @@ impl StoreError {
             } => source,
             _ => return false,
         };
-        crate::store::sqlite_code(source)
-            .is_some_and(|code| crate::store::SQLITE_UNUSABLE.contains(&code))
+        sqlite_code(source).is_some_and(|code| SQLITE_UNUSABLE.contains(&code))
     }
 
     pub(crate) fn query(context: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError {
@@ -175,4 +174,22 @@ impl From<UnknownName> for StoreError {
             what: e.to_string(),
         }
     }
+}
+
+/// The SQLite errors after which a store cannot be used until a person acts: the file is
+/// corrupt or not a database, it cannot be written, or it cannot be opened.
+pub(crate) const SQLITE_UNUSABLE: [i64; 4] = [
+    8,  // SQLITE_READONLY
+    11, // SQLITE_CORRUPT
+    14, // SQLITE_CANTOPEN
+    26, // SQLITE_NOTADB
+];
+
+/// The primary SQLite result code of a database error (extended codes carry it in their low
+/// byte).
+pub(crate) fn sqlite_code(e: &sqlx::Error) -> Option<i64> {
+    let sqlx::Error::Database(db) = e else {
+        return None;
+    };
+    db.code()?.parse::<i64>().ok().map(|code| code & 0xff)
 }

@@ -30,6 +30,7 @@ mod finish;
 mod jobs;
 mod leases;
 mod model;
+mod open;
 mod queue;
 mod records;
 mod rows;
@@ -46,7 +47,8 @@ pub use model::{
     JobStatus, Lease, LeaseKey, NewEvent, NewJob, NewSchedule, Outcome, Schedule, StoredEvent,
     WorkerInfo,
 };
+pub use open::UrlOrigin;
 pub use queue::JobQueue;
 pub use store::{Backend, Backoff, OpenMode, PoolSize, SCHEMA_VERSION, Store};
 pub use subtasks::{NewChild, Spawned, child_workspace};
-pub use url::{StoreUrl, UrlOrigin};
+pub use url::StoreUrl;

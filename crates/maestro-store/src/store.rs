@@ -11,7 +11,8 @@ use sqlx::migrate::{Migration, MigrationType, Migrator};
 use sqlx::{Any, AnyConnection, AnyPool, Connection, Executor, SqlSafeStr, Transaction};
 
 use crate::clock::{Clock, SystemClock};
-use crate::error::{StoreError, StoreResult};
+use crate::error::{StoreError, StoreResult, sqlite_code};
+use crate::open::Access;
 use crate::url::StoreUrl;
 
 /// Which database engine a store talks to. The SQL is shared; these are the few places where
@@ -432,16 +433,6 @@ pub enum OpenMode {
     Existing,
 }
 
-/// Whether a SQLite connection may write.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Access {
-    ReadWrite,
-    ReadOnly,
-    /// Read-only where SQLite cannot even create its shared-memory file beside the database (a
-    /// read-only directory or file system): the file is taken not to change while it is open.
-    Immutable,
-}
-
 /// The settings every SQLite connection gets (the pool's and the one that opens the store).
 async fn sqlite_setup(conn: &mut AnyConnection, access: Access) -> Result<(), sqlx::Error> {
     // First, so that the statements below wait for a lock another process holds.
@@ -475,24 +466,6 @@ async fn postgres_setup(conn: &mut AnyConnection) -> Result<(), sqlx::Error> {
     // a range down an index, so bitmap scans are never the better plan here.
     conn.execute("SET enable_bitmapscan = off").await?;
     Ok(())
-}
-
-/// The SQLite errors after which a store cannot be used until a person acts: the file is
-/// corrupt or not a database, it cannot be written, or it cannot be opened.
-pub(crate) const SQLITE_UNUSABLE: [i64; 4] = [
-    8,  // SQLITE_READONLY
-    11, // SQLITE_CORRUPT
-    14, // SQLITE_CANTOPEN
-    26, // SQLITE_NOTADB
-];
-
-/// The primary SQLite result code of a database error (extended codes carry it in their low
-/// byte).
-pub(crate) fn sqlite_code(e: &sqlx::Error) -> Option<i64> {
-    let sqlx::Error::Database(db) = e else {
-        return None;
-    };
-    db.code()?.parse::<i64>().ok().map(|code| code & 0xff)
 }
 
 impl Store {

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use crate::error::StoreError;
+use crate::open::{Access, UrlOrigin};
 
 /// A parsed store URL. Its `Debug`, like its `Display`, masks a PostgreSQL password, so that
 /// no log line or error shows it.
@@ -57,12 +58,12 @@ impl StoreUrl {
 
     /// The URL the driver connects to. SQLite files are opened read-write and created when
     /// missing, or read-only.
-    pub(crate) fn driver_url(&self, access: crate::store::Access) -> String {
+    pub(crate) fn driver_url(&self, access: Access) -> String {
         match self {
             StoreUrl::Sqlite { path } => match access {
-                crate::store::Access::ReadWrite => format!("sqlite://{}?mode=rwc", path.display()),
-                crate::store::Access::ReadOnly => format!("sqlite://{}?mode=ro", path.display()),
-                crate::store::Access::Immutable => {
+                Access::ReadWrite => format!("sqlite://{}?mode=rwc", path.display()),
+                Access::ReadOnly => format!("sqlite://{}?mode=ro", path.display()),
+                Access::Immutable => {
                     format!("sqlite://{}?mode=ro&immutable=true", path.display())
                 }
             },
@@ -133,31 +134,6 @@ fn mask_password(url: &str) -> String {
     match userinfo.split_once(':') {
         Some((user, _password)) => format!("{scheme}://{user}:***@{host}"),
         None => url.to_string(),
-    }
-}
-
-/// Where the chosen store URL came from, for messages such as "store: sqlite://… (from
-/// MAESTRO_DB)".
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum UrlOrigin {
-    /// The `--db` flag.
-    Flag,
-    /// The `MAESTRO_DB` environment variable.
-    Env,
-    /// The configuration key `store.url`.
-    Config,
-    /// Nothing was given: the embedded `.maestro/maestro.db`.
-    Default,
-}
-
-impl fmt::Display for UrlOrigin {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            UrlOrigin::Flag => "--db",
-            UrlOrigin::Env => "MAESTRO_DB",
-            UrlOrigin::Config => "config store.url",
-            UrlOrigin::Default => "default",
-        })
     }
 }
 

@@ -212,6 +212,9 @@ pub async fn start(
     let task = tokio::spawn(async move {
         let outcome = execute(&run_ctx, execution).await;
         drop(channel);
+        if let Some(job) = job {
+            run_ctx.live.close(job);
+        }
         outcome
     });
     Ok(RunHandle {

@@ -3,7 +3,7 @@
 //! channel ("lagged") and reads what it missed from the store, by `seq`, then goes on live.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use maestro_engine::EventSink;
 use maestro_protocol::EventRecord;
@@ -35,7 +35,7 @@ pub enum Live {
 /// The live channels of one process's runs, by job. Cheap to clone.
 #[derive(Debug, Clone)]
 pub(crate) struct LiveRuns {
-    channels: Arc<Mutex<HashMap<JobId, broadcast::WeakSender<Live>>>>,
+    runs: Arc<Mutex<HashMap<JobId, Weak<LiveRun>>>>,
     capacity: usize,
 }
 
@@ -49,62 +49,98 @@ impl LiveRuns {
     /// Channels that hold `capacity` items for their slowest subscriber.
     pub(crate) fn with_capacity(capacity: usize) -> LiveRuns {
         LiveRuns {
-            channels: Arc::default(),
+            runs: Arc::default(),
             capacity: capacity.max(1),
         }
     }
 
-    /// The channel of `job`'s run, made when the run starts; the returned sender keeps it open.
-    pub(crate) fn open(&self, job: JobId) -> broadcast::Sender<Live> {
-        let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
-        channels.retain(|_, weak| weak.strong_count() > 0);
-        if let Some(sender) = channels.get(&job).and_then(broadcast::WeakSender::upgrade) {
-            return sender;
+    /// The live side of `job`'s run, made when the run starts; it lasts while a clone of the
+    /// returned handle does, and its subscribers end then.
+    pub(crate) fn open(&self, job: JobId) -> Arc<LiveRun> {
+        let mut runs = self.runs.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(run) = runs.get(&job).and_then(Weak::upgrade) {
+            return run;
         }
-        let (sender, _) = broadcast::channel(self.capacity);
-        channels.insert(job, sender.downgrade());
-        sender
+        let run = Arc::new(LiveRun {
+            sender: OnceLock::new(),
+            capacity: self.capacity,
+        });
+        runs.insert(job, Arc::downgrade(&run));
+        run
+    }
+
+    /// Forgets `job`'s run once nothing holds it any more.
+    pub(crate) fn close(&self, job: JobId) {
+        let mut runs = self.runs.lock().unwrap_or_else(|p| p.into_inner());
+        if runs.get(&job).is_some_and(|run| run.strong_count() == 0) {
+            runs.remove(&job);
+        }
     }
 
     /// A receiver on `job`'s run in flight here, if there is one.
     pub(crate) fn receiver(&self, job: JobId) -> Option<broadcast::Receiver<Live>> {
-        let channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
-        channels
-            .get(&job)
-            .and_then(broadcast::WeakSender::upgrade)
-            .map(|sender| sender.subscribe())
+        let run = {
+            let runs = self.runs.lock().unwrap_or_else(|p| p.into_inner());
+            runs.get(&job).and_then(Weak::upgrade)
+        };
+        run.map(|run| run.subscribe())
+    }
+}
+
+/// The live side of one run: its channel, made by the first subscriber, so that a run no one
+/// watches allocates none (a thousand runs in a worker would otherwise hold a thousand
+/// buffers).
+#[derive(Debug)]
+pub(crate) struct LiveRun {
+    sender: OnceLock<broadcast::Sender<Live>>,
+    capacity: usize,
+}
+
+impl LiveRun {
+    fn subscribe(&self) -> broadcast::Receiver<Live> {
+        self.sender
+            .get_or_init(|| broadcast::channel(self.capacity).0)
+            .subscribe()
+    }
+
+    /// Hands `item` to the subscribers, if there are any; it is made only then.
+    fn send(&self, item: impl FnOnce() -> Live) {
+        if let Some(sender) = self.sender.get()
+            && sender.receiver_count() > 0
+        {
+            let _ = sender.send(item());
+        }
+    }
+
+    /// Tells the run's subscribers `text`, live only.
+    pub(crate) fn note(&self, text: String) {
+        self.send(|| Live::Note(text));
     }
 }
 
 /// The engine's observer that feeds a run's channel. It costs nothing while no one listens.
 pub(crate) struct LiveSink {
-    pub(crate) sender: broadcast::Sender<Live>,
+    pub(crate) run: Arc<LiveRun>,
 }
 
 impl LiveSink {
     /// Tells the run's subscribers `text`, live only.
     pub(crate) fn note(&self, text: String) {
-        if self.sender.receiver_count() > 0 {
-            let _ = self.sender.send(Live::Note(text));
-        }
+        self.run.note(text);
     }
 }
 
 impl EventSink for LiveSink {
     fn record(&self, record: &EventRecord) -> std::io::Result<()> {
-        if self.sender.receiver_count() > 0 {
-            let _ = self.sender.send(Live::Event(Arc::new(record.clone())));
-        }
+        self.run.send(|| Live::Event(Arc::new(record.clone())));
         Ok(())
     }
 
     fn text_delta(&self, movement: &str, text: &str) {
-        if self.sender.receiver_count() > 0 {
-            let _ = self.sender.send(Live::TextDelta {
-                movement: movement.to_string(),
-                text: text.to_string(),
-            });
-        }
+        self.run.send(|| Live::TextDelta {
+            movement: movement.to_string(),
+            text: text.to_string(),
+        });
     }
 }
 

@@ -109,7 +109,7 @@ async fn run_job(
         suspend: suspend.clone(),
         stop,
         live: Arc::new(LiveSink {
-            sender: live.clone(),
+            run: Arc::clone(&live),
         }),
     };
     let ran = async {
@@ -123,6 +123,7 @@ async fn run_job(
     // The channel closes once the end is written: a subscriber's last item is the run's last
     // event, and the job's status already says how it ended.
     drop(live);
+    ctx.live.close(job_id);
     outcome
 }
 

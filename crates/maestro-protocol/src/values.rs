@@ -36,6 +36,7 @@ pub enum Dialect {
 }
 
 impl Dialect {
+    /// The dialect's name as pieces, events and `--dialect` spell it: `maestro`, `takt`, `graph`.
     pub fn as_str(self) -> &'static str {
         match self {
             Dialect::Maestro => "maestro",
@@ -68,8 +69,11 @@ impl std::str::FromStr for Dialect {
 /// One checklist item (CreateChecklist / CheckItem / GetChecklist).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct ChecklistItem {
+    /// What is to be done, as the model wrote it.
     pub text: String,
+    /// True while the item is marked done (`CheckItem`).
     pub done: bool,
+    /// A short note given with `CheckItem` (e.g. where the result is), if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
 }
@@ -78,14 +82,18 @@ pub struct ChecklistItem {
 /// stores it in the run state after every tool call.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct RunScratch {
+    /// The run's checklist, in the order `CreateChecklist` gave it.
     pub checklist: Vec<ChecklistItem>,
 }
 
 /// How a child run ended.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SubtaskOutcome {
+    /// The child job's id.
     pub id: String,
+    /// The child's number among the parent's subtasks, as `SpawnSubTask` answered it.
     pub index: i64,
+    /// The child's title as given to `SpawnSubTask` (empty when it was given none).
     pub title: String,
     /// The child job's status: `completed`, `aborted`, `exceeded`, `failed` or `cancelled`.
     pub status: String,

@@ -93,7 +93,7 @@ pub struct SubtaskOutcome {
     pub id: String,
     /// The child's number among the parent's subtasks, as `SpawnSubTask` answered it.
     pub index: i64,
-    /// The child's title as given to `SpawnSubTask` (empty when it was given none).
+    /// The child's title: the one given to `SpawnSubTask`, else the first line of its task.
     pub title: String,
     /// The child job's status: `completed`, `aborted`, `exceeded`, `failed` or `cancelled`.
     pub status: String,

@@ -53,7 +53,7 @@ pub enum AppendError {
 /// `events.jsonl`: one JSON line per event, written off the runtime's threads and flushed to
 /// the operating system per batch, so a killed process loses nothing it recorded.
 ///
-/// One thread of the process ([`file_writer`]) writes the batches of every run's file, in the
+/// One thread of the process (`file_writer`) writes the batches of every run's file, in the
 /// order they were handed over; an append resolves once its batch is written. Many runs then
 /// cost one busy thread rather than a blocking-pool task, and its wake-ups, per batch.
 #[derive(Debug)]

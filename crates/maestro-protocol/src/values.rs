@@ -12,7 +12,8 @@ pub enum ToolMode {
     Native,
     /// For models without native tool calling: the model answers with one JSON object that
     /// names a tool and its arguments (or gives a final answer), constrained by
-    /// `response_format: json_schema`, and the client turns it into the same [`ToolCall`].
+    /// `response_format: json_schema`, and the client turns it into the same
+    /// [`ToolCall`](crate::ToolCall).
     Json,
     /// Start with `Native` and let the model's answers decide, once per endpoint and model: a
     /// tool call back settles `Native`; an endpoint refusing the `tools` parameter (HTTP 400

@@ -8,12 +8,14 @@ use serde::Deserialize;
 
 use crate::{ChecklistItem, RunScratch, ToolContext, ToolOutput, TypedTool};
 
+/// The input of a `CreateChecklist` call.
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct CreateChecklistInput {
     /// The items, in order. Replaces any existing checklist.
     pub items: Vec<String>,
 }
 
+/// The input of a `CheckItem` call.
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct CheckItemInput {
     /// 1-based number of the item, as shown by GetChecklist.
@@ -26,6 +28,7 @@ pub struct CheckItemInput {
     pub note: Option<String>,
 }
 
+/// The input of a `GetChecklist` call: none.
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct GetChecklistInput {}
 

@@ -1,5 +1,5 @@
 //! `CreateChecklist`, `CheckItem`, `GetChecklist`: a checklist kept in the run's scratch state,
-//! so it survives into later movements (the engine stores [`RunScratch`](crate::RunScratch)).
+//! so it survives into later movements (the engine stores [`RunScratch`]).
 
 use std::sync::MutexGuard;
 

@@ -23,16 +23,28 @@ use crate::llm::LlmConfig;
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
+    /// `llm:` — the model endpoint, the model, the key, timeouts and retries.
     pub llm: LlmConfig,
+    /// `engine:` — how a run is driven: limits, context thresholds, reminders.
     pub engine: EngineSettings,
+    /// `tools:` — the built-in tools: the `Bash` sandbox and its limits, writable directories,
+    /// output caps, piece and skill directories.
     pub tools: ToolsConfig,
+    /// `web:` — what `WebFetch`, `DownloadFile` and `WebSearch` may reach, and their limits.
     pub web: WebConfig,
+    /// `mcp:` — the MCP servers whose tools agents may use.
     pub mcp: McpConfig,
+    /// `ssh:` — the SSH connections agents may use.
     pub ssh: SshConfig,
+    /// `paths:` — where runs, pieces and facets live.
     pub paths: PathsConfig,
+    /// `safety:` — the sandbox switch and limits; each key set here wins over its `tools.` twin.
     pub safety: SafetyConfig,
+    /// `store:` — where jobs and their events are kept.
     pub store: StoreConfig,
+    /// `workers:` — the worker profiles `maestro worker` can run (empty by default).
     pub workers: Vec<WorkerProfile>,
+    /// `subtasks:` — how far runs may split into child runs.
     pub subtasks: SubtasksConfig,
     /// The project root: the directory holding the project's `.maestro/` (the current
     /// directory when there is none). Defaults that name project files start here.
@@ -95,6 +107,8 @@ impl WorkerProfile {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SafetyConfig {
+    /// Which sandbox `Bash` commands run in (`auto`, `always`, `off`, `unsafe_no_sandbox`);
+    /// see `tools.bash_sandbox`.
     pub bash_sandbox: Option<BashSandboxMode>,
     /// Memory of one `Bash` call, MiB (default 1024).
     pub bash_memory_mb: Option<u64>,
@@ -106,6 +120,7 @@ pub struct SafetyConfig {
     pub bash_max_processes: Option<u32>,
     /// Host uid/gid sandboxed commands run as when Maestro runs as root (default 65534).
     pub sandbox_uid: Option<u32>,
+    /// Host gid sandboxed commands run as when Maestro runs as root (default 65534).
     pub sandbox_gid: Option<u32>,
 }
 
@@ -141,6 +156,7 @@ impl SafetyConfig {
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SshConfig {
+    /// The connections, each with its unique `id`, host, user and credentials.
     pub connections: Vec<SshConnection>,
 }
 

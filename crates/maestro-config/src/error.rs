@@ -7,9 +7,13 @@ use std::path::PathBuf;
 /// A configuration that cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
+    /// A configuration file was found but could not be read (permissions, a directory in its
+    /// place, not UTF-8).
     #[error("cannot read the configuration file {}: {source}", path.display())]
     Read {
+        /// The file that could not be read.
         path: PathBuf,
+        /// Why reading failed.
         #[source]
         source: std::io::Error,
     },
@@ -34,10 +38,13 @@ impl ConfigError {
 /// One invalid value: where it came from, which field, what is wrong, what to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Problem {
+    /// Where the value was written: a file position, an environment variable, or the merged
+    /// files.
     pub origin: Origin,
     /// The dotted path of the field, e.g. `llm.retry.max_attempts` (`(top level)` for the
     /// document itself).
     pub field: String,
+    /// What is wrong with the value.
     pub message: String,
     /// What would make it valid.
     pub fix: String,
@@ -48,15 +55,24 @@ pub struct Problem {
 pub enum Origin {
     /// A configuration file; line and column are 1-based and known for nearly every problem.
     File {
+        /// The configuration file.
         path: PathBuf,
+        /// The 1-based line of the value, when known.
         line: Option<u64>,
+        /// The 1-based column of the value, when known.
         column: Option<u64>,
     },
     /// An environment variable (`MAESTRO_LLM_BASE_URL`, or the one `llm.api_key_env` names).
-    Env { var: String },
+    Env {
+        /// The variable's name.
+        var: String,
+    },
     /// The files taken together (each was valid alone), or the built-in defaults when the list
     /// is empty.
-    Merged { paths: Vec<PathBuf> },
+    Merged {
+        /// The files, in the order they were merged; empty for the built-in defaults.
+        paths: Vec<PathBuf>,
+    },
 }
 
 impl Problem {

@@ -32,6 +32,8 @@ pub struct LlmConfig {
         serialize_with = "secret_as_stars"
     )]
     pub api_key: Option<Secret>,
+    /// How tools are offered to the model: `native`, `json` or `auto` (the default: native
+    /// first, JSON once the endpoint or the model shows it needs it).
     pub tool_mode: ToolMode,
     /// The model's context window in tokens; unset asks the endpoint.
     pub context_length: Option<u64>,
@@ -43,6 +45,7 @@ pub struct LlmConfig {
     pub max_answer_bytes: usize,
     /// The most tokens one streamed answer may carry; a longer one ends the call.
     pub max_answer_tokens: u64,
+    /// How failed model calls are retried (`llm.retry`).
     pub retry: RetrySettings,
     /// Settings that apply only when `model` is the named one.
     pub models: BTreeMap<String, ModelOverrides>,
@@ -116,7 +119,9 @@ impl From<RetrySettings> for RetryPolicy {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ModelOverrides {
+    /// The tool mode for this model; unset keeps `llm.tool_mode`.
     pub tool_mode: Option<ToolMode>,
+    /// This model's context window in tokens; unset keeps `llm.context_length`.
     pub context_length: Option<u64>,
 }
 

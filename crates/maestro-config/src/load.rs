@@ -12,8 +12,9 @@ use crate::Config;
 use crate::error::{ConfigError, Origin, Problem};
 use crate::parse::{KeyTree, ParsedFile, parse_file, saphyr_problem};
 
-/// The directory and file name of a configuration file, below a project or the home directory.
+/// The directory holding a configuration file, below a project or the home directory.
 pub const CONFIG_DIR: &str = ".maestro";
+/// The configuration file's name inside [`CONFIG_DIR`].
 pub const CONFIG_FILE: &str = "config.yaml";
 
 /// Overrides the endpoint (`llm.base_url`).

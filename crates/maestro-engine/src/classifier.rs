@@ -11,8 +11,11 @@ use crate::judge::parse_json_object;
 /// What the classifier knows of a piece.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PieceSummary {
+    /// The piece's name, the value the classifier answers with.
     pub name: String,
+    /// The piece's description, shown to the model as what the piece is for.
     pub description: String,
+    /// The piece's `triggers.keywords`; those the task mentions are pointed out to the model.
     pub keywords: Vec<String>,
 }
 
@@ -29,20 +32,33 @@ impl From<&Piece> for PieceSummary {
 /// The classifier's choice.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Classified {
+    /// The name of the chosen piece, one of those offered.
     pub piece: String,
+    /// Why the model chose it, in its words (may be empty).
     pub reason: String,
 }
 
+/// Why [`classify`] chose no piece.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ClassifyError {
+    /// There was no piece to choose from: add piece files to a pieces directory, or name a
+    /// piece instead of `auto`.
     #[error("no pieces to choose from; add piece files to a pieces directory or name a piece")]
     NoPieces,
+    /// The model answered that no piece fits, or named a piece that was not offered.
     #[error(
         "no piece fits this task ({reason}); known pieces: {known}. Name one explicitly, or add a piece for it"
     )]
-    NothingFits { reason: String, known: String },
+    NothingFits {
+        /// The model's reason, or what it answered when it gave none.
+        reason: String,
+        /// The offered pieces' names, comma-separated.
+        known: String,
+    },
+    /// The model's answer was not the JSON object asked for; it holds the answer verbatim.
     #[error("the classifier's answer cannot be read: {0}")]
     Unreadable(String),
+    /// The model call itself failed (endpoint unreachable, refused, timed out).
     #[error(transparent)]
     Llm(#[from] LlmError),
 }

@@ -9,6 +9,8 @@ pub struct EngineConfig {
     pub model: String,
     /// Model calls one movement may make before the engine ends it.
     pub max_iterations_per_movement: u32,
+    /// The shares of the context window at which the engine warns, tells the model to wrap
+    /// up, and ends the movement.
     pub context_thresholds: ContextThresholds,
     /// The context window in tokens; `None` asks the provider, and if it does not know either,
     /// the thresholds are off.
@@ -24,6 +26,7 @@ pub struct EngineConfig {
     pub max_carried_chars: usize,
     /// Interactive use: `interactive_only` rules count. `maestro run` is not interactive.
     pub interactive: bool,
+    /// Sampling temperature sent with every movement call; `None` leaves it to the endpoint.
     pub temperature: Option<f32>,
     /// Cap on each answer's length in tokens (`max_tokens`); `None` leaves it to the endpoint.
     pub max_tokens: Option<u32>,
@@ -36,6 +39,8 @@ pub struct EngineConfig {
 }
 
 impl EngineConfig {
+    /// Settings for `model` with the documented defaults of every `engine.*` key
+    /// (docs/configuration.md); the context length is asked of the provider.
     pub fn new(model: impl Into<String>) -> Self {
         EngineConfig {
             model: model.into(),

@@ -9,8 +9,11 @@ use crate::event::ContextLevel;
 /// Fractions of the context window at which the engine reacts.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct ContextThresholds {
+    /// Past this share a `context_warning` is recorded (default 0.70).
     pub warn: f64,
+    /// Past this share the model is told to wrap up (default 0.85).
     pub prompt: f64,
+    /// Past this share the engine ends the movement (default 0.95).
     pub force: f64,
 }
 
@@ -44,6 +47,7 @@ impl ContextMeter {
         }
     }
 
+    /// The model's context window in tokens; `None` when unknown (the thresholds are off).
     pub fn window(&self) -> Option<u64> {
         self.window
     }

@@ -12,8 +12,13 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
+/// The control tool a maestro-dialect movement ends with, naming the next movement (with a
+/// summary and lessons).
 pub const TRANSITION: &str = "transition";
+/// The control tool a maestro-dialect movement ends the run with (`success`, `aborted` or
+/// `needs_user_input`, and the result).
 pub const COMPLETE: &str = "complete";
+/// The engine's tool a movement writes its `output_contracts` reports with.
 pub const WRITE_REPORT: &str = "write_report";
 
 /// `transition`'s arguments; `next` is narrowed to the movement's rule targets in the schema.

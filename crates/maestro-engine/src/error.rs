@@ -37,15 +37,20 @@ pub enum RecordError {
     /// A directory of the run (`what` names it, e.g. "the run directory") cannot be created.
     #[error("cannot create {what} {}: {source}", path.display())]
     Create {
+        /// Which directory it is, e.g. "the run directory".
         what: &'static str,
+        /// The directory that could not be created.
         path: PathBuf,
+        /// Why creating it failed (permissions, a full disk, a file in its place).
         #[source]
         source: std::io::Error,
     },
     /// `events.jsonl` cannot be opened for appending.
     #[error("cannot open {}: {source}", path.display())]
     Open {
+        /// The `events.jsonl` file that could not be opened.
         path: PathBuf,
+        /// Why opening it failed.
         #[source]
         source: std::io::Error,
     },
@@ -63,24 +68,35 @@ pub enum RecordError {
 pub enum UnrunnablePiece {
     /// A rule's target is not a movement of the piece.
     #[error("a rule leads to `{movement}`, which is not a movement of piece `{piece}`")]
-    UnknownMovement { movement: String, piece: String },
+    UnknownMovement {
+        /// The target named by the rule.
+        movement: String,
+        /// The piece's name.
+        piece: String,
+    },
 }
 
 /// A broken invariant of the engine.
 #[derive(Debug, thiserror::Error)]
 pub enum InternalError {
+    /// A task panicked while it held the journal's lock, so the run state cannot be trusted.
     #[error("journal lock poisoned")]
     JournalLockPoisoned,
+    /// The task that writes events to the durable logs ended before an event was committed.
     #[error("the event writer stopped")]
     WriterStopped,
+    /// The runner was asked for the next movement while none was due.
     #[error("no movement is due")]
     NoMovementDue,
+    /// A run that must finish (`Engine::run`, a replay) parked or asked to be retried instead.
     #[error("the run ended without a terminal status")]
     NoTerminalStatus,
     /// The task running a sub-movement panicked or was aborted.
     #[error("a sub-movement of `{parent}` crashed: {source}")]
     SubMovementCrashed {
+        /// The parallel movement the sub-movement ran under.
         parent: String,
+        /// The task's panic or cancellation.
         #[source]
         source: tokio::task::JoinError,
     },

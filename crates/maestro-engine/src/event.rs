@@ -21,6 +21,7 @@ pub use maestro_protocol::{
 /// it in `seq` order, under its lock, so it must be quick) and, when it is durable, to have the
 /// line on disk before it returns.
 pub trait EventSink: Send + Sync {
+    /// Takes one committed event; an error is the sink's own and does not stop the run.
     fn record(&self, record: &EventRecord) -> std::io::Result<()>;
 
     /// A piece of a model's answer arrived while `movement`'s call streams. Live displays show
@@ -47,7 +48,14 @@ impl JsonlSink<BufWriter<File>> {
     }
 }
 
+impl<W: Write + Send> std::fmt::Debug for JsonlSink<W> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JsonlSink").finish_non_exhaustive()
+    }
+}
+
 impl<W: Write + Send> JsonlSink<W> {
+    /// Writes each record as one JSON line to `writer`, flushing after each.
     pub fn new(writer: W) -> Self {
         JsonlSink {
             writer: Mutex::new(writer),

@@ -30,6 +30,15 @@ pub struct Journal {
     recorded: Option<Recorded>,
 }
 
+impl std::fmt::Debug for Journal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Journal")
+            .field("observers", &self.observers.len())
+            .field("resuming", &self.recorded.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
 struct Inner {
     seq: u64,
     state: RunState,

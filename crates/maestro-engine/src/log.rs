@@ -53,9 +53,10 @@ pub enum AppendError {
 /// `events.jsonl`: one JSON line per event, written off the runtime's threads and flushed to
 /// the operating system per batch, so a killed process loses nothing it recorded.
 ///
-/// One thread of the process ([`file_writer`]) writes the batches of every run's file, in the
+/// One thread of the process (`file_writer`) writes the batches of every run's file, in the
 /// order they were handed over; an append resolves once its batch is written. Many runs then
 /// cost one busy thread rather than a blocking-pool task, and its wake-ups, per batch.
+#[derive(Debug)]
 pub struct JsonlLog {
     path: PathBuf,
     file: Arc<std::fs::File>,
@@ -94,6 +95,7 @@ impl JsonlLog {
         JsonlLog::append_to(path)
     }
 
+    /// The file the log appends to.
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -179,12 +181,13 @@ fn file_writer() -> Option<&'static std::sync::mpsc::Sender<FileWrite>> {
 }
 
 /// Keeps every record in memory; for tests and benchmarks.
-#[derive(Default)]
+#[derive(Debug, Default)]
 pub struct MemoryLog {
     records: Mutex<Vec<EventRecord>>,
 }
 
 impl MemoryLog {
+    /// Every record appended so far, in order.
     pub fn records(&self) -> Vec<EventRecord> {
         self.records.lock().map(|r| r.clone()).unwrap_or_default()
     }

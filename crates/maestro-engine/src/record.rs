@@ -11,6 +11,7 @@ use crate::error::{EngineError, RecordError};
 /// Where one run keeps its files.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunRecord {
+    /// The run's id, also the name of its directory (see [`new_run_id`]).
     pub run_id: String,
     /// `<runs dir>/<run-id>`.
     pub dir: PathBuf,
@@ -114,14 +115,17 @@ impl RunRecord {
         })
     }
 
+    /// `<run dir>/events.jsonl`, the run's events.
     pub fn events_path(&self) -> PathBuf {
         self.dir.join("events.jsonl")
     }
 
+    /// `<run dir>/reports/`, where `write_report` puts the movements' reports.
     pub fn reports_dir(&self) -> PathBuf {
         self.dir.join("reports")
     }
 
+    /// `<run dir>/logs/`, the prompt logs and visit transcripts.
     pub fn logs_dir(&self) -> PathBuf {
         self.dir.join("logs")
     }

@@ -43,7 +43,9 @@ pub(crate) enum Matched {
 pub struct Divergence {
     /// The recorded event that was expected, if any.
     pub seq: Option<u64>,
+    /// What the record holds at `seq`, described (e.g. "`tool_call` of `plan` (Bash)").
     pub expected: Option<String>,
+    /// What this run produced instead, described the same way.
     pub got: String,
 }
 

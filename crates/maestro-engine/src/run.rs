@@ -49,8 +49,11 @@ pub struct Engine {
 
 /// What to run, and where its events go (see [`Engine::run_spec`]).
 pub struct RunSpec {
+    /// The piece to run.
     pub piece: Arc<Piece>,
+    /// The task the run is given, verbatim.
     pub task: String,
+    /// Where the run keeps its files (run directory, workspace).
     pub record: RunRecord,
     /// Durable logs, committed in order before each side effect; the first failure fails the
     /// run ([`crate::AppendError::Fenced`] stops it writing anything more).
@@ -74,6 +77,23 @@ pub struct RunSpec {
     /// The job system's side of subtasks (`SpawnSubTask`, `WAIT_SUBTASKS`); without one,
     /// `SpawnSubTask` is not offered and `WAIT_SUBTASKS` takes the movement's `default_next`.
     pub subtasks: Option<Arc<dyn SubtaskHost>>,
+}
+
+impl std::fmt::Debug for RunSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunSpec")
+            .field("piece", &self.piece.name)
+            .field("record", &self.record)
+            .field("logs", &self.logs.len())
+            .field("observers", &self.observers.len())
+            .field("history", &self.history.len())
+            .field("retry_infrastructure", &self.retry_infrastructure)
+            .field("piece_file", &self.piece_file)
+            .field("suspend", &self.suspend.is_some())
+            .field("answers", &self.answers.len())
+            .field("subtasks", &self.subtasks.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 impl RunSpec {
@@ -101,7 +121,10 @@ pub enum RunEnd {
     /// The run reached a terminal status (recorded in `run_finished`).
     Finished(Box<RunReport>),
     /// The endpoint could not be reached; nothing ends the record, so the run can resume.
-    Retry { reason: String },
+    Retry {
+        /// Why the endpoint could not be reached (secrets removed).
+        reason: String,
+    },
     /// Stopped on [`RunSpec::suspend`]; nothing ends the record.
     Suspended,
 }
@@ -109,17 +132,32 @@ pub enum RunEnd {
 /// How a run ended.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunReport {
+    /// The run's id (see [`RunRecord::run_id`]).
     pub run_id: String,
+    /// How the run ended; `maestro run` exits with its [`RunStatus::exit_code`].
     pub status: RunStatus,
     /// The user-visible result: `complete.result`, or the last movement's answer.
     pub result: String,
+    /// Why the run ended so, when it did not simply complete (`run_finished.reason`).
     pub reason: Option<EndReason>,
+    /// The run directory (`events.jsonl`, `reports/`, `logs/`).
     pub run_dir: PathBuf,
     /// The final state (equal to replaying `events.jsonl`).
     pub state: RunState,
 }
 
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("config", &self.config)
+            .field("secrets", &self.secrets.len())
+            .finish_non_exhaustive()
+    }
+}
+
 impl Engine {
+    /// An engine that asks `provider`, offers the movements the tools of `tools` they allow,
+    /// and drives runs by `config`.
     pub fn new(provider: Arc<dyn Provider>, tools: Registry, config: EngineConfig) -> Self {
         Engine {
             provider,
@@ -143,6 +181,7 @@ impl Engine {
         self.cancel.clone()
     }
 
+    /// The settings runs are driven by.
     pub fn config(&self) -> &EngineConfig {
         &self.config
     }

@@ -21,10 +21,15 @@ pub enum RunPhase {
     /// No `run_started` yet.
     #[default]
     NotStarted,
+    /// Started (or resumed, or answered) and not finished.
     Running,
+    /// `run_finished` was recorded (a parked `waiting_subtasks` run included).
     Finished {
+        /// How the run ended.
         status: RunStatus,
+        /// The run's result for the user.
         result: String,
+        /// Why it ended so, when it did not simply complete.
         reason: Option<EndReason>,
     },
 }
@@ -32,18 +37,26 @@ pub enum RunPhase {
 /// The piece a run belongs to; a resume checks the hash to tell the piece changed.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct PieceIdentity {
+    /// The piece's name.
     pub name: String,
+    /// Hex SHA-256 of the piece's source text.
     pub hash: String,
+    /// The piece's dialect; `None` before `run_started`.
     pub dialect: Option<Dialect>,
 }
 
 /// Everything a run knows between two side effects.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct RunState {
+    /// The run's id, as `run_started` gave it.
     pub run_id: String,
+    /// The piece the run belongs to.
     pub piece: PieceIdentity,
+    /// The task the run was given.
     pub task: String,
+    /// Where the run stands: not started, running, or finished.
     pub phase: RunPhase,
+    /// The piece's `max_movements`: top-level movements the run may start.
     pub max_movements: u32,
     /// The top-level movement running, or the last one that ran.
     pub current: Option<String>,
@@ -59,6 +72,8 @@ pub struct RunState {
     pub history: Vec<String>,
     /// Completed cycles per loop monitor, by monitor index.
     pub cycle_counts: BTreeMap<usize, u32>,
+    /// Lessons the top-level movements gave `transition`, oldest first; carried into every
+    /// later prompt.
     pub lessons: Vec<String>,
     /// The last top-level movement's answer: the next one's `{previous_response}`.
     pub previous_response: Option<String>,
@@ -66,10 +81,13 @@ pub struct RunState {
     pub feedback: Option<String>,
     /// Graph: the edge prompt for the next role.
     pub edge_prompt: Option<String>,
+    /// Tokens used by every model call of the run so far, added up.
     pub usage: Usage,
     /// Report name → path, as written.
     pub reports: BTreeMap<String, String>,
+    /// The tools' state for the run (the checklist), as the last change left it.
     pub scratch: RunScratch,
+    /// Every answer people gave to the run's questions, oldest first (`{user_inputs}`).
     pub user_inputs: Vec<String>,
     /// The due movement was answered (`user_input`): it goes on in its conversation, and the
     /// loop checks do not count it as a revisit.
@@ -85,7 +103,9 @@ pub struct RunState {
     /// The ids of the subtasks whose ends the run was told (`subtasks_ended`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub subtasks_reported: Vec<String>,
+    /// The run directory, as `run_started` recorded it.
     pub run_dir: String,
+    /// The root the tools work in, as `run_started` recorded it.
     pub workspace: String,
     /// The cycle of each loop monitor of the piece.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -102,6 +122,7 @@ impl RunState {
         state
     }
 
+    /// True once `run_finished` was recorded (and no answer or resume reopened the run).
     pub fn is_finished(&self) -> bool {
         matches!(self.phase, RunPhase::Finished { .. })
     }

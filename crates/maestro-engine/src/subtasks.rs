@@ -48,8 +48,11 @@ pub struct SpawnArgs {
 pub struct SpawnRequest {
     /// Names this spawn in the run (its movement, visit and place in the record).
     pub key: String,
+    /// The child's task, as the model wrote it.
     pub task: String,
+    /// The piece the child runs; `None` has one chosen for the task.
     pub piece: Option<String>,
+    /// The child's title: the one given, else the task's first line, shortened.
     pub title: String,
 }
 
@@ -57,9 +60,11 @@ pub struct SpawnRequest {
 /// wait for.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SpawnedSubtask {
+    /// The child job's id.
     pub id: String,
     /// Its number among the run's subtasks, from 1.
     pub index: i64,
+    /// Its title (see [`SpawnRequest::title`]).
     pub title: String,
     /// Its workspace, relative to the parent's (`subtasks/<n>/`).
     pub workspace: String,

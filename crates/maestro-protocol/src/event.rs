@@ -10,13 +10,22 @@ use crate::{Dialect, EndReason, RunScratch, RunStatus, SubtaskOutcome, ToolMode,
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum RunEvent {
+    /// The run began: always the first event, carrying everything a replay needs to know
+    /// about the piece and where the run keeps its files.
     RunStarted {
+        /// The run's id (`YYYYMMDD-HHMMSS-xxxx`), also the name of its run directory.
         run_id: String,
+        /// The piece's name.
         piece: String,
+        /// The dialect the piece was written in.
         dialect: Dialect,
+        /// Hex SHA-256 of the piece's source text, so a resume can tell the piece changed.
         piece_hash: String,
+        /// The task the run was given, verbatim.
         task: String,
+        /// The piece's `max_movements`: top-level movements the run may start.
         max_movements: u32,
+        /// The movement the run starts with.
         initial_movement: String,
         /// The run directory (`events.jsonl`, `reports/`, `logs/`).
         run_dir: String,
@@ -37,12 +46,15 @@ pub enum RunEvent {
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         subtasks: bool,
     },
+    /// A visit of a movement began.
     MovementStarted {
+        /// The movement visited.
         movement: String,
         /// Top-level movements started so far in the run, this one included.
         iteration: u32,
         /// Visits of this movement so far, this one included.
         movement_iteration: u32,
+        /// The parallel movement this one runs under, when it is a sub-movement.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         parent: Option<String>,
         /// The full system and first user message, written under `logs/` (prompts are too
@@ -50,53 +62,86 @@ pub enum RunEvent {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         prompt_log: Option<String>,
     },
+    /// A model call is about to be sent (recorded before the call, so every request sent is
+    /// in the record).
     LlmRequest {
+        /// The movement the call is made for.
         movement: String,
+        /// Why the call is made: the movement's own turn, a judge, the `ai()` conditions.
         purpose: CallPurpose,
+        /// Messages in the request.
         messages: usize,
+        /// Tools offered in the request.
         tools: usize,
     },
+    /// A model call failed and is tried again after a delay.
     LlmRetry {
+        /// The movement the call is made for.
         movement: String,
+        /// The attempt that failed, counting from 1.
         attempt: u32,
+        /// How long the client waits before the next attempt, in milliseconds.
         delay_ms: u64,
+        /// Why the attempt failed (the provider's message, secrets removed).
         reason: String,
     },
     /// The model's tool mode changed for the rest of the run (`tool_mode: auto`): the endpoint
     /// refused native tools, or the model answered in plain text where a control tool was
     /// required. The request is sent again in the new mode.
     ToolModeChanged {
+        /// The movement whose request was refused or answered in plain text.
         movement: String,
+        /// The model the mode now holds for.
         model: String,
+        /// The mode used from now on.
         mode: ToolMode,
+        /// What settled the mode (secrets removed).
         reason: String,
     },
+    /// A model call answered.
     LlmResponse {
+        /// The movement the call was made for.
         movement: String,
+        /// Why the call was made.
         purpose: CallPurpose,
+        /// The tokens the call used, as reported by the endpoint or estimated.
         usage: Usage,
+        /// The endpoint's `finish_reason` (`stop`, `tool_calls`, `length`, …), when it gave one.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         finish_reason: Option<String>,
+        /// Tool calls in the answer.
         tool_calls: usize,
+        /// Characters of text in the answer.
         text_chars: usize,
         /// The whole answer (text and tool calls, secrets removed): a resumed run reuses it
         /// instead of asking again.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         answer: Option<RecordedAnswer>,
     },
+    /// A tool call from the model is about to run (recorded before it runs).
     ToolCall {
+        /// The movement whose answer made the call.
         movement: String,
+        /// The tool's name.
         tool: String,
+        /// The call's id as the model gave it; its `tool_result` carries the same.
         call_id: String,
         /// The arguments as JSON; a string when the model sent text that is not JSON.
         input: serde_json::Value,
     },
+    /// A tool call ended and its result goes back to the model.
     ToolResult {
+        /// The movement whose answer made the call.
         movement: String,
+        /// The tool's name.
         tool: String,
+        /// The id of the `tool_call` this result answers.
         call_id: String,
+        /// False when the tool failed; the model then reads the error.
         ok: bool,
+        /// Characters of the result the model read.
         output_chars: usize,
+        /// The tool cut its output; the text then ends with a marker saying so.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         truncated: bool,
         /// The whole result as the model read it (secrets removed): a resumed run reuses it
@@ -106,59 +151,99 @@ pub enum RunEvent {
     },
     /// A judge or `ai()` call is about to pick a rule.
     JudgeRequest {
+        /// The movement whose rule is picked.
         movement: String,
+        /// Which of the two calls it is.
         kind: JudgeKind,
+        /// The rules' conditions the call chooses among, in rule order.
         conditions: Vec<String>,
     },
+    /// A movement wrote one of its reports (`write_report`).
     ReportWritten {
+        /// The movement that wrote it.
         movement: String,
+        /// The report's name as the movement's `output_contracts` declare it.
         name: String,
+        /// Where the report was written (under the run directory's `reports/`).
         path: String,
+        /// The report's size in bytes.
         bytes: usize,
     },
+    /// The movement's conversation crossed a context threshold (0.70, 0.85 or 0.95 of the
+    /// window).
     ContextWarning {
+        /// The movement whose conversation is filling up.
         movement: String,
+        /// Which threshold was crossed.
         level: ContextLevel,
+        /// Estimated tokens the conversation uses.
         used_tokens: u64,
+        /// The model's context window in tokens.
         context_length: u64,
     },
     /// The engine asked the model again in the same conversation.
     Reminder {
+        /// The movement whose conversation the reminder goes into.
         movement: String,
+        /// What the model is reminded of.
         kind: ReminderKind,
+        /// Which reminder of this kind it is, counting from 1 (always 1 for context pressure
+        /// and the tool-call limit).
         attempt: u32,
+        /// The text sent to the model as the next user message.
         message: String,
     },
+    /// The due movement is visited again in a row; the warning is carried into its prompt
+    /// from the second consecutive visit.
     LoopWarning {
+        /// The movement due again.
         movement: String,
+        /// Consecutive visits, this one included.
         consecutive: u32,
+        /// The limit (`max_consecutive_revisits`): one more visit ends the run as
+        /// `loop_detected`.
         threshold: u32,
     },
     /// The due movement continues a cycle of movements the run keeps going round (maestro
     /// dialect); the warning is carried into its prompt.
     CycleWarning {
+        /// The movement due next.
         movement: String,
         /// One round of the cycle, in order.
         cycle: Vec<String>,
         /// Rounds entered, this one included.
         rounds: u32,
+        /// The most rounds allowed (`engine.max_cycle_rounds`, or a higher
+        /// `max_consecutive_revisits` of a movement in the cycle).
         threshold: u32,
     },
     /// The run ends as `loop_detected`: `cycle` (one movement for consecutive revisits) would
     /// have been entered more often than `threshold` allows.
     LoopDetected {
+        /// One round of the cycle, in order; a single movement for consecutive revisits.
         cycle: Vec<String>,
+        /// Rounds (or consecutive visits) counted, the one refused included.
         rounds: u32,
+        /// The most rounds (or consecutive visits) allowed.
         threshold: u32,
     },
+    /// A loop monitor's cycle completed its `threshold`; its judge runs as the next movement
+    /// and the monitor's count starts again.
     LoopMonitorTriggered {
+        /// The monitor's 0-based index in the piece's `loop_monitors`.
         monitor: usize,
+        /// Times the cycle had completed.
         cycle_count: u32,
+        /// The name of the judge movement that runs now.
         judge: String,
     },
+    /// Something the person reading the run should know that does not stop it (a refused
+    /// request, a report not written, Bash running without a sandbox).
     Warning {
+        /// The movement it concerns; `None` for the whole run.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         movement: Option<String>,
+        /// What happened, in plain words.
         message: String,
     },
     /// Tool state (the checklist) changed.
@@ -166,14 +251,19 @@ pub enum RunEvent {
         /// The movement whose tool call changed it.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         movement: Option<String>,
+        /// The whole tool state after the change.
         scratch: RunScratch,
     },
+    /// A visit of a movement ended, and where the run goes next was decided.
     MovementFinished {
+        /// The movement whose visit ended.
         movement: String,
         /// The target label: a movement name, `COMPLETE`, `ABORT`, `ASK`; for a parallel
         /// sub-movement, the condition it matched.
         next: String,
+        /// How the outcome was decided.
         via: OutcomeSource,
+        /// The parallel movement this one ran under, when it is a sub-movement.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         parent: Option<String>,
         /// 1-based index of the rule that decided, when a rule did.
@@ -185,8 +275,12 @@ pub enum RunEvent {
         /// secrets removed), one JSON message per line under `logs/`.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         transcript: Option<String>,
+        /// Maestro dialect: the `summary` the model gave `transition`, carried to the next
+        /// movement.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         summary: Option<String>,
+        /// Maestro dialect: the `lessons` the model gave `transition`, kept for the rest of
+        /// the run.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         lessons: Vec<String>,
         /// Graph dialect: the rendered edge prompt handed to the next role.
@@ -198,20 +292,31 @@ pub enum RunEvent {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reason: Option<EndReason>,
     },
+    /// The run ended (or parked, `waiting_subtasks`): always the last event of a drive.
     RunFinished {
+        /// How the run ended; `maestro run` exits with its [`RunStatus::exit_code`].
         status: RunStatus,
+        /// The run's result for the user: the final answer, or why it ended so.
         result: String,
+        /// The short code saying why, when the run did not simply complete.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reason: Option<EndReason>,
     },
     /// A person answered the question the run ended with (`maestro jobs answer`): the movement
     /// that asked goes on in the same conversation, the answer its next user message, and
     /// `{user_inputs}` holds every answer so far.
-    UserInput { movement: String, text: String },
+    UserInput {
+        /// The movement that asked and goes on.
+        movement: String,
+        /// The answer, verbatim.
+        text: String,
+    },
     /// Every subtask the run was waiting for (`WAIT_SUBTASKS`) has ended: the movement that
     /// waited goes on in the same conversation, told how each child ended.
     SubtasksEnded {
+        /// The movement that waited and goes on.
         movement: String,
+        /// How each child it waited for ended.
         children: Vec<SubtaskOutcome>,
     },
     /// The run goes on from its record after it stopped (a worker died, or `maestro run
@@ -223,7 +328,6 @@ pub enum RunEvent {
 }
 
 impl RunEvent {
-    /// The `type` field's value.
     /// The movement an event belongs to (`None` for the run's own events). A resumed run
     /// matches its events against the record per movement, since parallel sub-movements
     /// interleave differently each time.
@@ -256,6 +360,7 @@ impl RunEvent {
         }
     }
 
+    /// The `type` field's value (`run_started`, `llm_response`, …).
     pub fn kind(&self) -> &'static str {
         match self {
             RunEvent::RunStarted { .. } => "run_started",
@@ -288,7 +393,9 @@ impl RunEvent {
 /// A model's whole answer as recorded in `llm_response`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RecordedAnswer {
+    /// The answer's text (empty when it was only tool calls).
     pub content: String,
+    /// The tool calls the answer made, in order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tool_calls: Vec<crate::ToolCall>,
 }
@@ -307,10 +414,13 @@ pub enum CallPurpose {
     Classifier,
 }
 
+/// Which call picks a takt movement's rule in `judge_request`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum JudgeKind {
+    /// The judge: the model picks one rule by number from the rules' conditions.
     Judge,
+    /// One structured call evaluating every `ai("…")` condition of the movement.
     AiConditions,
 }
 
@@ -347,14 +457,24 @@ pub enum ReminderKind {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum OutcomeSource {
+    /// Maestro: the model called `transition`.
     TransitionTool,
+    /// Maestro: the model called `complete`.
     CompleteTool,
+    /// The movement's `default_next` carried the run on (the visit was cut short, or nothing
+    /// else decided).
     DefaultNext,
+    /// Takt: an `all()` / `any()` rule over the parallel sub-movements' outcomes.
     Aggregate,
+    /// Takt: the answer's last rule tag (`[PLAN:1]`).
     Tag,
+    /// Takt: the movement has only one eligible rule.
     SingleRule,
+    /// Takt: the structured call evaluating the `ai("…")` conditions.
     AiCondition,
+    /// Takt: the judge call picking a rule by number.
     Judge,
+    /// Graph: the answer's frontmatter `$status` chose the edge.
     Frontmatter,
     /// No rule matched, the context ran out, or a bound was hit.
     Engine,
@@ -367,6 +487,7 @@ pub struct EventRecord {
     pub seq: u64,
     /// RFC 3339, UTC.
     pub ts: String,
+    /// The event itself; its fields sit beside `seq` and `ts`, under its `type`.
     #[serde(flatten)]
     pub event: RunEvent,
 }

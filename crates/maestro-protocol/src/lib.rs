@@ -25,7 +25,9 @@ use serde::{Deserialize, Serialize};
 /// Schema of its input.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolSpec {
+    /// The name the model calls the tool by (`ReadFile`, `mcp__<server>__<tool>`).
     pub name: String,
+    /// One sentence telling the model what the tool does.
     pub description: String,
     /// JSON Schema (draft 2020-12 compatible object schema) of the tool's input.
     pub input_schema: std::sync::Arc<serde_json::Value>,
@@ -35,16 +37,22 @@ pub struct ToolSpec {
 /// malformed call can be reported back to the model verbatim.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ToolCall {
+    /// The call's id as the model gave it; the tool's result is sent back under it.
     pub id: String,
+    /// The name of the tool called.
     pub name: String,
+    /// The arguments as the model wrote them: JSON text, or anything else when the model erred.
     pub arguments: String,
 }
 
 /// Token usage reported by (or estimated for) one model call.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {
+    /// Tokens of the request (everything sent to the model).
     pub prompt_tokens: u64,
+    /// Tokens of the answer the model produced.
     pub completion_tokens: u64,
+    /// Tokens of the request and the answer together.
     pub total_tokens: u64,
     /// True when the endpoint reported no usage and the figures are an estimate.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]

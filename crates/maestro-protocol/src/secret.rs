@@ -10,6 +10,7 @@ use std::fmt;
 pub struct Secret(String);
 
 impl Secret {
+    /// Wraps a value read from the configuration or the environment as a secret.
     pub fn new(value: impl Into<String>) -> Self {
         Secret(value.into())
     }
@@ -19,6 +20,7 @@ impl Secret {
         &self.0
     }
 
+    /// True when the secret is the empty string (nothing was configured).
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }

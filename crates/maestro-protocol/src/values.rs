@@ -12,7 +12,8 @@ pub enum ToolMode {
     Native,
     /// For models without native tool calling: the model answers with one JSON object that
     /// names a tool and its arguments (or gives a final answer), constrained by
-    /// `response_format: json_schema`, and the client turns it into the same [`ToolCall`].
+    /// `response_format: json_schema`, and the client turns it into the same
+    /// [`ToolCall`](crate::ToolCall).
     Json,
     /// Start with `Native` and let the model's answers decide, once per endpoint and model: a
     /// tool call back settles `Native`; an endpoint refusing the `tools` parameter (HTTP 400
@@ -36,6 +37,7 @@ pub enum Dialect {
 }
 
 impl Dialect {
+    /// The dialect's name as pieces, events and `--dialect` spell it: `maestro`, `takt`, `graph`.
     pub fn as_str(self) -> &'static str {
         match self {
             Dialect::Maestro => "maestro",
@@ -68,8 +70,11 @@ impl std::str::FromStr for Dialect {
 /// One checklist item (CreateChecklist / CheckItem / GetChecklist).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct ChecklistItem {
+    /// What is to be done, as the model wrote it.
     pub text: String,
+    /// True while the item is marked done (`CheckItem`).
     pub done: bool,
+    /// A short note given with `CheckItem` (e.g. where the result is), if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
 }
@@ -78,14 +83,18 @@ pub struct ChecklistItem {
 /// stores it in the run state after every tool call.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct RunScratch {
+    /// The run's checklist, in the order `CreateChecklist` gave it.
     pub checklist: Vec<ChecklistItem>,
 }
 
 /// How a child run ended.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SubtaskOutcome {
+    /// The child job's id.
     pub id: String,
+    /// The child's number among the parent's subtasks, as `SpawnSubTask` answered it.
     pub index: i64,
+    /// The child's title: the one given to `SpawnSubTask`, else the first line of its task.
     pub title: String,
     /// The child job's status: `completed`, `aborted`, `exceeded`, `failed` or `cancelled`.
     pub status: String,

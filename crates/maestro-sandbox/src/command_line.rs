@@ -69,28 +69,36 @@ struct Parser {
 /// Why a command line is not one the policy can read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SyntaxError {
+    /// A redirection operator (`>`, `<`, `2>`, ...) with no file after it; holds the operator.
     #[error("the redirection `{0}` has no target")]
     NoRedirectTarget(String),
+    /// A `|` at the start of the line or right after another separator.
     #[error("a pipe `|` has no command before it")]
     PipeWithoutCommand,
+    /// A subshell or group: `(` or `)` outside quotes.
     #[error(
         "subshells and grouping with `(`/`)` are not allowed; write the commands one after another"
     )]
     Grouping,
+    /// `$(...)` or backticks, which would run a program the allowlist never sees.
     #[error(
         "command substitution (`$(...)` or backticks) is not allowed: the allowlist must see every program. Run the inner command on its own first, then use its output"
     )]
     Substitution,
+    /// `<(...)` or `>(...)`, which would run a program the allowlist never sees.
     #[error(
         "process substitution (`<(...)`/`>(...)`) is not allowed: the allowlist must see every program"
     )]
     ProcessSubstitution,
+    /// A here-document (`<<`); here-strings (`<<<`) are allowed.
     #[error(
         "here-documents (`<<`) are not allowed; write the text to a file with the Write tool (or `printf`) and redirect from it"
     )]
     HereDocument,
+    /// The line ends inside single quotes.
     #[error("a single quote `'` is not closed")]
     UnclosedSingleQuote,
+    /// The line ends inside double quotes.
     #[error("a double quote `\"` is not closed")]
     UnclosedDoubleQuote,
 }

@@ -37,29 +37,45 @@ use super::command_line::Word;
 pub enum ExecRefusal {
     /// A shell builtin or privilege change that is never allowed.
     #[error("`{program}` is not allowed: {why}")]
-    Never { program: String, why: &'static str },
+    Never {
+        /// The program as written on the command line.
+        program: String,
+        /// Why it can never be allowed.
+        why: &'static str,
+    },
     /// A program whose input is code: only `*` allows it.
     #[error(
         "`{program}` {how}, so an allowlist cannot limit what it does; it runs only when the \
          movement's allowed_commands contains `*` (any program, any options; the command still \
          runs inside the sandbox)"
     )]
-    AnyProgram { program: String, how: &'static str },
+    AnyProgram {
+        /// The program as written on the command line.
+        program: String,
+        /// How it runs other programs (completes "`program` ...").
+        how: &'static str,
+    },
     /// An option or script construct that runs a program.
     #[error(
         "`{program} {form}` {how}; `{program}` is allowed without it. To allow any program and \
          option, put `*` in the movement's allowed_commands"
     )]
     Form {
+        /// The program as written on the command line.
         program: String,
+        /// The refused option or script construct, as written.
         form: String,
+        /// What that form runs.
         how: &'static str,
     },
     /// An argument whose value the policy cannot see.
     #[error("`{program}`: the argument `{arg}` {why}")]
     Unchecked {
+        /// The program as written on the command line.
         program: String,
+        /// The argument as written (`$X`, `*`, ...).
         arg: String,
+        /// Why its value could be a refused option.
         why: &'static str,
     },
     /// A variable that makes programs run other programs or load code.
@@ -67,7 +83,10 @@ pub enum ExecRefusal {
         "setting `{name}` for a command is not allowed: it can make a program run other programs \
          or load code"
     )]
-    Variable { name: String },
+    Variable {
+        /// The variable's name (`LD_PRELOAD`, `GIT_SSH_COMMAND`, ...).
+        name: String,
+    },
 }
 
 /// How a program can run other programs, and what the policy does about it.

@@ -62,6 +62,7 @@ pub enum SandboxMode {
 /// The limits and the confinement one command runs under.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SandboxConfig {
+    /// How commands are confined (`safety.bash_sandbox`).
     pub mode: SandboxMode,
     /// Processes the command may hold at once (a pids cgroup where the host lets us create
     /// one; the PID namespace and the time limit apply always).
@@ -74,8 +75,9 @@ pub struct SandboxConfig {
     pub cpu_secs: u64,
     /// Largest file the command may write, in MiB (`RLIMIT_FSIZE`).
     pub file_mb: u64,
-    /// Host user and group the command runs as when Maestro itself runs as root.
+    /// Host user the command runs as when Maestro itself runs as root (`safety.sandbox_uid`).
     pub uid: u32,
+    /// Host group the command runs as when Maestro itself runs as root (`safety.sandbox_gid`).
     pub gid: u32,
     /// Bytes of output kept (the rest is counted, not kept).
     pub output_cap_bytes: usize,
@@ -106,6 +108,8 @@ pub struct Command<'a> {
     pub line: &'a str,
     /// Whom it runs as when Maestro runs as root.
     pub run_as: RunAs,
+    /// How long the command may run; past it the command and everything it started are killed
+    /// and it ends [`Ending::TimedOut`].
     pub timeout: Duration,
     /// Stops the command and everything it started.
     pub cancel: &'a CancellationToken,
@@ -114,8 +118,10 @@ pub struct Command<'a> {
 /// Why a command could not be run.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
+    /// The confinement could not be set up around the command (the source says which step).
     #[error("could not sandbox the command: {0}")]
     Sandbox(#[source] SandboxError),
+    /// The sandbox was set up but the process could not be spawned.
     #[error("could not start the command: {0}")]
     Start(#[source] std::io::Error),
 }
@@ -168,13 +174,18 @@ impl Confinement {
 /// Why a command could not be confined.
 #[derive(Debug, thiserror::Error)]
 pub enum SandboxError {
+    /// The seccomp filter could not be compiled for this architecture.
     #[error("cannot build the seccomp filter: {0}")]
     Seccomp(#[source] Arc<seccompiler::Error>),
+    /// The landlock ruleset could not be built or is not enforced by this kernel; holds why.
     #[error("landlock is unavailable: {0}")]
     Landlock(String),
+    /// A file-system step of the setup failed (scratch directory, ownership, filter file).
     #[error("{what}: {source}")]
     Io {
+        /// What was being done, naming the path (completes the message before the cause).
         what: String,
+        /// The operating system's error.
         #[source]
         source: std::io::Error,
     },
@@ -184,10 +195,14 @@ pub enum SandboxError {
         "Maestro runs as root, so Bash runs commands as an unprivileged user, which cannot traverse the directories above the workspace {}; showing it the workspace in a mount namespace of its own failed ({source}). Put workspaces under a directory others can traverse (for example /srv/maestro), set safety.sandbox_uid to a user that can, or run Maestro as an unprivileged user", workspace.display()
     )]
     Unreachable {
+        /// The workspace the command was to run in.
         workspace: PathBuf,
+        /// Why showing the workspace in a private mount namespace failed.
         #[source]
         source: std::io::Error,
     },
+    /// Maestro runs as root, the command runs as the workspace's owner ([`RunAs::RootOwner`]),
+    /// and that owner is root; holds the workspace.
     #[error(
         "Maestro runs as root and the workspace {} belongs to root. Bash never runs commands as root, and in a directory you named it does not hand your files to the sandbox user; change the directory's owner to the user commands should run as (`chown -R USER {}`), or run Maestro as that user",
         .0.display(), .0.display()
@@ -198,10 +213,12 @@ pub enum SandboxError {
 /// Why the sandbox a mode asks for cannot be had here.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfinementError {
+    /// `safety.bash_sandbox: always`, and bubblewrap does not work here.
     #[error(
         "Bash is unavailable: it requires bubblewrap (safety.bash_sandbox: always), which does not work here: {0}. Install the `bubblewrap` package and allow unprivileged user namespaces, or set safety.bash_sandbox: auto to use landlock instead"
     )]
     BwrapRequired(#[source] Arc<ProbeError>),
+    /// `safety.bash_sandbox: off`, and landlock does not work here.
     #[error(
         "Bash is unavailable: safety.bash_sandbox: off confines commands with landlock, which does not work here: {0}. Use a kernel with landlock enabled (5.13 or later, `lsm=...,landlock`), or set safety.bash_sandbox: auto to use bubblewrap"
     )]
@@ -211,7 +228,9 @@ pub enum ConfinementError {
         "Bash is unavailable: no sandbox works here. bubblewrap: {bwrap}. landlock: {landlock}. Install the `bubblewrap` package (and allow unprivileged user namespaces), or run on a kernel with landlock enabled"
     )]
     NoSandbox {
+        /// Why bubblewrap does not work.
         bwrap: Arc<ProbeError>,
+        /// Why landlock does not work.
         #[source]
         landlock: Arc<ProbeError>,
     },
@@ -220,14 +239,23 @@ pub enum ConfinementError {
 /// Why running `true` under a confinement failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ProbeError {
+    /// The probe's scratch directory under the system temporary directory could not be made.
     #[error("cannot create a probe directory: {0}")]
     Directory(#[source] std::io::Error),
+    /// The confinement could not be set up for the probe.
     #[error(transparent)]
     Launch(#[from] SandboxError),
+    /// The launcher could not be spawned (for bubblewrap: `bwrap` is missing).
     #[error("cannot start it ({0}); install the `bubblewrap` package")]
     Start(#[source] std::io::Error),
+    /// `true` ran but did not exit 0.
     #[error("{ending}: {output}")]
-    Failed { ending: String, output: String },
+    Failed {
+        /// How it ended instead (an [`Ending`], debug-printed).
+        ending: String,
+        /// What it printed, trimmed: usually the launcher's complaint.
+        output: String,
+    },
 }
 
 impl SandboxError {

@@ -115,36 +115,59 @@ const MAX_WRAPPER_DEPTH: usize = 6;
 /// Why a command line is refused. Each message says what to do instead.
 #[derive(Debug, thiserror::Error)]
 pub enum PolicyError {
+    /// The line is empty or only whitespace.
     #[error("the command is empty")]
     Empty,
+    /// The line installs packages (`pip install`, `npm i`, `apt-get install`, ...); refused
+    /// even under `*`.
     #[error("{}", INSTALL_REFUSED)]
     PackageInstall,
+    /// Wrappers nest deeper than six (`env nice timeout 5 ...`).
     #[error("too many nested wrapper commands")]
     TooDeep,
+    /// The line uses shell syntax the policy cannot read.
     #[error(transparent)]
     Syntax(#[from] SyntaxError),
+    /// A program, option or variable that runs other programs (see [`ExecRefusal`]).
     #[error(transparent)]
     ExecCapable(#[from] ExecRefusal),
+    /// The program word holds an expansion or a glob (`$X`, `*`); holds the word.
     #[error(
         "the program name `{0}` comes from an expansion or a glob; write the program name literally"
     )]
     ExpandedProgram(String),
+    /// A shell keyword (`if`, `for`, `while`, `case`, `!`, ...) in the program position; holds
+    /// the keyword.
     #[error(
         "shell control structures (`{0}`) are not supported; run simple commands one after another"
     )]
     ControlStructure(String),
+    /// The program is not on the movement's allowlist.
     #[error("`{name}` is not in this movement's allowed commands; allowed: {allowed}")]
-    NotAllowed { name: String, allowed: String },
+    NotAllowed {
+        /// The program's name.
+        name: String,
+        /// The allowlist, comma-separated (`none` when it is empty).
+        allowed: String,
+    },
+    /// `xargs` runs a program from the exec-capable table, whose options could come from
+    /// xargs' input; holds that program.
     #[error(
         "`xargs {0}` is not allowed: xargs adds arguments read from its input, and for `{0}` those could be options that run programs. Use `find ... -exec {0} ... {{}} +` or name the files directly"
     )]
     Xargs(String),
+    /// The program is given by a path outside the system binary directories (`./x`,
+    /// `/tmp/x`); holds the path.
     #[error("`{0}` runs a program by path; run allowed programs by name")]
     ProgramByPath(String),
+    /// Without bubblewrap, a redirection target holds an expansion or a glob; holds the target.
     #[error("the redirection target `{0}` must be a literal path")]
     RedirectNotLiteral(String),
+    /// Without bubblewrap, an argument or redirection target names a path under `~`; holds it.
     #[error("`{0}`: use paths relative to the workspace instead of `~`")]
     HomePath(String),
+    /// Without bubblewrap, the line writes a file (a `>` redirection target) and the movement
+    /// has no `edit: true`; holds the path.
     #[error("this movement cannot edit files, so it cannot write `{0}`")]
     CannotWrite(String),
     /// A path the command names is refused by the caller's [`PathRules`].

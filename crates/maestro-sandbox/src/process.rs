@@ -41,9 +41,14 @@ pub(crate) struct Job<'a> {
 /// How the command ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Ending {
+    /// Exited by itself with this status (0 is success; -1 when the status was unavailable).
     Exited(i32),
+    /// Killed by this signal number, sent by the command itself or a resource limit (`SIGXCPU`
+    /// at the CPU limit), not by the time limit or cancellation.
     Signalled(i32),
+    /// Killed, with everything it started, at its time limit.
     TimedOut,
+    /// Killed, with everything it started, because its cancellation token fired.
     Cancelled,
     /// Stopped because it wrote far more than the output cap.
     OutputFlood,
@@ -51,13 +56,16 @@ pub enum Ending {
     MemoryLimit,
 }
 
+/// What a command that ran left behind: how it ended and what it printed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Finished {
+    /// How it ended.
     pub ending: Ending,
     /// stdout and stderr in the order the command wrote them, cut at the cap.
     pub output: String,
     /// Total bytes the command wrote (including what was cut).
     pub total_bytes: usize,
+    /// Whether `output` was cut at the output cap (`total_bytes` is then larger).
     pub truncated: bool,
 }
 

@@ -11,6 +11,7 @@ use serde::{Deserialize, Deserializer};
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct McpConfig {
+    /// The servers by slug (`mcp.servers.<slug>`); none by default.
     pub servers: BTreeMap<String, McpServer>,
     /// Time a server gets to start, finish the MCP handshake and list its tools.
     pub startup_timeout_secs: u64,
@@ -37,14 +38,20 @@ pub enum McpServer {
     /// locale and a few runtime variables) plus `env`, so the process's own API keys do not leak
     /// to third-party servers.
     Stdio {
+        /// The program to run (a path, or a name looked up in `PATH`).
         command: String,
+        /// Its arguments.
         args: Vec<String>,
+        /// Variables added to its scrubbed environment; the values are secrets.
         env: BTreeMap<String, Secret>,
+        /// The directory it runs in; Maestro's own when unset.
         cwd: Option<PathBuf>,
     },
     /// A streamable HTTP endpoint, e.g. `http://127.0.0.1:8000/mcp`.
     Http {
+        /// The endpoint's URL.
         url: String,
+        /// Headers sent with every request (e.g. `Authorization`); the values are secrets.
         headers: BTreeMap<String, Secret>,
     },
 }
@@ -109,6 +116,7 @@ impl<'de> Deserialize<'de> for McpServer {
     "MCP server name {slug:?} is invalid: use 1-64 characters from a-z, 0-9, `_` and `-`, without `__`"
 )]
 pub struct InvalidSlug {
+    /// The server name as configured.
     pub slug: String,
 }
 

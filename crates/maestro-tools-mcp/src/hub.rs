@@ -41,28 +41,40 @@ const SHUTDOWN_WAIT: Duration = Duration::from_secs(10);
 /// Why a required server cannot be used. Each message names the server and what to do.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum McpError {
+    /// A piece requires a server that is not under `mcp.servers`.
     #[error(
         "required MCP server `{server}` is not configured (configured: {}); add it under mcp.servers",
         if configured.is_empty() { "none".to_string() } else { configured.join(", ") }
     )]
     NotConfigured {
+        /// The required server's slug.
         server: String,
+        /// The slugs that are configured.
         configured: Vec<String>,
     },
+    /// A required server is configured but did not start, or its connection closed since.
     #[error("required MCP server `{server}` is not available: {reason}")]
-    Unavailable { server: String, reason: String },
+    Unavailable {
+        /// The required server's slug.
+        server: String,
+        /// Why it is down, with the end of its stderr when it wrote any.
+        reason: String,
+    },
 }
 
 /// Why a configured MCP server is not available.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum ServerDown {
+    /// Its name cannot be part of a tool name, so it was not started.
     #[error(transparent)]
     InvalidSlug(#[from] InvalidSlug),
     /// It did not start; `reason` is the source's message followed by the end of the server's
     /// stderr, when it wrote any.
     #[error("{reason}")]
     DidNotStart {
+        /// The message: the source's, then the end of the server's stderr.
         reason: String,
+        /// Why it did not start.
         #[source]
         source: Arc<StartError>,
     },
@@ -71,26 +83,39 @@ pub enum ServerDown {
 /// Why starting a server, or listing its tools, failed.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
+    /// A stdio server's program could not be spawned (not found, not executable, bad `cwd`).
     #[error("failed to start `{command}`: {source}")]
     Spawn {
+        /// The configured `command`.
         command: String,
+        /// The operating system's error.
         #[source]
         source: std::io::Error,
     },
+    /// A stdio server started but did not complete the MCP initialisation.
     #[error("the MCP handshake failed: {0}")]
     Handshake(#[source] rmcp::service::ClientInitializeError),
+    /// A configured header name is not a valid HTTP header name; holds it.
     #[error("header name {0:?} is invalid")]
     HeaderName(String),
+    /// A configured header's value is not a valid HTTP header value; holds the header's name
+    /// (never the value, a secret).
     #[error("the value of header {0} is not a valid header value")]
     HeaderValue(String),
+    /// An HTTP server could not be reached, or did not complete the MCP initialisation.
     #[error("cannot connect to {url}: {source}")]
     Connect {
+        /// The configured `url`.
         url: String,
+        /// The connection or handshake error.
         #[source]
         source: rmcp::service::ClientInitializeError,
     },
+    /// The server connected, but `tools/list` failed (an error answer, or the connection broke).
     #[error("listing its tools failed: {0}")]
     ListTools(#[source] rmcp::ServiceError),
+    /// Starting, the handshake and listing the tools took longer than
+    /// `mcp.startup_timeout_secs` (holds it).
     #[error("it did not start and list its tools within {0}s")]
     Timeout(u64),
 }

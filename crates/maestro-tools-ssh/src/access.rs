@@ -13,14 +13,25 @@ pub enum AccessError {
     /// `allowed_ssh_connections` is omitted or `[]`.
     NoAllowedConnectionsDeclared,
     /// The id is not in the movement's list.
-    ConnectionNotAllowed { id: String },
+    ConnectionNotAllowed {
+        /// The connection id the model asked for.
+        id: String,
+    },
     /// The id is allowed but no such connection is registered.
-    UnknownConnection { id: String },
+    UnknownConnection {
+        /// The connection id the model asked for.
+        id: String,
+    },
     /// The connection belongs to another user than the run's owner.
-    ConnectionNotOwned { id: String },
+    ConnectionNotOwned {
+        /// The connection id the model asked for.
+        id: String,
+    },
 }
 
 impl AccessError {
+    /// The stable identifier of the refusal (`connection_not_allowed`, ...), which starts the
+    /// message the model reads.
     pub fn code(&self) -> &'static str {
         match self {
             AccessError::NoAllowedConnectionsDeclared => "no_allowed_connections_declared",

@@ -16,10 +16,15 @@ pub struct SshConnection {
     pub id: Uuid,
     /// A short human name shown in tool output.
     pub name: String,
+    /// The server's host name or address.
     pub host: String,
+    /// The server's port (default 22).
     #[serde(default = "default_port")]
     pub port: u16,
+    /// The user to log in as.
     pub user: String,
+    /// How to log in: `key` (with an optional `key_passphrase_env`), `password` or
+    /// `password_env`.
     pub auth: SshAuth,
     /// The user who owns this connection. When both it and the run's owner are set they must
     /// match, even under `allowed_ssh_connections: ['*']`.
@@ -45,7 +50,10 @@ fn default_port() -> u16 {
 pub enum SshAuth {
     /// A private key file (OpenSSH format), optionally protected by a passphrase.
     Key {
+        /// The private key file (`auth.key`).
         path: PathBuf,
+        /// Where its passphrase comes from (`auth.key_passphrase_env`); `None` for a key
+        /// without one.
         passphrase: Option<SecretSource>,
     },
     /// A password.
@@ -56,7 +64,10 @@ pub enum SshAuth {
 /// variable when the connection is opened.
 #[derive(Debug, Clone, PartialEq)]
 pub enum SecretSource {
+    /// Written in the configuration (`auth.password`).
     Inline(Secret),
+    /// Read from this environment variable when the connection is opened
+    /// (`auth.password_env`, `auth.key_passphrase_env`).
     Env(String),
 }
 
@@ -81,7 +92,9 @@ impl SecretSource {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("the environment variable {var} holding the secret is not set")]
 pub struct MissingSecret {
+    /// The variable's name; set it in Maestro's environment.
     pub var: String,
+    /// Whether it is missing or not Unicode.
     #[source]
     pub source: std::env::VarError,
 }
@@ -95,21 +108,27 @@ pub enum SshRegistryError {
     /// The connections file cannot be read.
     #[error("cannot read SSH connections from {}: {source}", path.display())]
     Read {
+        /// The connections file.
         path: PathBuf,
+        /// The operating system's error.
         #[source]
         source: std::io::Error,
     },
     /// The connections file is not the expected JSON.
     #[error("{}:{}:{}: {source}", path.display(), source.line(), source.column())]
     Parse {
+        /// The connections file.
         path: PathBuf,
+        /// What is wrong, with its line and column.
         #[source]
         source: serde_json::Error,
     },
     /// The connections file declares something the registry refuses.
     #[error("{}: {source}", path.display())]
     InFile {
+        /// The connections file.
         path: PathBuf,
+        /// What it declares wrongly.
         #[source]
         source: Box<SshRegistryError>,
     },
@@ -187,10 +206,12 @@ impl SshRegistry {
         })
     }
 
+    /// The connection with this id, if one is declared.
     pub fn get(&self, id: &Uuid) -> Option<&SshConnection> {
         self.connections.get(id)
     }
 
+    /// Every declared connection, in id order.
     pub fn iter(&self) -> impl Iterator<Item = &SshConnection> {
         self.connections.values()
     }

@@ -37,13 +37,19 @@ impl std::fmt::Debug for WebClient {
 }
 
 /// A response whose status is a success, with the URL it finally came from.
+#[derive(Debug)]
 pub struct Fetched {
+    /// The response, its body not yet read.
     pub response: reqwest::Response,
+    /// The URL that answered, after redirects.
     pub final_url: String,
+    /// The `Content-Type` header, lower-cased; `None` when absent or not plain ASCII.
     pub content_type: Option<String>,
 }
 
 impl WebClient {
+    /// A client with `config`'s limits and guard (`web.allow_private`, `web.allow_hosts`),
+    /// resolving host names with `lookup` ([`SystemLookup`](super::SystemLookup) outside tests).
     pub fn new(config: &WebConfig, lookup: Arc<dyn HostLookup>) -> Self {
         Self::with_policy(
             config,

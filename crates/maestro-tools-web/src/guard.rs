@@ -19,15 +19,24 @@ use maestro_tools::BoxFuture;
 /// Why an address is refused, in words a person understands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BlockReason {
+    /// `0.0.0.0/8` or `::`: "this host", which reaches the machine itself.
     Unspecified,
+    /// `127.0.0.0/8` or `::1`: the machine itself.
     Loopback,
+    /// The RFC 1918 private networks `10/8`, `172.16/12` and `192.168/16`.
     Private,
+    /// The shared address space of carrier-grade NAT, `100.64.0.0/10`.
     CarrierGradeNat,
     /// Link-local, which includes the cloud metadata endpoint 169.254.169.254.
     LinkLocal,
+    /// IPv6 unique-local addresses, `fc00::/7`: IPv6's private networks.
     UniqueLocal,
+    /// `255.255.255.255`.
     Broadcast,
+    /// IPv4 `224.0.0.0/4` or IPv6 `ff00::/8`.
     Multicast,
+    /// Reserved, benchmarking and documentation ranges (`240.0.0.0/4`, `192.0.0.0/24`,
+    /// `198.18.0.0/15`, `2001:db8::/32`, ...), which no public service uses.
     Reserved,
 }
 
@@ -125,8 +134,11 @@ fn embedded_v4(high: u16, low: u16) -> Ipv4Addr {
 /// chain and tell the model exactly what was refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Blocked {
+    /// The host of the URL, lower-cased (a name, or the address itself).
     pub host: String,
+    /// The address that was refused: the host's own, or one it resolved to.
     pub ip: IpAddr,
+    /// Why that address is refused.
     pub reason: BlockReason,
 }
 
@@ -229,6 +241,7 @@ fn canonical(ip: IpAddr) -> IpAddr {
 /// Turns a host name into addresses. The system resolver in production; tests inject a map so
 /// that a name can resolve to 127.0.0.1 without touching /etc/hosts or outside DNS.
 pub trait HostLookup: Send + Sync {
+    /// Every address `host` resolves to (IPv4 and IPv6), or why it does not resolve.
     fn lookup<'a>(&'a self, host: &'a str) -> BoxFuture<'a, std::io::Result<Vec<IpAddr>>>;
 }
 

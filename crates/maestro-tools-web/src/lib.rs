@@ -58,6 +58,7 @@ impl Default for WebConfig {
 }
 
 impl WebConfig {
+    /// The whole-request time limit, `timeout_secs` (at least one second).
     pub fn timeout(&self) -> Duration {
         Duration::from_secs(self.timeout_secs.max(1))
     }

@@ -16,6 +16,7 @@ use crate::input::truncation_marker;
 use crate::workspace::{Workspace, WorkspaceError};
 use crate::{ToolContext, ToolOutput, TypedTool, WorkspaceKind};
 
+/// The input of a `Bash` call.
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct BashInput {
     /// The command line to run (in the workspace directory).
@@ -27,7 +28,10 @@ pub struct BashInput {
 }
 
 /// `Bash`.
+#[derive(Debug)]
 pub struct BashTool {
+    /// The sandbox mode and limits, the default allowlist (`default_allowed_commands`) and the
+    /// writable directories every call runs with.
     pub config: Arc<ToolsConfig>,
 }
 
@@ -132,7 +136,9 @@ pub async fn run_bash(
 /// reads anywhere in the workspace, writes only into `writable_dirs`.
 #[derive(Debug, Clone, Copy)]
 pub struct WorkspacePaths<'a> {
+    /// The workspace every path must stay inside.
     pub workspace: &'a Workspace,
+    /// The workspace-relative directories writes may go to (`"."` for all of it).
     pub writable_dirs: &'a [String],
 }
 
@@ -151,15 +157,22 @@ impl PathRules for WorkspacePaths<'_> {
 /// Why a configured writable directory cannot be handed to the sandbox.
 #[derive(Debug, thiserror::Error)]
 pub enum WritableDirError {
+    /// The directory does not resolve inside the workspace (it escapes it, or goes through a
+    /// link).
     #[error("writable directory `{dir}`: {source}")]
     Resolve {
+        /// The directory as configured (`tools.writable_dirs`).
         dir: String,
+        /// Why it does not resolve.
         #[source]
         source: WorkspaceError,
     },
+    /// The directory did not exist and could not be created.
     #[error("cannot create `{dir}`: {source}")]
     Create {
+        /// The directory as configured (`tools.writable_dirs`).
         dir: String,
+        /// The operating system's error.
         #[source]
         source: std::io::Error,
     },

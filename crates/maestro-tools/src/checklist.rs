@@ -1,5 +1,5 @@
 //! `CreateChecklist`, `CheckItem`, `GetChecklist`: a checklist kept in the run's scratch state,
-//! so it survives into later movements (the engine stores [`RunScratch`](crate::RunScratch)).
+//! so it survives into later movements (the engine stores [`RunScratch`]).
 
 use std::sync::MutexGuard;
 
@@ -8,12 +8,14 @@ use serde::Deserialize;
 
 use crate::{ChecklistItem, RunScratch, ToolContext, ToolOutput, TypedTool};
 
+/// The input of a `CreateChecklist` call.
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct CreateChecklistInput {
     /// The items, in order. Replaces any existing checklist.
     pub items: Vec<String>,
 }
 
+/// The input of a `CheckItem` call.
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct CheckItemInput {
     /// 1-based number of the item, as shown by GetChecklist.
@@ -26,6 +28,7 @@ pub struct CheckItemInput {
     pub note: Option<String>,
 }
 
+/// The input of a `GetChecklist` call: none.
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct GetChecklistInput {}
 

@@ -15,6 +15,7 @@ pub use maestro_sandbox::{DEFAULT_ALLOWED_COMMANDS, SandboxConfig, SandboxMode};
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default)]
 pub struct ToolsConfig {
+    /// How `Bash` confines commands (`safety.bash_sandbox`, default `auto`).
     pub bash_sandbox: BashSandboxMode,
     /// Programs `Bash` may run when a movement sets no `allowed_commands`.
     pub default_allowed_commands: Vec<String>,
@@ -44,9 +45,11 @@ pub struct ToolsConfig {
     pub bash_cpu_secs: u64,
     /// Largest file one `Bash` call may write, in MiB (`RLIMIT_FSIZE`).
     pub bash_file_mb: u64,
-    /// Host user and group sandboxed commands run as when Maestro itself runs as root, so what
-    /// they create is not owned by root (default `nobody`, 65534).
+    /// Host user sandboxed commands run as when Maestro itself runs as root, so what they
+    /// create is not owned by root (`safety.sandbox_uid`, default `nobody`, 65534).
     pub sandbox_uid: u32,
+    /// Host group sandboxed commands run as when Maestro itself runs as root
+    /// (`safety.sandbox_gid`, default 65534).
     pub sandbox_gid: u32,
     /// Directory `ListPieces`/`GetPiece` read and `CreatePiece`/`UpdatePiece` write.
     pub pieces_dir: Option<PathBuf>,

@@ -22,6 +22,7 @@ use crate::{ToolContext, ToolOutput, TypedTool};
 /// Most rows one query returns.
 const MAX_ROWS: usize = 1000;
 
+/// The input of a `SQLite` call.
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct SqliteInput {
     /// Path of the database file, relative to the workspace root (e.g. `input/data.db`).
@@ -34,7 +35,9 @@ pub struct SqliteInput {
 }
 
 /// `SQLite`.
+#[derive(Debug)]
 pub struct SqliteTool {
+    /// Where a movement that may edit can write (`writable_dirs`) and the output cap.
     pub config: Arc<ToolsConfig>,
 }
 

@@ -27,6 +27,7 @@ pub fn documented_tools() -> Vec<&'static str> {
     TOOL_DOCS.iter().map(|(name, _)| *name).collect()
 }
 
+/// The input of a `ReadToolDoc` call.
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct ReadToolDocInput {
     /// The tool's name, e.g. `Bash`.
@@ -34,7 +35,9 @@ pub struct ReadToolDocInput {
 }
 
 /// `ReadToolDoc`.
+#[derive(Debug)]
 pub struct ReadToolDocTool {
+    /// `docs_dir`, whose `<Tool>.md` files are read before the embedded docs, and the output cap.
     pub config: Arc<ToolsConfig>,
 }
 

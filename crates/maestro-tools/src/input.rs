@@ -8,12 +8,15 @@ use serde_json::Value;
 
 use crate::ToolOutput;
 
-/// The JSON Schema of `T`, without the `$schema`/`title` noise that would ride every call.
+/// The JSON Schema of `T`, without the `$schema`/`title` noise that would ride every call. The
+/// input type's own doc comment is for readers of the code and is left out too: the tool's
+/// `DESCRIPTION` says what it does, its fields' doc comments what to send.
 pub fn input_schema<T: JsonSchema>() -> Value {
     let mut schema = schemars::schema_for!(T).to_value();
     if let Some(obj) = schema.as_object_mut() {
         obj.remove("$schema");
         obj.remove("title");
+        obj.remove("description");
     }
     schema
 }

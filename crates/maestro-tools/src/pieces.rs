@@ -16,15 +16,18 @@ use crate::input::capped;
 use crate::regular_file::{self, Access, Create, FileKind, OpenError};
 use crate::{ToolContext, ToolOutput, TypedTool};
 
+/// The input of a `ListPieces` call: none.
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct ListPiecesInput {}
 
+/// The input of a `GetPiece` call.
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct GetPieceInput {
     /// The piece's name (as listed by ListPieces).
     pub name: String,
 }
 
+/// The input of a `CreatePiece` or `UpdatePiece` call: the piece's name and its YAML.
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct PieceSourceInput {
     /// The piece's name: lowercase letters, digits and `-`; it must equal the YAML's `name`.
@@ -34,22 +37,32 @@ pub struct PieceSourceInput {
 }
 
 /// `ListPieces`.
+#[derive(Debug)]
 pub struct ListPieces {
+    /// The directories it lists (`pieces_dir`, then `extra_pieces_dirs`) and the output cap.
     pub config: Arc<ToolsConfig>,
 }
 
 /// `GetPiece`.
+#[derive(Debug)]
 pub struct GetPiece {
+    /// The directories it looks in (`pieces_dir`, then `extra_pieces_dirs`) and the output cap.
     pub config: Arc<ToolsConfig>,
 }
 
 /// `CreatePiece`.
+#[derive(Debug)]
 pub struct CreatePiece {
+    /// `pieces_dir`, where the new piece is written (without it nothing can be created), the
+    /// other piece directories, for names already taken, and `tool_catalog`.
     pub config: Arc<ToolsConfig>,
 }
 
 /// `UpdatePiece`.
+#[derive(Debug)]
 pub struct UpdatePiece {
+    /// `pieces_dir`, the one directory whose pieces can be replaced, the other piece
+    /// directories, and `tool_catalog`.
     pub config: Arc<ToolsConfig>,
 }
 

@@ -65,6 +65,7 @@ impl Registry {
         registry
     }
 
+    /// The tool configuration this registry was made with; its built-in tools share it.
     pub fn config(&self) -> &Arc<ToolsConfig> {
         &self.config
     }
@@ -90,6 +91,7 @@ impl Registry {
         self.tools.iter().find(|t| t.spec.name == name)
     }
 
+    /// The registered tool named `name` (exactly, e.g. `Bash` or `mcp__docs__search`).
     pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
         self.find(name).map(|t| &t.tool)
     }

@@ -17,13 +17,21 @@ use std::path::{Path, PathBuf};
 /// What a path is, for messages that say why it was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FileKind {
+    /// A regular file: the one kind tools open.
     Regular,
+    /// A directory.
     Directory,
+    /// A symbolic link (seen by `lstat`, not followed).
     Symlink,
+    /// A FIFO (named pipe): opening it for reading would block until a writer appears.
     Fifo,
+    /// A Unix domain socket.
     Socket,
+    /// A character device (`/dev/zero`, a terminal, ...).
     CharDevice,
+    /// A block device (a disk).
     BlockDevice,
+    /// A type the operating system reports but none of the above.
     Unknown,
 }
 
@@ -67,12 +75,25 @@ impl FileKind {
 /// Why a file could not be opened as a regular file.
 #[derive(Debug, thiserror::Error)]
 pub enum OpenError {
+    /// Nothing is at the path (or a directory on the way is missing).
     #[error("does not exist")]
     NotFound,
+    /// Something is at the path, but not a regular file (a symlink in the last component
+    /// included).
     #[error("is {}, not a regular file", kind.describe())]
-    NotRegular { kind: FileKind },
+    NotRegular {
+        /// What is there.
+        kind: FileKind,
+    },
+    /// The file's directory, resolved through symlinks, is not inside the directory it must
+    /// stay in ([`ensure_inside`]).
     #[error("lies outside `{}`", dir.display())]
-    Outside { dir: PathBuf },
+    Outside {
+        /// The directory the file must stay inside.
+        dir: PathBuf,
+    },
+    /// Any other failure of the operating system (permissions, a full disk, invalid UTF-8 for
+    /// [`read_to_string`], an existing file for [`Create::New`]).
     #[error("{0}")]
     Io(#[source] io::Error),
 }
@@ -80,7 +101,9 @@ pub enum OpenError {
 /// Whether the caller reads or writes the file; only changes the wording of messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Access {
+    /// The caller reads the file ("Read only reads regular files").
     Read,
+    /// The caller writes the file ("Write only writes regular files").
     Write,
 }
 

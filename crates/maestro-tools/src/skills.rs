@@ -19,9 +19,11 @@ use crate::{ToolContext, ToolOutput, TypedTool};
 const MAX_SKILL_FILES: usize = 200;
 const MAX_SKILL_BYTES: u64 = 20 * 1024 * 1024;
 
+/// The input of a `ListSkills` call: none.
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct ListSkillsInput {}
 
+/// The input of a `ReadSkill` call.
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct ReadSkillInput {
     /// The skill's name, as listed by ListSkills.
@@ -31,6 +33,7 @@ pub struct ReadSkillInput {
 /// A skill found on disk.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Skill {
+    /// The name it is listed and read by: the file stem of `<name>.md`, or the directory's name.
     pub name: String,
     /// The skills directory it was found in.
     pub root: PathBuf,
@@ -114,12 +117,16 @@ pub fn summary(markdown: &str) -> String {
 }
 
 /// `ListSkills`.
+#[derive(Debug)]
 pub struct ListSkills {
+    /// The directories it lists (`skills_dirs`) and the output cap.
     pub config: Arc<ToolsConfig>,
 }
 
 /// `ReadSkill`.
+#[derive(Debug)]
 pub struct ReadSkill {
+    /// The directories it looks in (`skills_dirs`) and the output cap.
     pub config: Arc<ToolsConfig>,
 }
 

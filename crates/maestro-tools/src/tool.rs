@@ -12,11 +12,14 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 pub use tokio_util::sync::CancellationToken;
 
+/// The future a [`Tool::call`] returns: boxed, so the trait stays object-safe, and `Send`, so a
+/// call can run on any runtime thread.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// What a tool call produced. `ok: false` carries an error the model can read and act on.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolOutput {
+    /// Whether the call did what was asked; `false` makes `output` an error message.
     pub ok: bool,
     /// Text handed back to the model (already capped; see `truncated`).
     pub output: String,
@@ -26,6 +29,7 @@ pub struct ToolOutput {
 }
 
 impl ToolOutput {
+    /// A successful result with this text, not truncated.
     pub fn ok(output: impl Into<String>) -> Self {
         ToolOutput {
             ok: true,
@@ -33,6 +37,7 @@ impl ToolOutput {
             truncated: false,
         }
     }
+    /// A failed call: `message` says what went wrong and what to send instead.
     pub fn error(message: impl Into<String>) -> Self {
         ToolOutput {
             ok: false,
@@ -71,7 +76,11 @@ pub struct ToolContext {
     pub allowed_commands: Option<Vec<String>>,
     /// SSH connection ids the movement may use (`None`/empty deny all, `*` any registered).
     pub allowed_ssh_connections: Option<Vec<String>>,
+    /// Fires when the run is cancelled; a tool stops its work (and any process it started) when
+    /// it does, and the registry then answers that the call was cancelled.
     pub cancel: CancellationToken,
+    /// The run's scratch state (the checklist), shared by the run's movements; the engine
+    /// records it in the run's events, so it survives a resume.
     pub scratch: Arc<Mutex<RunScratch>>,
 }
 
@@ -100,6 +109,8 @@ pub trait Tool: Send + Sync {
     /// Name, one-sentence description and input JSON Schema.
     fn spec(&self) -> ToolSpec;
 
+    /// Runs one call with the model's arguments (`input`, not yet checked against the schema)
+    /// and answers with its output; failures are outputs with `ok: false`, never panics.
     fn call<'a>(
         &'a self,
         ctx: &'a ToolContext,

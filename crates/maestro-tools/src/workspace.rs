@@ -45,40 +45,66 @@ impl ResolvedPath {
 /// for the model: each says what to send instead.
 #[derive(Debug, thiserror::Error)]
 pub enum WorkspaceError {
+    /// The workspace directory cannot be resolved (missing, or not searchable).
     #[error("workspace `{}` is not usable: {source}", root.display())]
     Unusable {
+        /// The workspace as given.
         root: PathBuf,
+        /// Why it could not be resolved.
         #[source]
         source: std::io::Error,
     },
+    /// The workspace exists but is not a directory.
     #[error("workspace `{}` is not a directory", root.display())]
-    NotADirectory { root: PathBuf },
+    NotADirectory {
+        /// The workspace, resolved.
+        root: PathBuf,
+    },
+    /// The requested path is empty or only whitespace.
     #[error(
         "the path is empty; give a path relative to the workspace root, e.g. `output/notes.md`"
     )]
     EmptyPath,
+    /// The requested path contains a NUL byte, which no file name can hold.
     #[error("the path contains a NUL byte")]
     NulByte,
+    /// The requested path lies outside the workspace (absolute elsewhere, or `..` past the root).
     #[error(
         "`{requested}` is outside the workspace; tools only reach files inside it. Use a path \
          relative to the workspace root, e.g. `input/data.csv` or `output/report.md`"
     )]
-    Outside { requested: String },
+    Outside {
+        /// The path as the model sent it.
+        requested: String,
+    },
+    /// The requested path is, or passes through, a symlink whose target does not exist: writing
+    /// through it would create a file wherever it points.
     #[error(
         "`{requested}` is (or passes through) a symlink whose target does not exist; refusing \
          to follow it"
     )]
-    DanglingSymlink { requested: String },
+    DanglingSymlink {
+        /// The path as the model sent it.
+        requested: String,
+    },
+    /// The requested path resolves, through a symlink, to somewhere outside the workspace.
     #[error("`{requested}` leads outside the workspace (through a symlink); refusing to follow it")]
-    SymlinkOutside { requested: String },
+    SymlinkOutside {
+        /// The path as the model sent it.
+        requested: String,
+    },
+    /// A write names the workspace root itself rather than a file in it.
     #[error("cannot write to the workspace root itself; name a file")]
     WorkspaceRoot,
+    /// A write outside the directories the movement may write.
     #[error(
         "`{requested}` is not in a writable directory; this movement may write only under {}",
         writable_dirs.iter().map(|d| format!("`{d}/`")).collect::<Vec<_>>().join(", ")
     )]
     NotWritable {
+        /// The path as the model sent it.
         requested: String,
+        /// The workspace-relative directories the movement may write.
         writable_dirs: Vec<String>,
     },
 }
@@ -103,6 +129,7 @@ impl Workspace {
         Ok(Workspace { root })
     }
 
+    /// The workspace's root directory, canonical (symlinks resolved).
     pub fn root(&self) -> &Path {
         &self.root
     }

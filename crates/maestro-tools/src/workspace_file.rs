@@ -11,27 +11,38 @@ use crate::{Workspace, WorkspaceError};
 /// Why a file cannot be read from or written into the workspace.
 #[derive(Debug, thiserror::Error)]
 pub enum FileError {
+    /// The workspace cannot be opened, or the path does not resolve inside it.
     #[error(transparent)]
     Workspace(#[from] WorkspaceError),
+    /// Nothing is at the path to read; holds the path as given.
     #[error("{0} is not an existing regular file in the workspace")]
     NotFound(String),
+    /// A file is at the path but cannot be opened (not a regular file, unreadable, ...);
     /// `message` is the source explained for the tool that asked.
     #[error("{message}")]
     Refused {
+        /// What the model reads: the path, what is wrong with it and what the tool accepts.
         message: String,
+        /// Why the file could not be opened.
         #[source]
         source: OpenError,
     },
+    /// The path to write names the workspace root; holds the path as given.
     #[error("{0:?} names the workspace itself, not a file")]
     WorkspaceItself(String),
+    /// The directories leading to the file to write could not be created.
     #[error("cannot create the folder for {rel}: {source}")]
     CreateFolder {
+        /// The file's path as given.
         rel: String,
+        /// The operating system's error.
         #[source]
         source: std::io::Error,
     },
+    /// A symlink is at the path to write; holds the path as given.
     #[error("{0} is a symlink; refusing to write through it")]
     Symlink(String),
+    /// A directory is at the path to write; holds the path as given.
     #[error("{0} is a directory")]
     Directory(String),
 }

@@ -249,6 +249,29 @@ async fn offered_tools_follow_allowed_tools_and_edit() {
     );
 }
 
+/// The model reads what a tool does in its one-sentence description and what to send in its
+/// fields' descriptions; the input type's doc comment is for the code and stays out of the schema.
+#[test]
+fn input_schemas_describe_fields_not_the_input_type() {
+    let registry = Registry::builtin(ToolsConfig::default());
+    let bash = registry.get("Bash").unwrap().spec();
+    assert_eq!(
+        bash.input_schema["properties"]["command"]["description"],
+        "The command line to run (in the workspace directory)."
+    );
+    for spec in registry.list() {
+        let schema = spec.input_schema.as_object().unwrap();
+        for key in ["description", "title", "$schema"] {
+            assert!(
+                !schema.contains_key(key),
+                "{}'s input schema has a top-level `{key}`: {}",
+                spec.name,
+                spec.input_schema
+            );
+        }
+    }
+}
+
 #[tokio::test]
 async fn sqlite_is_read_only_unless_the_movement_can_edit() {
     let b = bench();

@@ -5,6 +5,7 @@
 use anyhow::{Context as _, anyhow};
 use maestro_app::{
     EndReason, JobQueue, JobStatus, PoolSize, RunEvent, RunKind, RunOutcome, RunRequest,
+    StoreError, StoreUrl,
 };
 
 use crate::flags::{ConfigFlag, PiecesFlag, RunsFlag, StoreFlag, settings};
@@ -40,8 +41,17 @@ pub(crate) fn run(args: Args) -> anyhow::Result<u8> {
 
 async fn replay(args: Args) -> anyhow::Result<u8> {
     let config = settings(&args.config, &[&args.runs, &args.pieces])?;
-    let store = args.store.open(&config, PoolSize::Shared).await?;
-    let history = maestro_app::recorded_run(Some(&store), &config.paths.runs_dir, &args.id)
+    // A replay writes nothing: a store that does not exist is not created; the run's
+    // `events.jsonl` is read instead.
+    let store =
+        match maestro_app::open_store_existing(args.store.db.as_deref(), &config, PoolSize::Shared)
+            .await
+        {
+            Ok(store) => Some(store),
+            Err(StoreError::NotFound { .. }) => None,
+            Err(e) => return Err(anyhow!(maestro_app::error_chain(&e))),
+        };
+    let history = maestro_app::recorded_run(store.as_ref(), &config.paths.runs_dir, &args.id)
         .await
         .map_err(|e| anyhow!(maestro_app::error_chain(&e)))?;
     // A run stopped by its user ended where it was, not where its piece led: it has nothing to
@@ -55,8 +65,20 @@ async fn replay(args: Args) -> anyhow::Result<u8> {
         Some((status, _)) => Some(status),
     };
     let Some(status) = status else {
-        eprintln!("error: {}", unfinished(&store, &args.id).await);
+        eprintln!("error: {}", unfinished(store.as_ref(), &args.id).await);
         return Ok(1);
+    };
+    // The run path runs every run on a store; a replay without one gets a scratch store that
+    // nothing reads.
+    let scratch = tempfile::tempdir().context("cannot create a scratch directory")?;
+    let store = match store {
+        Some(store) => store,
+        None => {
+            let url = StoreUrl::Sqlite {
+                path: scratch.path().join("replay.db"),
+            };
+            maestro_app::open_url(&url, PoolSize::Single).await?
+        }
     };
     let request = RunRequest {
         kind: RunKind::Replay {
@@ -92,10 +114,10 @@ async fn replay(args: Args) -> anyhow::Result<u8> {
 
 /// Why run `id` has nothing to replay: its job ended without finishing its record (the lease
 /// sweep failed it after its process died), or it was stopped, or it is still running.
-async fn unfinished(store: &maestro_app::Store, id: &str) -> String {
-    let job = match id.parse() {
-        Ok(job) => store.job(job).await.ok().flatten(),
-        Err(_) => None,
+async fn unfinished(store: Option<&maestro_app::Store>, id: &str) -> String {
+    let job = match (store, id.parse()) {
+        (Some(store), Ok(job)) => store.job(job).await.ok().flatten(),
+        _ => None,
     };
     match job {
         Some(job) if job.status.is_final() && job.status != JobStatus::Cancelled => format!(

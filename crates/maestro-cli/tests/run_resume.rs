@@ -278,6 +278,20 @@ async fn a_finished_run_replays_with_no_model_call_and_a_changed_piece_diverges(
     );
     assert_eq!(server.requests().len(), sent);
 
+    // without the store, the run's events.jsonl is replayed, and no store is created
+    let db = dir.path().join(".maestro/maestro.db");
+    assert!(db.is_file());
+    let kept = dir.path().join("kept.db");
+    std::fs::rename(&db, &kept).unwrap();
+    let out = maestro(dir.path(), "http://127.0.0.1:9/v1", &["replay", &id])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("0 model calls, 0 tool runs"), "{stderr}");
+    assert!(!db.exists(), "a replay created a store");
+    std::fs::rename(&kept, &db).unwrap();
+
     // the piece now sends the fix elsewhere: the replay names where it leaves the record
     std::fs::write(
         dir.path().join("piece.yaml"),

@@ -157,3 +157,72 @@ impl RunError {
         }
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use maestro_llm::LlmError;
+    use maestro_store::JobId;
+
+    /// The decision the one run path makes for every failure: try again later (the job goes
+    /// back to the queue while attempts are left) or fail now, and the reason it records.
+    #[test]
+    fn a_failure_that_may_pass_is_retried_and_any_other_fails_with_its_reason() {
+        let unreachable = RunError::Model(ModelError::Unreachable {
+            base_url: "http://127.0.0.1:9/v1".into(),
+            cause: LlmError::Connect {
+                url: "http://127.0.0.1:9/v1/chat/completions".into(),
+                message: "connection refused".into(),
+            },
+        });
+        assert!(unreachable.is_transient());
+        let reason = unreachable.end_reason();
+        assert_eq!(reason.code(), "llm_error");
+        // The job's reason is the connection's error, not the CLI's advice on starting a model.
+        assert!(!reason.to_string().contains("local-llm.sh"), "{reason}");
+
+        // The store failing while a run is read (its events, the answers to its questions)
+        // does not start the run without them: it is tried again.
+        let store = RunError::Store {
+            what: "answers",
+            source: maestro_store::StoreError::NoSuchJob(JobId::new()),
+        };
+        assert!(store.is_transient());
+        assert_eq!(store.end_reason().code(), "record_error");
+
+        // A classifier that cannot reach the endpoint may pass; one that finds nothing will not.
+        let classifier_down = RunError::Piece(PieceError::Classify(
+            maestro_engine::ClassifyError::Llm(LlmError::Connect {
+                url: "u".into(),
+                message: "refused".into(),
+            }),
+        ));
+        assert!(classifier_down.is_transient());
+        assert_eq!(classifier_down.end_reason().code(), "llm_error");
+        let no_pieces = RunError::Piece(PieceError::Classify(
+            maestro_engine::ClassifyError::NoPieces,
+        ));
+        assert!(!no_pieces.is_transient());
+
+        let missing = RunError::Piece(PieceError::NotFound {
+            given: "nope".into(),
+            searched: vec!["pieces".into()],
+            known: vec!["explore".into()],
+            skipped: Vec::new(),
+        });
+        assert!(!missing.is_transient());
+        let reason = missing.end_reason();
+        assert_eq!(reason.code(), "piece_error");
+        assert!(reason.to_string().contains("`nope`"), "{reason}");
+
+        let mcp = RunError::RequiredMcp {
+            piece: "p".into(),
+            problem: crate::toolbox::RequiredMcp::NotStarted {
+                server: "fs".into(),
+            },
+        };
+        assert!(!mcp.is_transient());
+        assert_eq!(mcp.end_reason().code(), "piece_error");
+    }
+}

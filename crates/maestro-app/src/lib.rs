@@ -26,6 +26,7 @@ mod completer;
 mod context;
 mod db;
 mod errors;
+mod hand;
 mod handle;
 mod jobs;
 mod lease;
@@ -42,6 +43,9 @@ mod toolbox;
 mod worker;
 
 pub use errors::error_chain;
+pub use hand::{
+    ToolCallError, ToolCallRequest, ToolCallResult, ToolListing, call_tool, list_tools,
+};
 pub use handle::{
     Canceller, LOCAL_LEASE, RecordReadError, RunHandle, RunKind, RunRequest, StartError,
     recorded_run, start,
@@ -57,6 +61,9 @@ pub use maestro_protocol::{EndReason, EventRecord, RunEvent, RunStatus};
 pub use maestro_store::{
     JobId, JobQueue, JobStatus, PoolSize, Store, StoreError, StoreUrl, UrlOrigin,
 };
+/// How the Bash tool is confined, and what a tool answers: what `maestro tools call` sets and
+/// prints.
+pub use maestro_tools::{BashSandboxMode, ToolOutput};
 
 pub use db::{ENV_DB, open_store, open_store_existing, open_store_in, open_url, store_url};
 pub use jobs::{

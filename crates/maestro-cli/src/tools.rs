@@ -1,17 +1,14 @@
-//! `maestro tools`: list the tools, or call one by hand through the same registry (built by
-//! [`Toolbox`] from the configuration, MCP and SSH included) and the same entry point the engine
-//! uses (`Registry::execute_allowed`).
+//! `maestro tools`: list the tools, or call one by hand, through the app
+//! (`maestro_app::list_tools`, `maestro_app::call_tool`): the same registry and the same entry
+//! point a run uses.
 
 use std::io::Write as _;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, anyhow};
+use maestro_app::{BashSandboxMode, ToolCallRequest};
 use maestro_config::{Config, LoadFrom};
-use maestro_piece::{Availability, ToolCatalog};
-use maestro_tools::{BashSandboxMode, EDIT_TOOLS, Registry, RunScratch, ToolContext};
-
-use maestro_app::{McpSelection, Toolbox};
+use maestro_protocol::RunScratch;
 
 #[derive(Debug, clap::Subcommand)]
 pub(crate) enum Command {
@@ -114,16 +111,13 @@ pub(crate) fn run(cmd: Command) -> anyhow::Result<u8> {
 }
 
 async fn list(config: &Config, json: bool) -> anyhow::Result<u8> {
-    let toolbox = Toolbox::build(config, &McpSelection::All).await?;
-    for (server, status) in toolbox.mcp_status() {
-        if let Err(reason) = status {
-            eprintln!(
-                "note: MCP server `{server}` is not available, its tools are not listed: {reason}"
-            );
-        }
+    let listing = maestro_app::list_tools(config).await?;
+    for (server, reason) in &listing.unavailable {
+        eprintln!(
+            "note: MCP server `{server}` is not available, its tools are not listed: {reason}"
+        );
     }
-    let specs = toolbox.registry.list();
-    toolbox.shutdown().await;
+    let specs = listing.specs;
     // A closed stdout (`| head`) is not worth a panic.
     let mut out = std::io::stdout().lock();
     if json {
@@ -138,14 +132,6 @@ async fn list(config: &Config, json: bool) -> anyhow::Result<u8> {
 }
 
 fn call(args: CallArgs) -> anyhow::Result<u8> {
-    if !args.workspace.exists() {
-        maestro_tools::prepare_workspace(&args.workspace).map_err(|e| {
-            anyhow!(
-                "cannot create the workspace `{}`: {e}",
-                args.workspace.display()
-            )
-        })?;
-    }
     let scratch = match &args.scratch {
         Some(path) if path.exists() => {
             let text = std::fs::read_to_string(path)
@@ -177,44 +163,20 @@ fn call(args: CallArgs) -> anyhow::Result<u8> {
         tools.bash_max_timeout = tools.bash_max_timeout.min(limit);
         tools.bash_default_timeout = tools.bash_default_timeout.min(limit);
     }
-    let scratch = Arc::new(Mutex::new(scratch));
-    let ctx = ToolContext {
+    let request = ToolCallRequest {
+        tool: args.tool.clone(),
+        input: args.input.clone(),
         workspace: args.workspace.clone(),
-        workspace_kind: maestro_tools::WorkspaceKind::Job,
         edit: args.edit,
         allowed_commands: args.allowed_commands.clone(),
         allowed_ssh_connections: args.allowed_ssh_connections.clone(),
-        cancel: maestro_tools::CancellationToken::new(),
-        scratch: Arc::clone(&scratch),
+        scratch,
     };
-    // Calling a tool by hand offers it (and nothing else): the permissions under test are the
-    // edit flag and the allowlists. Only the MCP server the tool belongs to is started.
-    let allowed = vec![args.tool.clone()];
-    let output = block_on(async {
-        let toolbox = Toolbox::build(&config, &McpSelection::for_tool(&args.tool)).await?;
-        let server = config
-            .mcp
-            .servers
-            .keys()
-            .find(|slug| args.tool.starts_with(&format!("mcp__{slug}__")));
-        let output = match server.map(|s| toolbox.ensure_required(std::slice::from_ref(s))) {
-            Some(Err(missing)) => maestro_tools::ToolOutput::error(missing.to_string()),
-            _ if toolbox.registry.get(&args.tool).is_none() => maestro_tools::ToolOutput::error(
-                unknown_tool(&args.tool, &toolbox.registry, &config, args.edit),
-            ),
-            _ => {
-                toolbox
-                    .registry
-                    .execute_allowed(&ctx, &allowed, &args.tool, &args.input)
-                    .await
-            }
-        };
-        toolbox.shutdown().await;
-        Ok::<_, anyhow::Error>(output)
-    })??;
+    let called = block_on(maestro_app::call_tool(&config, request))?
+        .map_err(|e| anyhow!(maestro_app::error_chain(&e)))?;
+    let output = called.output;
     if let Some(path) = &args.scratch {
-        let state = scratch.lock().map(|s| s.clone()).unwrap_or_default();
-        std::fs::write(path, serde_json::to_string_pretty(&state)?)
+        std::fs::write(path, serde_json::to_string_pretty(&called.scratch)?)
             .map_err(|e| anyhow!("cannot write the scratch file `{}`: {e}", path.display()))?;
     }
     let mut printed = serde_json::json!({
@@ -228,52 +190,4 @@ fn call(args: CallArgs) -> anyhow::Result<u8> {
     // A closed stdout (`| head`) is not worth a panic.
     let _ = writeln!(std::io::stdout(), "{printed}");
     Ok(if output.ok { 0 } else { 1 })
-}
-
-/// The error for a tool name that is not registered: a close name if there is one, then every
-/// tool that can really be called here (registered, set up by the configuration, and allowed
-/// by `--edit`), and the MCP servers whose tools were not started for this call.
-fn unknown_tool(name: &str, registry: &Registry, config: &Config, edit: bool) -> String {
-    let set_up = maestro_app::tool_catalog(config);
-    let registered: Vec<String> = registry.list().into_iter().map(|spec| spec.name).collect();
-    let callable: Vec<String> = registered
-        .iter()
-        .filter(|tool| !matches!(set_up.get(tool), Some(Availability::Unavailable(_))))
-        .cloned()
-        .collect();
-    let (now, with_edit): (Vec<String>, Vec<String>) = callable
-        .into_iter()
-        .partition(|tool| edit || !EDIT_TOOLS.contains(&tool.as_str()));
-    let mut names = ToolCatalog::default();
-    for tool in now.iter().chain(&with_edit) {
-        names.add(tool.clone(), Availability::Available);
-    }
-    let mut message = format!("unknown tool `{name}`; ");
-    if let Some(close) = names.suggestion(name) {
-        message.push_str(&format!("did you mean `{close}`? "));
-    }
-    message.push_str(&format!(
-        "the tools you can call here are: {}",
-        now.join(", ")
-    ));
-    if !with_edit.is_empty() {
-        message.push_str(&format!("; with --edit also {}", with_edit.join(", ")));
-    }
-    let servers: Vec<&str> = config
-        .mcp
-        .servers
-        .keys()
-        .filter(|slug| {
-            let prefix = format!("mcp__{slug}__");
-            !registered.iter().any(|tool| tool.starts_with(&prefix))
-        })
-        .map(String::as_str)
-        .collect();
-    if !servers.is_empty() {
-        message.push_str(&format!(
-            "; and the tools of the MCP servers {} (`maestro tools list` names them)",
-            servers.join(", ")
-        ));
-    }
-    message
 }

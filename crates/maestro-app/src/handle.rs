@@ -191,10 +191,9 @@ pub async fn start(
         let runner: std::sync::Weak<dyn crate::context::ChildRunner> = children;
         ctx.children = Some(runner);
     }
-    let id = match (&job, &target) {
-        (Some(job), _) => job.to_string(),
-        (None, Target::Replay { id, .. }) => id.clone(),
-        (None, Target::Job(claimed)) => claimed.job.id.to_string(),
+    let id = match &target {
+        Target::Replay { id, .. } => id.clone(),
+        Target::Job(claimed) => claimed.job.id.to_string(),
     };
     let ctx = Arc::new(ctx);
     let stop = CancellationToken::new();

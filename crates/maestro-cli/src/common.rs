@@ -7,20 +7,23 @@ use anyhow::Context as _;
 use maestro_app::{PieceError, Skipped};
 use maestro_piece::{Dialect, LoadOptions, render_diagnostics};
 
-/// A current-thread runtime for one command.
-pub(crate) fn block_on<F: std::future::Future<Output = anyhow::Result<u8>>>(
-    f: F,
-) -> anyhow::Result<u8> {
+/// Runs one command on a current-thread runtime: a command waits on the model or the store
+/// almost all the time, and each worker thread would add its own stack and malloc arena to the
+/// footprint (docs/benchmarks.md). Once the command is done, the stores it dropped close (so
+/// SQLite removes its -wal and -shm files), and a tool thread still stuck in a system call does
+/// not hold the process.
+pub(crate) fn block_on<F: std::future::Future<Output = anyhow::Result<u8>>>(f: F) -> anyhow::Result<u8> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    runtime.block_on(async {
+    let out = runtime.block_on(async {
         let out = f.await;
-        // The stores the command dropped close, so SQLite removes its -wal and -shm files.
         maestro_app::Store::wait_dropped_closed().await;
         out
-    })
+    });
+    runtime.shutdown_timeout(std::time::Duration::from_millis(100));
+    out
 }
 
 /// Who is acting, for the audit log.

@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use maestro_app::{PoolSize, Store, UrlOrigin};
+use maestro_app::{PoolSize, Store};
 use maestro_config::{Config, LoadFrom};
 
 /// `--config FILE`.
@@ -103,16 +103,6 @@ impl StoreFlag {
     /// names; its errors name the store's URL.
     pub(crate) async fn open(&self, config: &Config, size: PoolSize) -> anyhow::Result<Store> {
         Ok(maestro_app::open_store(self.db.as_deref(), config, size).await?)
-    }
-}
-
-/// Where a store URL came from, for a person.
-pub(crate) fn origin_text(origin: UrlOrigin) -> &'static str {
-    match origin {
-        UrlOrigin::Flag => "--db",
-        UrlOrigin::Env => "MAESTRO_DB",
-        UrlOrigin::Config => "store.url in the configuration",
-        UrlOrigin::Default => "the default",
     }
 }
 

@@ -25,18 +25,7 @@ pub(crate) struct Args {
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<u8> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
-    let out = runtime.block_on(async {
-        let out = replay(args).await;
-        // The stores the command dropped close, so SQLite removes its -wal and -shm files.
-        maestro_app::Store::wait_dropped_closed().await;
-        out
-    });
-    runtime.shutdown_timeout(std::time::Duration::from_millis(100));
-    out
+    crate::common::block_on(replay(args))
 }
 
 async fn replay(args: Args) -> anyhow::Result<u8> {

@@ -122,23 +122,7 @@ fn stop_signal() -> anyhow::Result<impl std::future::Future<Output = bool> + Sen
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<u8> {
-    // One thread: a run waits on the model almost all the time, parallel movements interleave
-    // on it, and tools' blocking work goes to tokio's blocking pool. Each worker thread would
-    // add its own stack and malloc arena to the footprint (docs/benchmarks.md). The run record
-    // is flushed when `run_async` returns; a tool thread still stuck in a system call must not
-    // hold the process after that.
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
-    let out = runtime.block_on(async {
-        let out = run_async(args).await;
-        // The stores the command dropped close, so SQLite removes its -wal and -shm files.
-        maestro_app::Store::wait_dropped_closed().await;
-        out
-    });
-    runtime.shutdown_timeout(std::time::Duration::from_millis(100));
-    out
+    crate::common::block_on(run_async(args))
 }
 
 /// The task as given: the flag's text, standard input for `-`, or a file's text.

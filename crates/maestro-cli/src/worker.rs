@@ -80,7 +80,6 @@ pub(crate) fn run(args: Args) -> anyhow::Result<u8> {
             };
         let (url, origin) = store_url(args.store.db.as_deref(), &config)?;
         let store = args.store.open(&config, PoolSize::Shared).await?;
-        let origin = crate::flags::origin_text(origin);
         let name = args
             .name
             .clone()

@@ -468,3 +468,20 @@ async fn with_no_endpoint_answering_the_run_says_how_to_start_the_local_model() 
         assert_ne!(out.status.code(), Some(0), "{stderr}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_empty_task_is_refused_and_a_task_file_is_read() {
+    let server = ScriptedLlm::start([]).await;
+    let (out, dir) = maestro_run(&server, &["auto", "--task", "  \n"]).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("the task is empty"), "{stderr}");
+    assert!(!dir.path().join(".maestro/runs").exists());
+    assert!(server.requests().is_empty());
+
+    // --task-file: an empty file is refused the same way, a missing one is named.
+    let (out, _dir) = maestro_run(&server, &["auto", "--task-file", "/nonexistent/task.md"]).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("/nonexistent/task.md"), "{stderr}");
+}

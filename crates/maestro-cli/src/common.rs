@@ -12,7 +12,9 @@ use maestro_piece::{Dialect, LoadOptions, render_diagnostics};
 /// footprint (docs/benchmarks.md). Once the command is done, the stores it dropped close (so
 /// SQLite removes its -wal and -shm files), and a tool thread still stuck in a system call does
 /// not hold the process.
-pub(crate) fn block_on<F: std::future::Future<Output = anyhow::Result<u8>>>(f: F) -> anyhow::Result<u8> {
+pub(crate) fn block_on<F: std::future::Future<Output = anyhow::Result<u8>>>(
+    f: F,
+) -> anyhow::Result<u8> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

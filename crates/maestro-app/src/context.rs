@@ -7,6 +7,7 @@ use std::sync::{Arc, OnceLock, Weak};
 
 use maestro_config::Config;
 use maestro_piece::LoadOptions;
+use maestro_protocol::EventRecord;
 use maestro_store::{Job, JobId, Store};
 use maestro_tools::Registry;
 
@@ -49,6 +50,29 @@ pub(crate) struct JobContext {
     pub pieces: Arc<PieceCache>,
     /// The live channels of the runs in flight, by job.
     pub live: LiveRuns,
+    /// Sees every committed event of the process's runs (a server's metrics).
+    pub observer: Option<Arc<dyn RunObserver>>,
+}
+
+/// Sees every committed event of the runs of a worker, as they are committed: a server counts
+/// them into its metrics.
+pub trait RunObserver: Send + Sync + std::fmt::Debug {
+    /// One committed event of `job`'s run.
+    fn event(&self, job: JobId, record: &EventRecord);
+}
+
+/// A run's events handed to an observer.
+#[derive(Debug)]
+pub(crate) struct ObserverSink {
+    pub(crate) job: JobId,
+    pub(crate) observer: Arc<dyn RunObserver>,
+}
+
+impl maestro_engine::EventSink for ObserverSink {
+    fn record(&self, record: &EventRecord) -> std::io::Result<()> {
+        self.observer.event(self.job, record);
+        Ok(())
+    }
 }
 
 impl std::fmt::Debug for JobContext {
@@ -80,6 +104,7 @@ impl JobContext {
             tools: Arc::default(),
             pieces: Arc::default(),
             live: LiveRuns::default(),
+            observer: None,
         }
     }
 
@@ -98,6 +123,7 @@ impl JobContext {
             tools: Arc::clone(&self.tools),
             pieces: Arc::clone(&self.pieces),
             live: self.live.clone(),
+            observer: self.observer.clone(),
         }
     }
 

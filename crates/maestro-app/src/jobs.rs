@@ -86,6 +86,9 @@ pub enum JobError {
          (`maestro jobs show {0}` prints the question)"
     )]
     EmptyAnswer(JobId),
+    /// A comment is empty or only whitespace.
+    #[error("the comment on job {0} is empty; write what you want to say")]
+    EmptyComment(JobId),
 }
 
 /// Queues a task. The piece is looked up now, so that a misspelt name fails at once; the name
@@ -162,7 +165,7 @@ pub struct JobSummary {
     pub depth: i64,
 }
 
-async fn summary(store: &Store, job: Job) -> Result<JobSummary, JobError> {
+pub(crate) async fn summary(store: &Store, job: Job) -> Result<JobSummary, JobError> {
     let question = if job.status == JobStatus::WaitingInput {
         store
             .comments(job.id)

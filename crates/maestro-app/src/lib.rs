@@ -31,6 +31,7 @@ mod handle;
 mod jobs;
 mod lease;
 mod lease_owner;
+mod listing;
 mod live;
 mod models;
 mod outcome;
@@ -42,6 +43,7 @@ mod subtasks;
 mod toolbox;
 mod worker;
 
+pub use context::RunObserver;
 pub use errors::error_chain;
 pub use hand::{
     ToolCallError, ToolCallRequest, ToolCallResult, ToolListing, call_tool, list_tools,
@@ -49,6 +51,10 @@ pub use hand::{
 pub use handle::{
     Canceller, LOCAL_LEASE, RecordReadError, RunHandle, RunKind, RunRequest, StartError,
     recorded_run, start,
+};
+pub use listing::{
+    Commented, JobDetail, JobPage, MAX_PAGE, NotReady, check_ready, comment_on_job, job_comments,
+    job_counts, job_detail, jobs_page,
 };
 pub use live::{LIVE_CAPACITY, Live, Subscription};
 pub use outcome::{RunError, RunOutcome, RunSummary};
@@ -59,7 +65,8 @@ pub use maestro_protocol::{EndReason, EventRecord, RunEvent, RunStatus};
 /// The store's names a front end uses: ids, statuses, the store handle and where its URL came
 /// from. Front ends reach the store only through this crate.
 pub use maestro_store::{
-    JobId, JobQueue, JobStatus, PoolSize, Store, StoreError, StoreUrl, UrlOrigin,
+    Comment, CommentKind, JobFilter, JobId, JobQueue, JobStatus, PoolSize, Store, StoreError,
+    StoreUrl, UrlOrigin,
 };
 /// How the Bash tool is confined, and what a tool answers: what `maestro tools call` sets and
 /// prints.
@@ -85,4 +92,6 @@ pub use schedule::{
 };
 pub use store_log::{AppendFailure, EventWriter, StopLatch, StoreLog};
 pub use toolbox::{McpSelection, RequiredMcp, Toolbox, ToolboxError, load_options, tool_catalog};
-pub use worker::{Profile, Shutdown, Worker, WorkerError, WorkerOptions, WorkerStats, classes};
+pub use worker::{
+    Profile, Shutdown, Worker, WorkerError, WorkerOptions, WorkerStats, classes, scheduler_ticks,
+};

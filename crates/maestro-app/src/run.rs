@@ -261,6 +261,7 @@ pub(crate) fn outcome(report: &RunReport) -> Outcome {
             "status": report.status,
             "result": report.result,
             "run_dir": report.run_dir,
+            "usage": report.state.usage,
         })),
         reason: report.reason.as_ref().map(EndReason::to_string),
     }
@@ -531,6 +532,12 @@ fn run_spec(
     let mut spec = RunSpec::new(piece, &claimed.job.task, record);
     spec.logs = vec![Arc::new(store_log), Arc::new(jsonl)];
     spec.observers = vec![Arc::clone(&steer.live) as Arc<dyn EventSink>];
+    if let Some(observer) = &ctx.observer {
+        spec.observers.push(Arc::new(crate::context::ObserverSink {
+            job: claimed.job.id,
+            observer: Arc::clone(observer),
+        }));
+    }
     spec.history = history;
     // The last attempt records how the run ended, even when the endpoint is down.
     spec.retry_infrastructure = claimed.job.attempts < claimed.job.max_attempts;

@@ -17,7 +17,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::completer::Completer;
-use crate::context::JobContext;
+use crate::context::{JobContext, RunObserver};
 use crate::lease::LeaseKeeper;
 use crate::live::Subscription;
 use crate::outcome::RunOutcome;
@@ -97,6 +97,11 @@ impl Shutdown {
         self.stop.cancel();
     }
 
+    /// Resolves once shutdown has begun (claiming stopped).
+    pub async fn begun(&self) {
+        self.stop.cancelled().await;
+    }
+
     /// Stop the runs in flight now and release their leases.
     pub fn hand_back(&self) {
         self.stop.cancel();
@@ -155,14 +160,26 @@ struct Inner {
 impl Worker {
     /// A worker on `store` whose runs use `config`; it starts with [`Worker::run`].
     pub fn new(store: Store, config: Config, options: WorkerOptions) -> Worker {
+        Worker::observed(store, config, options, None)
+    }
+
+    /// A worker whose runs' committed events `observer` also sees (a server's metrics).
+    pub fn observed(
+        store: Store,
+        config: Config,
+        options: WorkerOptions,
+        observer: Option<Arc<dyn RunObserver>>,
+    ) -> Worker {
+        let mut job = JobContext::new(
+            store.clone(),
+            Arc::new(config),
+            LeaseKeeper::new(store, options.lease),
+            options.model_from_flag,
+        );
+        job.observer = observer;
         Worker {
             inner: Arc::new(Inner {
-                job: JobContext::new(
-                    store.clone(),
-                    Arc::new(config),
-                    LeaseKeeper::new(store, options.lease),
-                    options.model_from_flag,
-                ),
+                job,
                 options,
                 wake: Notify::new(),
             }),
@@ -312,7 +329,9 @@ async fn worker_heartbeats(
 
 /// Ticks the scheduler until the worker stops claiming. Every worker does: the store makes
 /// each slot fire once, so no worker leads.
-async fn scheduler_ticks(store: Store, stop: CancellationToken) {
+/// Ticks the scheduler until `stop`, as every worker does: a node that runs no worker (`maestro
+/// serve --no-worker`) still fires schedules.
+pub async fn scheduler_ticks(store: Store, stop: CancellationToken) {
     loop {
         if let Err(e) = crate::schedule::tick(&store, store.now(), crate::schedule::GRACE).await {
             tracing::warn!("scheduler tick failed: {e}");

@@ -11,6 +11,7 @@ mod prompt;
 mod replay;
 mod run;
 mod schedules;
+mod serve;
 mod term;
 mod tools;
 mod validate;
@@ -56,6 +57,8 @@ enum Command {
     /// Add, list, pause, resume and remove schedules; every worker fires them.
     #[command(subcommand)]
     Schedules(schedules::Command),
+    /// Serve the HTTP API, run a worker and tick the scheduler, until SIGTERM.
+    Serve(Box<serve::Args>),
 }
 
 /// mimalloc: a worker's runs allocate and free many small objects across a few threads, where
@@ -85,6 +88,7 @@ fn main() -> ExitCode {
         Command::Workers(args) => jobs::workers(args),
         Command::Jobs(cmd) => jobs::jobs(cmd),
         Command::Schedules(cmd) => schedules::run(cmd),
+        Command::Serve(args) => serve::run(*args),
     };
     match result {
         Ok(code) => ExitCode::from(code),

@@ -31,6 +31,7 @@ mod jobs;
 mod leases;
 mod model;
 mod open;
+mod pages;
 mod queue;
 mod records;
 mod rows;
@@ -48,6 +49,7 @@ pub use model::{
     WorkerInfo,
 };
 pub use open::UrlOrigin;
+pub use pages::JobFilter;
 pub use queue::JobQueue;
 pub use store::{Backend, Backoff, OpenMode, PoolSize, SCHEMA_VERSION, Store};
 pub use subtasks::{NewChild, Spawned, child_workspace};

@@ -1,0 +1,111 @@
+//! `maestro serve`: the HTTP API, a worker (unless `--no-worker`) and the scheduler tick in one
+//! process. SIGTERM drains as `maestro worker` does: the API stops taking requests, runs in
+//! flight may finish for `--drain-secs`, and a second signal hands them back.
+
+use std::net::SocketAddr;
+
+use anyhow::{Context as _, anyhow};
+use maestro_app::{PoolSize, Shutdown, store_url};
+use maestro_server::{Limits, ServerState};
+use tokio_util::sync::CancellationToken;
+
+use crate::flags::{ConfigFlag, ModelFlags, PiecesFlag, RunsFlag, StoreFlag, settings};
+use crate::worker::{Signals, WorkerFlags, described};
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// The address to listen on. Without auth only a loopback address is accepted.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    bind: SocketAddr,
+    /// Serve the API and tick the scheduler, but run no jobs here.
+    #[arg(long)]
+    no_worker: bool,
+    /// Listen on a non-loopback address without auth: anyone who reaches the port can run jobs.
+    #[arg(long)]
+    insecure_no_auth: bool,
+    #[command(flatten)]
+    worker: WorkerFlags,
+    #[command(flatten)]
+    model: ModelFlags,
+    #[command(flatten)]
+    pieces: PiecesFlag,
+    #[command(flatten)]
+    runs: RunsFlag,
+    #[command(flatten)]
+    store: StoreFlag,
+    #[command(flatten)]
+    config: ConfigFlag,
+}
+
+pub(crate) fn run(args: Args) -> anyhow::Result<u8> {
+    crate::common::block_on(async move {
+        let config = settings(&args.config, &[&args.model, &args.pieces, &args.runs])?;
+        if !args.bind.ip().is_loopback() && !args.insecure_no_auth {
+            return Err(anyhow!(
+                "refusing to listen on {} without auth: anyone who reaches it could run jobs on \
+                 this machine. Listen on a loopback address (the default, 127.0.0.1:8080), turn \
+                 on `auth.enabled` in the configuration, or pass --insecure-no-auth if a proxy \
+                 in front authenticates",
+                args.bind
+            ));
+        }
+        let options = if args.no_worker {
+            None
+        } else {
+            Some(args.worker.options(&config, args.model.model.is_some())?)
+        };
+        let (url, origin) = store_url(args.store.db.as_deref(), &config)?;
+        let store = args.store.open(&config, PoolSize::Shared).await?;
+        let listener = tokio::net::TcpListener::bind(args.bind)
+            .await
+            .with_context(|| format!("listening on {}", args.bind))?;
+        let local = listener.local_addr().context("reading the bound address")?;
+        let worker_line = options.as_ref().map_or_else(
+            || "no worker".to_string(),
+            |o| format!("worker {}: profiles {}", o.name, described(o)),
+        );
+        let state = ServerState::new(store.clone(), config, options, Limits::default());
+        let shutdown = Shutdown::new();
+        Signals::install()?.drive(shutdown.clone(), "serve");
+        let stop_http = CancellationToken::new();
+        let stop_ticks = CancellationToken::new();
+        let ticker = match state.worker() {
+            // A worker ticks the scheduler itself.
+            Some(_) => None,
+            None => Some(tokio::spawn(maestro_app::scheduler_ticks(
+                store.clone(),
+                stop_ticks.clone(),
+            ))),
+        };
+        let router = maestro_server::router(state.clone());
+        let http = tokio::spawn(maestro_server::serve(listener, router, stop_http.clone()));
+        // The address line is the last of the startup lines: scripts wait for it.
+        eprintln!("serve: {worker_line}; store {url} ({origin})");
+        eprintln!("serve: listening on http://{local}");
+        let stats = match state.worker() {
+            Some(worker) => Some(worker.run(shutdown.clone()).await?),
+            None => {
+                shutdown.begun().await;
+                None
+            }
+        };
+        stop_ticks.cancel();
+        stop_http.cancel();
+        if let Some(ticker) = ticker {
+            let _ = ticker.await;
+        }
+        match http.await {
+            Ok(result) => result.context("serving HTTP")?,
+            Err(e) => return Err(anyhow!("the HTTP server stopped: {e}")),
+        }
+        if let Some(stats) = stats {
+            eprintln!(
+                "serve stopped: {} finished, {} failed, {} lost or cancelled, {} handed back",
+                stats.finished, stats.failed, stats.fenced, stats.handed_back
+            );
+        } else {
+            eprintln!("serve stopped");
+        }
+        Ok(0)
+    })
+}

@@ -1,0 +1,120 @@
+//! Errors as `application/problem+json` (RFC 9457): a status, a title, and a detail a person
+//! can act on. Server faults are logged with their cause and answered without it.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use maestro_app::{JobError, StoreError};
+use serde::Serialize;
+
+/// An error answer.
+#[derive(Debug, Clone)]
+pub struct ApiError {
+    /// The HTTP status.
+    pub status: StatusCode,
+    /// What went wrong and what to do about it.
+    pub detail: String,
+    /// Fields added to the problem document (`errors`, `fields`, …).
+    pub extra: serde_json::Map<String, serde_json::Value>,
+}
+
+#[derive(Serialize)]
+struct Problem<'a> {
+    r#type: &'static str,
+    title: &'a str,
+    status: u16,
+    detail: &'a str,
+    #[serde(flatten)]
+    extra: &'a serde_json::Map<String, serde_json::Value>,
+}
+
+impl ApiError {
+    /// An error with this status and detail.
+    pub fn new(status: StatusCode, detail: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            detail: detail.into(),
+            extra: serde_json::Map::new(),
+        }
+    }
+
+    /// 400: the request itself is wrong.
+    pub fn bad_request(detail: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, detail)
+    }
+
+    /// 404: no such thing, or not one the caller may see.
+    pub fn not_found(detail: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::NOT_FOUND, detail)
+    }
+
+    /// 409: the thing is not in a state that allows this.
+    pub fn conflict(detail: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::CONFLICT, detail)
+    }
+
+    /// 500, logged with its cause; the answer says only that the server failed.
+    pub fn internal(what: &str, cause: &(dyn std::error::Error + 'static)) -> ApiError {
+        tracing::error!("{what}: {}", maestro_app::error_chain(cause));
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("the server failed to {what}; its log says why, try again later"),
+        )
+    }
+
+    /// Adds a field to the problem document.
+    pub fn with(mut self, key: &str, value: serde_json::Value) -> ApiError {
+        self.extra.insert(key.to_string(), value);
+        self
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let title = self.status.canonical_reason().unwrap_or("Error");
+        let body = serde_json::to_vec(&Problem {
+            r#type: "about:blank",
+            title,
+            status: self.status.as_u16(),
+            detail: &self.detail,
+            extra: &self.extra,
+        })
+        .unwrap_or_default();
+        let mut response = (self.status, body).into_response();
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/problem+json"),
+        );
+        response
+    }
+}
+
+impl From<JobError> for ApiError {
+    fn from(e: JobError) -> ApiError {
+        match e {
+            JobError::NoSuchJob(id) => ApiError::not_found(format!("no job with id {id}")),
+            JobError::Store(e) => e.into(),
+            JobError::Piece(e) => ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                maestro_app::error_chain(&e),
+            ),
+            e @ (JobError::EmptyTask
+            | JobError::MaxAttempts(_)
+            | JobError::EmptyAnswer(_)
+            | JobError::NotAJob(_)) => ApiError::bad_request(e.to_string()),
+            e => ApiError::internal("handle the job", &e),
+        }
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> ApiError {
+        match e {
+            StoreError::NoSuchJob(id) => ApiError::not_found(format!("no job with id {id}")),
+            e @ StoreError::InvalidTransition { .. } => ApiError::conflict(e.to_string()),
+            e => ApiError::internal("read or write the store", &e),
+        }
+    }
+}
+
+/// The result of a handler.
+pub(crate) type ApiResult<T> = Result<T, ApiError>;

@@ -1,0 +1,222 @@
+//! `GET /api/v1/jobs/{id}/events`: a job's events as Server-Sent Events, from the store and
+//! then live, across parks and answers, until the job's status is final.
+//!
+//! Each committed event goes out with `id:` (its `seq`), `event:` (its type) and `data:` (the
+//! line `events.jsonl` holds). `text_delta` (the model's text as it streams, from the node that
+//! runs the job), `status` (the job's status, first as it is, then at each change) and
+//! `resync` (the cursor is beyond the last event) have no `id`, so they never move a client's
+//! cursor. `Last-Event-ID` or `?after=SEQ` resumes after that event.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use maestro_app::{JobId, JobQueue as _};
+
+use crate::watch_interim::Watched;
+use serde::Deserialize;
+use tokio::sync::mpsc;
+use utoipa::IntoParams;
+
+use crate::auth::Caller;
+use crate::error::{ApiError, ApiResult};
+use crate::state::ServerState;
+
+/// How often an idle stream sends a comment, so that proxies keep it open.
+pub(crate) const KEEP_ALIVE: Duration = Duration::from_secs(15);
+
+/// Stream clients per job on this node.
+#[derive(Debug, Default)]
+pub(crate) struct StreamCounts {
+    by_job: Mutex<HashMap<JobId, usize>>,
+}
+
+/// One client's place among its job's; it leaves when dropped.
+struct StreamSlot {
+    state: ServerState,
+    job: JobId,
+}
+
+impl StreamCounts {
+    fn take(&self, state: &ServerState, job: JobId) -> Result<StreamSlot, ApiError> {
+        let limit = state.limits().stream_clients_per_job;
+        let mut by_job = self
+            .by_job
+            .lock()
+            .map_err(|_| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "the server is failing"))?;
+        let n = by_job.entry(job).or_default();
+        if *n >= limit {
+            return Err(ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                format!(
+                    "job {job} already has {limit} stream clients on this node \
+                     (`server.stream_clients_per_job`); close one, or follow it from another node"
+                ),
+            ));
+        }
+        *n += 1;
+        state.metrics().stream_opened();
+        Ok(StreamSlot {
+            state: state.clone(),
+            job,
+        })
+    }
+}
+
+impl Drop for StreamSlot {
+    fn drop(&mut self) {
+        if let Ok(mut by_job) = self.state.inner.streams.by_job.lock()
+            && let Some(n) = by_job.get_mut(&self.job)
+        {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                by_job.remove(&self.job);
+            }
+        }
+        self.state.metrics().stream_closed();
+    }
+}
+
+/// The query of `GET /jobs/{id}/events`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct EventsQuery {
+    /// Resume after this `seq` (as `Last-Event-ID` does; the header wins when both are given).
+    after: Option<i64>,
+    /// `jsonl`: the events committed so far, at once, one JSON line each.
+    format: Option<String>,
+}
+
+/// Follow a job's events.
+#[utoipa::path(
+    get, path = "/api/v1/jobs/{id}/events", tag = "jobs",
+    params(
+        ("id" = String, Path, description = "The job's id"),
+        ("Last-Event-ID" = Option<i64>, Header, description = "Resume after this event"),
+        EventsQuery,
+    ),
+    responses(
+        (status = 200, description = "Server-Sent Events, or JSON lines with `?format=jsonl`",
+            content_type = "text/event-stream", body = String),
+        (status = 404, description = "No such job (or not one of yours)", body = crate::openapi::schema::Problem),
+        (status = 429, description = "Too many stream clients on this job", body = crate::openapi::schema::Problem),
+    ),
+)]
+pub(crate) async fn events(
+    State(state): State<ServerState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    Query(q): Query<EventsQuery>,
+    headers: HeaderMap,
+) -> ApiResult<Response> {
+    caller.require_read()?;
+    let id = caller.visible_job(&state, &id).await?;
+    stream_job(state, id, q, &headers).await
+}
+
+/// The stream of one job, for a caller already allowed to see it.
+pub(crate) async fn stream_job(
+    state: ServerState,
+    id: JobId,
+    q: EventsQuery,
+    headers: &HeaderMap,
+) -> ApiResult<Response> {
+    match q.format.as_deref() {
+        None | Some("sse") => {}
+        Some("jsonl") => return jsonl(&state, id).await,
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "`format` `{}` is not known; use `jsonl`, or leave it out for a stream",
+                other.escape_debug()
+            )));
+        }
+    }
+    let header_after = match headers.get("last-event-id") {
+        Some(v) => Some(
+            v.to_str()
+                .ok()
+                .and_then(|v| v.trim().parse::<i64>().ok())
+                .ok_or_else(|| {
+                    ApiError::bad_request(
+                        "`Last-Event-ID` must be the `id` of an event this stream sent (a number)",
+                    )
+                })?,
+        ),
+        None => None,
+    };
+    let after = header_after.or(q.after);
+    if after.is_some_and(|a| a < 0) {
+        return Err(ApiError::bad_request("`after` must be 0 or more"));
+    }
+    let slot = state.inner.streams.take(&state, id)?;
+    let mut watch =
+        crate::watch_interim::watch_job(state.store(), state.worker(), id, after).await?;
+    let (tx, rx) = mpsc::channel::<Event>(64);
+    tokio::spawn(async move {
+        let _slot = slot;
+        while let Some(item) = watch.next().await {
+            let Some(event) = sse_event(&item) else {
+                continue;
+            };
+            if tx.send(event).await.is_err() {
+                return;
+            }
+        }
+    });
+    let stream = futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|e| (Ok::<_, Infallible>(e), rx))
+    });
+    Ok(Sse::new(stream)
+        .keep_alive(KeepAlive::new().interval(KEEP_ALIVE))
+        .into_response())
+}
+
+fn sse_event(item: &Watched) -> Option<Event> {
+    match item {
+        Watched::Event(record) => {
+            let data = serde_json::to_string(&**record).ok()?;
+            let kind = serde_json::to_value(&record.event)
+                .ok()?
+                .get("type")?
+                .as_str()?
+                .to_string();
+            Some(
+                Event::default()
+                    .id(record.seq.to_string())
+                    .event(kind)
+                    .data(data),
+            )
+        }
+        Watched::Status(status) => Some(
+            Event::default()
+                .event("status")
+                .data(serde_json::json!({ "status": status }).to_string()),
+        ),
+        Watched::TextDelta { movement, text } => Some(
+            Event::default()
+                .event("text_delta")
+                .data(serde_json::json!({ "movement": movement, "text": text }).to_string()),
+        ),
+        Watched::Resync { last_seq } => Some(
+            Event::default()
+                .event("resync")
+                .data(serde_json::json!({ "last_seq": last_seq }).to_string()),
+        ),
+    }
+}
+
+async fn jsonl(state: &ServerState, id: JobId) -> ApiResult<Response> {
+    let events = state.store().events(id, 0).await?;
+    let mut body = String::new();
+    for event in events {
+        body.push_str(&event.payload.to_string());
+        body.push('\n');
+    }
+    Ok(([(header::CONTENT_TYPE, "application/x-ndjson")], body).into_response())
+}

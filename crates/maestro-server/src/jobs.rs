@@ -1,0 +1,294 @@
+//! `/api/v1/jobs`: submit, list, show, cancel, children and comments.
+
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use maestro_app::{Commented, JobFilter, JobId, JobStatus, Submission};
+use serde::Deserialize;
+use utoipa::IntoParams;
+
+use crate::auth::Caller;
+use crate::error::{ApiError, ApiResult};
+use crate::extract::ApiJson;
+use crate::openapi::schema;
+use crate::state::ServerState;
+
+/// `POST /jobs` as JSON.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct SubmitBody {
+    /// A piece's name (from `GET /pieces`), or `auto` to let the worker choose. Never a path.
+    piece: String,
+    /// What the run should do.
+    task: String,
+    /// Higher runs first among queued jobs (default 0).
+    #[serde(default)]
+    priority: i64,
+    /// The task class, which chooses the workers that may claim it (default `default`).
+    #[serde(default)]
+    class: Option<String>,
+    /// Claims allowed before the job ends `failed` (default 3).
+    #[serde(default)]
+    max_attempts: Option<i64>,
+}
+
+/// A piece given to the API must be a name: a path would let any client run any file on the
+/// worker hosts.
+pub(crate) fn piece_name(piece: &str) -> Result<(), ApiError> {
+    let ok = !piece.is_empty()
+        && piece.len() <= 128
+        && !piece.starts_with('.')
+        && piece
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && !piece.ends_with(".yaml")
+        && !piece.ends_with(".yml");
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::bad_request(format!(
+            "`piece` must be a piece's name as `GET /api/v1/pieces` lists it, or `auto`; `{}` is \
+             not one (the API never runs a file path)",
+            piece.escape_debug()
+        ))
+        .with("field", "piece".into()))
+    }
+}
+
+impl SubmitBody {
+    pub(crate) fn into_submission(self, caller: &Caller) -> Result<Submission, ApiError> {
+        piece_name(&self.piece)?;
+        if let Some(class) = &self.class
+            && (class.is_empty() || class.len() > 64)
+        {
+            return Err(ApiError::bad_request(
+                "`class` must be 1 to 64 characters: the name of a task class workers serve",
+            ));
+        }
+        Ok(Submission {
+            piece: self.piece,
+            task: self.task,
+            workspace: None,
+            class: self.class,
+            priority: self.priority,
+            max_attempts: self.max_attempts,
+            submitted_by: caller.name.clone(),
+        })
+    }
+}
+
+/// Queue a task.
+#[utoipa::path(
+    post, path = "/api/v1/jobs", tag = "jobs",
+    request_body(content = SubmitBody, description = "The task, as JSON; or multipart/form-data \
+        with the same fields and files (each part with a filename lands in `input/`)"),
+    responses(
+        (status = 201, description = "Queued", body = schema::Job),
+        (status = 400, description = "A field is missing, unknown or wrong", body = schema::Problem),
+        (status = 422, description = "No piece of that name", body = schema::Problem),
+    ),
+)]
+pub(crate) async fn submit(
+    State(state): State<ServerState>,
+    caller: Caller,
+    ApiJson(body): ApiJson<SubmitBody>,
+) -> ApiResult<Response> {
+    caller.require_write()?;
+    let submission = body.into_submission(&caller)?;
+    let id = maestro_app::submit(state.store(), state.config(), submission).await?;
+    state.wake_worker();
+    let job = maestro_app::job_detail(state.store(), id).await?;
+    Ok((StatusCode::CREATED, Json(job)).into_response())
+}
+
+/// The query of `GET /jobs`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ListQuery {
+    /// Only jobs in this status (`queued`, `running`, `waiting_input`, `completed`, …).
+    status: Option<String>,
+    /// Only jobs of this piece (as submitted).
+    piece: Option<String>,
+    /// The `next_cursor` of the previous page.
+    cursor: Option<String>,
+    /// Jobs per page (1 to 200, default 50).
+    limit: Option<u32>,
+}
+
+/// List jobs, newest first, a page at a time.
+#[utoipa::path(
+    get, path = "/api/v1/jobs", tag = "jobs", params(ListQuery),
+    responses(
+        (status = 200, description = "A page of jobs", body = schema::JobPage),
+        (status = 400, description = "A bad filter or cursor", body = schema::Problem),
+    ),
+)]
+pub(crate) async fn list(
+    State(state): State<ServerState>,
+    caller: Caller,
+    Query(q): Query<ListQuery>,
+) -> ApiResult<Response> {
+    caller.require_read()?;
+    let status = q
+        .status
+        .as_deref()
+        .map(|s| {
+            s.parse::<JobStatus>().map_err(|_| {
+                ApiError::bad_request(format!(
+                    "`status` `{}` is not a job status; use one of queued, running, \
+                     waiting_input, waiting_subtasks, completed, aborted, exceeded, failed, \
+                     cancelled",
+                    s.escape_debug()
+                ))
+            })
+        })
+        .transpose()?;
+    let cursor = q.cursor.as_deref().map(parse_job_id).transpose()?;
+    let filter = JobFilter {
+        status,
+        piece: q.piece,
+        parent: None,
+    };
+    let page =
+        maestro_app::jobs_page(state.store(), &filter, cursor, q.limit.unwrap_or(50)).await?;
+    Ok(Json(page).into_response())
+}
+
+/// Parses a job id from a path or query.
+pub(crate) fn parse_job_id(text: &str) -> Result<JobId, ApiError> {
+    text.parse::<JobId>().map_err(|_| {
+        ApiError::not_found(format!(
+            "`{}` is not a job id (ids are UUIDs, as `GET /api/v1/jobs` lists them)",
+            text.escape_debug()
+        ))
+    })
+}
+
+/// One job.
+#[utoipa::path(
+    get, path = "/api/v1/jobs/{id}", tag = "jobs",
+    params(("id" = String, Path, description = "The job's id")),
+    responses(
+        (status = 200, description = "The job", body = schema::Job),
+        (status = 404, description = "No such job (or not one of yours)", body = schema::Problem),
+    ),
+)]
+pub(crate) async fn show(
+    State(state): State<ServerState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> ApiResult<Response> {
+    caller.require_read()?;
+    let id = caller.visible_job(&state, &id).await?;
+    Ok(Json(maestro_app::job_detail(state.store(), id).await?).into_response())
+}
+
+/// Cancel a job and its descendants.
+#[utoipa::path(
+    post, path = "/api/v1/jobs/{id}/cancel", tag = "jobs",
+    params(("id" = String, Path, description = "The job's id")),
+    responses(
+        (status = 200, description = "The jobs cancelled", body = schema::Cancelled),
+        (status = 404, description = "No such job (or not one of yours)", body = schema::Problem),
+        (status = 409, description = "The job has already ended", body = schema::Problem),
+    ),
+)]
+pub(crate) async fn cancel(
+    State(state): State<ServerState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> ApiResult<Response> {
+    caller.require_write()?;
+    let id = caller.visible_job(&state, &id).await?;
+    let cancelled = maestro_app::cancel_job(state.store(), id, &caller.name).await?;
+    Ok(Json(serde_json::json!({ "cancelled": cancelled })).into_response())
+}
+
+/// The subtasks a job spawned.
+#[utoipa::path(
+    get, path = "/api/v1/jobs/{id}/children", tag = "jobs",
+    params(("id" = String, Path, description = "The job's id")),
+    responses(
+        (status = 200, description = "Its children, newest first", body = schema::JobPage),
+        (status = 404, description = "No such job (or not one of yours)", body = schema::Problem),
+    ),
+)]
+pub(crate) async fn children(
+    State(state): State<ServerState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> ApiResult<Response> {
+    caller.require_read()?;
+    let id = caller.visible_job(&state, &id).await?;
+    let filter = JobFilter {
+        parent: Some(id),
+        ..JobFilter::default()
+    };
+    let page = maestro_app::jobs_page(state.store(), &filter, None, maestro_app::MAX_PAGE).await?;
+    Ok(Json(page).into_response())
+}
+
+/// A job's comments: its questions, their answers, and notes.
+#[utoipa::path(
+    get, path = "/api/v1/jobs/{id}/comments", tag = "jobs",
+    params(("id" = String, Path, description = "The job's id")),
+    responses(
+        (status = 200, description = "Oldest first", body = Vec<schema::Comment>),
+        (status = 404, description = "No such job (or not one of yours)", body = schema::Problem),
+    ),
+)]
+pub(crate) async fn comments(
+    State(state): State<ServerState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> ApiResult<Response> {
+    caller.require_read()?;
+    let id = caller.visible_job(&state, &id).await?;
+    Ok(Json(maestro_app::job_comments(state.store(), id).await?).into_response())
+}
+
+/// `POST /jobs/{id}/comments`.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct CommentBody {
+    /// The text. On a job waiting for input it is the answer to its question.
+    body: String,
+}
+
+/// Comment on a job: on a job waiting for input, the answer (the job goes on in the same
+/// conversation); otherwise a note.
+#[utoipa::path(
+    post, path = "/api/v1/jobs/{id}/comments", tag = "jobs",
+    params(("id" = String, Path, description = "The job's id")),
+    request_body = CommentBody,
+    responses(
+        (status = 201, description = "Added; `kind` says whether it answered", body = schema::Comment),
+        (status = 404, description = "No such job (or not one of yours)", body = schema::Problem),
+        (status = 409, description = "Another answer got there first; this one is kept as a \
+            note", body = schema::Problem),
+    ),
+)]
+pub(crate) async fn comment(
+    State(state): State<ServerState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<CommentBody>,
+) -> ApiResult<Response> {
+    caller.require_write()?;
+    let id = caller.visible_job(&state, &id).await?;
+    match maestro_app::comment_on_job(state.store(), id, &caller.name, &body.body).await? {
+        Commented::Answered(c) => {
+            state.wake_worker();
+            Ok((StatusCode::CREATED, Json(c)).into_response())
+        }
+        Commented::Note(c) => Ok((StatusCode::CREATED, Json(c)).into_response()),
+        Commented::LostRace { note, status } => Err(ApiError::conflict(format!(
+            "job {id} was answered by someone else a moment ago and is {status} now; your \
+             comment is kept as note {} and the run goes on with the other answer",
+            note.id
+        ))
+        .with("note", serde_json::to_value(&note).unwrap_or_default())),
+    }
+}

@@ -1,0 +1,21 @@
+//! `maestro serve`: the HTTP API over Maestro's job system (`maestro-app`), its live event
+//! stream, and its operations endpoints. This crate holds HTTP alone: every use case is a call
+//! into `maestro-app`.
+//!
+//! See `docs/server.md` for the API, the stream, limits and deployment.
+
+mod auth;
+mod error;
+mod events;
+mod extract;
+mod jobs;
+mod metrics;
+mod openapi;
+mod ops;
+mod router;
+mod state;
+mod watch_interim;
+
+pub use error::ApiError;
+pub use router::{openapi_document, router, serve};
+pub use state::{Limits, ServerState};

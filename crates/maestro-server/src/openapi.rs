@@ -1,0 +1,147 @@
+//! The OpenAPI 3.1 document, generated from the handlers (`utoipa`): served at
+//! `/api/v1/openapi.json`, with a committed copy (`openapi.json` in this crate) that a test
+//! holds it to.
+
+use utoipa::OpenApi;
+
+/// The document's frame; the routes add their paths (`router::api`).
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "Maestro",
+        description = "The job system of Maestro over HTTP: submit tasks, follow their runs live, \
+            answer their questions, download what they made. Errors are \
+            `application/problem+json`.",
+        license(name = "Apache-2.0", identifier = "Apache-2.0"),
+    ),
+    tags(
+        (name = "jobs", description = "Jobs, their events, comments and files"),
+        (name = "operations", description = "Health, readiness and metrics"),
+    ),
+)]
+pub(crate) struct ApiDoc;
+
+/// The shapes the API answers with, as the document describes them. The handlers answer with
+/// `maestro-app`'s types; a test holds these to what those serialise to.
+pub(crate) mod schema {
+    #![allow(dead_code)]
+
+    use utoipa::ToSchema;
+
+    /// An error (RFC 9457).
+    #[derive(ToSchema)]
+    pub(crate) struct Problem {
+        /// Always `about:blank`.
+        r#type: String,
+        /// The status's reason phrase.
+        title: String,
+        /// The HTTP status.
+        status: u16,
+        /// What went wrong and what to do about it.
+        detail: String,
+        /// For a field at fault, its path in the body.
+        field: Option<String>,
+    }
+
+    /// Tokens a run used.
+    #[derive(ToSchema)]
+    pub(crate) struct Usage {
+        prompt_tokens: u64,
+        completion_tokens: u64,
+        total_tokens: u64,
+    }
+
+    /// How a run ended or parked.
+    #[derive(ToSchema)]
+    pub(crate) struct JobResult {
+        /// The run's id (its record's name).
+        run_id: String,
+        /// `completed`, `aborted`, `exceeded`, `failed`, `needs_user_input`,
+        /// `waiting_subtasks`.
+        status: String,
+        /// The text the run ended with: its answer, or why it ended so.
+        result: Option<String>,
+        /// The tokens it used.
+        usage: Option<Usage>,
+    }
+
+    /// A job.
+    #[derive(ToSchema)]
+    pub(crate) struct Job {
+        /// A UUIDv7: ids sort by submission time.
+        id: String,
+        /// `queued`, `running`, `waiting_input`, `waiting_subtasks`, `completed`, `aborted`,
+        /// `exceeded`, `failed`, `cancelled`.
+        status: String,
+        /// The piece as submitted: a name or `auto`.
+        piece: String,
+        /// The job that spawned it, for a subtask.
+        parent_id: Option<String>,
+        /// Claims so far.
+        attempt: i64,
+        /// RFC 3339.
+        created_at: String,
+        /// RFC 3339.
+        updated_at: String,
+        /// How the run ended or parked, once it has.
+        result: Option<JobResult>,
+        /// Why it ended other than by its run's outcome, or why its last attempt failed.
+        reason: Option<String>,
+        /// The open question of a job waiting for input.
+        question: Option<String>,
+        /// The schedule that fired it.
+        schedule_id: Option<String>,
+        /// The slot it was fired for (RFC 3339).
+        scheduled_for: Option<String>,
+        /// A subtask's title.
+        title: Option<String>,
+        /// Levels below the submitted job it descends from.
+        depth: i64,
+        /// The task.
+        task: String,
+        /// Higher runs first.
+        priority: i64,
+        /// The task class.
+        class: String,
+        /// Tokens used, as of the run's last end or park.
+        usage: Usage,
+    }
+
+    /// A page of jobs.
+    #[derive(ToSchema)]
+    pub(crate) struct JobPage {
+        /// Newest first.
+        jobs: Vec<Job>,
+        /// The cursor of the next page; absent on the last.
+        next_cursor: Option<String>,
+    }
+
+    /// The jobs a cancel stopped.
+    #[derive(ToSchema)]
+    pub(crate) struct Cancelled {
+        /// The job and its descendants that were still going.
+        cancelled: Vec<String>,
+    }
+
+    /// A comment on a job.
+    #[derive(ToSchema)]
+    pub(crate) struct Comment {
+        id: i64,
+        job_id: String,
+        author: String,
+        /// `question`, `answer` or `note`.
+        kind: String,
+        body: String,
+        /// RFC 3339.
+        created_at: String,
+    }
+}
+
+/// The document as served: wildcard segments written as plain parameters.
+pub(crate) fn finish(mut doc: utoipa::openapi::OpenApi) -> utoipa::openapi::OpenApi {
+    let paths = std::mem::take(&mut doc.paths.paths);
+    for (path, item) in paths {
+        doc.paths.paths.insert(path.replace("{*", "{"), item);
+    }
+    doc
+}

@@ -1,0 +1,58 @@
+//! Operations: `/healthz` (the process answers), `/readyz` (the store answers and its schema
+//! is current) and `/metrics`.
+
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+
+use crate::error::ApiError;
+use crate::state::ServerState;
+
+/// The process is up.
+#[utoipa::path(
+    get, path = "/healthz", tag = "operations",
+    responses((status = 200, description = "The process answers", body = String)),
+)]
+pub(crate) async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+/// The server can serve: its store answers and has the schema this build writes.
+#[utoipa::path(
+    get, path = "/readyz", tag = "operations",
+    responses(
+        (status = 200, description = "Ready", body = String),
+        (status = 503, description = "The store does not answer, or its schema differs",
+            body = crate::openapi::schema::Problem),
+    ),
+)]
+pub(crate) async fn readyz(State(state): State<ServerState>) -> Response {
+    match maestro_app::check_ready(state.store()).await {
+        Ok(()) => "ready\n".into_response(),
+        Err(e) => {
+            tracing::warn!("not ready: {}", maestro_app::error_chain(&e));
+            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()).into_response()
+        }
+    }
+}
+
+/// Metrics in the Prometheus text format.
+#[utoipa::path(
+    get, path = "/metrics", tag = "operations",
+    responses((status = 200, description = "Prometheus text format", body = String,
+        content_type = "text/plain; version=0.0.4")),
+)]
+pub(crate) async fn metrics(State(state): State<ServerState>) -> Response {
+    let counts = match maestro_app::job_counts(state.store()).await {
+        Ok(counts) => counts,
+        Err(e) => return ApiError::from(e).into_response(),
+    };
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        state.metrics().render(&counts),
+    )
+        .into_response()
+}

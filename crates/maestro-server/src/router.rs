@@ -1,0 +1,109 @@
+//! The routes, their layers, and serving them.
+
+use std::time::Instant;
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
+use axum::http::StatusCode;
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use tokio_util::sync::CancellationToken;
+use utoipa::OpenApi as _;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use crate::error::ApiError;
+use crate::openapi::ApiDoc;
+use crate::state::ServerState;
+use crate::{events, jobs, ops};
+
+fn api() -> OpenApiRouter<ServerState> {
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .routes(routes!(jobs::submit, jobs::list))
+        .routes(routes!(jobs::show))
+        .routes(routes!(jobs::cancel))
+        .routes(routes!(jobs::children))
+        .routes(routes!(jobs::comments, jobs::comment))
+        .routes(routes!(events::events))
+        .routes(routes!(ops::healthz))
+        .routes(routes!(ops::readyz))
+        .routes(routes!(ops::metrics))
+}
+
+/// The OpenAPI document of every route, as `/api/v1/openapi.json` serves it.
+pub fn openapi_document() -> utoipa::openapi::OpenApi {
+    let (_, doc) = api().split_for_parts();
+    crate::openapi::finish(doc)
+}
+
+/// The server's routes with their limits and metrics.
+pub fn router(state: ServerState) -> Router {
+    let (routes, doc) = api().split_for_parts();
+    let doc = crate::openapi::finish(doc);
+    let doc_json = doc.to_pretty_json().unwrap_or_default();
+    let limits = state.limits().clone();
+    routes
+        .route(
+            "/api/v1/openapi.json",
+            axum::routing::get(move || async move {
+                (
+                    [(axum::http::header::CONTENT_TYPE, "application/json")],
+                    doc_json,
+                )
+            }),
+        )
+        .fallback(not_found)
+        .layer(DefaultBodyLimit::max(limits.max_body_bytes))
+        .layer(middleware::from_fn_with_state(state.clone(), observe))
+        .with_state(state)
+}
+
+async fn not_found(request: Request) -> ApiError {
+    ApiError::not_found(format!(
+        "no route {} {}; `GET /api/v1/openapi.json` lists every route",
+        request.method(),
+        request.uri().path()
+    ))
+}
+
+/// Counts each request by route template and status, and ends a request that takes longer
+/// than the limit (streams excepted: their handler answers at once, and the body follows).
+async fn observe(State(state): State<ServerState>, request: Request, next: Next) -> Response {
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_string(), |p| p.as_str().to_string());
+    let method = request.method().to_string();
+    let started = Instant::now();
+    let timeout = state.limits().request_timeout;
+    let response = match tokio::time::timeout(timeout, next.run(request)).await {
+        Ok(response) => response,
+        Err(_) => ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            format!(
+                "the request took longer than {} s (`server.request_timeout_secs`); try again, \
+                 or ask for less at once",
+                timeout.as_secs()
+            ),
+        )
+        .into_response(),
+    };
+    state.metrics().request(
+        &route,
+        &method,
+        response.status().as_u16(),
+        started.elapsed().as_secs_f64(),
+    );
+    response
+}
+
+/// Serves `router` on `listener` until `shutdown`, then lets requests in flight finish.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    router: Router,
+    shutdown: CancellationToken,
+) -> std::io::Result<()> {
+    axum::serve(listener, router)
+        .with_graceful_shutdown(async move { shutdown.cancelled().await })
+        .await
+}

@@ -1,0 +1,118 @@
+//! What every handler shares: the store, the configuration, this node's worker (when it runs
+//! one), the limits and the metrics.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use maestro_app::{EventRecord, JobId, RunObserver, Store, Worker, WorkerOptions};
+use maestro_config::Config;
+
+use crate::metrics::Metrics;
+
+/// The limits of requests and streams; going over one is answered with a clear 4xx.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    /// The largest JSON or YAML body, in bytes.
+    pub max_body_bytes: usize,
+    /// The largest multipart submission (the task and its uploaded files together), in bytes.
+    pub max_upload_bytes: usize,
+    /// Stream clients one job may have on this node at once; one more is answered 429.
+    pub stream_clients_per_job: usize,
+    /// How long a request other than a stream may take before it is answered 408.
+    pub request_timeout: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            max_body_bytes: 1024 * 1024,
+            max_upload_bytes: 100 * 1024 * 1024,
+            stream_clients_per_job: 2_000,
+            request_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// The server's shared state. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct ServerState {
+    pub(crate) inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+pub(crate) struct Inner {
+    pub(crate) store: Store,
+    pub(crate) config: Config,
+    pub(crate) worker: Option<Worker>,
+    pub(crate) limits: Limits,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) streams: crate::events::StreamCounts,
+}
+
+impl ServerState {
+    /// The state of a server over `store`; with `worker`, this node runs a worker too (start it
+    /// with [`ServerState::worker`]), whose runs' text streams live to this node's clients and
+    /// whose runs this node's metrics count.
+    pub fn new(
+        store: Store,
+        config: Config,
+        worker: Option<WorkerOptions>,
+        limits: Limits,
+    ) -> ServerState {
+        let metrics = Arc::new(Metrics::new());
+        let worker = worker.map(|options| {
+            let observer: Arc<dyn RunObserver> = Arc::new(MetricsObserver(Arc::clone(&metrics)));
+            Worker::observed(store.clone(), config.clone(), options, Some(observer))
+        });
+        ServerState {
+            inner: Arc::new(Inner {
+                store,
+                config,
+                worker,
+                limits,
+                metrics,
+                streams: crate::events::StreamCounts::default(),
+            }),
+        }
+    }
+
+    pub(crate) fn store(&self) -> &Store {
+        &self.inner.store
+    }
+
+    pub(crate) fn config(&self) -> &Config {
+        &self.inner.config
+    }
+
+    pub(crate) fn limits(&self) -> &Limits {
+        &self.inner.limits
+    }
+
+    pub(crate) fn metrics(&self) -> &Metrics {
+        &self.inner.metrics
+    }
+}
+
+impl ServerState {
+    /// A job was queued or answered here: this node's worker looks for it now.
+    pub(crate) fn wake_worker(&self) {
+        if let Some(worker) = &self.inner.worker {
+            worker.wake();
+        }
+    }
+
+    /// This node's worker, when it runs one: run it with [`Worker::run`].
+    pub fn worker(&self) -> Option<&Worker> {
+        self.inner.worker.as_ref()
+    }
+}
+
+/// Counts the runs of this node's worker into the metrics.
+#[derive(Debug)]
+struct MetricsObserver(Arc<Metrics>);
+
+impl RunObserver for MetricsObserver {
+    fn event(&self, job: JobId, record: &EventRecord) {
+        self.0.event(job, record);
+    }
+}

@@ -89,6 +89,17 @@ pub enum JobError {
     /// A comment is empty or only whitespace.
     #[error("the comment on job {0} is empty; write what you want to say")]
     EmptyComment(JobId),
+    /// A comment answers a question the job never asked.
+    #[error(
+        "job {job} has no question {comment}; `in_reply_to` takes the id of one of its \
+         comments of kind `question`"
+    )]
+    NoSuchQuestion {
+        /// The job commented on.
+        job: JobId,
+        /// The comment id given.
+        comment: i64,
+    },
 }
 
 /// Queues a task. The piece is looked up now, so that a misspelt name fails at once; the name

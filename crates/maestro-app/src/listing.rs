@@ -114,18 +114,56 @@ pub enum Commented {
     },
 }
 
-/// Comments on a job: the answer to its question when it waits for input (exactly one of two
-/// racing answers wins), a note otherwise. An empty comment is refused.
+/// Comments on a job. On a job waiting for input the comment is the answer to its question,
+/// and exactly one of two racing answers wins. `in_reply_to` names the question a client
+/// answers (its comment id): when that question is already answered, the comment is kept as a
+/// note and reported as [`Commented::LostRace`], however late it comes. Any other comment is a
+/// note. An empty comment is refused.
 pub async fn comment_on_job(
     store: &Store,
     id: JobId,
     author: &str,
     body: &str,
+    in_reply_to: Option<i64>,
 ) -> Result<Commented, JobError> {
     if body.trim().is_empty() {
         return Err(JobError::EmptyComment(id));
     }
     let job = store.job(id).await?.ok_or(JobError::NoSuchJob(id))?;
+    let open_question = if job.status == JobStatus::WaitingInput {
+        store
+            .comments(id)
+            .await?
+            .into_iter()
+            .rev()
+            .find(|c| c.kind == CommentKind::Question)
+            .map(|c| c.id)
+    } else {
+        None
+    };
+    if let Some(question) = in_reply_to {
+        let asked = store
+            .comments(id)
+            .await?
+            .into_iter()
+            .any(|c| c.id == question && c.kind == CommentKind::Question);
+        if !asked {
+            return Err(JobError::NoSuchQuestion {
+                job: id,
+                comment: question,
+            });
+        }
+        if open_question != Some(question) {
+            let note = store
+                .add_comment(id, author, CommentKind::Note, body)
+                .await?;
+            let status = store.job(id).await?.map_or(job.status, |j| j.status);
+            return Ok(Commented::LostRace {
+                note: comment(store, id, note).await?,
+                status,
+            });
+        }
+    }
     if job.status == JobStatus::WaitingInput {
         match store.answer(id, author, body).await {
             Ok(comment_id) => {

@@ -90,6 +90,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<u8> {
             }
         };
         stop_ticks.cancel();
+        state.close_streams();
         stop_http.cancel();
         if let Some(ticker) = ticker {
             let _ = ticker.await;

@@ -100,6 +100,8 @@ impl From<JobError> for ApiError {
             e @ (JobError::EmptyTask
             | JobError::MaxAttempts(_)
             | JobError::EmptyAnswer(_)
+            | JobError::EmptyComment(_)
+            | JobError::NoSuchQuestion { .. }
             | JobError::NotAJob(_)) => ApiError::bad_request(e.to_string()),
             e => ApiError::internal("handle the job", &e),
         }

@@ -158,9 +158,17 @@ pub(crate) async fn stream_job(
     let mut watch =
         crate::watch_interim::watch_job(state.store(), state.worker(), id, after).await?;
     let (tx, rx) = mpsc::channel::<Event>(64);
+    let closing = state.inner.closing.clone();
     tokio::spawn(async move {
         let _slot = slot;
-        while let Some(item) = watch.next().await {
+        loop {
+            let item = tokio::select! {
+                item = watch.next() => item,
+                () = closing.cancelled() => None,
+            };
+            let Some(item) = item else {
+                return;
+            };
             let Some(event) = sse_event(&item) else {
                 continue;
             };

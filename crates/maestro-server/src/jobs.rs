@@ -255,6 +255,10 @@ pub(crate) async fn comments(
 pub(crate) struct CommentBody {
     /// The text. On a job waiting for input it is the answer to its question.
     body: String,
+    /// The id of the question (a comment of kind `question`) this answers. When that question
+    /// has already been answered, the comment is kept as a note and the answer is 409.
+    #[serde(default)]
+    in_reply_to: Option<i64>,
 }
 
 /// Comment on a job: on a job waiting for input, the answer (the job goes on in the same
@@ -278,15 +282,24 @@ pub(crate) async fn comment(
 ) -> ApiResult<Response> {
     caller.require_write()?;
     let id = caller.visible_job(&state, &id).await?;
-    match maestro_app::comment_on_job(state.store(), id, &caller.name, &body.body).await? {
+    match maestro_app::comment_on_job(
+        state.store(),
+        id,
+        &caller.name,
+        &body.body,
+        body.in_reply_to,
+    )
+    .await?
+    {
         Commented::Answered(c) => {
             state.wake_worker();
             Ok((StatusCode::CREATED, Json(c)).into_response())
         }
         Commented::Note(c) => Ok((StatusCode::CREATED, Json(c)).into_response()),
         Commented::LostRace { note, status } => Err(ApiError::conflict(format!(
-            "job {id} was answered by someone else a moment ago and is {status} now; your \
-             comment is kept as note {} and the run goes on with the other answer",
+            "the question of job {id} was answered by someone else already and the job is \
+             {status} now; your comment is kept as note {} and the run goes on with the other \
+             answer",
             note.id
         ))
         .with("note", serde_json::to_value(&note).unwrap_or_default())),

@@ -47,6 +47,8 @@ pub(crate) struct Inner {
     pub(crate) limits: Limits,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) streams: crate::events::StreamCounts,
+    /// Cancelled when the server stops: open streams end, so that it can.
+    pub(crate) closing: tokio_util::sync::CancellationToken,
 }
 
 impl ServerState {
@@ -72,6 +74,7 @@ impl ServerState {
                 limits,
                 metrics,
                 streams: crate::events::StreamCounts::default(),
+                closing: tokio_util::sync::CancellationToken::new(),
             }),
         }
     }
@@ -99,6 +102,12 @@ impl ServerState {
         if let Some(worker) = &self.inner.worker {
             worker.wake();
         }
+    }
+
+    /// Ends every open stream: call it when the server stops, before waiting for requests in
+    /// flight (a stream never ends on its own while its job goes on).
+    pub fn close_streams(&self) {
+        self.inner.closing.cancel();
     }
 
     /// This node's worker, when it runs one: run it with [`Worker::run`].

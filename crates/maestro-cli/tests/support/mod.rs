@@ -4,6 +4,7 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)] // each test binary uses part of it
 
 pub(crate) mod jobs;
+pub(crate) mod serve;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

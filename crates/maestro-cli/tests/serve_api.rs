@@ -1,0 +1,391 @@
+//! `maestro serve` over real HTTP on 127.0.0.1: the jobs API, its event stream across a park
+//! and its answer, an answer race, cancel, paging, and the errors a client gets for a bad
+//! request.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::HashSet;
+
+use maestro_testkit::{ScriptedLlm, Turn};
+use pretty_assertions::assert_eq;
+use serde_json::{Value, json};
+
+mod support;
+
+use support::jobs::{Project, complete, stderr};
+
+fn ask(question: &str) -> Turn {
+    Turn::tool_call(
+        "complete",
+        json!({"status": "needs_user_input", "result": question}),
+    )
+}
+
+async fn submit(served: &support::serve::Served, task: &str) -> String {
+    let (status, job) = served
+        .post("/api/v1/jobs", json!({"piece": "one", "task": task}))
+        .await;
+    assert_eq!(status, 201, "{job}");
+    assert_eq!(job["status"], "queued");
+    assert_eq!(job["task"], task);
+    job["id"].as_str().unwrap().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_job_is_followed_across_its_question_and_answer_to_its_end() {
+    let llm = ScriptedLlm::start([ask("Which cuisine?"), complete("Risotto.")]).await;
+    let project = Project::new();
+    let served = project.serve(&llm.base_url(), &[]);
+    let id = submit(&served, "Plan the dinner").await;
+
+    let mut stream = served.stream(&id, None).await;
+    let mut seen = Vec::new();
+    // Up to the park: the question is asked, and the stream stays open.
+    loop {
+        let event = stream.next().await.expect("the stream ended at the park");
+        let parked = event.event == "status" && event.data["status"] == "waiting_input";
+        seen.push(event);
+        if parked {
+            break;
+        }
+    }
+    let job = served
+        .until(&id, "waiting", |j| j["status"] == "waiting_input")
+        .await;
+    assert_eq!(job["question"], "Which cuisine?");
+    assert!(
+        job.get("run_dir").is_none() && job["result"].get("run_dir").is_none(),
+        "{job}"
+    );
+    let (status, answer) = served
+        .post(
+            &format!("/api/v1/jobs/{id}/comments"),
+            json!({"body": "Italian"}),
+        )
+        .await;
+    assert_eq!(status, 201, "{answer}");
+    assert_eq!(answer["kind"], "answer");
+    seen.extend(stream.rest().await);
+
+    // Every committed event once, in order, from 1; statuses through the park to the end.
+    let ids: Vec<i64> = seen
+        .iter()
+        .filter_map(|e| e.id.as_ref().map(|i| i.parse().unwrap()))
+        .collect();
+    assert_eq!(ids, (1..=ids.len() as i64).collect::<Vec<_>>());
+    let statuses: Vec<&str> = seen
+        .iter()
+        .filter(|e| e.event == "status")
+        .map(|e| e.data["status"].as_str().unwrap())
+        .collect();
+    assert!(statuses.contains(&"waiting_input"), "{statuses:?}");
+    assert_eq!(statuses.last(), Some(&"completed"), "{statuses:?}");
+    let finished = seen.iter().filter(|e| e.event == "run_finished").count();
+    assert_eq!(finished, 2, "the park's and the end's");
+    for event in seen.iter().filter(|e| e.id.is_some()) {
+        assert_eq!(event.data["type"], event.event.as_str());
+        assert_eq!(event.data["seq"].to_string(), *event.id.as_ref().unwrap());
+    }
+
+    // The log at once, the same events.
+    let jsonl = served
+        .http
+        .get(served.url(&format!("/api/v1/jobs/{id}/events?format=jsonl")))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(jsonl.lines().count(), ids.len());
+
+    let (_, comments) = served.get(&format!("/api/v1/jobs/{id}/comments")).await;
+    let kinds: Vec<&str> = comments
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["question", "answer"]);
+    let (_, job) = served.get(&format!("/api/v1/jobs/{id}")).await;
+    assert_eq!(job["result"]["result"], "Risotto.");
+    assert!(job["usage"]["total_tokens"].as_u64().unwrap() > 0, "{job}");
+
+    // A stream opened after the end replays everything and ends.
+    let again = served.stream(&id, Some(0)).await.rest().await;
+    assert_eq!(again.iter().filter(|e| e.id.is_some()).count(), ids.len());
+    // A cursor beyond the end is told so.
+    let beyond = served.stream(&id, Some(10_000)).await.rest().await;
+    assert_eq!(beyond[0].event, "resync");
+    assert_eq!(beyond[0].data["last_seq"], json!(ids.len()));
+
+    let metrics = served
+        .http
+        .get(served.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for name in [
+        "maestro_jobs{status=\"completed\"} 1",
+        "maestro_model_calls_total 2",
+        "maestro_runs_total{status=\"completed\"} 1",
+        "maestro_http_requests_total{route=\"/api/v1/jobs/{id}\",method=\"GET\",status=\"200\"}",
+    ] {
+        assert!(metrics.contains(name), "{name} missing:\n{metrics}");
+    }
+    for line in metrics
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+    {
+        assert!(line.starts_with("maestro_"), "{line}");
+        assert!(!line.contains(&id), "an id in a label: {line}");
+    }
+    served.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn of_two_racing_answers_one_wins_and_the_other_is_kept_as_a_note() {
+    let llm = ScriptedLlm::start([ask("Which cuisine?"), complete("Done.")]).await;
+    let project = Project::new();
+    let served = project.serve(&llm.base_url(), &[]);
+    let id = submit(&served, "Plan the dinner").await;
+    served
+        .until(&id, "waiting", |j| j["status"] == "waiting_input")
+        .await;
+    let path = format!("/api/v1/jobs/{id}/comments");
+    let (_, comments) = served.get(&path).await;
+    let question = comments[0]["id"].clone();
+    assert_eq!(comments[0]["kind"], "question");
+    // Two people answer the question they both see.
+    let (a, b) = tokio::join!(
+        served.post(&path, json!({"body": "Italian", "in_reply_to": question})),
+        served.post(&path, json!({"body": "French", "in_reply_to": question})),
+    );
+    let mut statuses = [a.0, b.0];
+    statuses.sort();
+    assert_eq!(statuses, [201, 409], "{a:?} {b:?}");
+    let lost = if a.0 == 409 { &a.1 } else { &b.1 };
+    assert!(
+        lost["detail"]
+            .as_str()
+            .unwrap()
+            .contains("answered by someone else already"),
+        "{lost}"
+    );
+    served
+        .until(&id, "completed", |j| j["status"] == "completed")
+        .await;
+    let (_, comments) = served.get(&path).await;
+    let kinds: Vec<&str> = comments
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["question", "answer", "note"]);
+    // The model heard exactly one answer.
+    let last = llm.requests().last().unwrap()["messages"].to_string();
+    assert!(last.contains("Italian") ^ last.contains("French"), "{last}");
+    // A comment on a job that is not waiting is a note.
+    let (status, note) = served.post(&path, json!({"body": "thanks"})).await;
+    assert_eq!((status, note["kind"].clone()), (201, json!("note")));
+    served.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cancelled_job_stops_and_a_second_cancel_is_a_conflict() {
+    let llm = ScriptedLlm::start([ask("Which cuisine?")]).await;
+    let project = Project::new();
+    let served = project.serve(&llm.base_url(), &[]);
+    let id = submit(&served, "Plan the dinner").await;
+    served
+        .until(&id, "waiting", |j| j["status"] == "waiting_input")
+        .await;
+    let (status, body) = served
+        .post(&format!("/api/v1/jobs/{id}/cancel"), json!({}))
+        .await;
+    assert_eq!((status, body["cancelled"].clone()), (200, json!([id])));
+    let (_, job) = served.get(&format!("/api/v1/jobs/{id}")).await;
+    assert_eq!(job["status"], "cancelled");
+    let (status, body) = served
+        .post(&format!("/api/v1/jobs/{id}/cancel"), json!({}))
+        .await;
+    assert_eq!(status, 409, "{body}");
+    let (status, children) = served.get(&format!("/api/v1/jobs/{id}/children")).await;
+    assert_eq!((status, children["jobs"].clone()), (200, json!([])));
+    served.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn jobs_are_listed_newest_first_a_page_at_a_time() {
+    let project = Project::new();
+    let served = project.serve("http://127.0.0.1:9", &["--no-worker"]);
+    let mut ids = Vec::new();
+    for n in 0..5 {
+        ids.push(submit(&served, &format!("task {n}")).await);
+    }
+    let mut listed = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let path = match &cursor {
+            Some(c) => format!("/api/v1/jobs?limit=2&cursor={c}"),
+            None => "/api/v1/jobs?limit=2".to_string(),
+        };
+        let (status, page) = served.get(&path).await;
+        assert_eq!(status, 200, "{page}");
+        for job in page["jobs"].as_array().unwrap() {
+            listed.push(job["id"].as_str().unwrap().to_string());
+        }
+        match page["next_cursor"].as_str() {
+            Some(c) => cursor = Some(c.to_string()),
+            None => break,
+        }
+    }
+    ids.reverse();
+    assert_eq!(listed, ids);
+    let (_, page) = served.get("/api/v1/jobs?status=completed").await;
+    assert_eq!(page["jobs"], json!([]));
+    let (_, page) = served.get("/api/v1/jobs?piece=one&limit=200").await;
+    assert_eq!(page["jobs"].as_array().unwrap().len(), 5);
+    // A stream open on a job that waits in the queue does not keep the server from stopping.
+    let mut stream = served.stream(&ids[0], None).await;
+    assert_eq!(stream.next().await.unwrap().data["status"], "queued");
+    served.stop().await;
+    assert_eq!(stream.next().await, None);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_requests_get_problem_documents_that_say_what_to_fix() {
+    let project = Project::new();
+    let served = project.serve("http://127.0.0.1:9", &["--no-worker"]);
+    let cases: Vec<(&str, &str, Value, u16, &str)> = vec![
+        (
+            "POST",
+            "/api/v1/jobs",
+            json!({"piece": "one", "task": "x", "colour": "red"}),
+            400,
+            "unknown field `colour`",
+        ),
+        (
+            "POST",
+            "/api/v1/jobs",
+            json!({"piece": "one", "task": "x", "workspace": "/etc"}),
+            400,
+            "never takes a host directory",
+        ),
+        (
+            "POST",
+            "/api/v1/jobs",
+            json!({"piece": "/etc/passwd", "task": "x"}),
+            400,
+            "never runs a file path",
+        ),
+        (
+            "POST",
+            "/api/v1/jobs",
+            json!({"piece": "pieces/one.yaml", "task": "x"}),
+            400,
+            "never runs a file path",
+        ),
+        (
+            "POST",
+            "/api/v1/jobs",
+            json!({"piece": "nosuch", "task": "x"}),
+            422,
+            "nosuch",
+        ),
+        (
+            "POST",
+            "/api/v1/jobs",
+            json!({"piece": "one", "task": "  "}),
+            400,
+            "the task is empty",
+        ),
+        (
+            "POST",
+            "/api/v1/jobs",
+            json!({"piece": "one"}),
+            400,
+            "missing field `task`",
+        ),
+        (
+            "GET",
+            "/api/v1/jobs?status=done",
+            Value::Null,
+            400,
+            "not a job status",
+        ),
+        (
+            "GET",
+            "/api/v1/jobs/not-an-id",
+            Value::Null,
+            404,
+            "not a job id",
+        ),
+        (
+            "GET",
+            "/api/v1/jobs/01a21469-d7c1-7768-a83c-3149cc1664aa",
+            Value::Null,
+            404,
+            "no job with id",
+        ),
+        ("GET", "/api/v1/nothing", Value::Null, 404, "openapi.json"),
+    ];
+    for (method, path, body, want, says) in cases {
+        let request = match method {
+            "POST" => served.http.post(served.url(path)).json(&body),
+            _ => served.http.get(served.url(path)),
+        };
+        let response = request.send().await.unwrap();
+        let status = response.status().as_u16();
+        let kind = response.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .to_string();
+        let problem: Value = response.json().await.unwrap();
+        assert_eq!(status, want, "{method} {path}: {problem}");
+        assert_eq!(kind, "application/problem+json", "{method} {path}");
+        assert_eq!(problem["status"], json!(want));
+        assert!(
+            problem["detail"].as_str().unwrap().contains(says),
+            "{method} {path}: {problem}"
+        );
+    }
+    // A body over the limit.
+    let big = "x".repeat(2 * 1024 * 1024);
+    let (status, problem) = served
+        .post("/api/v1/jobs", json!({"piece": "one", "task": big}))
+        .await;
+    assert_eq!(status, 413, "{problem}");
+    // Not JSON (on a new connection: the server closed the one it refused the body on).
+    let response = reqwest::Client::new()
+        .post(served.url("/api/v1/jobs"))
+        .body("piece=one")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 415);
+    // Nothing was queued by any of it.
+    let (_, page) = served.get("/api/v1/jobs").await;
+    assert_eq!(page["jobs"], json!([]));
+    served.stop().await;
+}
+
+#[tokio::test]
+async fn without_auth_only_a_loopback_address_is_served() {
+    let project = Project::new();
+    let out = project
+        .maestro(&["serve", "--bind", "0.0.0.0:0", "--no-worker"])
+        .await;
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("refusing to listen on 0.0.0.0:0 without auth"),
+        "{err}"
+    );
+    assert!(err.contains("--insecure-no-auth"), "{err}");
+    let ids: HashSet<&str> = HashSet::new();
+    assert!(ids.is_empty());
+}

@@ -88,7 +88,8 @@ pub use pieces::{
 };
 pub use schedule::{
     GRACE, Misfire, ScheduleError, ScheduleRequest, ScheduleSummary, Spec, SpecError, TICK,
-    TickReport, add_schedule, list_schedules, remove_schedule, set_paused, tick, zone,
+    TickReport, add_schedule, list_schedules, remove_schedule, set_paused, tick, update_schedule,
+    zone,
 };
 pub use store_log::{AppendFailure, EventWriter, StopLatch, StoreLog};
 pub use toolbox::{McpSelection, RequiredMcp, Toolbox, ToolboxError, load_options, tool_catalog};

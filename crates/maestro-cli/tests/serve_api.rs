@@ -108,6 +108,23 @@ async fn a_job_is_followed_across_its_question_and_answer_to_its_end() {
     assert_eq!(kinds, ["question", "answer"]);
     let (_, job) = served.get(&format!("/api/v1/jobs/{id}")).await;
     assert_eq!(job["result"]["result"], "Risotto.");
+    // The document describes what the server answers.
+    let (_, doc) = served.get("/api/v1/openapi.json").await;
+    let keys = |v: &Value| {
+        let mut k: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
+        k.sort();
+        k
+    };
+    let documented = &doc["components"]["schemas"]["Job"]["properties"];
+    let mut answered = keys(&job);
+    answered.retain(|k| k != "title"); // left out when the job has none
+    let mut described = keys(documented);
+    described.retain(|k| k != "title");
+    assert_eq!(answered, described);
+    assert_eq!(
+        keys(&job["result"]),
+        keys(&doc["components"]["schemas"]["JobResult"]["properties"])
+    );
     assert!(job["usage"]["total_tokens"].as_u64().unwrap() > 0, "{job}");
 
     // A stream opened after the end replays everything and ends.

@@ -13,7 +13,9 @@ mod metrics;
 mod openapi;
 mod ops;
 mod router;
+mod schedules;
 mod state;
+mod system;
 mod watch_interim;
 
 pub use error::ApiError;

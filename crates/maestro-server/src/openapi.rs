@@ -16,6 +16,8 @@ use utoipa::OpenApi;
     ),
     tags(
         (name = "jobs", description = "Jobs, their events, comments and files"),
+        (name = "schedules", description = "Schedules that fire jobs"),
+        (name = "system", description = "Tools and workers"),
         (name = "operations", description = "Health, readiness and metrics"),
     ),
 )]
@@ -121,6 +123,67 @@ pub(crate) mod schema {
     pub(crate) struct Cancelled {
         /// The job and its descendants that were still going.
         cancelled: Vec<String>,
+    }
+
+    /// A schedule.
+    #[derive(ToSchema)]
+    pub(crate) struct Schedule {
+        id: String,
+        piece: String,
+        task: String,
+        /// When it fires, e.g. `cron 0 9 * * 1-5`, `every 30m`.
+        spec: String,
+        /// The zone its times are read in.
+        tz: String,
+        /// `skip` or `catch_up_once`.
+        misfire: String,
+        paused: bool,
+        /// The next slot (RFC 3339); absent when paused or spent.
+        next_fire: Option<String>,
+        /// Slots it fired a job for.
+        fired: i64,
+        /// Slots it let pass.
+        missed: i64,
+    }
+
+    /// A tool a run may be offered.
+    #[derive(ToSchema)]
+    pub(crate) struct Tool {
+        name: String,
+        description: String,
+        /// Its input's JSON Schema.
+        input_schema: serde_json::Value,
+    }
+
+    /// An MCP server that did not answer.
+    #[derive(ToSchema)]
+    pub(crate) struct Unavailable {
+        server: String,
+        reason: String,
+    }
+
+    /// The configured tools.
+    #[derive(ToSchema)]
+    pub(crate) struct Tools {
+        tools: Vec<Tool>,
+        unavailable: Vec<Unavailable>,
+    }
+
+    /// A live worker.
+    #[derive(ToSchema)]
+    pub(crate) struct WorkerEntry {
+        id: String,
+        name: String,
+        profile: String,
+        task_classes: Vec<String>,
+        host: String,
+        pid: i64,
+        /// RFC 3339.
+        started_at: String,
+        /// RFC 3339.
+        heartbeat_at: String,
+        /// The jobs it runs now.
+        running: Vec<String>,
     }
 
     /// A comment on a job.

@@ -15,7 +15,7 @@ use utoipa_axum::routes;
 use crate::error::ApiError;
 use crate::openapi::ApiDoc;
 use crate::state::ServerState;
-use crate::{events, jobs, ops};
+use crate::{events, jobs, ops, schedules, system};
 
 fn api() -> OpenApiRouter<ServerState> {
     OpenApiRouter::with_openapi(ApiDoc::openapi())
@@ -25,9 +25,35 @@ fn api() -> OpenApiRouter<ServerState> {
         .routes(routes!(jobs::children))
         .routes(routes!(jobs::comments, jobs::comment))
         .routes(routes!(events::events))
+        .routes(routes!(schedules::list, schedules::add))
+        .routes(routes!(
+            schedules::show,
+            schedules::update,
+            schedules::delete
+        ))
+        .routes(routes!(schedules::pause))
+        .routes(routes!(schedules::resume))
+        .routes(routes!(system::tools))
+        .routes(routes!(system::workers))
         .routes(routes!(ops::healthz))
         .routes(routes!(ops::readyz))
         .routes(routes!(ops::metrics))
+        .routes(routes!(openapi_json))
+}
+
+/// This document.
+#[utoipa::path(
+    get, path = "/api/v1/openapi.json", tag = "operations",
+    responses((status = 200, description = "The OpenAPI 3.1 document", body = Object)),
+)]
+async fn openapi_json() -> Response {
+    static DOC: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let json = DOC.get_or_init(|| openapi_document().to_pretty_json().unwrap_or_default());
+    (
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        json.clone(),
+    )
+        .into_response()
 }
 
 /// The OpenAPI document of every route, as `/api/v1/openapi.json` serves it.
@@ -38,20 +64,9 @@ pub fn openapi_document() -> utoipa::openapi::OpenApi {
 
 /// The server's routes with their limits and metrics.
 pub fn router(state: ServerState) -> Router {
-    let (routes, doc) = api().split_for_parts();
-    let doc = crate::openapi::finish(doc);
-    let doc_json = doc.to_pretty_json().unwrap_or_default();
+    let (routes, _) = api().split_for_parts();
     let limits = state.limits().clone();
     routes
-        .route(
-            "/api/v1/openapi.json",
-            axum::routing::get(move || async move {
-                (
-                    [(axum::http::header::CONTENT_TYPE, "application/json")],
-                    doc_json,
-                )
-            }),
-        )
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(limits.max_body_bytes))
         .layer(middleware::from_fn_with_state(state.clone(), observe))

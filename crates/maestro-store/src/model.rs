@@ -547,10 +547,12 @@ pub enum AuditAction {
     ScheduleResume,
     /// A schedule was removed.
     ScheduleRemove,
+    /// A schedule's piece, task or timing was changed.
+    ScheduleUpdate,
 }
 
 impl AuditAction {
-    const ALL: [AuditAction; 7] = [
+    const ALL: [AuditAction; 8] = [
         AuditAction::Submit,
         AuditAction::Cancel,
         AuditAction::Answer,
@@ -558,6 +560,7 @@ impl AuditAction {
         AuditAction::SchedulePause,
         AuditAction::ScheduleResume,
         AuditAction::ScheduleRemove,
+        AuditAction::ScheduleUpdate,
     ];
 
     pub(crate) fn as_str(self) -> &'static str {
@@ -569,6 +572,7 @@ impl AuditAction {
             AuditAction::SchedulePause => "schedule_pause",
             AuditAction::ScheduleResume => "schedule_resume",
             AuditAction::ScheduleRemove => "schedule_remove",
+            AuditAction::ScheduleUpdate => "schedule_update",
         }
     }
 

@@ -169,6 +169,50 @@ impl Store {
         Ok(true)
     }
 
+    /// Changes a schedule's piece, task, spec, zone and misfire policy, keeping the slots it
+    /// fired (so a changed spec does not fire a slot again), and records it in the audit log;
+    /// `false` when no schedule has this id. `updated_at` moves, so slots of the old spec that
+    /// passed are not caught up under the new one.
+    pub async fn update_schedule(
+        &self,
+        id: &str,
+        schedule: &NewSchedule,
+        actor: &str,
+    ) -> StoreResult<bool> {
+        let mut tx = self.begin_write().await?;
+        let changed = sqlx::query::<Any>(
+            "UPDATE schedules SET piece = $1, task = $2, spec = $3, tz = $4, misfire = $5, \
+             updated_at = $6 WHERE id = $7",
+        )
+        .bind(schedule.piece.clone())
+        .bind(schedule.task.clone())
+        .bind(schedule.spec.clone())
+        .bind(schedule.tz.clone())
+        .bind(schedule.misfire.clone())
+        .bind(self.now_ms())
+        .bind(id.to_string())
+        .execute(&mut *tx)
+        .await
+        .map_err(StoreError::query("update a schedule"))?
+        .rows_affected();
+        if changed == 0 {
+            return Ok(false);
+        }
+        self.audit_in(
+            &mut tx,
+            actor,
+            AuditAction::ScheduleUpdate,
+            None,
+            Some(id),
+            Some(&schedule.spec),
+        )
+        .await?;
+        tx.commit()
+            .await
+            .map_err(StoreError::query("commit a schedule change"))?;
+        Ok(true)
+    }
+
     /// Removes a schedule and its fired slots (its jobs stay) and records it in the audit log;
     /// `false` when no schedule has this id.
     pub async fn remove_schedule(&self, id: &str, actor: &str) -> StoreResult<bool> {

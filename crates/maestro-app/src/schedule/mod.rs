@@ -155,6 +155,45 @@ pub async fn set_paused(
     }
 }
 
+/// Changes a schedule after the same checks as [`add_schedule`]; the slots it fired stay
+/// fired, and its paused state stays as it is.
+pub async fn update_schedule(
+    store: &Store,
+    config: &Config,
+    id: &str,
+    request: ScheduleRequest,
+) -> Result<(), ScheduleError> {
+    if request.task.trim().is_empty() {
+        return Err(ScheduleError::EmptyTask);
+    }
+    let tz = zone(&request.tz)?;
+    request.spec.check_fires(spec::to_chrono(store.now()), tz)?;
+    find_piece(
+        &request.piece,
+        &config.paths.pieces_dirs,
+        &load_options(config),
+    )?;
+    let updated = store
+        .update_schedule(
+            id,
+            &NewSchedule {
+                piece: request.piece,
+                task: request.task,
+                spec: request.spec.to_string(),
+                tz: request.tz,
+                misfire: request.misfire.as_str().to_string(),
+                created_by: request.created_by.clone(),
+            },
+            &request.created_by,
+        )
+        .await?;
+    if updated {
+        Ok(())
+    } else {
+        Err(ScheduleError::NoSuchSchedule(id.to_string()))
+    }
+}
+
 /// Removes a schedule; the jobs it fired stay.
 pub async fn remove_schedule(store: &Store, id: &str, actor: &str) -> Result<(), ScheduleError> {
     if store.remove_schedule(id, actor).await? {

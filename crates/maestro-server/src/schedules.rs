@@ -1,0 +1,222 @@
+//! `/api/v1/schedules`: list, one, add, update, pause, resume and delete.
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use maestro_app::{Misfire, ScheduleError, ScheduleRequest, Spec};
+use serde::Deserialize;
+
+use crate::auth::Caller;
+use crate::error::{ApiError, ApiResult};
+use crate::extract::ApiJson;
+use crate::jobs::piece_name;
+use crate::openapi::schema;
+use crate::state::ServerState;
+
+impl From<ScheduleError> for ApiError {
+    fn from(e: ScheduleError) -> ApiError {
+        match e {
+            ScheduleError::NoSuchSchedule(id) => {
+                ApiError::not_found(format!("no schedule with id {id}"))
+            }
+            ScheduleError::Store(e) => e.into(),
+            e @ (ScheduleError::Spec(_) | ScheduleError::EmptyTask) => {
+                ApiError::bad_request(e.to_string())
+            }
+            ScheduleError::Piece(e) => ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                maestro_app::error_chain(&e),
+            ),
+        }
+    }
+}
+
+/// A schedule to add, or what to change it to.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ScheduleBody {
+    /// The piece each fired job runs: a name, or `auto`.
+    piece: String,
+    /// The task each fired job runs.
+    task: String,
+    /// When it fires: `cron MIN HOUR DOM MON DOW`, `every 30m`, `daily 09:00`,
+    /// `weekly mon@09:00`, `monthly 1@09:00` or `once 2026-12-01T09:00:00Z`.
+    spec: String,
+    /// The tz database zone its times are read in (default `UTC`).
+    #[serde(default)]
+    tz: Option<String>,
+    /// `skip` (default) or `catch_up_once`: what to do with slots missed while no node ran.
+    #[serde(default)]
+    misfire: Option<String>,
+}
+
+impl ScheduleBody {
+    fn request(self, caller: &Caller) -> Result<ScheduleRequest, ApiError> {
+        piece_name(&self.piece)?;
+        let spec = self.spec.parse::<Spec>().map_err(|e| {
+            let why = match e {
+                maestro_app::SpecError::Stored(_) => String::new(),
+                e => format!(" ({e})"),
+            };
+            ApiError::bad_request(format!(
+                "`spec` `{}` is not understood{why}; write e.g. `cron 0 9 * * 1-5`, \
+                 `every 30m`, `daily 09:00`, `weekly mon@09:00`, `monthly 1@09:00` or \
+                 `once 2026-12-01T09:00:00Z`",
+                self.spec.escape_debug()
+            ))
+            .with("field", "spec".into())
+        })?;
+        let misfire = match self.misfire.as_deref() {
+            None => Misfire::default(),
+            Some(m) => m.parse::<Misfire>().map_err(|e| {
+                ApiError::bad_request(e.to_string()).with("field", "misfire".into())
+            })?,
+        };
+        Ok(ScheduleRequest {
+            piece: self.piece,
+            task: self.task,
+            spec,
+            tz: self.tz.unwrap_or_else(|| "UTC".to_string()),
+            misfire,
+            created_by: caller.name.clone(),
+        })
+    }
+}
+
+/// Every schedule with its next slot.
+#[utoipa::path(
+    get, path = "/api/v1/schedules", tag = "schedules",
+    responses((status = 200, description = "Oldest first", body = Vec<schema::Schedule>)),
+)]
+pub(crate) async fn list(State(state): State<ServerState>, caller: Caller) -> ApiResult<Response> {
+    caller.require_read()?;
+    let all = maestro_app::list_schedules(state.store(), time::OffsetDateTime::now_utc()).await?;
+    Ok(Json(all).into_response())
+}
+
+/// Add a schedule.
+#[utoipa::path(
+    post, path = "/api/v1/schedules", tag = "schedules", request_body = ScheduleBody,
+    responses(
+        (status = 201, description = "Added", body = schema::Schedule),
+        (status = 400, description = "A bad spec, zone or misfire policy", body = schema::Problem),
+        (status = 422, description = "No piece of that name", body = schema::Problem),
+    ),
+)]
+pub(crate) async fn add(
+    State(state): State<ServerState>,
+    caller: Caller,
+    ApiJson(body): ApiJson<ScheduleBody>,
+) -> ApiResult<Response> {
+    caller.require_write()?;
+    let request = body.request(&caller)?;
+    let id = maestro_app::add_schedule(state.store(), state.config(), request).await?;
+    let created = one_of(&state, &id).await?;
+    Ok((StatusCode::CREATED, Json(created)).into_response())
+}
+
+async fn one_of(state: &ServerState, id: &str) -> Result<maestro_app::ScheduleSummary, ApiError> {
+    maestro_app::list_schedules(state.store(), time::OffsetDateTime::now_utc())
+        .await?
+        .into_iter()
+        .find(|s| s.id == id)
+        .ok_or_else(|| ApiError::not_found(format!("no schedule with id {id}")))
+}
+
+/// One schedule.
+#[utoipa::path(
+    get, path = "/api/v1/schedules/{id}", tag = "schedules",
+    params(("id" = String, Path, description = "The schedule's id")),
+    responses(
+        (status = 200, description = "The schedule", body = schema::Schedule),
+        (status = 404, description = "No such schedule", body = schema::Problem),
+    ),
+)]
+pub(crate) async fn show(
+    State(state): State<ServerState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> ApiResult<Response> {
+    caller.require_read()?;
+    Ok(Json(one_of(&state, &id).await?).into_response())
+}
+
+/// Change a schedule; the slots it fired stay fired.
+#[utoipa::path(
+    put, path = "/api/v1/schedules/{id}", tag = "schedules", request_body = ScheduleBody,
+    params(("id" = String, Path, description = "The schedule's id")),
+    responses(
+        (status = 200, description = "Changed", body = schema::Schedule),
+        (status = 400, description = "A bad spec, zone or misfire policy", body = schema::Problem),
+        (status = 404, description = "No such schedule", body = schema::Problem),
+    ),
+)]
+pub(crate) async fn update(
+    State(state): State<ServerState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<ScheduleBody>,
+) -> ApiResult<Response> {
+    caller.require_write()?;
+    let request = body.request(&caller)?;
+    maestro_app::update_schedule(state.store(), state.config(), &id, request).await?;
+    Ok(Json(one_of(&state, &id).await?).into_response())
+}
+
+/// Pause a schedule: it fires nothing until resumed.
+#[utoipa::path(
+    post, path = "/api/v1/schedules/{id}/pause", tag = "schedules",
+    params(("id" = String, Path, description = "The schedule's id")),
+    responses(
+        (status = 200, description = "Paused", body = schema::Schedule),
+        (status = 404, description = "No such schedule", body = schema::Problem),
+    ),
+)]
+pub(crate) async fn pause(
+    State(state): State<ServerState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> ApiResult<Response> {
+    caller.require_write()?;
+    maestro_app::set_paused(state.store(), &id, true, &caller.name).await?;
+    Ok(Json(one_of(&state, &id).await?).into_response())
+}
+
+/// Resume a paused schedule; the slots that passed while paused are not fired.
+#[utoipa::path(
+    post, path = "/api/v1/schedules/{id}/resume", tag = "schedules",
+    params(("id" = String, Path, description = "The schedule's id")),
+    responses(
+        (status = 200, description = "Resumed", body = schema::Schedule),
+        (status = 404, description = "No such schedule", body = schema::Problem),
+    ),
+)]
+pub(crate) async fn resume(
+    State(state): State<ServerState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> ApiResult<Response> {
+    caller.require_write()?;
+    maestro_app::set_paused(state.store(), &id, false, &caller.name).await?;
+    Ok(Json(one_of(&state, &id).await?).into_response())
+}
+
+/// Delete a schedule; the jobs it fired stay.
+#[utoipa::path(
+    delete, path = "/api/v1/schedules/{id}", tag = "schedules",
+    params(("id" = String, Path, description = "The schedule's id")),
+    responses(
+        (status = 204, description = "Deleted"),
+        (status = 404, description = "No such schedule", body = schema::Problem),
+    ),
+)]
+pub(crate) async fn delete(
+    State(state): State<ServerState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> ApiResult<Response> {
+    caller.require_write()?;
+    maestro_app::remove_schedule(state.store(), &id, &caller.name).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}

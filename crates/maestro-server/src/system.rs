@@ -1,0 +1,49 @@
+//! `/api/v1/tools` and `/api/v1/workers`: what runs can use, and who runs them.
+
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+
+use crate::auth::Caller;
+use crate::error::{ApiError, ApiResult};
+use crate::openapi::schema;
+use crate::state::ServerState;
+
+/// How recent a worker's heartbeat must be for it to be listed.
+const LIVE_WITHIN: Duration = Duration::from_secs(60);
+
+/// The configured tools with their input schemas, and the MCP servers that did not answer.
+#[utoipa::path(
+    get, path = "/api/v1/tools", tag = "system",
+    responses((status = 200, description = "The tools", body = schema::Tools)),
+)]
+pub(crate) async fn tools(State(state): State<ServerState>, caller: Caller) -> ApiResult<Response> {
+    caller.require_read()?;
+    let listing = maestro_app::list_tools(state.config())
+        .await
+        .map_err(|e| ApiError::internal("list the tools", &e))?;
+    let unavailable: Vec<_> = listing
+        .unavailable
+        .into_iter()
+        .map(|(server, reason)| serde_json::json!({ "server": server, "reason": reason }))
+        .collect();
+    Ok(
+        Json(serde_json::json!({ "tools": listing.specs, "unavailable": unavailable }))
+            .into_response(),
+    )
+}
+
+/// The live workers and the jobs each runs now.
+#[utoipa::path(
+    get, path = "/api/v1/workers", tag = "system",
+    responses((status = 200, description = "Live workers", body = Vec<schema::WorkerEntry>)),
+)]
+pub(crate) async fn workers(
+    State(state): State<ServerState>,
+    caller: Caller,
+) -> ApiResult<Response> {
+    caller.require_read()?;
+    Ok(Json(maestro_app::live_workers(state.store(), LIVE_WITHIN).await?).into_response())
+}

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs the system programs the test suite runs for real: bubblewrap (the Bash sandbox),
 # OpenSSH server (SSH tools), PostgreSQL (the store's second backend; the tests start their own
-# throwaway clusters with its initdb and pg_ctl), sqlite3 and make (Bash policy tests), and
-# reference MCP servers. Idempotent; quick when all is present.
+# throwaway clusters with its initdb and pg_ctl), sqlite3 and make (Bash policy tests),
+# reference MCP servers, and the npm packages of the test OpenID Connect provider
+# (crates/maestro-testkit/oidc). Idempotent; quick when all is present.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,6 +15,9 @@ compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || need_apt+=(postgresq
 # Programs the Bash policy tests run inside the sandbox (harmless uses, and `*`).
 command -v sqlite3 >/dev/null || need_apt+=(sqlite3)
 command -v make >/dev/null || need_apt+=(make)
+# The MCP reference servers and the test OpenID Connect provider run on node.
+command -v node >/dev/null || need_apt+=(nodejs)
+command -v npm >/dev/null || need_apt+=(npm)
 if [ ${#need_apt[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -qq
@@ -32,4 +36,14 @@ if [ ! -x "$MCP_FS" ]; then
   command -v npm >/dev/null || { apt-get update -qq && apt-get install -y -qq nodejs npm >/dev/null; }
   npm install --silent --no-audit --no-fund --prefix /opt/maestro-test \
     @modelcontextprotocol/server-filesystem@2026.8.31 >/dev/null
+fi
+
+# The test OpenID Connect provider (npm oidc-provider, pinned by its package-lock.json), for
+# maestro_testkit::OidcProvider. Reinstalled when the lock file is newer than the install. It
+# needs node 20.12 or later (Debian 12's own nodejs is 18: its tests are then ignored).
+OIDC=crates/maestro-testkit/oidc
+if command -v npm >/dev/null \
+  && { [ ! -f "$OIDC/node_modules/.package-lock.json" ] \
+    || [ "$OIDC/package-lock.json" -nt "$OIDC/node_modules/.package-lock.json" ]; }; then
+  (cd "$OIDC" && npm ci --silent --no-audit --no-fund >/dev/null)
 fi

@@ -1,11 +1,12 @@
-//! Checks that build scripts share: whether PostgreSQL's `initdb` is installed.
+//! Checks that build scripts share: whether PostgreSQL's `initdb` is installed, whether the
+//! test OpenID Connect provider (node and its npm packages) can run.
 //!
 //! A crate whose tests run on a real PostgreSQL cluster calls [`check_postgres`] from its
 //! build script (as a build dependency): when `initdb` is missing the build is marked
 //! `no_postgres`, and the PostgreSQL tests (`#[cfg_attr(no_postgres, ignore = "…")]`) show as
 //! ignored with the install command instead of failing or passing unseen.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Prints the cargo directives of the check: declares the `no_postgres` cfg, sets it when
 /// neither `$MAESTRO_PG_BIN/initdb` nor Debian's `/usr/lib/postgresql/*/bin/initdb` exists (with
@@ -33,6 +34,68 @@ pub fn postgres_installed() -> bool {
             .any(|version| version.path().join("bin/initdb").exists())
     });
     from_env || from_debian
+}
+
+/// Prints the cargo directives of the OpenID Connect provider check: declares the
+/// `no_oidc_provider` cfg and sets it, with a build warning naming the fix, when `node` is not on
+/// `PATH`, is older than 20.12 (Debian 12's own `nodejs` is 18), or the npm packages of `crates/maestro-testkit/oidc` are not installed (`npm ci`
+/// there). Tests that start `maestro_testkit::OidcProvider` carry
+/// `#[cfg_attr(no_oidc_provider, ignore = "…")]`, so they show as ignored instead of failing.
+pub fn check_oidc_provider() {
+    println!("cargo::rustc-check-cfg=cfg(no_oidc_provider)");
+    let installed = oidc_provider_package();
+    // The whole directory, so that node_modules appearing or going away is seen (cargo
+    // compares the newest time of modification in it with the last run's).
+    println!(
+        "cargo::rerun-if-changed={}",
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../maestro-testkit/oidc")
+            .display()
+    );
+    let node = find_in_path("node");
+    println!(
+        "cargo::rerun-if-changed={}",
+        node.as_deref()
+            .unwrap_or(Path::new("/usr/bin/node"))
+            .display()
+    );
+    let missing = if node.is_none() {
+        "node is not on PATH (apt-get install nodejs npm, then scripts/prerequisites.sh)"
+    } else if !node_has_crypto_hash() {
+        "node is older than 20.12 (oidc-provider 9 needs crypto.hash): install node 20.12 or later"
+    } else if !installed.exists() {
+        "the npm packages of crates/maestro-testkit/oidc are not installed (npm ci there, or \
+         scripts/prerequisites.sh)"
+    } else {
+        return;
+    };
+    println!("cargo::rustc-cfg=no_oidc_provider");
+    println!("cargo::warning={missing}: the OpenID Connect tests will be ignored");
+}
+
+/// The file `npm ci` installs for the test OpenID Connect provider:
+/// `crates/maestro-testkit/oidc/node_modules/oidc-provider/package.json`.
+pub fn oidc_provider_package() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../maestro-testkit/oidc/node_modules/oidc-provider/package.json")
+}
+
+/// True when `node` has `crypto.hash` (node 20.12 and later), which `oidc-provider` 9 uses.
+fn node_has_crypto_hash() -> bool {
+    std::process::Command::new("node")
+        .args([
+            "-e",
+            "process.exit(typeof require('node:crypto').hash === 'function' ? 0 : 1)",
+        ])
+        .status()
+        .is_ok_and(|status| status.success())
+}
+
+fn find_in_path(program: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(program))
+        .find(|candidate| candidate.is_file())
 }
 
 /// Marks the build `no_mount` when this user cannot mount a size-limited tmpfs (not root, or no

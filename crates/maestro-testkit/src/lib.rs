@@ -1,9 +1,11 @@
 //! Test support shared by Maestro's crates: a scripted OpenAI-compatible server speaking real
 //! HTTP/SSE on 127.0.0.1 ([`ScriptedLlm`], scripted with [`Turn`]s), temporary workspaces
-//! ([`TempWorkspace`]), a real OpenSSH server on a loopback port ([`Sshd`]), and a throwaway
-//! PostgreSQL cluster ([`PgCluster`]).
+//! ([`TempWorkspace`]), a real OpenSSH server on a loopback port ([`Sshd`]), a throwaway
+//! PostgreSQL cluster ([`PgCluster`]), and a real OpenID Connect provider ([`OidcProvider`],
+//! npm `oidc-provider` run by node on 127.0.0.1; see the [`oidc`] module for its setup and use).
 
 mod ask;
+pub mod oidc;
 mod postgres;
 mod render;
 mod scripted;
@@ -11,6 +13,7 @@ mod sshd;
 mod turn;
 mod workspace;
 
+pub use oidc::{OidcClient, OidcError, OidcProvider};
 pub use postgres::PgCluster;
 pub use scripted::{RecordedRequest, ScriptedLlm, ScriptedLlmBuilder, Timing, listen_loopback};
 pub use sshd::Sshd;

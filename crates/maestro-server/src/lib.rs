@@ -10,6 +10,7 @@ mod events;
 mod extract;
 mod jobs;
 mod metrics;
+mod oidc;
 mod openapi;
 mod ops;
 mod router;

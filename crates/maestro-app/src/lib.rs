@@ -14,7 +14,7 @@
 //! let store = open_store(None, &config, PoolSize::Shared).await?;
 //! let id = submit(&store, &config, Submission {
 //!     piece: "default".into(), task: "fix the tests".into(), workspace: None, class: None,
-//!     priority: 0, max_attempts: None, submitted_by: "alice".into(),
+//!     priority: 0, max_attempts: None, submitted_by: "alice".into(), owner: None,
 //! }).await?;
 //! println!("{id}");
 //! # Ok(()) }

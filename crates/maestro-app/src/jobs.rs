@@ -32,6 +32,10 @@ pub struct Submission {
     pub max_attempts: Option<i64>,
     /// Who submits it (the audit log's actor).
     pub submitted_by: String,
+    /// The user (an email) the job belongs to: the server sets the signed-in user; `maestro
+    /// jobs submit` sets none (a job of the machine's operator, which only admins see in the
+    /// server's lists).
+    pub owner: Option<String>,
 }
 
 /// Why a use case failed.
@@ -127,6 +131,7 @@ pub async fn submit(store: &Store, config: &Config, s: Submission) -> Result<Job
         None => None,
     };
     let mut job = NewJob::new(s.piece, s.task, s.submitted_by);
+    job.owner = s.owner;
     job.workspace = workspace;
     job.priority = s.priority;
     if let Some(class) = s.class {
@@ -174,6 +179,9 @@ pub struct JobSummary {
     pub title: Option<String>,
     /// Levels below the submitted job it descends from (0 for a submitted job).
     pub depth: i64,
+    /// The user the job belongs to (an email); `None`: nobody's (submitted from the command
+    /// line).
+    pub owner: Option<String>,
 }
 
 pub(crate) async fn summary(store: &Store, job: Job) -> Result<JobSummary, JobError> {
@@ -203,6 +211,7 @@ pub(crate) async fn summary(store: &Store, job: Job) -> Result<JobSummary, JobEr
         scheduled_for: job.scheduled_for,
         title: job.title,
         depth: job.depth,
+        owner: job.owner,
     })
 }
 

@@ -14,12 +14,13 @@
 //! let store = open_store(None, &config, PoolSize::Shared).await?;
 //! let id = submit(&store, &config, Submission {
 //!     piece: "default".into(), task: "fix the tests".into(), workspace: None, class: None,
-//!     priority: 0, max_attempts: None, submitted_by: "alice".into(),
+//!     priority: 0, max_attempts: None, submitted_by: "alice".into(), owner: None,
 //! }).await?;
 //! println!("{id}");
 //! # Ok(()) }
 //! ```
 
+mod access;
 mod children;
 mod clients;
 mod completer;
@@ -43,6 +44,14 @@ mod subtasks;
 mod toolbox;
 mod worker;
 
+pub use access::{
+    AUDIT_PAGE_MAX, AccessError, AuthVia, LOCAL_ACTOR, NewSession, PendingLogin, Principal, Role,
+    SHARE_PREFIX, SHOWN_PREFIX_LEN, Scope, SessionCsrf, ShareInfo, TOKEN_PREFIX, TokenInfo, User,
+    add_user, add_user_as, audit_log, authenticate_token, begin_login, create_session,
+    create_share, create_token, create_token_as, end_session, find_user, list_shares, list_tokens,
+    list_users, login_user, record_audit, resolve_share, revoke_share, revoke_share_as,
+    revoke_token, revoke_token_as, session_principal, set_role, set_role_as, take_login,
+};
 pub use context::RunObserver;
 pub use errors::error_chain;
 pub use hand::{
@@ -65,8 +74,8 @@ pub use maestro_protocol::{EndReason, EventRecord, RunEvent, RunStatus};
 /// The store's names a front end uses: ids, statuses, the store handle and where its URL came
 /// from. Front ends reach the store only through this crate.
 pub use maestro_store::{
-    Comment, CommentKind, JobFilter, JobId, JobQueue, JobStatus, PoolSize, Store, StoreError,
-    StoreUrl, UrlOrigin,
+    AuditAction, AuditEntry, Comment, CommentKind, JobFilter, JobId, JobQueue, JobStatus, PoolSize,
+    Store, StoreError, StoreUrl, UrlOrigin,
 };
 /// How the Bash tool is confined, and what a tool answers: what `maestro tools call` sets and
 /// prints.

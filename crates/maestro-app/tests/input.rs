@@ -71,6 +71,7 @@ impl Project {
                 priority: 0,
                 max_attempts,
                 submitted_by: "alice".into(),
+                owner: None,
             },
         )
         .await
@@ -88,6 +89,7 @@ impl Project {
                 tz: "UTC".into(),
                 misfire: Misfire::Skip,
                 created_by: "alice".into(),
+                owner: None,
             },
         )
         .await

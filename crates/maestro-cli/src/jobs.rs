@@ -135,6 +135,7 @@ pub(crate) fn submit(args: SubmitArgs) -> anyhow::Result<u8> {
                 priority: args.priority,
                 max_attempts: args.max_attempts,
                 submitted_by: actor(),
+                owner: None,
             },
         )
         .await;

@@ -214,6 +214,7 @@ async fn add(args: AddArgs) -> anyhow::Result<u8> {
             tz: args.tz,
             misfire,
             created_by: actor(),
+            owner: None,
         },
     )
     .await;

@@ -40,7 +40,7 @@ pub(crate) struct Args {
 pub(crate) fn run(args: Args) -> anyhow::Result<u8> {
     crate::common::block_on(async move {
         let config = settings(&args.config, &[&args.model, &args.pieces, &args.runs])?;
-        if !args.bind.ip().is_loopback() && !args.insecure_no_auth {
+        if !args.bind.ip().is_loopback() && !config.auth.enabled && !args.insecure_no_auth {
             return Err(anyhow!(
                 "refusing to listen on {} without auth: anyone who reaches it could run jobs on \
                  this machine. Listen on a loopback address (the default, 127.0.0.1:8080), turn \

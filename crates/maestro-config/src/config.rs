@@ -11,6 +11,7 @@ use maestro_tools_ssh::{SshConnection, SshRegistry, SshRegistryError};
 use maestro_tools_web::WebConfig;
 use serde::{Deserialize, Serialize};
 
+use crate::auth::AuthConfig;
 use crate::engine::EngineSettings;
 use crate::error::ConfigError;
 use crate::llm::LlmConfig;
@@ -46,6 +47,8 @@ pub struct Config {
     pub workers: Vec<WorkerProfile>,
     /// `subtasks:` — how far runs may split into child runs.
     pub subtasks: SubtasksConfig,
+    /// `auth:` — who may use the server: the switch, admins, sessions, the OIDC provider.
+    pub auth: AuthConfig,
     /// The project root: the directory holding the project's `.maestro/` (the current
     /// directory when there is none). Defaults that name project files start here.
     #[serde(skip)]
@@ -345,6 +348,7 @@ impl Config {
                 );
             }
         }
+        found.extend(self.auth.check());
         found
     }
 }

@@ -24,6 +24,7 @@
 //!
 //! The fields and their defaults are documented in `docs/configuration.md`.
 
+mod auth;
 mod config;
 mod display;
 mod engine;
@@ -32,6 +33,7 @@ mod llm;
 mod load;
 mod parse;
 
+pub use auth::{AuthConfig, OidcConfig};
 pub use config::{Config, PathsConfig, SshConfig, StoreConfig, SubtasksConfig, WorkerProfile};
 pub use display::REDACTED;
 pub use engine::EngineSettings;

@@ -1,46 +1,179 @@
-//! Who is asking: every handler takes a [`Caller`], and asks it for the scope it needs and for
-//! the jobs it may see.
+//! Who is asking. Every handler takes a [`Caller`], asks it for the scope it needs, and asks it
+//! for the jobs it may see.
+//!
+//! - Without `auth.enabled`, the server listens on loopback only and every request is the
+//!   machine's own user, `local`, who may do everything.
+//! - With it, a request carries an API token (`Authorization: Bearer mst_…`) or a session
+//!   cookie (`maestro_session`, set by the OIDC login). A cookie-authenticated write must also
+//!   send `X-CSRF-Token` with the value of the `maestro_csrf` cookie. No credentials: 401; too
+//!   small a scope: 403; another user's job: 404, so that ids do not leak.
 
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
-use maestro_app::{JobId, JobQueue};
+use axum::http::{HeaderMap, Method, StatusCode, header};
+use maestro_app::{AccessError, JobId, JobQueue, Principal, Role, Scope};
 
 use crate::error::ApiError;
 use crate::jobs::parse_job_id;
 use crate::state::ServerState;
 
+/// The session cookie: `HttpOnly; Secure; SameSite=Lax`.
+pub(crate) const SESSION_COOKIE: &str = "maestro_session";
+/// The CSRF cookie, readable by the page, whose value cookie-authenticated writes send back in
+/// [`CSRF_HEADER`].
+pub(crate) const CSRF_COOKIE: &str = "maestro_csrf";
+/// The header a cookie-authenticated write carries.
+pub(crate) const CSRF_HEADER: &str = "x-csrf-token";
+
 /// The person or token behind a request.
 #[derive(Debug, Clone)]
 pub(crate) struct Caller {
-    /// The name the audit log and comments record.
+    /// The name the audit log and comments record: the user's e-mail, or `local`.
     pub(crate) name: String,
     /// Sees and acts on every job.
     pub(crate) admin: bool,
+    /// The owner of the jobs and schedules this caller makes, and whose jobs it sees; `None`
+    /// without auth.
+    pub(crate) owner: Option<String>,
+    /// What it authenticated as; `None` without auth.
+    pub(crate) principal: Option<Principal>,
+}
+
+impl From<AccessError> for ApiError {
+    fn from(e: AccessError) -> ApiError {
+        match e {
+            AccessError::Store(e) => e.into(),
+            e @ (AccessError::NoSuchUser { .. }
+            | AccessError::NoSuchToken { .. }
+            | AccessError::NoSuchShare { .. }
+            | AccessError::NoSuchUserId { .. }
+            | AccessError::NoSuchJob(_)) => ApiError::not_found(e.to_string()),
+            e @ AccessError::UserExists { .. } => ApiError::conflict(e.to_string()),
+            e @ AccessError::Disabled { .. } => ApiError::new(StatusCode::FORBIDDEN, e.to_string()),
+            e => ApiError::bad_request(e.to_string()),
+        }
+    }
+}
+
+fn unauthorized(detail: &str) -> ApiError {
+    ApiError::new(StatusCode::UNAUTHORIZED, detail)
+}
+
+/// The value of cookie `name`, if the request has it.
+pub(crate) fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v)
 }
 
 impl FromRequestParts<ServerState> for Caller {
     type Rejection = ApiError;
 
     async fn from_request_parts(
-        _parts: &mut Parts,
-        _state: &ServerState,
+        parts: &mut Parts,
+        state: &ServerState,
     ) -> Result<Self, Self::Rejection> {
-        // Without auth the server listens on loopback only, and whoever reaches it is the
-        // machine's own user.
+        if !state.auth().enabled {
+            return Ok(Caller {
+                name: maestro_app::LOCAL_ACTOR.to_string(),
+                admin: true,
+                owner: None,
+                principal: None,
+            });
+        }
+        let principal = if let Some(value) = parts.headers.get(header::AUTHORIZATION) {
+            let token = value
+                .to_str()
+                .ok()
+                .and_then(|v| v.strip_prefix("Bearer "))
+                .map(str::trim)
+                .ok_or_else(|| {
+                    unauthorized(
+                        "the Authorization header must be `Bearer <token>`, with a token from \
+                         `maestro tokens create`",
+                    )
+                })?;
+            maestro_app::authenticate_token(state.store(), token)
+                .await?
+                .ok_or_else(|| {
+                    unauthorized(
+                        "the API token is not valid: unknown, revoked or expired (or its user \
+                         is disabled); create another with `maestro tokens create`",
+                    )
+                })?
+        } else if let Some(session) = cookie(&parts.headers, SESSION_COOKIE) {
+            let (principal, csrf) = maestro_app::session_principal(state.store(), session)
+                .await?
+                .ok_or_else(|| {
+                    unauthorized("the session has ended or expired; log in again at /auth/login")
+                })?;
+            let safe = matches!(parts.method, Method::GET | Method::HEAD | Method::OPTIONS);
+            if !safe {
+                let presented = parts
+                    .headers
+                    .get(CSRF_HEADER)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or_default();
+                if !csrf.verify(presented) {
+                    return Err(ApiError::new(
+                        StatusCode::FORBIDDEN,
+                        "the CSRF check failed: a write made with the session cookie must send \
+                         the `X-CSRF-Token` header with the value of the `maestro_csrf` cookie",
+                    ));
+                }
+            }
+            principal
+        } else {
+            return Err(unauthorized(
+                "this server needs credentials: send `Authorization: Bearer <token>` (from \
+                 `maestro tokens create`), or log in at /auth/login",
+            ));
+        };
         Ok(Caller {
-            name: "local".to_string(),
-            admin: true,
+            name: principal.email.clone(),
+            admin: principal.role == Role::Admin,
+            owner: Some(principal.email.clone()),
+            principal: Some(principal),
         })
     }
 }
 
 impl Caller {
+    fn require(&self, scope: Scope) -> Result<(), ApiError> {
+        match &self.principal {
+            None => Ok(()),
+            Some(p) if p.can(scope) => Ok(()),
+            Some(_) => Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                format!(
+                    "this needs the `{scope}` scope, which these credentials do not have; use a \
+                     token created with `--scopes {scope}` (the `admin` scope also needs the \
+                     admin role)"
+                ),
+            )),
+        }
+    }
+
     pub(crate) fn require_read(&self) -> Result<(), ApiError> {
-        Ok(())
+        self.require(Scope::Read)
     }
 
     pub(crate) fn require_write(&self) -> Result<(), ApiError> {
-        Ok(())
+        self.require(Scope::Write)
+    }
+
+    pub(crate) fn require_admin(&self) -> Result<(), ApiError> {
+        self.require(Scope::Admin)
+    }
+
+    /// The owner a listing is narrowed to: none for an admin, the caller's own otherwise.
+    pub(crate) fn listing_owner(&self) -> Option<String> {
+        if self.admin { None } else { self.owner.clone() }
     }
 
     /// The job `id` when it exists and the caller may see it; 404 otherwise, so that ids of
@@ -52,7 +185,7 @@ impl Caller {
     ) -> Result<JobId, ApiError> {
         let id = parse_job_id(id)?;
         match state.store().job(id).await? {
-            Some(_) if self.admin => Ok(id),
+            Some(job) if self.admin || (job.owner.is_some() && job.owner == self.owner) => Ok(id),
             _ => Err(ApiError::not_found(format!("no job with id {id}"))),
         }
     }

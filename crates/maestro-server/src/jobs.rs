@@ -74,6 +74,7 @@ impl SubmitBody {
             priority: self.priority,
             max_attempts: self.max_attempts,
             submitted_by: caller.name.clone(),
+            owner: caller.owner.clone(),
         })
     }
 }
@@ -150,6 +151,7 @@ pub(crate) async fn list(
         status,
         piece: q.piece,
         parent: None,
+        owner: caller.listing_owner(),
     };
     let page =
         maestro_app::jobs_page(state.store(), &filter, cursor, q.limit.unwrap_or(50)).await?;

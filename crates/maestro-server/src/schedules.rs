@@ -80,6 +80,7 @@ impl ScheduleBody {
             tz: self.tz.unwrap_or_else(|| "UTC".to_string()),
             misfire,
             created_by: caller.name.clone(),
+            owner: caller.owner.clone(),
         })
     }
 }

@@ -87,6 +87,10 @@ impl ServerState {
         &self.inner.config
     }
 
+    pub(crate) fn auth(&self) -> &maestro_config::AuthConfig {
+        &self.inner.config.auth
+    }
+
     pub(crate) fn limits(&self) -> &Limits {
         &self.inner.limits
     }

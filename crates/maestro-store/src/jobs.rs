@@ -18,7 +18,8 @@ use crate::store::Store;
 
 pub(crate) const JOB_COLUMNS: &str = "id, piece, task, status, parent_id, priority, task_class, \
     workspace, submitted_by, attempts, max_attempts, fence, lease_owner, lease_expires_at, run_at, \
-    result, reason, created_at, updated_at, schedule_id, scheduled_for, depth, title, child_index";
+    result, reason, created_at, updated_at, schedule_id, scheduled_for, depth, title, child_index, \
+    owner";
 
 /// How often a store sweeps the jobs whose worker vanished (their lease lapsed): those with
 /// attempts left go back to the queue, the others end `failed`. The claim itself reads only
@@ -64,6 +65,7 @@ pub(crate) fn job_from_row(row: &AnyRow) -> StoreResult<Job> {
         depth: col(row, "depth")?,
         title: col(row, "title")?,
         child_index: col(row, "child_index")?,
+        owner: col(row, "owner")?,
     })
 }
 
@@ -79,7 +81,8 @@ fn event_from_row(row: &AnyRow) -> StoreResult<StoredEvent> {
 }
 
 impl Store {
-    /// Inserts a job inside `tx` (shared by submit and the scheduler's slot firing).
+    /// Inserts a job inside `tx` (shared by submit, spawns and the scheduler's slot firing). A
+    /// job fired by a schedule belongs to the schedule's owner.
     pub(crate) async fn insert_job(
         &self,
         tx: &mut Transaction<'static, Any>,
@@ -91,8 +94,9 @@ impl Store {
         let run_at = job.run_at.map(crate::clock::to_ms).unwrap_or(now);
         sqlx::query::<Any>(
             "INSERT INTO jobs (id, piece, task, status, parent_id, priority, task_class, workspace, \
-             submitted_by, max_attempts, run_at, created_at, updated_at, schedule_id, scheduled_for) \
-             VALUES ($1, $2, $3, 'queued', $4, $5, $6, $7, $8, $9, $10, $11, $11, $12, $13)",
+             submitted_by, max_attempts, run_at, created_at, updated_at, schedule_id, scheduled_for, \
+             owner) VALUES ($1, $2, $3, 'queued', $4, $5, $6, $7, $8, $9, $10, $11, $11, $12, $13, \
+             COALESCE((SELECT owner FROM schedules WHERE id = $12), $14))",
         )
         .bind(id.to_string())
         .bind(job.piece.clone())
@@ -107,6 +111,7 @@ impl Store {
         .bind(now)
         .bind(schedule.map(|(s, _)| s.to_string()))
         .bind(schedule.map(|(_, slot)| slot))
+        .bind(job.owner.clone())
         .execute(&mut **tx)
         .await
         .map_err(StoreError::query("insert a job"))?;
@@ -311,6 +316,24 @@ impl JobQueue for Store {
 }
 
 impl Store {
+    /// The jobs that belong to `owner` (optionally in one status), oldest first: what a user who
+    /// is not an admin may list.
+    pub async fn jobs_of(&self, owner: &str, status: Option<JobStatus>) -> StoreResult<Vec<Job>> {
+        let sql = format!(
+            "SELECT {JOB_COLUMNS} FROM jobs WHERE owner = $1 AND ($2 = '' OR status = $2) \
+             ORDER BY id"
+        );
+        sqlx::query::<Any>(sqlx::AssertSqlSafe(sql))
+            .bind(owner.to_string())
+            .bind(status.map(JobStatus::as_str).unwrap_or("").to_string())
+            .fetch_all(&self.pool)
+            .await
+            .map_err(StoreError::query("list a user's jobs"))?
+            .iter()
+            .map(job_from_row)
+            .collect()
+    }
+
     /// Claims the job `id` itself, for a worker that must run that job and no other (`maestro
     /// run` runs the job it just submitted; `maestro run --resume` continues one). The job must
     /// be queued, or running with an expired lease; with `reopen`, a job that ended `cancelled`

@@ -22,6 +22,7 @@
 //! # let _ = id; Ok(()) }
 //! ```
 
+mod auth;
 mod clock;
 mod error;
 mod events;
@@ -40,6 +41,9 @@ mod store;
 mod subtasks;
 mod url;
 
+pub use auth::{
+    NewToken, StoredLogin, StoredSession, StoredShare, StoredToken, StoredUser, secret_hash,
+};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{StoreError, StoreResult};
 pub use events::EventBatch;

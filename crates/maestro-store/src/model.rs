@@ -167,6 +167,10 @@ pub struct NewJob {
     pub max_attempts: i64,
     /// Not claimable before this time (None: now).
     pub run_at: Option<OffsetDateTime>,
+    /// The user the job belongs to (a user's email; `None`: nobody's, seen by admins only when
+    /// the server lists jobs by owner). A subtask takes its parent's owner, and a job a schedule
+    /// fires takes the schedule's owner, whatever is given here.
+    pub owner: Option<String>,
 }
 
 impl NewJob {
@@ -191,6 +195,7 @@ impl NewJob {
             workspace: None,
             max_attempts: NewJob::DEFAULT_MAX_ATTEMPTS,
             run_at: None,
+            owner: None,
         }
     }
 }
@@ -252,6 +257,8 @@ pub struct Job {
     /// A subtask's number among its parent's children, from 1 (its workspace is
     /// `subtasks/<n>/` in the parent's).
     pub child_index: Option<i64>,
+    /// The user the job belongs to (an email), when it has one.
+    pub owner: Option<String>,
 }
 
 /// Which task classes a worker claims.
@@ -473,6 +480,8 @@ pub struct NewSchedule {
     pub misfire: String,
     /// Who added it, as the audit log records it.
     pub created_by: String,
+    /// The user the schedule and every job it fires belong to (an email); `None`: nobody's.
+    pub owner: Option<String>,
 }
 
 /// A stored schedule and what it fired so far.
@@ -501,6 +510,8 @@ pub struct Schedule {
     pub last_slot: Option<OffsetDateTime>,
     /// Who added it.
     pub created_by: String,
+    /// The user it and the jobs it fires belong to, when it has one.
+    pub owner: Option<String>,
     /// When it was added.
     #[serde(with = "time::serde::rfc3339")]
     pub created_at: OffsetDateTime,
@@ -529,9 +540,11 @@ pub struct AuditEntry {
     pub detail: Option<String>,
 }
 
-/// The actions the audit log records.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
+/// The actions the audit log records. The column holds each action's name ([`AuditAction::as_str`]);
+/// a name this build does not know (written by a newer build, or by hand) reads back as
+/// [`AuditAction::Unknown`], so one such row never makes the log unreadable. Serialised as its
+/// name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum AuditAction {
     /// A job was submitted.
     Submit,
@@ -549,10 +562,33 @@ pub enum AuditAction {
     ScheduleRemove,
     /// A schedule's piece, task or timing was changed.
     ScheduleUpdate,
+    /// An API token was created (the detail names its scopes; never the token).
+    TokenCreated,
+    /// An API token was revoked.
+    TokenRevoked,
+    /// A user was added.
+    UserAdded,
+    /// A user's role was changed (the detail holds the new role).
+    UserRoleChanged,
+    /// A user signed in (a session began).
+    Login,
+    /// A user signed out (a session ended).
+    Logout,
+    /// A share link to a job was created.
+    ShareCreated,
+    /// A share link was revoked.
+    ShareRevoked,
+    /// A piece was added, changed or removed.
+    PieceChanged,
+    /// The configuration was changed.
+    ConfigChanged,
+    /// An action this build does not know, by its stored name.
+    Unknown(String),
 }
 
 impl AuditAction {
-    const ALL: [AuditAction; 8] = [
+    /// Every action this build knows (not [`AuditAction::Unknown`]).
+    pub const KNOWN: [AuditAction; 18] = [
         AuditAction::Submit,
         AuditAction::Cancel,
         AuditAction::Answer,
@@ -561,9 +597,20 @@ impl AuditAction {
         AuditAction::ScheduleResume,
         AuditAction::ScheduleRemove,
         AuditAction::ScheduleUpdate,
+        AuditAction::TokenCreated,
+        AuditAction::TokenRevoked,
+        AuditAction::UserAdded,
+        AuditAction::UserRoleChanged,
+        AuditAction::Login,
+        AuditAction::Logout,
+        AuditAction::ShareCreated,
+        AuditAction::ShareRevoked,
+        AuditAction::PieceChanged,
+        AuditAction::ConfigChanged,
     ];
 
-    pub(crate) fn as_str(self) -> &'static str {
+    /// The name stored in the `action` column (an unknown action's own name).
+    pub fn as_str(&self) -> &str {
         match self {
             AuditAction::Submit => "submit",
             AuditAction::Cancel => "cancel",
@@ -573,13 +620,38 @@ impl AuditAction {
             AuditAction::ScheduleResume => "schedule_resume",
             AuditAction::ScheduleRemove => "schedule_remove",
             AuditAction::ScheduleUpdate => "schedule_update",
+            AuditAction::TokenCreated => "token_created",
+            AuditAction::TokenRevoked => "token_revoked",
+            AuditAction::UserAdded => "user_added",
+            AuditAction::UserRoleChanged => "user_role_changed",
+            AuditAction::Login => "login",
+            AuditAction::Logout => "logout",
+            AuditAction::ShareCreated => "share_created",
+            AuditAction::ShareRevoked => "share_revoked",
+            AuditAction::PieceChanged => "piece_changed",
+            AuditAction::ConfigChanged => "config_changed",
+            AuditAction::Unknown(name) => name,
         }
     }
 
-    pub(crate) fn parse(s: &str) -> Result<AuditAction, UnknownName> {
-        AuditAction::ALL
+    /// The action a stored name stands for; a name this build does not know is
+    /// [`AuditAction::Unknown`] (never an error).
+    pub fn from_name(name: &str) -> AuditAction {
+        AuditAction::KNOWN
             .into_iter()
-            .find(|a| a.as_str() == s)
-            .ok_or_else(|| UnknownName::new("audit action", s))
+            .find(|a| a.as_str() == name)
+            .unwrap_or_else(|| AuditAction::Unknown(name.to_string()))
+    }
+}
+
+impl fmt::Display for AuditAction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for AuditAction {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
     }
 }

@@ -16,6 +16,8 @@ pub struct JobFilter {
     pub piece: Option<String>,
     /// Only the children of this job.
     pub parent: Option<JobId>,
+    /// Only the jobs of this owner (an email).
+    pub owner: Option<String>,
 }
 
 impl Store {
@@ -31,6 +33,7 @@ impl Store {
             "SELECT {JOB_COLUMNS} FROM jobs \
              WHERE ($1 = '' OR status = $1) AND ($2 = '' OR piece = $2) \
              AND ($3 = '' OR parent_id = $3) AND ($4 = '' OR id < $4) \
+             AND ($6 = '' OR owner = $6) \
              ORDER BY id DESC LIMIT $5"
         );
         sqlx::query::<Any>(sqlx::AssertSqlSafe(sql))
@@ -45,6 +48,7 @@ impl Store {
             .bind(filter.parent.map(|p| p.to_string()).unwrap_or_default())
             .bind(before.map(|b| b.to_string()).unwrap_or_default())
             .bind(i64::from(limit))
+            .bind(filter.owner.clone().unwrap_or_default())
             .fetch_all(&self.pool)
             .await
             .map_err(StoreError::query("list a page of jobs"))?

@@ -37,7 +37,8 @@ impl Store {
         Ok(())
     }
 
-    /// The audit log, oldest first; only the entries about `job` when one is given.
+    /// The audit log, oldest first; only the entries about `job` when one is given. An action
+    /// this build does not know reads back as [`AuditAction::Unknown`].
     pub async fn audit_log(&self, job: Option<JobId>) -> StoreResult<Vec<AuditEntry>> {
         sqlx::query::<Any>(
             "SELECT id, at, actor, action, job_id, schedule_id, detail FROM audit_log \
@@ -48,21 +49,43 @@ impl Store {
         .await
         .map_err(StoreError::query("read the audit log"))?
         .iter()
-        .map(|row| {
-            Ok(AuditEntry {
-                id: col(row, "id")?,
-                at: from_ms(col(row, "at")?),
-                actor: col(row, "actor")?,
-                action: AuditAction::parse(&col::<String>(row, "action")?)?,
-                job_id: col::<Option<String>>(row, "job_id")?
-                    .as_deref()
-                    .map(parse_id)
-                    .transpose()?,
-                schedule_id: col(row, "schedule_id")?,
-                detail: col(row, "detail")?,
-            })
-        })
+        .map(audit_from_row)
         .collect()
+    }
+
+    /// One page of the whole audit log, oldest first: at most `limit` entries whose id is
+    /// greater than `after` (`None`: from the first). The last entry's id is the cursor of the
+    /// next page; a page shorter than `limit` is the last one for now.
+    pub async fn audit_page(&self, after: Option<i64>, limit: i64) -> StoreResult<Vec<AuditEntry>> {
+        sqlx::query::<Any>(
+            "SELECT id, at, actor, action, job_id, schedule_id, detail FROM audit_log \
+             WHERE id > $1 ORDER BY id LIMIT $2",
+        )
+        .bind(after.unwrap_or(0))
+        .bind(limit.max(0))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(StoreError::query("read a page of the audit log"))?
+        .iter()
+        .map(audit_from_row)
+        .collect()
+    }
+
+    /// Appends one entry to the audit log: `actor` did `action`, to `job` when given, with
+    /// `detail` (never a secret).
+    pub async fn record_audit(
+        &self,
+        actor: &str,
+        action: AuditAction,
+        job: Option<JobId>,
+        detail: Option<&str>,
+    ) -> StoreResult<()> {
+        let mut tx = self.begin_write().await?;
+        self.audit_in(&mut tx, actor, action, job, None, detail)
+            .await?;
+        tx.commit()
+            .await
+            .map_err(StoreError::query("commit an audit entry"))
     }
 
     /// Stores `data` once under its SHA-256 (lowercase hex), which it returns. Storing the same
@@ -271,4 +294,19 @@ impl Store {
             .map(|c| c.body)
             .collect())
     }
+}
+
+fn audit_from_row(row: &sqlx::any::AnyRow) -> StoreResult<AuditEntry> {
+    Ok(AuditEntry {
+        id: col(row, "id")?,
+        at: from_ms(col(row, "at")?),
+        actor: col(row, "actor")?,
+        action: AuditAction::from_name(&col::<String>(row, "action")?),
+        job_id: col::<Option<String>>(row, "job_id")?
+            .as_deref()
+            .map(parse_id)
+            .transpose()?,
+        schedule_id: col(row, "schedule_id")?,
+        detail: col(row, "detail")?,
+    })
 }

@@ -19,7 +19,7 @@ impl Store {
         let mut tx = self.begin_write().await?;
         sqlx::query::<Any>(
             "INSERT INTO schedules (id, piece, task, spec, tz, misfire, created_by, created_at, \
-             updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8)",
+             updated_at, owner) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8, $9)",
         )
         .bind(id.clone())
         .bind(schedule.piece.clone())
@@ -29,6 +29,7 @@ impl Store {
         .bind(schedule.misfire.clone())
         .bind(schedule.created_by.clone())
         .bind(now)
+        .bind(schedule.owner.clone())
         .execute(&mut *tx)
         .await
         .map_err(StoreError::query("add a schedule"))?;
@@ -105,7 +106,7 @@ impl Store {
     pub async fn schedules(&self) -> StoreResult<Vec<Schedule>> {
         sqlx::query::<Any>(
             "SELECT s.id, s.piece, s.task, s.spec, s.tz, s.misfire, s.paused, s.missed, \
-             s.created_by, s.created_at, s.updated_at, \
+             s.created_by, s.owner, s.created_at, s.updated_at, \
              (SELECT MAX(f.slot_time) FROM schedule_fires f WHERE f.schedule_id = s.id) AS last_slot, \
              (SELECT COUNT(f.job_id) FROM schedule_fires f WHERE f.schedule_id = s.id) AS fired \
              FROM schedules s ORDER BY s.created_at, s.id",
@@ -127,6 +128,7 @@ impl Store {
                 fired: col(row, "fired")?,
                 last_slot: col::<Option<i64>>(row, "last_slot")?.map(from_ms),
                 created_by: col(row, "created_by")?,
+                owner: col(row, "owner")?,
                 created_at: from_ms(col(row, "created_at")?),
                 updated_at: from_ms(col(row, "updated_at")?),
             })

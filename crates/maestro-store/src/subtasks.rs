@@ -63,11 +63,11 @@ impl Store {
     /// Spawns a child of the job `parent` holds the lease of, in one transaction: fenced like
     /// every write under a lease (a worker that lost its job spawns nothing), idempotent by
     /// `child.key`, and refused past `child.max_children`. The child inherits the parent's
-    /// class and priority, and sits one level deeper.
+    /// class, priority and owner, and sits one level deeper.
     pub async fn spawn_child(&self, parent: &Lease, child: NewChild) -> StoreResult<Spawned> {
         let mut tx = self.begin_write().await?;
         let check = format!(
-            "SELECT depth, priority, task_class FROM jobs WHERE {FENCED}{}",
+            "SELECT depth, priority, task_class, owner FROM jobs WHERE {FENCED}{}",
             self.backend.row_lock()
         );
         let row = sqlx::query::<Any>(sqlx::AssertSqlSafe(check))
@@ -83,6 +83,7 @@ impl Store {
         let depth: i64 = col(&row, "depth")?;
         let priority: i64 = col(&row, "priority")?;
         let task_class: String = col(&row, "task_class")?;
+        let owner: Option<String> = col(&row, "owner")?;
         let existing =
             format!("SELECT {JOB_COLUMNS} FROM jobs WHERE parent_id = $1 AND spawn_key = $2");
         let found = sqlx::query::<Any>(sqlx::AssertSqlSafe(existing))
@@ -110,6 +111,7 @@ impl Store {
         job.parent_id = Some(parent.job_id);
         job.priority = priority;
         job.task_class = task_class;
+        job.owner = owner;
         job.max_attempts = child.max_attempts;
         job.workspace = child
             .parent_workspace

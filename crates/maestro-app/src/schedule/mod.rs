@@ -50,8 +50,11 @@ pub struct ScheduleRequest {
     pub tz: String,
     /// What to do with slots missed while no worker ran.
     pub misfire: Misfire,
-    /// Who adds it (the audit log's actor, and the owner of the jobs it fires).
+    /// Who adds it (the audit log's actor).
     pub created_by: String,
+    /// The user (an email) the schedule and every job it fires belong to: the server sets the
+    /// signed-in creator; `maestro schedules add` sets none.
+    pub owner: Option<String>,
 }
 
 /// Adds a schedule after checking that its task is not empty, its zone exists, it will fire
@@ -80,6 +83,7 @@ pub async fn add_schedule(
             tz: request.tz,
             misfire: request.misfire.as_str().to_string(),
             created_by: request.created_by,
+            owner: request.owner,
         })
         .await?)
 }
@@ -183,6 +187,8 @@ pub async fn update_schedule(
                 tz: request.tz,
                 misfire: request.misfire.as_str().to_string(),
                 created_by: request.created_by.clone(),
+                // An update keeps the schedule's owner.
+                owner: None,
             },
             &request.created_by,
         )

@@ -98,7 +98,8 @@ async fn tick_one(
         }
         at = slot;
     }
-    let job = NewJob::new(schedule.piece.clone(), schedule.task.clone(), SCHEDULER);
+    let mut job = NewJob::new(schedule.piece.clone(), schedule.task.clone(), SCHEDULER);
+    job.owner = schedule.owner.clone();
     if let Some(last) = missed.last() {
         let count = i64::try_from(missed.len()).unwrap_or(i64::MAX);
         let catch_up = match misfire {
@@ -165,6 +166,7 @@ mod tests {
                 tz: "UTC".into(),
                 misfire: misfire.as_str().into(),
                 created_by: "alice".into(),
+                owner: None,
             })
             .await
             .unwrap()
@@ -308,6 +310,7 @@ mod tests {
                 tz: "America/New_York".into(),
                 misfire: "skip".into(),
                 created_by: "alice".into(),
+                owner: None,
             })
             .await
             .unwrap();

@@ -4,6 +4,7 @@
 //!
 //! See `docs/server.md` for the API, the stream, limits and deployment.
 
+mod access;
 mod auth;
 mod error;
 mod events;
@@ -15,6 +16,7 @@ mod openapi;
 mod ops;
 mod router;
 mod schedules;
+mod share;
 mod state;
 mod system;
 mod watch_interim;

@@ -18,6 +18,9 @@ use utoipa::OpenApi;
         (name = "jobs", description = "Jobs, their events, comments and files"),
         (name = "schedules", description = "Schedules that fire jobs"),
         (name = "system", description = "Tools and workers"),
+        (name = "auth", description = "Logging in and out, and who the caller is"),
+        (name = "admin", description = "Users, API tokens and the audit log (admin scope)"),
+        (name = "share", description = "Share links: one job, read-only, without credentials"),
         (name = "operations", description = "Health, readiness and metrics"),
     ),
 )]
@@ -184,6 +187,122 @@ pub(crate) mod schema {
         heartbeat_at: String,
         /// The jobs it runs now.
         running: Vec<String>,
+    }
+
+    /// The caller.
+    #[derive(ToSchema)]
+    pub(crate) struct Me {
+        /// The user's e-mail address (`local` without auth).
+        email: String,
+        /// `admin`, `user` or `disabled`.
+        role: String,
+        /// What these credentials may do: `read`, `write`, `admin`.
+        scopes: Vec<String>,
+        /// `token`, `session` or `none` (auth is off).
+        auth: String,
+        /// Whether the server checks credentials.
+        auth_enabled: bool,
+        /// Whether `/auth/login` logs in through an OpenID provider.
+        oidc: bool,
+        /// With a session: the value cookie-authenticated writes send as `X-CSRF-Token`.
+        csrf_token: Option<String>,
+    }
+
+    /// A user.
+    #[derive(ToSchema)]
+    pub(crate) struct User {
+        id: String,
+        email: String,
+        /// `admin`, `user` or `disabled`.
+        role: String,
+        /// RFC 3339.
+        created_at: String,
+    }
+
+    /// An API token, without the token.
+    #[derive(ToSchema)]
+    pub(crate) struct Token {
+        id: String,
+        user_email: String,
+        name: Option<String>,
+        /// The token's first characters, to recognise it by.
+        prefix: String,
+        scopes: Vec<String>,
+        created_at: String,
+        last_used_at: Option<String>,
+        expires_at: Option<String>,
+        revoked: bool,
+    }
+
+    /// A new API token: `token` is shown this once.
+    #[derive(ToSchema)]
+    pub(crate) struct NewToken {
+        id: String,
+        /// The token (`mst_…`); only its hash is kept.
+        token: String,
+        user_email: String,
+        scopes: Vec<String>,
+        expires_at: Option<String>,
+    }
+
+    /// An entry of the audit log.
+    #[derive(ToSchema)]
+    pub(crate) struct AuditEntry {
+        id: i64,
+        /// RFC 3339.
+        at: String,
+        actor: String,
+        /// `submit`, `cancel`, `answer`, `token_created`, `login`, …; an action this build
+        /// does not know is shown by its stored name.
+        action: String,
+        job_id: Option<String>,
+        schedule_id: Option<String>,
+        detail: Option<String>,
+    }
+
+    /// A page of the audit log.
+    #[derive(ToSchema)]
+    pub(crate) struct AuditPage {
+        entries: Vec<AuditEntry>,
+        /// The cursor of the next page; absent on the last.
+        next_cursor: Option<i64>,
+    }
+
+    /// A new share link: `token` is shown this once.
+    #[derive(ToSchema)]
+    pub(crate) struct NewShare {
+        /// `/share/{token}` (absolute when `auth.public_url` is set).
+        url: String,
+        token: String,
+        /// The link's id, to revoke it.
+        id: String,
+        expires_at: Option<String>,
+    }
+
+    /// A share link, without its token.
+    #[derive(ToSchema)]
+    pub(crate) struct Share {
+        id: String,
+        job_id: String,
+        created_by: String,
+        created_at: String,
+        expires_at: Option<String>,
+        revoked: bool,
+    }
+
+    /// A shared job: nothing of any other job.
+    #[derive(ToSchema)]
+    pub(crate) struct SharedJob {
+        id: String,
+        status: String,
+        piece: String,
+        title: Option<String>,
+        task: String,
+        created_at: String,
+        updated_at: String,
+        result: Option<JobResult>,
+        question: Option<String>,
+        usage: Usage,
     }
 
     /// A comment on a job.

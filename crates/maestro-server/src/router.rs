@@ -15,7 +15,7 @@ use utoipa_axum::routes;
 use crate::error::ApiError;
 use crate::openapi::ApiDoc;
 use crate::state::ServerState;
-use crate::{events, jobs, ops, schedules, system};
+use crate::{access, events, jobs, ops, schedules, share, system};
 
 fn api() -> OpenApiRouter<ServerState> {
     OpenApiRouter::with_openapi(ApiDoc::openapi())
@@ -35,6 +35,20 @@ fn api() -> OpenApiRouter<ServerState> {
         .routes(routes!(schedules::resume))
         .routes(routes!(system::tools))
         .routes(routes!(system::workers))
+        .routes(routes!(access::share))
+        .routes(routes!(access::shares))
+        .routes(routes!(access::revoke_share))
+        .routes(routes!(share::job))
+        .routes(routes!(share::events))
+        .routes(routes!(access::me))
+        .routes(routes!(access::login))
+        .routes(routes!(access::callback))
+        .routes(routes!(access::logout))
+        .routes(routes!(access::users, access::add_user))
+        .routes(routes!(access::set_role))
+        .routes(routes!(access::tokens, access::create_token))
+        .routes(routes!(access::revoke_token))
+        .routes(routes!(access::audit))
         .routes(routes!(ops::healthz))
         .routes(routes!(ops::readyz))
         .routes(routes!(ops::metrics))

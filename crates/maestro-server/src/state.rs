@@ -47,6 +47,8 @@ pub(crate) struct Inner {
     pub(crate) limits: Limits,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) streams: crate::events::StreamCounts,
+    /// The OpenID provider, when `auth.oidc` is set.
+    pub(crate) oidc: Option<crate::oidc::Oidc>,
     /// Cancelled when the server stops: open streams end, so that it can.
     pub(crate) closing: tokio_util::sync::CancellationToken,
 }
@@ -66,8 +68,31 @@ impl ServerState {
             let observer: Arc<dyn RunObserver> = Arc::new(MetricsObserver(Arc::clone(&metrics)));
             Worker::observed(store.clone(), config.clone(), options, Some(observer))
         });
+        let oidc = config.auth.oidc.as_ref().map(|o| {
+            let redirect_url = o.redirect_url.clone().unwrap_or_else(|| {
+                format!(
+                    "{}/auth/callback",
+                    config
+                        .auth
+                        .public_url
+                        .as_deref()
+                        .unwrap_or("")
+                        .trim_end_matches('/')
+                )
+            });
+            crate::oidc::Oidc::new(crate::oidc::OidcSettings {
+                issuer: o.issuer.clone(),
+                client_id: o.client_id.clone(),
+                client_secret: std::env::var(&o.client_secret_env)
+                    .ok()
+                    .map(maestro_protocol::Secret::new),
+                redirect_url,
+                scopes: o.scopes.clone(),
+            })
+        });
         ServerState {
             inner: Arc::new(Inner {
+                oidc,
                 store,
                 config,
                 worker,
@@ -89,6 +114,10 @@ impl ServerState {
 
     pub(crate) fn auth(&self) -> &maestro_config::AuthConfig {
         &self.inner.config.auth
+    }
+
+    pub(crate) fn oidc(&self) -> Option<&crate::oidc::Oidc> {
+        self.inner.oidc.as_ref()
     }
 
     pub(crate) fn limits(&self) -> &Limits {

@@ -102,6 +102,8 @@ pub(crate) mod schema {
         title: Option<String>,
         /// Levels below the submitted job it descends from.
         depth: i64,
+        /// The user it belongs to (an e-mail address); absent without auth.
+        owner: Option<String>,
         /// The task.
         task: String,
         /// Higher runs first.

@@ -13,6 +13,7 @@ mod run;
 mod schedules;
 mod term;
 mod tools;
+mod users;
 mod validate;
 mod worker;
 
@@ -56,6 +57,12 @@ enum Command {
     /// Add, list, pause, resume and remove schedules; every worker fires them.
     #[command(subcommand)]
     Schedules(schedules::Command),
+    /// Add, list and change the people who may use the server.
+    #[command(subcommand)]
+    Users(users::UsersCommand),
+    /// Create, list and revoke API tokens.
+    #[command(subcommand)]
+    Tokens(users::TokensCommand),
 }
 
 /// mimalloc: a worker's runs allocate and free many small objects across a few threads, where
@@ -85,6 +92,8 @@ fn main() -> ExitCode {
         Command::Workers(args) => jobs::workers(args),
         Command::Jobs(cmd) => jobs::jobs(cmd),
         Command::Schedules(cmd) => schedules::run(cmd),
+        Command::Users(cmd) => users::users(cmd),
+        Command::Tokens(cmd) => users::tokens(cmd),
     };
     match result {
         Ok(code) => ExitCode::from(code),

@@ -170,7 +170,7 @@ pub struct JobSummary {
     pub owner: Option<String>,
 }
 
-async fn summary(store: &Store, job: Job) -> Result<JobSummary, JobError> {
+pub(crate) async fn summary(store: &Store, job: Job) -> Result<JobSummary, JobError> {
     let question = if job.status == JobStatus::WaitingInput {
         store
             .comments(job.id)

@@ -18,6 +18,8 @@ fn main() {
     maestro_buildcheck::check_postgres();
     // The store fault tests mount size-limited or read-only file systems.
     maestro_buildcheck::check_mount();
+    // The login tests start a real OpenID provider (node and the oidc-provider package).
+    maestro_buildcheck::check_oidc_provider();
     println!("cargo:rerun-if-env-changed=MAESTRO_NO_RELR");
     println!("cargo:rerun-if-env-changed=MAESTRO_NO_CODE_ORDER");
     let var = |name: &str| std::env::var(name).unwrap_or_default();

@@ -14,11 +14,13 @@ use std::time::Duration;
 
 use maestro_protocol::Secret;
 use maestro_store::{
-    AuditAction, AuditEntry, JobId, JobQueue, NewToken, Store, StoreError, StoredLogin,
+    AuditAction, AuditEntry, JobId, JobQueue, JobStatus, NewToken, Store, StoreError, StoredLogin,
     StoredShare, StoredToken, StoredUser, secret_hash,
 };
 use serde::Serialize;
 use time::OffsetDateTime;
+
+use crate::jobs::{JobError, JobSummary};
 
 /// What every API token starts with, so that it is recognised (by people and by secret
 /// scanners) and told from other credentials.
@@ -413,6 +415,9 @@ pub enum AccessError {
     /// The store refused or failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// Reading a job for a list failed.
+    #[error(transparent)]
+    Job(Box<JobError>),
 }
 
 fn user_from_stored(user: StoredUser) -> User {
@@ -858,6 +863,28 @@ pub async fn resolve_share(store: &Store, token: &str) -> Result<Option<JobId>, 
     };
     let live = share.revoked_at.is_none() && share.expires_at.is_none_or(|at| at > store.now());
     Ok(live.then_some(share.job_id))
+}
+
+/// The jobs that belong to `owner` (an email), optionally in one status, oldest first: what a
+/// user who is not an admin is shown. Jobs without an owner (submitted from the command line)
+/// are in no user's list.
+pub async fn list_jobs_of(
+    store: &Store,
+    owner: &str,
+    status: Option<JobStatus>,
+) -> Result<Vec<JobSummary>, AccessError> {
+    let mut out = Vec::new();
+    for job in store.jobs_of(&owner.trim().to_lowercase(), status).await? {
+        out.push(
+            crate::jobs::summary(store, job)
+                .await
+                .map_err(|e| match e {
+                    JobError::Store(e) => AccessError::Store(e),
+                    other => AccessError::Job(Box::new(other)),
+                })?,
+        );
+    }
+    Ok(out)
 }
 
 /// Appends to the audit log: `actor` did `action`, to `job` when given, with `detail` (which

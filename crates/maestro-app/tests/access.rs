@@ -8,8 +8,8 @@ use std::time::Duration;
 use maestro_app::{
     AccessError, AuditAction, AuthVia, GRACE, Misfire, Role, ScheduleRequest, Scope, Spec,
     Submission, TOKEN_PREFIX, add_schedule, add_user, audit_log, authenticate_token, begin_login,
-    create_session, create_share, create_token, end_session, find_user, list_shares, list_tokens,
-    list_users, login_user, record_audit, resolve_share, revoke_share, revoke_token,
+    create_session, create_share, create_token, end_session, find_user, list_jobs_of, list_shares,
+    list_tokens, list_users, login_user, record_audit, resolve_share, revoke_share, revoke_token,
     session_principal, set_role, show_job, submit, take_login, tick,
 };
 use maestro_config::Config;
@@ -546,6 +546,22 @@ async fn children_and_scheduled_jobs_inherit_their_owner() {
     // A job from the command line belongs to nobody.
     let nobodys = submit_job(&p, None).await;
     assert_eq!(show_job(&p.store, nobodys).await.unwrap().owner, None);
+    // A user's list holds their jobs only.
+    let fays: Vec<_> = list_jobs_of(&p.store, "Fay@example.com", None)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|j| j.id)
+        .collect();
+    assert_eq!(fays, vec![parent, child.id]);
+    let guss = list_jobs_of(
+        &p.store,
+        "gus@example.com",
+        Some(maestro_app::JobStatus::Queued),
+    )
+    .await
+    .unwrap();
+    assert_eq!(guss.len(), 1);
 }
 
 #[tokio::test]

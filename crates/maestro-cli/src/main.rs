@@ -14,6 +14,7 @@ mod schedules;
 mod serve;
 mod term;
 mod tools;
+mod users;
 mod validate;
 mod worker;
 
@@ -59,6 +60,12 @@ enum Command {
     Schedules(schedules::Command),
     /// Serve the HTTP API, run a worker and tick the scheduler, until SIGTERM.
     Serve(Box<serve::Args>),
+    /// Add, list and change the people who may use the server.
+    #[command(subcommand)]
+    Users(users::UsersCommand),
+    /// Create, list and revoke API tokens.
+    #[command(subcommand)]
+    Tokens(users::TokensCommand),
 }
 
 /// mimalloc: a worker's runs allocate and free many small objects across a few threads, where
@@ -89,6 +96,8 @@ fn main() -> ExitCode {
         Command::Jobs(cmd) => jobs::jobs(cmd),
         Command::Schedules(cmd) => schedules::run(cmd),
         Command::Serve(args) => serve::run(*args),
+        Command::Users(cmd) => users::users(cmd),
+        Command::Tokens(cmd) => users::tokens(cmd),
     };
     match result {
         Ok(code) => ExitCode::from(code),

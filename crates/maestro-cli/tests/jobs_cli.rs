@@ -69,9 +69,12 @@ async fn a_job_runs_to_completed(project: &Project) -> String {
             "question",
             "schedule_id",
             "scheduled_for",
-            "depth"
+            "depth",
+            "owner"
         ]
     );
+    // A job submitted from the command line belongs to nobody.
+    assert_eq!(job["owner"], Value::Null);
     assert_eq!(
         (&job["status"], &job["attempt"], &job["result"]["result"]),
         (&json!("completed"), &json!(1), &json!("all done"))

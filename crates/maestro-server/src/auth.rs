@@ -8,7 +8,9 @@
 //!   send `X-CSRF-Token` with the value of the `maestro_csrf` cookie. No credentials: 401; too
 //!   small a scope: 403; another user's job: 404, so that ids do not leak.
 
-use axum::extract::FromRequestParts;
+use std::collections::HashMap;
+
+use axum::extract::{FromRequestParts, MatchedPath, Path};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, Method, StatusCode, header};
 use maestro_app::{AccessError, JobId, JobQueue, Principal, Role, Scope};
@@ -134,12 +136,36 @@ impl FromRequestParts<ServerState> for Caller {
                  `maestro tokens create`), or log in at /auth/login",
             ));
         };
-        Ok(Caller {
+        let caller = Caller {
             name: principal.email.clone(),
             admin: principal.role == Role::Admin,
             owner: Some(principal.email.clone()),
             principal: Some(principal),
-        })
+        };
+        // The scope a route needs, checked before its body is read: reads need `read`, writes
+        // `write`, and everything under /api/v1/admin `admin`.
+        let route = parts
+            .extensions
+            .get::<MatchedPath>()
+            .map(|p| p.as_str().to_string())
+            .unwrap_or_default();
+        let needed = if route.starts_with("/api/v1/admin") {
+            Scope::Admin
+        } else if matches!(parts.method, Method::GET | Method::HEAD | Method::OPTIONS) {
+            Scope::Read
+        } else {
+            Scope::Write
+        };
+        caller.require(needed)?;
+        // Another user's job is not found, whatever else is wrong with the request.
+        if route.starts_with("/api/v1/jobs/{id}")
+            && let Ok(Path(params)) =
+                Path::<HashMap<String, String>>::from_request_parts(parts, state).await
+            && let Some(id) = params.get("id")
+        {
+            caller.visible_job(state, id).await?;
+        }
+        Ok(caller)
     }
 }
 

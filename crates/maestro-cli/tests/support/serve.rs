@@ -24,7 +24,21 @@ impl Project {
     /// `maestro serve --bind 127.0.0.1:0 EXTRA…` with the scripted model at `base_url`;
     /// returns once it listens.
     pub(crate) fn serve(&self, base_url: &str, extra: &[&str]) -> Served {
-        let mut cmd = self.command(&["serve", "--bind", "127.0.0.1:0"]);
+        self.serve_with_env(base_url, extra, &[])
+    }
+
+    /// As [`Project::serve`], with environment variables set for the server.
+    pub(crate) fn serve_with_env(
+        &self,
+        base_url: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Served {
+        let mut cmd = self.command(&["serve"]);
+        if !extra.contains(&"--bind") {
+            cmd.args(["--bind", "127.0.0.1:0"]);
+        }
+        cmd.envs(env.iter().copied());
         cmd.args(["--llm-base-url", base_url, "--model", "scripted-model"]);
         if !extra.contains(&"--lease-secs") && !extra.contains(&"--no-worker") {
             cmd.args(["--lease-secs", "3"]);

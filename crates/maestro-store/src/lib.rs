@@ -23,6 +23,7 @@
 //! ```
 
 mod clock;
+mod config_versions;
 mod error;
 mod events;
 mod fence;
@@ -31,6 +32,7 @@ mod jobs;
 mod leases;
 mod model;
 mod open;
+mod pieces;
 mod queue;
 mod records;
 mod rows;
@@ -40,6 +42,7 @@ mod subtasks;
 mod url;
 
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use config_versions::{ConfigPut, ConfigVersion};
 pub use error::{StoreError, StoreResult};
 pub use events::EventBatch;
 pub use model::{
@@ -48,6 +51,7 @@ pub use model::{
     WorkerInfo,
 };
 pub use open::UrlOrigin;
+pub use pieces::StoredPieceVersion;
 pub use queue::JobQueue;
 pub use store::{Backend, Backoff, OpenMode, PoolSize, SCHEMA_VERSION, Store};
 pub use subtasks::{NewChild, Spawned, child_workspace};

@@ -252,6 +252,10 @@ pub struct Job {
     /// A subtask's number among its parent's children, from 1 (its workspace is
     /// `subtasks/<n>/` in the parent's).
     pub child_index: Option<i64>,
+    /// The version of the stored piece its run started with (`None` for a piece from a file
+    /// or a pieces directory, and before the run starts); a resumed run uses this version.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub piece_version: Option<i64>,
 }
 
 /// Which task classes a worker claims.

@@ -30,6 +30,7 @@ mod engine;
 mod error;
 mod llm;
 mod load;
+mod overlay;
 mod parse;
 
 pub use config::{Config, PathsConfig, SshConfig, StoreConfig, SubtasksConfig, WorkerProfile};

@@ -23,8 +23,14 @@ pub(crate) fn builtin_tools(config: &Arc<ToolsConfig>) -> Vec<Arc<dyn Tool>> {
         Arc::new(GetChecklist),
         Arc::new(ListPieces { config: c() }),
         Arc::new(GetPiece { config: c() }),
-        Arc::new(CreatePiece { config: c() }),
-        Arc::new(UpdatePiece { config: c() }),
+        Arc::new(CreatePiece {
+            config: c(),
+            writer: None,
+        }),
+        Arc::new(UpdatePiece {
+            config: c(),
+            writer: None,
+        }),
         Arc::new(docs::ReadToolDocTool { config: c() }),
     ];
     // The skills tools are meta tools (offered to every movement), so they exist only where

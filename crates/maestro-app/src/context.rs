@@ -26,6 +26,9 @@ pub(crate) trait ChildRunner: Send + Sync {
     fn tell_waiting(&self, child: &Job);
 }
 
+/// The shared tools, and the tag of the configuration they were built from.
+pub(crate) type SharedTools = (Option<ETag>, Registry);
+
 /// What running a job needs from the process that runs it.
 pub(crate) struct JobContext {
     pub store: Store,
@@ -51,7 +54,7 @@ pub(crate) struct JobContext {
     pub children: Option<Weak<dyn ChildRunner>>,
     /// The tools of runs whose piece uses no MCP server, built once for all of them (again
     /// when the configuration changes: the tag of the configuration they were built from).
-    pub tools: Arc<tokio::sync::Mutex<Option<(Option<ETag>, Registry)>>>,
+    pub tools: Arc<tokio::sync::Mutex<Option<SharedTools>>>,
     /// The pieces its runs found by name, kept for a moment.
     pub pieces: Arc<PieceCache>,
     /// The live channels of the runs in flight, by job.

@@ -2,6 +2,7 @@
 //! try tools.
 
 mod common;
+mod config;
 mod flags;
 mod jobs;
 mod logs;
@@ -56,6 +57,9 @@ enum Command {
     /// Add, list, pause, resume and remove schedules; every worker fires them.
     #[command(subcommand)]
     Schedules(schedules::Command),
+    /// Show the configuration in effect (`maestro config show`).
+    #[command(subcommand)]
+    Config(config::Command),
 }
 
 /// mimalloc: a worker's runs allocate and free many small objects across a few threads, where
@@ -85,6 +89,7 @@ fn main() -> ExitCode {
         Command::Workers(args) => jobs::workers(args),
         Command::Jobs(cmd) => jobs::jobs(cmd),
         Command::Schedules(cmd) => schedules::run(cmd),
+        Command::Config(cmd) => config::run(cmd),
     };
     match result {
         Ok(code) => ExitCode::from(code),

@@ -383,19 +383,34 @@ pub async fn find_piece_in(
     dirs: &[PathBuf],
     opts: &LoadOptions,
 ) -> Result<Found, PieceError> {
-    if !Path::new(given).is_file()
-        && valid_piece_name(given)
-        && let Some(stored) = store.piece_latest(given).await.map_err(PieceError::Store)?
-        && let Some(piece) = load_stored(&stored, dirs, &root_of(dirs), opts)?
-    {
-        return Ok(Found {
+    match stored_live_piece(store, given, dirs, opts).await? {
+        Some(found) => Ok(found),
+        None => find_piece(given, dirs, opts),
+    }
+}
+
+/// The store's live piece `given` names, when `given` is a piece name (not a file path) and
+/// the store holds a live version of it: one query, no pieces directory read.
+pub(crate) async fn stored_live_piece(
+    store: &Store,
+    given: &str,
+    dirs: &[PathBuf],
+    opts: &LoadOptions,
+) -> Result<Option<Found>, PieceError> {
+    if Path::new(given).is_file() || !valid_piece_name(given) {
+        return Ok(None);
+    }
+    let Some(stored) = store.piece_latest(given).await.map_err(PieceError::Store)? else {
+        return Ok(None);
+    };
+    Ok(
+        load_stored(&stored, dirs, &root_of(dirs), opts)?.map(|piece| Found {
             piece,
             path: stored_path(given, stored.version),
             skipped: Vec::new(),
             version: Some(stored.version),
-        });
-    }
-    find_piece(given, dirs, opts)
+        }),
+    )
 }
 
 /// Version `version` of the stored piece `name` (a resumed job's), deleted since or not.

@@ -26,8 +26,10 @@ use crate::completer::Completer;
 use crate::context::JobContext;
 use crate::live::LiveSink;
 use crate::outcome::{RunError, RunOutcome, RunSummary};
-use crate::piece_store::{available_pieces_in, find_piece_in, stored_path, stored_piece_at};
-use crate::pieces::{AUTO, PieceError, classify_piece, load_piece};
+use crate::piece_store::{
+    available_pieces_in, find_piece_in, stored_live_piece, stored_path, stored_piece_at,
+};
+use crate::pieces::{AUTO, classify_piece, load_piece};
 use crate::store_log::{StopLatch, StoreLog};
 use crate::subtasks::StoreSubtasks;
 use crate::toolbox::{McpSelection, Toolbox};
@@ -403,25 +405,17 @@ async fn prepare(
     })
 }
 
-/// The store's live piece `given` names (not a file path), with its recorded path and version.
+/// The store's live piece `given` names (not a file path), with its recorded path and
+/// version; `None` sends the lookup to the pieces directories (through the process's cache).
 async fn stored_live(
     ctx: &JobContext,
     given: &str,
     dirs: &[PathBuf],
     opts: &maestro_piece::LoadOptions,
 ) -> Result<Option<(Arc<Piece>, PathBuf, Option<i64>)>, RunError> {
-    if std::path::Path::new(given).is_file() || !crate::piece_store::valid_piece_name(given) {
-        return Ok(None);
-    }
-    let found = find_piece_in(&ctx.store, given, dirs, opts).await;
-    Ok(match found {
-        Ok(found) if found.version.is_some() => {
-            Some((Arc::new(found.piece), found.path, found.version))
-        }
-        // Not in the store: the pieces directories, through the process's cache.
-        Ok(_) | Err(PieceError::NotFound { .. }) => None,
-        Err(e) => return Err(e.into()),
-    })
+    Ok(stored_live_piece(&ctx.store, given, dirs, opts)
+        .await?
+        .map(|found| (Arc::new(found.piece), found.path, found.version)))
 }
 
 /// The job's stored events, to resume from (none for a new run).

@@ -507,4 +507,45 @@ impl maestro_tools::pieces::PieceWriter for StorePieceWriter {
             }
         })
     }
+
+    fn source<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> maestro_tools::pieces::PieceFuture<'a, Option<String>> {
+        Box::pin(async move {
+            if !valid_piece_name(name) {
+                return Ok(None);
+            }
+            match self.store.piece_latest(name).await {
+                Ok(latest) => Ok(latest.and_then(|stored| stored.yaml)),
+                Err(e) => Err(crate::error_chain(&e)),
+            }
+        })
+    }
+
+    fn stored(
+        &self,
+    ) -> maestro_tools::pieces::PieceFuture<'_, Vec<maestro_tools::pieces::StoredPieceLine>> {
+        Box::pin(async move {
+            let stored = self
+                .store
+                .pieces_latest()
+                .await
+                .map_err(|e| crate::error_chain(&e))?;
+            let opts = load_options(&self.config);
+            let dirs = &self.config.paths.pieces_dirs;
+            Ok(stored
+                .into_iter()
+                .map(|piece| maestro_tools::pieces::StoredPieceLine {
+                    description: load_stored(&piece, dirs, &self.config.root, &opts)
+                        .ok()
+                        .flatten()
+                        .map(|p| p.description)
+                        .unwrap_or_default(),
+                    name: piece.name,
+                    version: piece.version,
+                })
+                .collect())
+        })
+    }
 }

@@ -404,6 +404,10 @@ async fn a_piece_created_by_the_tool_in_a_run_is_run_by_a_later_job() {
                 "CreatePiece",
                 json!({"name": "made", "content": created.clone()}),
             ),
+            Turn::tool_calls([
+                ("GetPiece", json!({"name": "made"})),
+                ("ListPieces", json!({})),
+            ]),
             Turn::text("Created it. [WORK:1]"),
             Turn::text("Done. [WORK:1]"),
         ])
@@ -419,7 +423,7 @@ async fn a_piece_created_by_the_tool_in_a_run_is_run_by_a_later_job() {
             .replace("PERSONA", "You make pieces.")
             .replace(
                 "    edit: false\n",
-                "    edit: false\n    allowed_tools: [CreatePiece]\n",
+                "    edit: false\n    allowed_tools: [CreatePiece, GetPiece, ListPieces]\n",
             ),
     )
     .unwrap();
@@ -432,6 +436,17 @@ async fn a_piece_created_by_the_tool_in_a_run_is_run_by_a_later_job() {
     });
     let maker = job(&store, config, "maker", "make a piece").await;
     finished(&store, maker).await;
+    // GetPiece and ListPieces in the same run read the piece from the store.
+    let results: Vec<String> = llm.requests()[2]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap_or("").to_string())
+        .collect();
+    assert_eq!(results.len(), 3, "{results:?}");
+    assert_eq!(results[1], created);
+    assert_eq!(results[2], "made (stored, version 1): made by an agent\n");
     let stored = store.piece_latest("made").await.unwrap().unwrap();
     assert_eq!(stored.yaml.as_deref(), Some(created.as_str()));
     assert!(!project.pieces_dir().join("made.yaml").exists());

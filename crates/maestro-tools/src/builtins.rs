@@ -21,8 +21,14 @@ pub(crate) fn builtin_tools(config: &Arc<ToolsConfig>) -> Vec<Arc<dyn Tool>> {
         Arc::new(CreateChecklist),
         Arc::new(CheckItem),
         Arc::new(GetChecklist),
-        Arc::new(ListPieces { config: c() }),
-        Arc::new(GetPiece { config: c() }),
+        Arc::new(ListPieces {
+            config: c(),
+            writer: None,
+        }),
+        Arc::new(GetPiece {
+            config: c(),
+            writer: None,
+        }),
         Arc::new(CreatePiece {
             config: c(),
             writer: None,

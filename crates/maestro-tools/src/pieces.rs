@@ -44,6 +44,8 @@ pub struct PieceSourceInput {
 pub struct ListPieces {
     /// The directories it lists (`pieces_dir`, then `extra_pieces_dirs`) and the output cap.
     pub config: Arc<ToolsConfig>,
+    /// Where runs also find pieces (the store), listed first, when set.
+    pub writer: Option<Arc<dyn PieceWriter>>,
 }
 
 /// `GetPiece`.
@@ -51,6 +53,8 @@ pub struct ListPieces {
 pub struct GetPiece {
     /// The directories it looks in (`pieces_dir`, then `extra_pieces_dirs`) and the output cap.
     pub config: Arc<ToolsConfig>,
+    /// Where runs also find pieces (the store), looked in first, when set.
+    pub writer: Option<Arc<dyn PieceWriter>>,
 }
 
 /// A future a [`PieceWriter`] returns.
@@ -65,6 +69,57 @@ pub trait PieceWriter: Send + Sync + std::fmt::Debug {
     /// Writes `yaml` as the piece `name` (validated again there); returns where it went, for
     /// the model, e.g. `version 3 in the store`.
     fn save<'a>(&'a self, name: &'a str, yaml: &'a str) -> PieceFuture<'a, String>;
+    /// The text of the piece `name` where the writer keeps it; `None` when it keeps none of
+    /// that name (the pieces directories are looked in then).
+    fn source<'a>(&'a self, name: &'a str) -> PieceFuture<'a, Option<String>>;
+    /// The pieces the writer keeps, by name: each with its version and description. They take
+    /// the place of piece files of the same name.
+    fn stored(&self) -> PieceFuture<'_, Vec<StoredPieceLine>>;
+}
+
+/// One piece a [`PieceWriter`] keeps, as `ListPieces` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredPieceLine {
+    /// The piece's name.
+    pub name: String,
+    /// Its version where the writer keeps it.
+    pub version: i64,
+    /// Its description.
+    pub description: String,
+}
+
+/// `ListPieces` and `GetPiece`: the pieces of `writer` first, then the directories'.
+async fn list_with(config: &Arc<ToolsConfig>, writer: &dyn PieceWriter) -> ToolOutput {
+    let stored = match writer.stored().await {
+        Ok(stored) => stored,
+        Err(e) => return ToolOutput::error(format!("cannot list the pieces: {e}")),
+    };
+    let mut out = String::new();
+    for piece in &stored {
+        out.push_str(&format!(
+            "{} (stored, version {}): {}\n",
+            piece.name,
+            piece.version,
+            piece.description.trim()
+        ));
+    }
+    if !dirs(config).is_empty() {
+        let config = Arc::clone(config);
+        let files = blocking(move || list(&config)).await;
+        if files.ok {
+            for line in files.output.lines() {
+                let name = line.split(' ').next().unwrap_or("");
+                if line != "no pieces found" && !stored.iter().any(|p| p.name == name) {
+                    out.push_str(line);
+                    out.push('\n');
+                }
+            }
+        }
+    }
+    if out.is_empty() {
+        out.push_str("no pieces found\n");
+    }
+    capped(out, config.output_cap_bytes)
 }
 
 /// `CreatePiece`.
@@ -88,12 +143,21 @@ pub struct UpdatePiece {
     pub writer: Option<Arc<dyn PieceWriter>>,
 }
 
-/// `CreatePiece` and `UpdatePiece` writing through `writer`.
+/// `ListPieces`, `GetPiece`, `CreatePiece` and `UpdatePiece` reading and writing through
+/// `writer` (before the pieces directories).
 pub fn piece_writing_tools(
     config: &Arc<ToolsConfig>,
     writer: &Arc<dyn PieceWriter>,
 ) -> Vec<Arc<dyn crate::Tool>> {
     vec![
+        Arc::new(ListPieces {
+            config: Arc::clone(config),
+            writer: Some(Arc::clone(writer)),
+        }),
+        Arc::new(GetPiece {
+            config: Arc::clone(config),
+            writer: Some(Arc::clone(writer)),
+        }),
         Arc::new(CreatePiece {
             config: Arc::clone(config),
             writer: Some(Arc::clone(writer)),
@@ -111,6 +175,9 @@ impl TypedTool for ListPieces {
     const DESCRIPTION: &'static str = "List the available pieces with their descriptions.";
 
     async fn run(&self, _ctx: &ToolContext, _input: ListPiecesInput) -> ToolOutput {
+        if let Some(writer) = &self.writer {
+            return list_with(&self.config, &**writer).await;
+        }
         let config = Arc::clone(&self.config);
         blocking(move || list(&config)).await
     }
@@ -122,6 +189,13 @@ impl TypedTool for GetPiece {
     const DESCRIPTION: &'static str = "Show a piece's YAML source by name.";
 
     async fn run(&self, _ctx: &ToolContext, input: GetPieceInput) -> ToolOutput {
+        if let Some(writer) = &self.writer {
+            match writer.source(&input.name).await {
+                Ok(Some(yaml)) => return capped(yaml, self.config.output_cap_bytes),
+                Ok(None) => {}
+                Err(e) => return ToolOutput::error(format!("cannot read piece: {e}")),
+            }
+        }
         let config = Arc::clone(&self.config);
         blocking(move || get(&config, &input.name)).await
     }

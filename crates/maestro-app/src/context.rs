@@ -3,7 +3,7 @@
 //! name, and the live channels of the runs in flight. A leaf module: the run path, the worker
 //! and the children of a local run all read it, and it imports none of them.
 
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::{Arc, Mutex, Weak};
 
 use maestro_config::Config;
 use maestro_piece::LoadOptions;
@@ -15,6 +15,7 @@ use crate::clients::ModelClients;
 use crate::lease::LeaseKeeper;
 use crate::live::LiveRuns;
 use crate::pieces::PieceCache;
+use crate::runtime_config::{ConfigWatch, ETag};
 use crate::store_log::EventWriter;
 use crate::toolbox::{McpSelection, Toolbox, ToolboxError, load_options};
 
@@ -26,6 +27,9 @@ pub(crate) trait ChildRunner: Send + Sync {
     fn tell_waiting(&self, child: &Job);
 }
 
+/// The shared tools, and the tag of the configuration they were built from.
+pub(crate) type SharedTools = (Option<ETag>, Registry);
+
 /// What running a job needs from the process that runs it.
 pub(crate) struct JobContext {
     pub store: Store,
@@ -34,18 +38,24 @@ pub(crate) struct JobContext {
     /// The model clients and endpoint model lists the runs share.
     pub models: Arc<ModelClients>,
     /// The configuration with the command's flags applied, shared by its runs (a run whose
-    /// piece names its own model gets a copy).
+    /// piece names its own model gets a copy): the base a [`ConfigWatch`] lays the store's
+    /// overlay over, when the process has one.
     pub config: Arc<Config>,
-    /// How its runs load pieces (the tool catalogue of `config` among it), made once.
-    pub load_options: OnceLock<LoadOptions>,
+    /// A worker's watch on the store's configuration overlay: each job runs with the
+    /// configuration current when it starts. `None`: the file configuration alone.
+    pub watch: Option<ConfigWatch>,
+    /// How its runs load pieces (the tool catalogue of the configuration among it), made once
+    /// per configuration.
+    pub load_options: Mutex<Option<(Option<ETag>, Arc<LoadOptions>)>>,
     /// Keeps the leases of the runs, and says how long a claim holds.
     pub leases: LeaseKeeper,
     /// The model was chosen on the command line: it wins over a piece's `model`.
     pub model_from_flag: bool,
     /// Set for a local run and its children: the subtasks they spawn run in this process too.
     pub children: Option<Weak<dyn ChildRunner>>,
-    /// The tools of runs whose piece uses no MCP server, built once for all of them.
-    pub tools: Arc<tokio::sync::OnceCell<Registry>>,
+    /// The tools of runs whose piece uses no MCP server, built once for all of them (again
+    /// when the configuration changes: the tag of the configuration they were built from).
+    pub tools: Arc<tokio::sync::Mutex<Option<SharedTools>>>,
     /// The pieces its runs found by name, kept for a moment.
     pub pieces: Arc<PieceCache>,
     /// The live channels of the runs in flight, by job.
@@ -97,7 +107,8 @@ impl JobContext {
             store,
             models: Arc::default(),
             config,
-            load_options: OnceLock::new(),
+            watch: None,
+            load_options: Mutex::default(),
             leases,
             model_from_flag,
             children: None,
@@ -116,7 +127,8 @@ impl JobContext {
             events: self.events.clone(),
             models: Arc::clone(&self.models),
             config: Arc::clone(&self.config),
-            load_options: OnceLock::new(),
+            watch: self.watch.clone(),
+            load_options: Mutex::default(),
             leases: self.leases.clone(),
             model_from_flag: self.model_from_flag,
             children: Some(children),
@@ -127,22 +139,65 @@ impl JobContext {
         }
     }
 
-    pub(crate) fn load_options(&self) -> &LoadOptions {
-        self.load_options.get_or_init(|| load_options(&self.config))
+    /// The configuration a job starting now runs with, and its tag when it comes from a
+    /// [`ConfigWatch`]: the file configuration with the store's newest overlay (a model given
+    /// on the command line still wins), or the file configuration alone.
+    pub(crate) async fn current_config(&self) -> (Arc<Config>, Option<ETag>) {
+        let Some(watch) = &self.watch else {
+            return (Arc::clone(&self.config), None);
+        };
+        let (mut config, tag) = watch.current_tagged().await;
+        if self.model_from_flag && config.llm.model != self.config.llm.model {
+            Arc::make_mut(&mut config).llm.model = self.config.llm.model.clone();
+        }
+        (config, Some(tag))
+    }
+
+    /// How pieces load under `config` (tagged `tag`, see [`JobContext::current_config`]),
+    /// made once per configuration.
+    pub(crate) fn load_options(&self, config: &Config, tag: Option<&ETag>) -> Arc<LoadOptions> {
+        let mut kept = self.load_options.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((for_tag, opts)) = kept.as_ref()
+            && for_tag.as_ref() == tag
+        {
+            return Arc::clone(opts);
+        }
+        let opts = Arc::new(load_options(config));
+        *kept = Some((tag.cloned(), Arc::clone(&opts)));
+        opts
     }
 
     /// The built-in, web and SSH tools of the configuration, built by the first run that
-    /// needs them.
-    pub(crate) async fn shared_tools(&self, config: &Config) -> Result<Registry, ToolboxError> {
-        self.tools
-            .get_or_try_init(|| async {
-                let toolbox = Toolbox::build(config, &McpSelection::none()).await?;
-                let registry = toolbox.registry.clone();
-                toolbox.shutdown().await;
-                Ok(registry)
-            })
-            .await
-            .cloned()
+    /// needs them, and again by the first after the configuration changed (`tag`).
+    pub(crate) async fn shared_tools(
+        &self,
+        config: &Config,
+        tag: Option<&ETag>,
+    ) -> Result<Registry, ToolboxError> {
+        let mut kept = self.tools.lock().await;
+        if let Some((built_for, registry)) = kept.as_ref()
+            && built_for.as_ref() == tag
+        {
+            return Ok(registry.clone());
+        }
+        let mut toolbox = Toolbox::build(config, &McpSelection::none()).await?;
+        toolbox.write_pieces_to(self.piece_writer(config));
+        let registry = toolbox.registry.clone();
+        toolbox.shutdown().await;
+        *kept = Some((tag.cloned(), registry.clone()));
+        Ok(registry)
+    }
+
+    /// Where the runs' `CreatePiece` and `UpdatePiece` write: the store, through the one
+    /// write path of [`crate::put_piece`].
+    pub(crate) fn piece_writer(
+        &self,
+        config: &Config,
+    ) -> Arc<dyn maestro_tools::pieces::PieceWriter> {
+        Arc::new(crate::piece_store::StorePieceWriter {
+            store: self.store.clone(),
+            config: Arc::new(config.clone()),
+        })
     }
 
     /// The runner of this process's local children, while it lives.

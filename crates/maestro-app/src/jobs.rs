@@ -12,7 +12,8 @@ use maestro_store::{
 use serde::Serialize;
 use time::OffsetDateTime;
 
-use crate::pieces::{AUTO, PieceError, find_piece};
+use crate::piece_store::find_piece_in;
+use crate::pieces::{AUTO, PieceError};
 use crate::toolbox::load_options;
 
 /// A task to queue.
@@ -119,7 +120,13 @@ pub async fn submit(store: &Store, config: &Config, s: Submission) -> Result<Job
         return Err(JobError::MaxAttempts(n));
     }
     if s.piece != AUTO {
-        find_piece(&s.piece, &config.paths.pieces_dirs, &load_options(config))?;
+        find_piece_in(
+            store,
+            &s.piece,
+            &config.paths.pieces_dirs,
+            &load_options(config),
+        )
+        .await?;
     }
     let workspace = match s.workspace {
         Some(path) => Some(

@@ -36,8 +36,10 @@ mod listing;
 mod live;
 mod models;
 mod outcome;
+mod piece_store;
 mod pieces;
 mod run;
+mod runtime_config;
 mod schedule;
 mod store_log;
 mod subtasks;
@@ -69,6 +71,10 @@ pub use listing::{
 pub use live::{LIVE_CAPACITY, Live, Subscription};
 pub use outcome::{RunError, RunOutcome, RunSummary};
 pub use run::recorded_piece;
+pub use runtime_config::{
+    ConfigError, ConfigIssue, ConfigWatch, ConfigWriteError, ETag, config_json, effective_config,
+    put_config,
+};
 
 /// The run's events and how runs end, as every reader of a run sees them.
 pub use maestro_protocol::{EndReason, EventRecord, RunEvent, RunStatus};
@@ -91,6 +97,11 @@ pub use jobs::{
 pub use models::{
     ModelError, check_served, client, endpoint_unreachable, ensure_served, no_endpoint,
     served_model, tool_mode_cache,
+};
+pub use piece_store::{
+    PieceDiagnostic, PieceListing, PieceOrigin, PieceSource, PieceWriteError, StoredPiece,
+    available_pieces_in, delete_piece, find_piece_in, get_piece, list_pieces, put_piece,
+    valid_piece_name, validate_piece_text,
 };
 pub use pieces::{
     AUTO, Available, Chosen, Found, PieceError, Skipped, available_pieces, classify_piece,

@@ -115,6 +115,7 @@ impl RunError {
                 e.is_infrastructure()
             }
             RunError::Store { .. } | RunError::Endpoint(_) => true,
+            RunError::Piece(PieceError::Store(e)) => !e.is_unusable(),
             RunError::Engine(EngineError::Record(_)) => true,
             _ => false,
         }
@@ -132,6 +133,7 @@ impl RunError {
             RunError::Piece(PieceError::Classify(_))
             | RunError::Model(_)
             | RunError::Endpoint(_) => EndReason::LlmError(text),
+            RunError::Piece(PieceError::Store(_)) => EndReason::RecordError(text),
             RunError::Piece(_)
             | RunError::RequiredMcp { .. }
             | RunError::Tools(_)

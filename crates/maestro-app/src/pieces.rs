@@ -46,6 +46,9 @@ pub enum PieceError {
     /// The classifier named a piece that is not among those that loaded.
     #[error("the classifier chose `{0}`, which did not load")]
     ChosenMissing(String),
+    /// The pieces kept in the store could not be read (the store is down or unusable).
+    #[error("cannot read the pieces kept in the store")]
+    Store(#[source] maestro_store::StoreError),
 }
 
 /// A piece file in a pieces directory that does not load; lookups skip it.
@@ -64,6 +67,8 @@ pub struct Available {
     pub pieces: Vec<(PathBuf, Piece)>,
     /// The files that do not load.
     pub skipped: Vec<Skipped>,
+    /// The pieces among them that come from the store, with their versions.
+    pub versions: std::collections::BTreeMap<String, i64>,
 }
 
 /// A piece that was found, with the broken files passed over on the way.
@@ -75,6 +80,8 @@ pub struct Found {
     pub path: PathBuf,
     /// The broken files passed over while looking for it.
     pub skipped: Vec<Skipped>,
+    /// Its version in the store; `None` for a piece file.
+    pub version: Option<i64>,
 }
 
 /// A piece the classifier chose.
@@ -122,9 +129,12 @@ pub fn find_piece(given: &str, dirs: &[PathBuf], opts: &LoadOptions) -> Result<F
             piece,
             path: path.to_path_buf(),
             skipped: Vec::new(),
+            version: None,
         });
     }
-    let Available { pieces, skipped } = available_pieces(dirs, opts);
+    let Available {
+        pieces, skipped, ..
+    } = available_pieces(dirs, opts);
     if let Some((path, piece)) = pieces
         .iter()
         .find(|(p, piece)| piece.name == given || p.file_stem().is_some_and(|s| s == given))
@@ -133,6 +143,7 @@ pub fn find_piece(given: &str, dirs: &[PathBuf], opts: &LoadOptions) -> Result<F
             piece: piece.clone(),
             path: path.clone(),
             skipped,
+            version: None,
         });
     }
     Err(PieceError::NotFound {

@@ -26,7 +26,10 @@ use crate::completer::Completer;
 use crate::context::JobContext;
 use crate::live::LiveSink;
 use crate::outcome::{RunError, RunOutcome, RunSummary};
-use crate::pieces::{AUTO, available_pieces, classify_piece, find_piece, load_piece};
+use crate::piece_store::{
+    available_pieces_in, find_piece_in, stored_live_piece, stored_path, stored_piece_at,
+};
+use crate::pieces::{AUTO, classify_piece, load_piece};
 use crate::store_log::{StopLatch, StoreLog};
 use crate::subtasks::StoreSubtasks;
 use crate::toolbox::{McpSelection, Toolbox};
@@ -284,27 +287,45 @@ struct Prepared {
     /// The piece's file, recorded in `run_started`.
     piece_file: Option<PathBuf>,
     config: Arc<Config>,
+    /// The tag of the configuration it came from ([`JobContext::current_config`]).
+    tag: Option<crate::runtime_config::ETag>,
 }
 
-/// The piece a recorded run started with: its file when it is still there, else the piece of
-/// that name.
-fn recorded(
+/// The piece a recorded run started with: the stored version it names (`store:NAME@VERSION`,
+/// deleted since or not), its file when it is still there, else the piece of that name.
+async fn recorded(
     ctx: &JobContext,
+    config: &Config,
+    opts: &maestro_piece::LoadOptions,
     name: &str,
     file: Option<PathBuf>,
-) -> Result<(Arc<Piece>, PathBuf), RunError> {
-    let opts = ctx.load_options();
+) -> Result<(Arc<Piece>, PathBuf, Option<i64>), RunError> {
+    let dirs = &config.paths.pieces_dirs;
+    if let Some((stored_name, version)) = file.as_deref().and_then(stored_version)
+        && let Some(piece) = stored_piece_at(&ctx.store, &stored_name, version, dirs, opts).await?
+    {
+        return Ok((piece, stored_path(&stored_name, version), Some(version)));
+    }
     Ok(match file.filter(|file| file.is_file()) {
-        Some(file) => (Arc::new(load_piece(&file, opts)?), file),
+        Some(file) => (Arc::new(load_piece(&file, opts)?), file, None),
         None => {
-            let found = find_piece(name, &ctx.config.paths.pieces_dirs, opts)?;
-            (Arc::new(found.piece), found.path)
+            let found = find_piece_in(&ctx.store, name, dirs, opts).await?;
+            (Arc::new(found.piece), found.path, found.version)
         }
     })
 }
 
+/// The name and version a `store:NAME@VERSION` piece path names.
+fn stored_version(path: &std::path::Path) -> Option<(String, i64)> {
+    let text = path.to_str()?.strip_prefix("store:")?;
+    let (name, version) = text.rsplit_once('@')?;
+    Some((name.to_string(), version.parse().ok()?))
+}
+
 /// The piece and the settings a job runs with. A resumed run keeps the piece it started with
-/// (the classifier is not asked again).
+/// (the classifier is not asked again, and a stored piece is read at the version the job
+/// recorded). The configuration is the process's current one ([`JobContext::current_config`]),
+/// read once per job.
 async fn prepare(
     ctx: &JobContext,
     job: &Job,
@@ -317,11 +338,15 @@ async fn prepare(
             config.llm.base_url
         ));
     };
-    let mut config = Arc::clone(&ctx.config);
-    let dirs = &ctx.config.paths.pieces_dirs;
-    let opts = ctx.load_options();
-    let (piece, piece_file) = if let Some((name, file)) = recorded_piece(history) {
-        recorded(ctx, &name, file)?
+    let (mut config, tag) = ctx.current_config().await;
+    let dirs = config.paths.pieces_dirs.clone();
+    let opts = ctx.load_options(&config, tag.as_ref());
+    let (piece, piece_file, version) = if let Some((name, file)) = recorded_piece(history) {
+        let file = match job.piece_version {
+            Some(version) => Some(stored_path(&name, version)),
+            None => file,
+        };
+        recorded(ctx, &config, &opts, &name, file).await?
     } else if job.piece == AUTO {
         if config.llm.model.is_none() {
             let model = ctx.models.served_model(&config).await?;
@@ -330,18 +355,36 @@ async fn prepare(
         }
         let model = config.llm.model.clone().unwrap_or_default();
         let provider = ctx.models.client(&config)?;
-        let chosen =
-            classify_piece(&*provider, &model, &job.task, available_pieces(dirs, opts)).await?;
+        let available = available_pieces_in(&ctx.store, &dirs, &opts).await?;
+        let versions = available.versions.clone();
+        let chosen = classify_piece(&*provider, &model, &job.task, available).await?;
         tracing::info!(job = %job.id, piece = %chosen.choice.piece, "classified: {}", chosen.choice.reason);
         live.note(format!(
             "piece: {} ({})",
             chosen.choice.piece, chosen.choice.reason
         ));
-        (Arc::new(chosen.piece), chosen.path)
+        let version = versions.get(&chosen.piece.name).copied();
+        (Arc::new(chosen.piece), chosen.path, version)
     } else {
-        let found = ctx.pieces.find(&job.piece, dirs, opts)?;
-        (found.piece, found.path)
+        match stored_live(ctx, &job.piece, &dirs, &opts).await? {
+            Some(found) => found,
+            None => {
+                let found = ctx.pieces.find(&job.piece, &dirs, &opts)?;
+                (found.piece, found.path, None)
+            }
+        }
     };
+    if let Some(version) = version
+        && job.piece_version.is_none()
+    {
+        ctx.store
+            .set_job_piece_version(job.id, version)
+            .await
+            .map_err(|source| RunError::Store {
+                what: "the job's piece version",
+                source,
+            })?;
+    }
     if !ctx.model_from_flag && piece.model.is_some() && piece.model != config.llm.model {
         Arc::make_mut(&mut config).llm.model = piece.model.clone();
     }
@@ -359,7 +402,21 @@ async fn prepare(
         piece,
         piece_file: Some(piece_file),
         config,
+        tag,
     })
+}
+
+/// The store's live piece `given` names (not a file path), with its recorded path and
+/// version; `None` sends the lookup to the pieces directories (through the process's cache).
+async fn stored_live(
+    ctx: &JobContext,
+    given: &str,
+    dirs: &[PathBuf],
+    opts: &maestro_piece::LoadOptions,
+) -> Result<Option<(Arc<Piece>, PathBuf, Option<i64>)>, RunError> {
+    Ok(stored_live_piece(&ctx.store, given, dirs, opts)
+        .await?
+        .map(|found| (Arc::new(found.piece), found.path, found.version)))
 }
 
 /// The job's stored events, to resume from (none for a new run).
@@ -409,17 +466,22 @@ async fn tools(
     ctx: &JobContext,
     piece: &Piece,
     config: &Config,
+    tag: Option<&crate::runtime_config::ETag>,
 ) -> Result<(maestro_tools::Registry, Option<Toolbox>), RunError> {
     let selection = McpSelection::for_piece(piece);
     let uses_mcp = !piece.required_mcp.is_empty()
         || config.mcp.servers.keys().any(|slug| selection.wants(slug));
     if !uses_mcp {
-        let registry = ctx.shared_tools(config).await.map_err(RunError::Tools)?;
+        let registry = ctx
+            .shared_tools(config, tag)
+            .await
+            .map_err(RunError::Tools)?;
         return Ok((registry, None));
     }
-    let toolbox = Toolbox::build(config, &selection)
+    let mut toolbox = Toolbox::build(config, &selection)
         .await
         .map_err(RunError::Tools)?;
+    toolbox.write_pieces_to(ctx.piece_writer(config));
     if let Err(problem) = toolbox.ensure_required(&piece.required_mcp) {
         toolbox.shutdown().await;
         return Err(RunError::RequiredMcp {
@@ -442,6 +504,7 @@ async fn run_prepared(
         piece,
         piece_file,
         config,
+        tag,
     } = prepared;
     let engine_config = config.engine_config().map_err(RunError::Config)?;
     let provider: Arc<dyn Provider> = ctx.models.client(&config)?;
@@ -456,7 +519,7 @@ async fn run_prepared(
                 source,
             })?
     };
-    let (registry, toolbox) = tools(ctx, &piece, &config).await?;
+    let (registry, toolbox) = tools(ctx, &piece, &config, tag.as_ref()).await?;
     let mut engine = Engine::new(provider, registry, engine_config);
     if let Some(key) = config.llm.api_key.clone() {
         engine = engine.with_secret(key);
@@ -564,7 +627,8 @@ async fn replay(
     history: Vec<EventRecord>,
 ) -> Result<RunSummary, RunError> {
     let (name, file) = recorded_piece(&history).ok_or_else(|| RunError::NotStarted(id.into()))?;
-    let (piece, _) = recorded(ctx, &name, file)?;
+    let opts = ctx.load_options(&ctx.config, None);
+    let (piece, _, _) = recorded(ctx, &ctx.config, &opts, &name, file).await?;
     let mut config = (*ctx.config).clone();
     if config.llm.model.is_none() {
         config.llm.model = Some(piece.model.clone().unwrap_or_else(|| "replay".into()));

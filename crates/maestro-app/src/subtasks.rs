@@ -18,7 +18,8 @@ use maestro_engine::{
 use maestro_store::{Job, JobId, JobStatus, Lease, NewChild, NewJob, Spawned, Store};
 
 use crate::context::ChildRunner;
-use crate::pieces::{AUTO, find_piece};
+use crate::piece_store::find_piece_in;
+use crate::pieces::AUTO;
 use crate::toolbox::load_options;
 
 /// How often a local run waiting for its subtasks looks at the store.
@@ -58,9 +59,10 @@ impl StoreSubtasks {
         })
     }
 
-    fn check_piece(&self, piece: &str) -> Result<(), SubtaskError> {
+    async fn check_piece(&self, piece: &str) -> Result<(), SubtaskError> {
         let opts = load_options(&self.config);
-        find_piece(piece, &self.config.paths.pieces_dirs, &opts)
+        find_piece_in(&self.store, piece, &self.config.paths.pieces_dirs, &opts)
+            .await
             .map(drop)
             .map_err(|e| {
                 SubtaskError::Refused(format!(
@@ -82,7 +84,7 @@ impl StoreSubtasks {
         }
         let piece = match request.piece {
             Some(piece) => {
-                self.check_piece(&piece)?;
+                self.check_piece(&piece).await?;
                 piece
             }
             None => AUTO.to_string(),

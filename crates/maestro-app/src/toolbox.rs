@@ -216,6 +216,15 @@ impl Toolbox {
         })
     }
 
+    /// Makes `CreatePiece` and `UpdatePiece` write through `writer` (the store runs look pieces
+    /// up in) instead of into `tools.pieces_dir`.
+    pub(crate) fn write_pieces_to(&mut self, writer: Arc<dyn maestro_tools::pieces::PieceWriter>) {
+        let config = Arc::clone(self.registry.config());
+        for tool in maestro_tools::pieces::piece_writing_tools(&config, &writer) {
+            self.registry.register(tool);
+        }
+    }
+
     /// Checks that every server in `required` is configured, was selected, started and is still
     /// connected. The error names the server, says why, and says what to change.
     pub fn ensure_required(&self, required: &[String]) -> Result<(), RequiredMcp> {

@@ -22,6 +22,7 @@ use crate::lease::LeaseKeeper;
 use crate::live::Subscription;
 use crate::outcome::RunOutcome;
 use crate::run::{Execution, Target, execute};
+use crate::runtime_config::ConfigWatch;
 
 /// One worker profile: a name, how many jobs at once, which task classes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -158,7 +159,10 @@ struct Inner {
 }
 
 impl Worker {
-    /// A worker on `store` whose runs use `config`; it starts with [`Worker::run`].
+    /// A worker on `store` whose runs use `config` with the store's configuration overlay laid
+    /// over it ([`ConfigWatch`]): each job runs with the configuration current when it starts,
+    /// so a change written through [`crate::put_config`] reaches the next job without a
+    /// restart. It starts with [`Worker::run`].
     pub fn new(store: Store, config: Config, options: WorkerOptions) -> Worker {
         Worker::observed(store, config, options, None)
     }
@@ -170,12 +174,25 @@ impl Worker {
         options: WorkerOptions,
         observer: Option<Arc<dyn RunObserver>>,
     ) -> Worker {
+        let watch = ConfigWatch::new(store.clone(), config.clone());
+        Worker::with_config_watch(store, watch, options, observer)
+    }
+
+    /// [`Worker::observed`] sharing `watch` (a server that also serves the configuration holds
+    /// one watch for both); its base is the worker's configuration.
+    pub fn with_config_watch(
+        store: Store,
+        watch: ConfigWatch,
+        options: WorkerOptions,
+        observer: Option<Arc<dyn RunObserver>>,
+    ) -> Worker {
         let mut job = JobContext::new(
             store.clone(),
-            Arc::new(config),
+            Arc::clone(watch.base()),
             LeaseKeeper::new(store, options.lease),
             options.model_from_flag,
         );
+        job.watch = Some(watch);
         job.observer = observer;
         Worker {
             inner: Arc::new(Inner {
@@ -184,6 +201,11 @@ impl Worker {
                 wake: Notify::new(),
             }),
         }
+    }
+
+    /// The watch on the configuration this worker's jobs run with.
+    pub fn config_watch(&self) -> Option<&ConfigWatch> {
+        self.inner.job.watch.as_ref()
     }
 
     /// A job was just queued in this process: one idle slot looks for it now instead of at

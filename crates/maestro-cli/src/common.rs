@@ -70,7 +70,7 @@ pub(crate) fn explain_piece_error(e: PieceError) -> anyhow::Error {
             ..
         } => eprint!("{}", render_diagnostics(source_text, &diagnostics.errors)),
         PieceError::NotFound { skipped, .. } => note_skipped(skipped),
-        PieceError::Classify(_) | PieceError::ChosenMissing(_) => {}
+        PieceError::Classify(_) | PieceError::ChosenMissing(_) | PieceError::Store(_) => {}
     }
     e.into()
 }

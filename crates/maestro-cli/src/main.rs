@@ -2,6 +2,7 @@
 //! try tools.
 
 mod common;
+mod config;
 mod flags;
 mod jobs;
 mod logs;
@@ -66,6 +67,9 @@ enum Command {
     /// Create, list and revoke API tokens.
     #[command(subcommand)]
     Tokens(users::TokensCommand),
+    /// Show the configuration in effect (`maestro config show`).
+    #[command(subcommand)]
+    Config(config::Command),
 }
 
 /// mimalloc: a worker's runs allocate and free many small objects across a few threads, where
@@ -98,6 +102,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve::run(*args),
         Command::Users(cmd) => users::users(cmd),
         Command::Tokens(cmd) => users::tokens(cmd),
+        Command::Config(cmd) => config::run(cmd),
     };
     match result {
         Ok(code) => ExitCode::from(code),

@@ -187,17 +187,11 @@ fn human(
 }
 
 fn json_line(file: &Path, checked: &Checked) -> serde_json::Value {
+    // The same objects the server's piece validation gives, from the one function.
     let list = |diags: &[Diagnostic]| -> Vec<serde_json::Value> {
         diags
             .iter()
-            .map(|d| {
-                serde_json::json!({
-                    "path": d.path,
-                    "line": d.line,
-                    "column": d.column,
-                    "message": d.message,
-                })
-            })
+            .map(|d| maestro_app::PieceDiagnostic::from_diagnostic(d).to_json())
             .collect()
     };
     let (valid, dialect, errors, warnings) = match checked {

@@ -67,6 +67,9 @@ pub enum Origin {
         /// The variable's name.
         var: String,
     },
+    /// The configuration overlay kept in the job store (written through the API), laid over the
+    /// files.
+    Overlay,
     /// The files taken together (each was valid alone), or the built-in defaults when the list
     /// is empty.
     Merged {
@@ -100,6 +103,7 @@ impl fmt::Display for Origin {
             }
             Origin::File { path, .. } => write!(f, "{}", path.display()),
             Origin::Env { var } => write!(f, "environment variable {var}"),
+            Origin::Overlay => f.write_str("the configuration overlay in the store"),
             Origin::Merged { paths } if paths.is_empty() => {
                 f.write_str("the default configuration")
             }

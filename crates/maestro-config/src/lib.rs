@@ -31,6 +31,7 @@ mod engine;
 mod error;
 mod llm;
 mod load;
+mod overlay;
 mod parse;
 
 pub use auth::{AuthConfig, OidcConfig};

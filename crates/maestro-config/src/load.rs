@@ -91,7 +91,12 @@ impl Config {
             parsed.push((source, keys));
         }
         let files: Vec<PathBuf> = sources.iter().map(|s| s.path.clone()).collect();
-        let mut config = typed(&merged, &files)?;
+        let mut config = typed(
+            &merged,
+            Origin::Merged {
+                paths: files.clone(),
+            },
+        )?;
         absolutize(&mut config, &root);
         config.root = root;
         config.safety.apply(&mut config.tools);
@@ -159,7 +164,12 @@ impl Config {
     /// is used in messages. Relative paths stay as written.
     pub fn from_yaml_str(text: &str, name: &Path) -> Result<Config, ConfigError> {
         let ParsedFile { raw, .. } = parse_file(name, text)?;
-        typed(&raw, &[name.to_path_buf()])
+        typed(
+            &raw,
+            Origin::Merged {
+                paths: vec![name.to_path_buf()],
+            },
+        )
     }
 }
 
@@ -236,10 +246,8 @@ fn merge(base: &mut Value, over: Value, path: &mut Vec<String>) {
 
 /// The merged tree read into [`Config`]. Each file was valid alone, so this fails only when the
 /// combination is not (e.g. half of a setting in each file).
-fn typed(merged: &Value, files: &[PathBuf]) -> Result<Config, ConfigError> {
-    let origin = || Origin::Merged {
-        paths: files.to_vec(),
-    };
+pub(crate) fn typed(merged: &Value, origin: Origin) -> Result<Config, ConfigError> {
+    let origin = || origin.clone();
     // Through YAML rather than `serde_json::from_value`, so scalars are read as the typed parse
     // of one file reads them (`yes` where a boolean is expected, `123` where a string is).
     let text = serde_saphyr::to_string(merged).map_err(|e| {
@@ -307,7 +315,7 @@ fn resolve_paths(raw: &mut Value, base: &Path, home: Option<&Path>) {
 }
 
 /// Makes the paths still relative after merging (the defaults) absolute from the project root.
-fn absolutize(config: &mut Config, root: &Path) {
+pub(crate) fn absolutize(config: &mut Config, root: &Path) {
     let fix = |p: &mut PathBuf| {
         if p.is_relative() {
             *p = root.join(&*p);

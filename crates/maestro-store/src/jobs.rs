@@ -19,7 +19,7 @@ use crate::store::Store;
 pub(crate) const JOB_COLUMNS: &str = "id, piece, task, status, parent_id, priority, task_class, \
     workspace, submitted_by, attempts, max_attempts, fence, lease_owner, lease_expires_at, run_at, \
     result, reason, created_at, updated_at, schedule_id, scheduled_for, depth, title, child_index, \
-    owner";
+    owner, piece_version";
 
 /// How often a store sweeps the jobs whose worker vanished (their lease lapsed): those with
 /// attempts left go back to the queue, the others end `failed`. The claim itself reads only
@@ -66,6 +66,7 @@ pub(crate) fn job_from_row(row: &AnyRow) -> StoreResult<Job> {
         title: col(row, "title")?,
         child_index: col(row, "child_index")?,
         owner: col(row, "owner")?,
+        piece_version: col(row, "piece_version")?,
     })
 }
 

@@ -24,6 +24,7 @@
 
 mod auth;
 mod clock;
+mod config_versions;
 mod error;
 mod events;
 mod fence;
@@ -33,6 +34,7 @@ mod leases;
 mod model;
 mod open;
 mod pages;
+mod pieces;
 mod queue;
 mod records;
 mod rows;
@@ -45,6 +47,7 @@ pub use auth::{
     NewToken, StoredLogin, StoredSession, StoredShare, StoredToken, StoredUser, secret_hash,
 };
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use config_versions::{ConfigPut, ConfigVersion};
 pub use error::{StoreError, StoreResult};
 pub use events::EventBatch;
 pub use model::{
@@ -54,6 +57,7 @@ pub use model::{
 };
 pub use open::UrlOrigin;
 pub use pages::JobFilter;
+pub use pieces::StoredPieceVersion;
 pub use queue::JobQueue;
 pub use store::{Backend, Backoff, OpenMode, PoolSize, SCHEMA_VERSION, Store};
 pub use subtasks::{NewChild, Spawned, child_workspace};

@@ -259,6 +259,10 @@ pub struct Job {
     pub child_index: Option<i64>,
     /// The user the job belongs to (an email), when it has one.
     pub owner: Option<String>,
+    /// The version of the stored piece its run started with (`None` for a piece from a file
+    /// or a pieces directory, and before the run starts); a resumed run uses this version.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub piece_version: Option<i64>,
 }
 
 /// Which task classes a worker claims.

@@ -213,10 +213,16 @@ const MIGRATIONS: &[EmbeddedMigration] = &[
         sqlite: include_str!("../migrations/sqlite/0005_auth.sql"),
         postgres: include_str!("../migrations/postgres/0005_auth.sql"),
     },
+    EmbeddedMigration {
+        version: 6,
+        description: "pieces config",
+        sqlite: include_str!("../migrations/sqlite/0006_pieces_config.sql"),
+        postgres: include_str!("../migrations/postgres/0006_pieces_config.sql"),
+    },
 ];
 
 /// The newest schema version this build knows.
-pub const SCHEMA_VERSION: i64 = 5;
+pub const SCHEMA_VERSION: i64 = 6;
 
 fn migrator(backend: Backend, up_to: i64) -> Migrator {
     let migrations = MIGRATIONS

@@ -21,10 +21,22 @@ pub(crate) fn builtin_tools(config: &Arc<ToolsConfig>) -> Vec<Arc<dyn Tool>> {
         Arc::new(CreateChecklist),
         Arc::new(CheckItem),
         Arc::new(GetChecklist),
-        Arc::new(ListPieces { config: c() }),
-        Arc::new(GetPiece { config: c() }),
-        Arc::new(CreatePiece { config: c() }),
-        Arc::new(UpdatePiece { config: c() }),
+        Arc::new(ListPieces {
+            config: c(),
+            writer: None,
+        }),
+        Arc::new(GetPiece {
+            config: c(),
+            writer: None,
+        }),
+        Arc::new(CreatePiece {
+            config: c(),
+            writer: None,
+        }),
+        Arc::new(UpdatePiece {
+            config: c(),
+            writer: None,
+        }),
         Arc::new(docs::ReadToolDocTool { config: c() }),
     ];
     // The skills tools are meta tools (offered to every movement), so they exist only where

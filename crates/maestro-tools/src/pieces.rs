@@ -1,9 +1,12 @@
 //! `ListPieces`, `GetPiece`, `CreatePiece`, `UpdatePiece`: pieces as the model sees them. New and
-//! changed pieces go through the same loader and validator as piece files, and are written into
-//! the configured pieces directory only when valid; otherwise the diagnostics go back to the
-//! model.
+//! changed pieces go through the same loader and validator as piece files, and are written only
+//! when valid; otherwise the diagnostics go back to the model. They are written where runs look
+//! for pieces: through the [`PieceWriter`] whoever assembles the tools gives (the job store, so
+//! that every node sees them), else into the configured pieces directory.
 
+use std::future::Future;
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::sync::Arc;
 
 use maestro_piece::{Diagnostic, LoadOptions, discover, load_file, load_str};
@@ -41,6 +44,8 @@ pub struct PieceSourceInput {
 pub struct ListPieces {
     /// The directories it lists (`pieces_dir`, then `extra_pieces_dirs`) and the output cap.
     pub config: Arc<ToolsConfig>,
+    /// Where runs also find pieces (the store), listed first, when set.
+    pub writer: Option<Arc<dyn PieceWriter>>,
 }
 
 /// `GetPiece`.
@@ -48,14 +53,83 @@ pub struct ListPieces {
 pub struct GetPiece {
     /// The directories it looks in (`pieces_dir`, then `extra_pieces_dirs`) and the output cap.
     pub config: Arc<ToolsConfig>,
+    /// Where runs also find pieces (the store), looked in first, when set.
+    pub writer: Option<Arc<dyn PieceWriter>>,
+}
+
+/// A future a [`PieceWriter`] returns.
+pub type PieceFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, String>> + Send + 'a>>;
+
+/// Where `CreatePiece` and `UpdatePiece` write a valid piece instead of the pieces directory:
+/// the place runs look pieces up (the job store), given by whoever assembles the tools. This
+/// crate knows no store; the errors are messages for the model.
+pub trait PieceWriter: Send + Sync + std::fmt::Debug {
+    /// Whether a piece named `name` exists where runs look for pieces.
+    fn exists<'a>(&'a self, name: &'a str) -> PieceFuture<'a, bool>;
+    /// Writes `yaml` as the piece `name` (validated again there); returns where it went, for
+    /// the model, e.g. `version 3 in the store`.
+    fn save<'a>(&'a self, name: &'a str, yaml: &'a str) -> PieceFuture<'a, String>;
+    /// The text of the piece `name` where the writer keeps it; `None` when it keeps none of
+    /// that name (the pieces directories are looked in then).
+    fn source<'a>(&'a self, name: &'a str) -> PieceFuture<'a, Option<String>>;
+    /// The pieces the writer keeps, by name: each with its version and description. They take
+    /// the place of piece files of the same name.
+    fn stored(&self) -> PieceFuture<'_, Vec<StoredPieceLine>>;
+}
+
+/// One piece a [`PieceWriter`] keeps, as `ListPieces` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredPieceLine {
+    /// The piece's name.
+    pub name: String,
+    /// Its version where the writer keeps it.
+    pub version: i64,
+    /// Its description.
+    pub description: String,
+}
+
+/// `ListPieces` and `GetPiece`: the pieces of `writer` first, then the directories'.
+async fn list_with(config: &Arc<ToolsConfig>, writer: &dyn PieceWriter) -> ToolOutput {
+    let stored = match writer.stored().await {
+        Ok(stored) => stored,
+        Err(e) => return ToolOutput::error(format!("cannot list the pieces: {e}")),
+    };
+    let mut out = String::new();
+    for piece in &stored {
+        out.push_str(&format!(
+            "{} (stored, version {}): {}\n",
+            piece.name,
+            piece.version,
+            piece.description.trim()
+        ));
+    }
+    if !dirs(config).is_empty() {
+        let config = Arc::clone(config);
+        let files = blocking(move || list(&config)).await;
+        if files.ok {
+            for line in files.output.lines() {
+                let name = line.split(' ').next().unwrap_or("");
+                if line != "no pieces found" && !stored.iter().any(|p| p.name == name) {
+                    out.push_str(line);
+                    out.push('\n');
+                }
+            }
+        }
+    }
+    if out.is_empty() {
+        out.push_str("no pieces found\n");
+    }
+    capped(out, config.output_cap_bytes)
 }
 
 /// `CreatePiece`.
 #[derive(Debug)]
 pub struct CreatePiece {
-    /// `pieces_dir`, where the new piece is written (without it nothing can be created), the
-    /// other piece directories, for names already taken, and `tool_catalog`.
+    /// `pieces_dir`, where the new piece is written (without it or a `writer` nothing can be
+    /// created), the other piece directories, for names already taken, and `tool_catalog`.
     pub config: Arc<ToolsConfig>,
+    /// Where the piece is written instead of `pieces_dir`, when set.
+    pub writer: Option<Arc<dyn PieceWriter>>,
 }
 
 /// `UpdatePiece`.
@@ -64,6 +138,35 @@ pub struct UpdatePiece {
     /// `pieces_dir`, the one directory whose pieces can be replaced, the other piece
     /// directories, and `tool_catalog`.
     pub config: Arc<ToolsConfig>,
+    /// Where the piece is written instead of `pieces_dir`, when set: any piece runs can find
+    /// may then be changed (the new version overrides a piece file of the same name).
+    pub writer: Option<Arc<dyn PieceWriter>>,
+}
+
+/// `ListPieces`, `GetPiece`, `CreatePiece` and `UpdatePiece` reading and writing through
+/// `writer` (before the pieces directories).
+pub fn piece_writing_tools(
+    config: &Arc<ToolsConfig>,
+    writer: &Arc<dyn PieceWriter>,
+) -> Vec<Arc<dyn crate::Tool>> {
+    vec![
+        Arc::new(ListPieces {
+            config: Arc::clone(config),
+            writer: Some(Arc::clone(writer)),
+        }),
+        Arc::new(GetPiece {
+            config: Arc::clone(config),
+            writer: Some(Arc::clone(writer)),
+        }),
+        Arc::new(CreatePiece {
+            config: Arc::clone(config),
+            writer: Some(Arc::clone(writer)),
+        }),
+        Arc::new(UpdatePiece {
+            config: Arc::clone(config),
+            writer: Some(Arc::clone(writer)),
+        }),
+    ]
 }
 
 impl TypedTool for ListPieces {
@@ -72,6 +175,9 @@ impl TypedTool for ListPieces {
     const DESCRIPTION: &'static str = "List the available pieces with their descriptions.";
 
     async fn run(&self, _ctx: &ToolContext, _input: ListPiecesInput) -> ToolOutput {
+        if let Some(writer) = &self.writer {
+            return list_with(&self.config, &**writer).await;
+        }
         let config = Arc::clone(&self.config);
         blocking(move || list(&config)).await
     }
@@ -83,6 +189,13 @@ impl TypedTool for GetPiece {
     const DESCRIPTION: &'static str = "Show a piece's YAML source by name.";
 
     async fn run(&self, _ctx: &ToolContext, input: GetPieceInput) -> ToolOutput {
+        if let Some(writer) = &self.writer {
+            match writer.source(&input.name).await {
+                Ok(Some(yaml)) => return capped(yaml, self.config.output_cap_bytes),
+                Ok(None) => {}
+                Err(e) => return ToolOutput::error(format!("cannot read piece: {e}")),
+            }
+        }
         let config = Arc::clone(&self.config);
         blocking(move || get(&config, &input.name)).await
     }
@@ -94,6 +207,9 @@ impl TypedTool for CreatePiece {
     const DESCRIPTION: &'static str = "Create a new piece from YAML; it is validated first and any errors are returned with line and column.";
 
     async fn run(&self, _ctx: &ToolContext, input: PieceSourceInput) -> ToolOutput {
+        if let Some(writer) = &self.writer {
+            return save_through(&self.config, &**writer, &input, Saving::Create).await;
+        }
         let config = Arc::clone(&self.config);
         blocking(move || save(&config, &input, Saving::Create)).await
     }
@@ -105,6 +221,9 @@ impl TypedTool for UpdatePiece {
     const DESCRIPTION: &'static str = "Replace an existing piece's YAML; it is validated first and any errors are returned with line and column.";
 
     async fn run(&self, _ctx: &ToolContext, input: PieceSourceInput) -> ToolOutput {
+        if let Some(writer) = &self.writer {
+            return save_through(&self.config, &**writer, &input, Saving::Update).await;
+        }
         let config = Arc::clone(&self.config);
         blocking(move || save(&config, &input, Saving::Update)).await
     }
@@ -212,6 +331,116 @@ fn get(config: &ToolsConfig, name: &str) -> ToolOutput {
     }
 }
 
+/// The name check both ways of saving make.
+fn bad_name(name: &str) -> Option<ToolOutput> {
+    (name.is_empty()
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'))
+    .then(|| {
+        ToolOutput::error(format!(
+            "invalid piece name `{name}`: use lowercase letters, digits and `-`"
+        ))
+    })
+}
+
+/// How a piece the model wrote is validated: facets confined, tool names checked against
+/// `tool_catalog`.
+fn validation_options(config: &ToolsConfig) -> LoadOptions {
+    LoadOptions {
+        confine_facets: true,
+        tools: Some(
+            config
+                .tool_catalog
+                .clone()
+                .unwrap_or_else(crate::catalog::names_only),
+        ),
+        ..LoadOptions::default()
+    }
+}
+
+/// Validates the piece; on success, its movement count and its warnings rendered.
+fn validated(
+    input: &PieceSourceInput,
+    target: &Path,
+    opts: &LoadOptions,
+    tool: &str,
+) -> Result<(usize, String), ToolOutput> {
+    let name = input.name.as_str();
+    let origin = PathBuf::from(format!("{name}.yaml"));
+    let loaded = load_str(&input.content, target, opts).map_err(|failed| {
+        ToolOutput::error(format!(
+            "the piece is invalid; nothing was saved. Fix these and call {tool} again:\n{}",
+            render(&failed.errors, &origin)
+        ))
+    })?;
+    if loaded.piece.name != name {
+        return Err(ToolOutput::error(format!(
+            "the YAML's `name` is `{}` but the tool was called with name `{name}`; make them equal",
+            loaded.piece.name
+        )));
+    }
+    let warnings = if loaded.warnings.is_empty() {
+        String::new()
+    } else {
+        format!("warnings:\n{}", render(&loaded.warnings, &origin))
+    };
+    Ok((loaded.piece.movements.len(), warnings))
+}
+
+/// [`save`] through a [`PieceWriter`]: the piece is validated here (the model gets the
+/// diagnostics), then written where runs find it.
+async fn save_through(
+    config: &ToolsConfig,
+    writer: &dyn PieceWriter,
+    input: &PieceSourceInput,
+    saving: Saving,
+) -> ToolOutput {
+    let creating = saving == Saving::Create;
+    let tool = if creating {
+        "CreatePiece"
+    } else {
+        "UpdatePiece"
+    };
+    let name = input.name.as_str();
+    if let Some(refused) = bad_name(name) {
+        return refused;
+    }
+    let exists = match writer.exists(name).await {
+        Ok(exists) => exists,
+        Err(e) => return ToolOutput::error(format!("nothing was saved: {e}")),
+    };
+    match (creating, exists) {
+        (true, true) => {
+            return ToolOutput::error(format!(
+                "a piece named `{name}` already exists; use UpdatePiece to change it"
+            ));
+        }
+        (false, false) => {
+            return ToolOutput::error(format!(
+                "no piece named `{name}`; use CreatePiece to create it"
+            ));
+        }
+        _ => {}
+    }
+    let target = config
+        .pieces_dir
+        .as_deref()
+        .unwrap_or(Path::new(""))
+        .join(format!("{name}.yaml"));
+    let (movements, warnings) = match validated(input, &target, &validation_options(config), tool) {
+        Ok(checked) => checked,
+        Err(refused) => return refused,
+    };
+    match writer.save(name, &input.content).await {
+        Ok(place) => ToolOutput::ok(format!(
+            "{} piece `{name}` ({movements} movements, {place})\n{warnings}",
+            if creating { "created" } else { "updated" },
+        )),
+        Err(e) => ToolOutput::error(format!("nothing was saved: {e}")),
+    }
+}
+
 fn save(config: &ToolsConfig, input: &PieceSourceInput, saving: Saving) -> ToolOutput {
     let creating = saving == Saving::Create;
     let Some(dir) = &config.pieces_dir else {
@@ -220,14 +449,8 @@ fn save(config: &ToolsConfig, input: &PieceSourceInput, saving: Saving) -> ToolO
         );
     };
     let name = input.name.as_str();
-    if name.is_empty()
-        || !name
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-    {
-        return ToolOutput::error(format!(
-            "invalid piece name `{name}`: use lowercase letters, digits and `-`"
-        ));
+    if let Some(refused) = bad_name(name) {
+        return refused;
     }
     let existing = catalogue(config)
         .into_iter()

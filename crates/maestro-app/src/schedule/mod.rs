@@ -9,7 +9,8 @@ use maestro_store::{NewSchedule, Store, StoreError};
 use serde::Serialize;
 use time::OffsetDateTime;
 
-use crate::pieces::{PieceError, find_piece};
+use crate::piece_store::find_piece_in;
+use crate::pieces::PieceError;
 use crate::toolbox::load_options;
 
 pub use spec::{Misfire, Spec, SpecError, zone};
@@ -70,11 +71,13 @@ pub async fn add_schedule(
     }
     let tz = zone(&request.tz)?;
     request.spec.check_fires(spec::to_chrono(store.now()), tz)?;
-    find_piece(
+    find_piece_in(
+        store,
         &request.piece,
         &config.paths.pieces_dirs,
         &load_options(config),
-    )?;
+    )
+    .await?;
     Ok(store
         .add_schedule(&NewSchedule {
             piece: request.piece,
@@ -172,11 +175,13 @@ pub async fn update_schedule(
     }
     let tz = zone(&request.tz)?;
     request.spec.check_fires(spec::to_chrono(store.now()), tz)?;
-    find_piece(
+    find_piece_in(
+        store,
         &request.piece,
         &config.paths.pieces_dirs,
         &load_options(config),
-    )?;
+    )
+    .await?;
     let updated = store
         .update_schedule(
             id,

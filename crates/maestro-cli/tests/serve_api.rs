@@ -406,3 +406,192 @@ async fn without_auth_only_a_loopback_address_is_served() {
     let ids: HashSet<&str> = HashSet::new();
     assert!(ids.is_empty());
 }
+
+const STORED_PIECE: &str = "\
+name: stored
+description: a piece written through the API
+max_movements: 3
+initial_movement: work
+movements:
+  - name: work
+    edit: false
+    persona: You work.
+    instruction: \"{task}\"
+    allowed_tools: [Read]
+    rules: []
+";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn pieces_are_written_validated_run_and_deleted_through_the_api() {
+    let llm = ScriptedLlm::start([complete("Stored piece ran.")]).await;
+    let project = Project::new();
+    let served = project.serve(&llm.base_url(), &[]);
+    let put = |name: &str, body: &str| {
+        served
+            .http
+            .put(served.url(&format!("/api/v1/pieces/{name}")))
+            .header("content-type", "application/yaml")
+            .body(body.to_string())
+            .send()
+    };
+    // Invalid: 422 with each error's path, line and column; nothing written.
+    let broken = STORED_PIECE.replace("initial_movement: work", "initial_movement: nowhere");
+    let response = put("stored", &broken).await.unwrap();
+    assert_eq!(response.status().as_u16(), 422);
+    let problem: Value = response.json().await.unwrap();
+    let error = &problem["errors"][0];
+    assert_eq!(error["path"], "initial_movement", "{problem}");
+    assert_eq!(
+        (error["line"].clone(), error["column"].clone()),
+        (json!(4), json!(19)),
+        "{problem}"
+    );
+    let (status, _) = served.get("/api/v1/pieces/stored").await;
+    assert_eq!(status, 404);
+    // Validation alone answers the same without writing.
+    let response = served
+        .http
+        .post(served.url("/api/v1/pieces/validate"))
+        .body(broken.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 422);
+    // A name is never a path.
+    let response = put("..%2Fetc", STORED_PIECE).await.unwrap();
+    assert!(
+        matches!(response.status().as_u16(), 400 | 404),
+        "{}",
+        response.status()
+    );
+    // Written: version 1, listed, and run by the worker.
+    let response = put("stored", STORED_PIECE).await.unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    let written: Value = response.json().await.unwrap();
+    assert_eq!(
+        (written["name"].clone(), written["version"].clone()),
+        (json!("stored"), json!(1))
+    );
+    let (_, listed) = served.get("/api/v1/pieces").await;
+    let names: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        names.contains(&"stored") && names.contains(&"one"),
+        "{names:?}"
+    );
+    let (status, piece) = served.get("/api/v1/pieces/stored").await;
+    assert_eq!(
+        (status, piece["origin"]["kind"].clone()),
+        (200, json!("store"))
+    );
+    let (_, dir_piece) = served.get("/api/v1/pieces/one").await;
+    assert_eq!(dir_piece["origin"]["kind"], "dir");
+    assert!(
+        !dir_piece["origin"]["path"]
+            .as_str()
+            .unwrap()
+            .starts_with('/'),
+        "{dir_piece}"
+    );
+    let (status, job) = served
+        .post(
+            "/api/v1/jobs",
+            json!({"piece": "stored", "task": "use the stored piece"}),
+        )
+        .await;
+    assert_eq!(status, 201, "{job}");
+    let id = job["id"].as_str().unwrap();
+    let done = served
+        .until(id, "completed", |j| j["status"] == "completed")
+        .await;
+    assert_eq!(done["result"]["result"], "Stored piece ran.");
+    // A piece file cannot be deleted through the API; the stored one can.
+    let response = served
+        .http
+        .delete(served.url("/api/v1/pieces/one"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 409);
+    let response = served
+        .http
+        .delete(served.url("/api/v1/pieces/stored"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 204);
+    let (status, _) = served.get("/api/v1/pieces/stored").await;
+    assert_eq!(status, 404);
+    served.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_configuration_is_changed_with_if_match_and_keeps_secrets_it_does_not_show() {
+    let project = Project::new();
+    std::fs::write(
+        project.path().join(".maestro/config.yaml"),
+        "llm:\n  tool_mode: native\n  api_key: sk-test-secret-1234\n",
+    )
+    .unwrap();
+    let served = project.serve("http://127.0.0.1:9", &["--no-worker"]);
+    let response = served
+        .http
+        .get(served.url("/api/v1/config"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    let etag = response.headers()["etag"].to_str().unwrap().to_string();
+    let mut config: Value = response.json().await.unwrap();
+    assert_eq!(config["llm"]["api_key"], "***");
+    assert!(!config.to_string().contains("sk-test-secret-1234"));
+    config["llm"]["tool_mode"] = json!("json");
+    let put = |body: &Value, if_match: Option<&str>| {
+        let mut request = served.http.put(served.url("/api/v1/config")).json(body);
+        if let Some(tag) = if_match {
+            request = request.header("if-match", tag);
+        }
+        request.send()
+    };
+    // No If-Match: 428.
+    assert_eq!(put(&config, None).await.unwrap().status().as_u16(), 428);
+    // The right one: written, a new ETag.
+    let response = put(&config, Some(&etag)).await.unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    let newer = response.headers()["etag"].to_str().unwrap().to_string();
+    assert_ne!(newer, etag);
+    let written: Value = response.json().await.unwrap();
+    assert_eq!(written["llm"]["tool_mode"], "json");
+    assert_eq!(written["llm"]["api_key"], "***");
+    // The stale one: 412, nothing written.
+    config["llm"]["tool_mode"] = json!("native");
+    assert_eq!(
+        put(&config, Some(&etag)).await.unwrap().status().as_u16(),
+        412
+    );
+    // Invalid: 422 naming the field.
+    let mut bad = written.clone();
+    bad["llm"]["tool_mode"] = json!("telepathy");
+    let response = put(&bad, Some(&newer)).await.unwrap();
+    assert_eq!(response.status().as_u16(), 422);
+    let problem: Value = response.json().await.unwrap();
+    assert!(
+        problem["errors"].to_string().contains("tool_mode"),
+        "{problem}"
+    );
+    // The secret behind *** is kept: the effective configuration still has it
+    // (`maestro config show` redacts it too, and the store does not hold it in plain text).
+    let out = project.maestro(&["config", "show", "--json"]).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let shown = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(shown.contains("\"json\""), "{shown}");
+    assert!(!shown.contains("sk-test-secret-1234"), "{shown}");
+    let log = served.stop().await;
+    assert!(!log.contains("sk-test-secret-1234"));
+    let db = std::fs::read(project.path().join(".maestro/maestro.db")).unwrap();
+    assert!(!String::from_utf8_lossy(&db).contains("sk-test-secret-1234"));
+}

@@ -193,6 +193,17 @@ impl Caller {
         self.require(Scope::Write)
     }
 
+    /// The configuration is the admins' (with auth; without it, the machine's user's).
+    pub(crate) fn require_config(&self) -> Result<(), ApiError> {
+        if self.principal.is_some() && !self.admin {
+            return Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                "the configuration is read and changed by admins only",
+            ));
+        }
+        Ok(())
+    }
+
     pub(crate) fn require_admin(&self) -> Result<(), ApiError> {
         self.require(Scope::Admin)
     }

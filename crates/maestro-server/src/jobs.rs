@@ -97,9 +97,9 @@ pub(crate) async fn submit(
 ) -> ApiResult<Response> {
     caller.require_write()?;
     let submission = body.into_submission(&caller)?;
-    let id = maestro_app::submit(state.store(), state.config(), submission).await?;
-    state.wake_worker();
+    let id = maestro_app::submit(state.store(), &*state.current_config().await, submission).await?;
     let job = maestro_app::job_detail(state.store(), id).await?;
+    state.wake_worker();
     Ok((StatusCode::CREATED, Json(job)).into_response())
 }
 

@@ -14,6 +14,7 @@ mod metrics;
 mod oidc;
 mod openapi;
 mod ops;
+mod pieces;
 mod router;
 mod schedules;
 mod share;

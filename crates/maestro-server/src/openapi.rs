@@ -18,6 +18,8 @@ use utoipa::OpenApi;
         (name = "jobs", description = "Jobs, their events, comments and files"),
         (name = "schedules", description = "Schedules that fire jobs"),
         (name = "system", description = "Tools and workers"),
+        (name = "pieces", description = "Pieces: the pieces directories' and the store's"),
+        (name = "config", description = "The configuration, changed at runtime"),
         (name = "auth", description = "Logging in and out, and who the caller is"),
         (name = "admin", description = "Users, API tokens and the audit log (admin scope)"),
         (name = "share", description = "Share links: one job, read-only, without credentials"),
@@ -305,6 +307,74 @@ pub(crate) mod schema {
         result: Option<JobResult>,
         question: Option<String>,
         usage: Usage,
+    }
+
+    /// Where a piece comes from: `{"kind": "store", "version": 3}` or
+    /// `{"kind": "dir", "path": "pieces/review.yaml"}`.
+    #[derive(ToSchema)]
+    pub(crate) struct PieceOrigin {
+        /// `store` or `dir`.
+        kind: String,
+        /// For `store`: the version.
+        version: Option<i64>,
+        /// For `dir`: the file, relative (never a host path).
+        path: Option<String>,
+    }
+
+    /// A piece in a list.
+    #[derive(ToSchema)]
+    pub(crate) struct PieceListing {
+        name: String,
+        description: String,
+        origin: PieceOrigin,
+        /// Its version in the store; absent for a piece file.
+        version: Option<i64>,
+    }
+
+    /// A piece's text.
+    #[derive(ToSchema)]
+    pub(crate) struct Piece {
+        name: String,
+        /// Its YAML.
+        yaml: String,
+        origin: PieceOrigin,
+    }
+
+    /// A piece version written.
+    #[derive(ToSchema)]
+    pub(crate) struct PieceVersion {
+        name: String,
+        version: i64,
+        created_by: String,
+        /// RFC 3339.
+        created_at: String,
+    }
+
+    /// One error in a piece, as `maestro validate --json` reports it.
+    #[derive(ToSchema)]
+    pub(crate) struct PieceError {
+        /// The field path, e.g. `movements[1].rules[0].next`.
+        path: String,
+        /// 1-based; 0 without a position.
+        line: u32,
+        /// 1-based; 0 without a position.
+        column: u32,
+        message: String,
+    }
+
+    /// An invalid piece.
+    #[derive(ToSchema)]
+    pub(crate) struct PieceProblem {
+        status: u16,
+        detail: String,
+        errors: Vec<PieceError>,
+    }
+
+    /// A valid piece.
+    #[derive(ToSchema)]
+    pub(crate) struct Valid {
+        /// Always true.
+        valid: bool,
     }
 
     /// A comment on a job.

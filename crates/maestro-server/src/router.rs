@@ -15,7 +15,7 @@ use utoipa_axum::routes;
 use crate::error::ApiError;
 use crate::openapi::ApiDoc;
 use crate::state::ServerState;
-use crate::{access, events, jobs, ops, schedules, share, system};
+use crate::{access, events, jobs, ops, pieces, schedules, share, system};
 
 fn api() -> OpenApiRouter<ServerState> {
     OpenApiRouter::with_openapi(ApiDoc::openapi())
@@ -33,6 +33,10 @@ fn api() -> OpenApiRouter<ServerState> {
         ))
         .routes(routes!(schedules::pause))
         .routes(routes!(schedules::resume))
+        .routes(routes!(pieces::list))
+        .routes(routes!(pieces::validate))
+        .routes(routes!(pieces::show, pieces::put, pieces::delete))
+        .routes(routes!(pieces::get_config, pieces::put_config))
         .routes(routes!(system::tools))
         .routes(routes!(system::workers))
         .routes(routes!(access::share))

@@ -112,7 +112,8 @@ pub(crate) async fn add(
 ) -> ApiResult<Response> {
     caller.require_write()?;
     let request = body.request(&caller)?;
-    let id = maestro_app::add_schedule(state.store(), state.config(), request).await?;
+    let id =
+        maestro_app::add_schedule(state.store(), &*state.current_config().await, request).await?;
     let created = one_of(&state, &id).await?;
     Ok((StatusCode::CREATED, Json(created)).into_response())
 }
@@ -161,7 +162,8 @@ pub(crate) async fn update(
 ) -> ApiResult<Response> {
     caller.require_write()?;
     let request = body.request(&caller)?;
-    maestro_app::update_schedule(state.store(), state.config(), &id, request).await?;
+    maestro_app::update_schedule(state.store(), &*state.current_config().await, &id, request)
+        .await?;
     Ok(Json(one_of(&state, &id).await?).into_response())
 }
 

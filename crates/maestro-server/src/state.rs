@@ -43,6 +43,9 @@ pub struct ServerState {
 pub(crate) struct Inner {
     pub(crate) store: Store,
     pub(crate) config: Config,
+    /// The configuration in effect: `config` with the store's overlay, re-read within 2 s of a
+    /// change; the worker's jobs use the same watch.
+    pub(crate) watch: maestro_app::ConfigWatch,
     pub(crate) worker: Option<Worker>,
     pub(crate) limits: Limits,
     pub(crate) metrics: Arc<Metrics>,
@@ -64,9 +67,10 @@ impl ServerState {
         limits: Limits,
     ) -> ServerState {
         let metrics = Arc::new(Metrics::new());
+        let watch = maestro_app::ConfigWatch::new(store.clone(), config.clone());
         let worker = worker.map(|options| {
             let observer: Arc<dyn RunObserver> = Arc::new(MetricsObserver(Arc::clone(&metrics)));
-            Worker::observed(store.clone(), config.clone(), options, Some(observer))
+            Worker::with_config_watch(store.clone(), watch.clone(), options, Some(observer))
         });
         let oidc = config.auth.oidc.as_ref().map(|o| {
             let redirect_url = o.redirect_url.clone().unwrap_or_else(|| {
@@ -93,6 +97,7 @@ impl ServerState {
         ServerState {
             inner: Arc::new(Inner {
                 oidc,
+                watch,
                 store,
                 config,
                 worker,
@@ -108,8 +113,19 @@ impl ServerState {
         &self.inner.store
     }
 
-    pub(crate) fn config(&self) -> &Config {
+    /// This node's own configuration (its files and flags), without the store's overlay.
+    pub(crate) fn base_config(&self) -> &Config {
         &self.inner.config
+    }
+
+    /// The configuration in effect now.
+    pub(crate) async fn current_config(&self) -> Arc<Config> {
+        self.inner.watch.current().await
+    }
+
+    /// The configuration in effect now, and its tag.
+    pub(crate) async fn current_config_tagged(&self) -> (Arc<Config>, maestro_app::ETag) {
+        self.inner.watch.current_tagged().await
     }
 
     pub(crate) fn auth(&self) -> &maestro_config::AuthConfig {

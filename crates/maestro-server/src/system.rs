@@ -21,7 +21,7 @@ const LIVE_WITHIN: Duration = Duration::from_secs(60);
 )]
 pub(crate) async fn tools(State(state): State<ServerState>, caller: Caller) -> ApiResult<Response> {
     caller.require_read()?;
-    let listing = maestro_app::list_tools(state.config())
+    let listing = maestro_app::list_tools(&*state.current_config().await)
         .await
         .map_err(|e| ApiError::internal("list the tools", &e))?;
     let unavailable: Vec<_> = listing

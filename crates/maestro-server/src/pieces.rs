@@ -1,0 +1,306 @@
+//! `/api/v1/pieces` and `/api/v1/config`: the pieces every node's runs can use (the pieces
+//! directories, and the versions written here, which the store keeps), and the configuration
+//! changed at runtime with optimistic locking (`ETag` / `If-Match`).
+
+use axum::Json;
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use maestro_app::{AuditAction, ConfigWriteError, PieceDiagnostic, PieceWriteError};
+use serde::Deserialize;
+use utoipa::IntoParams;
+
+use crate::auth::Caller;
+use crate::error::{ApiError, ApiResult};
+use crate::extract::body_bytes;
+use crate::openapi::schema;
+use crate::state::ServerState;
+
+fn invalid(errors: &[PieceDiagnostic]) -> ApiError {
+    ApiError::new(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        format!(
+            "the piece is invalid ({} error{}); fix each at its line and column",
+            errors.len(),
+            if errors.len() == 1 { "" } else { "s" }
+        ),
+    )
+    .with(
+        "errors",
+        serde_json::Value::Array(errors.iter().map(PieceDiagnostic::to_json).collect()),
+    )
+}
+
+impl From<PieceWriteError> for ApiError {
+    fn from(e: PieceWriteError) -> ApiError {
+        match e {
+            PieceWriteError::Invalid(errors) => invalid(&errors),
+            e @ PieceWriteError::BadName(_) => ApiError::bad_request(e.to_string()),
+            e @ PieceWriteError::ReadOnly { .. } => ApiError::conflict(e.to_string()),
+            PieceWriteError::Store(e) => e.into(),
+        }
+    }
+}
+
+async fn yaml_body(request: Request) -> Result<String, ApiError> {
+    let bytes = body_bytes(request, &()).await?;
+    String::from_utf8(bytes.to_vec())
+        .map_err(|_| ApiError::bad_request("the piece must be UTF-8 text (YAML)"))
+}
+
+/// Every piece a run can use: the pieces directories' and the store's.
+#[utoipa::path(
+    get, path = "/api/v1/pieces", tag = "pieces",
+    responses((status = 200, description = "By name", body = Vec<schema::PieceListing>)),
+)]
+pub(crate) async fn list(State(state): State<ServerState>, _caller: Caller) -> ApiResult<Response> {
+    let config = state.current_config().await;
+    Ok(Json(maestro_app::list_pieces(state.store(), &config).await?).into_response())
+}
+
+/// One piece's YAML and where it comes from.
+#[utoipa::path(
+    get, path = "/api/v1/pieces/{name}", tag = "pieces",
+    params(("name" = String, Path, description = "The piece's name")),
+    responses(
+        (status = 200, description = "The piece", body = schema::Piece),
+        (status = 404, description = "No piece of that name", body = schema::Problem),
+    ),
+)]
+pub(crate) async fn show(
+    State(state): State<ServerState>,
+    _caller: Caller,
+    Path(name): Path<String>,
+) -> ApiResult<Response> {
+    let config = state.current_config().await;
+    let piece = maestro_app::get_piece(state.store(), &config, &name)
+        .await?
+        .ok_or_else(|| {
+            ApiError::not_found(format!(
+                "no piece `{}`; `GET /api/v1/pieces` lists them",
+                name.escape_debug()
+            ))
+        })?;
+    Ok(Json(serde_json::json!({
+        "name": piece.name,
+        "yaml": piece.yaml,
+        "origin": piece.origin,
+    }))
+    .into_response())
+}
+
+/// Write a piece (its YAML as the body): a new version in the store, which every node's runs
+/// use from their next job. An invalid piece is not written.
+#[utoipa::path(
+    put, path = "/api/v1/pieces/{name}", tag = "pieces",
+    params(("name" = String, Path, description = "The piece's name")),
+    request_body(content = String, content_type = "application/yaml", description = "The piece"),
+    responses(
+        (status = 200, description = "Written", body = schema::PieceVersion),
+        (status = 400, description = "Not a piece name", body = schema::Problem),
+        (status = 422, description = "Invalid: `errors` has each with its path, line and column",
+            body = schema::PieceProblem),
+    ),
+)]
+pub(crate) async fn put(
+    State(state): State<ServerState>,
+    caller: Caller,
+    Path(name): Path<String>,
+    request: Request,
+) -> ApiResult<Response> {
+    let yaml = yaml_body(request).await?;
+    let config = state.current_config().await;
+    let stored = maestro_app::put_piece(state.store(), &config, &name, &yaml, &caller.name).await?;
+    maestro_app::record_audit(
+        state.store(),
+        &caller.name,
+        AuditAction::PieceChanged,
+        None,
+        Some(format!("put {} v{}", stored.name, stored.version)),
+    )
+    .await?;
+    Ok(Json(piece_version(&stored)).into_response())
+}
+
+fn piece_version(stored: &maestro_app::StoredPiece) -> serde_json::Value {
+    serde_json::json!({
+        "name": stored.name,
+        "version": stored.version,
+        "created_by": stored.created_by,
+        "created_at": stored.created_at.format(&time::format_description::well_known::Rfc3339).ok(),
+    })
+}
+
+/// The query of `POST /pieces/validate`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ValidateQuery {
+    /// The name it would be stored under (default: its own `name`).
+    name: Option<String>,
+}
+
+/// Check a piece (its YAML as the body) without writing it.
+#[utoipa::path(
+    post, path = "/api/v1/pieces/validate", tag = "pieces", params(ValidateQuery),
+    request_body(content = String, content_type = "application/yaml", description = "The piece"),
+    responses(
+        (status = 200, description = "Valid", body = schema::Valid),
+        (status = 422, description = "Invalid: `errors` has each with its path, line and column",
+            body = schema::PieceProblem),
+    ),
+)]
+pub(crate) async fn validate(
+    State(state): State<ServerState>,
+    _caller: Caller,
+    Query(q): Query<ValidateQuery>,
+    request: Request,
+) -> ApiResult<Response> {
+    let yaml = yaml_body(request).await?;
+    let config = state.current_config().await;
+    let name = q.name.unwrap_or_default();
+    let errors = maestro_app::validate_piece_text(&config, &name, &yaml);
+    if errors.is_empty() {
+        Ok(Json(serde_json::json!({ "valid": true })).into_response())
+    } else {
+        Err(invalid(&errors))
+    }
+}
+
+/// Delete a piece from the store (a new version that says so). A piece file in a pieces
+/// directory cannot be deleted here.
+#[utoipa::path(
+    delete, path = "/api/v1/pieces/{name}", tag = "pieces",
+    params(("name" = String, Path, description = "The piece's name")),
+    responses(
+        (status = 204, description = "Deleted"),
+        (status = 404, description = "No piece of that name in the store", body = schema::Problem),
+        (status = 409, description = "The piece is a file in a pieces directory", body = schema::Problem),
+    ),
+)]
+pub(crate) async fn delete(
+    State(state): State<ServerState>,
+    caller: Caller,
+    Path(name): Path<String>,
+) -> ApiResult<Response> {
+    let config = state.current_config().await;
+    match maestro_app::delete_piece(state.store(), &config, &name, &caller.name).await? {
+        Some(stored) => {
+            maestro_app::record_audit(
+                state.store(),
+                &caller.name,
+                AuditAction::PieceChanged,
+                None,
+                Some(format!("delete {} v{}", stored.name, stored.version)),
+            )
+            .await?;
+            Ok(StatusCode::NO_CONTENT.into_response())
+        }
+        None => Err(ApiError::not_found(format!(
+            "no piece `{}` in the store",
+            name.escape_debug()
+        ))),
+    }
+}
+
+fn with_etag(mut response: Response, etag: &maestro_app::ETag) -> Response {
+    if let Ok(v) = HeaderValue::from_str(&etag.to_string()) {
+        response.headers_mut().insert(header::ETAG, v);
+    }
+    response
+}
+
+/// The configuration in effect, secrets as `***`, with its `ETag`.
+#[utoipa::path(
+    get, path = "/api/v1/config", tag = "config",
+    responses(
+        (status = 200, description = "The configuration (its ETag in the header)", body = Object),
+        (status = 403, description = "Not an admin", body = schema::Problem),
+    ),
+)]
+pub(crate) async fn get_config(
+    State(state): State<ServerState>,
+    caller: Caller,
+) -> ApiResult<Response> {
+    caller.require_config()?;
+    let (config, etag) = state.current_config_tagged().await;
+    Ok(with_etag(
+        Json(maestro_app::config_json(&config)).into_response(),
+        &etag,
+    ))
+}
+
+/// Replace the configuration. `If-Match` must carry the `ETag` it was read with; a `***` left
+/// in place keeps the secret it stands for. Every node's next job runs with it (within 5 s).
+#[utoipa::path(
+    put, path = "/api/v1/config", tag = "config",
+    params(("If-Match" = String, Header, description = "The ETag of `GET /config`")),
+    request_body(content = Object, description = "The configuration, as `GET /config` gives it"),
+    responses(
+        (status = 200, description = "Written (the new ETag in the header)", body = Object),
+        (status = 403, description = "Not an admin", body = schema::Problem),
+        (status = 412, description = "Changed since it was read", body = schema::Problem),
+        (status = 422, description = "Invalid: `errors` names each field and its fix", body = schema::Problem),
+        (status = 428, description = "No If-Match", body = schema::Problem),
+    ),
+)]
+pub(crate) async fn put_config(
+    State(state): State<ServerState>,
+    caller: Caller,
+    headers: HeaderMap,
+    request: Request,
+) -> ApiResult<Response> {
+    caller.require_config()?;
+    let if_match = headers
+        .get(header::IF_MATCH)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let bytes = body_bytes(request, &()).await?;
+    let body: serde_json::Value = crate::extract::parse_json(&bytes)?;
+    let etag = maestro_app::put_config(
+        state.store(),
+        state.base_config(),
+        body,
+        if_match.as_deref(),
+        &caller.name,
+    )
+    .await
+    .map_err(|e| match e {
+        e @ ConfigWriteError::PreconditionRequired => {
+            ApiError::new(StatusCode::PRECONDITION_REQUIRED, e.to_string())
+        }
+        e @ ConfigWriteError::Stale { .. } => {
+            ApiError::new(StatusCode::PRECONDITION_FAILED, e.to_string())
+        }
+        ConfigWriteError::Invalid(issues) => ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "the configuration is invalid; nothing was written",
+        )
+        .with(
+            "errors",
+            serde_json::to_value(
+                issues
+                    .iter()
+                    .map(|i| serde_json::json!({"field": i.field, "message": i.message, "fix": i.fix}))
+                    .collect::<Vec<_>>(),
+            )
+            .unwrap_or_default(),
+        ),
+        ConfigWriteError::Store(e) => e.into(),
+    })?;
+    maestro_app::record_audit(
+        state.store(),
+        &caller.name,
+        AuditAction::ConfigChanged,
+        None,
+        etag.version().map(|v| format!("version {v}")),
+    )
+    .await?;
+    let (config, _) = maestro_app::effective_config(state.store(), state.base_config())
+        .await
+        .map_err(|e| ApiError::internal("read the configuration back", &e))?;
+    Ok(with_etag(
+        Json(maestro_app::config_json(&config)).into_response(),
+        &etag,
+    ))
+}

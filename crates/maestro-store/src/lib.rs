@@ -26,6 +26,7 @@ mod clock;
 mod error;
 mod events;
 mod fence;
+mod files;
 mod finish;
 mod jobs;
 mod leases;
@@ -38,10 +39,12 @@ mod schedules;
 mod store;
 mod subtasks;
 mod url;
+mod watch;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{StoreError, StoreResult};
 pub use events::EventBatch;
+pub use files::{FileKind, NewFile, StoredFile};
 pub use model::{
     AuditAction, AuditEntry, Claimed, Classes, Comment, CommentKind, FailDisposition, Job, JobId,
     JobStatus, Lease, LeaseKey, NewEvent, NewJob, NewSchedule, Outcome, Schedule, StoredEvent,
@@ -52,3 +55,4 @@ pub use queue::JobQueue;
 pub use store::{Backend, Backoff, OpenMode, PoolSize, SCHEMA_VERSION, Store};
 pub use subtasks::{NewChild, Spawned, child_workspace};
 pub use url::StoreUrl;
+pub use watch::{Change, StoreWatch, WATCH_POLL};

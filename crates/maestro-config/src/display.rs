@@ -33,6 +33,7 @@ impl Config {
             "store": to_value(&self.store),
             "workers": to_value(&self.workers),
             "subtasks": to_value(&self.subtasks),
+            "files": to_value(&self.files),
         })
     }
 

@@ -32,7 +32,9 @@ mod llm;
 mod load;
 mod parse;
 
-pub use config::{Config, PathsConfig, SshConfig, StoreConfig, SubtasksConfig, WorkerProfile};
+pub use config::{
+    Config, FilesConfig, PathsConfig, SshConfig, StoreConfig, SubtasksConfig, WorkerProfile,
+};
 pub use display::REDACTED;
 pub use engine::EngineSettings;
 pub use error::{ConfigError, Origin, Problem};

@@ -242,6 +242,7 @@ fn submit_to_first_movement(bencher: Bencher, how: &str) {
                         priority: 0,
                         max_attempts: None,
                         submitted_by: "bench".into(),
+                        inputs: Vec::new(),
                     },
                 )
                 .await

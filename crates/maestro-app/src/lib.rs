@@ -14,7 +14,7 @@
 //! let store = open_store(None, &config, PoolSize::Shared).await?;
 //! let id = submit(&store, &config, Submission {
 //!     piece: "default".into(), task: "fix the tests".into(), workspace: None, class: None,
-//!     priority: 0, max_attempts: None, submitted_by: "alice".into(),
+//!     priority: 0, max_attempts: None, submitted_by: "alice".into(), inputs: Vec::new(),
 //! }).await?;
 //! println!("{id}");
 //! # Ok(()) }
@@ -26,6 +26,7 @@ mod completer;
 mod context;
 mod db;
 mod errors;
+mod files;
 mod hand;
 mod handle;
 mod jobs;
@@ -40,9 +41,14 @@ mod schedule;
 mod store_log;
 mod subtasks;
 mod toolbox;
+mod watch;
 mod worker;
 
 pub use errors::error_chain;
+pub use files::{
+    FileError, FileLimits, InputError, JobFile, JobPath, MAX_PATH_BYTES, MAX_SEGMENT_BYTES, Upload,
+    job_files, read_job_file,
+};
 pub use hand::{
     ToolCallError, ToolCallRequest, ToolCallResult, ToolListing, call_tool, list_tools,
 };
@@ -51,6 +57,8 @@ pub use handle::{
     recorded_run, start,
 };
 pub use live::{LIVE_CAPACITY, Live, Subscription};
+/// Which side of a run a job's file is on.
+pub use maestro_store::FileKind;
 pub use outcome::{RunError, RunOutcome, RunSummary};
 pub use run::recorded_piece;
 
@@ -85,4 +93,5 @@ pub use schedule::{
 };
 pub use store_log::{AppendFailure, EventWriter, StopLatch, StoreLog};
 pub use toolbox::{McpSelection, RequiredMcp, Toolbox, ToolboxError, load_options, tool_catalog};
+pub use watch::{JobWatch, Watched, watch_job};
 pub use worker::{Profile, Shutdown, Worker, WorkerError, WorkerOptions, WorkerStats, classes};

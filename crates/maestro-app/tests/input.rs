@@ -71,6 +71,7 @@ impl Project {
                 priority: 0,
                 max_attempts,
                 submitted_by: "alice".into(),
+                inputs: Vec::new(),
             },
         )
         .await

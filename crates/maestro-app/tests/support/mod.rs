@@ -90,7 +90,9 @@ impl Project {
 
     /// A worker of one slot on this project's store, running until the returned shutdown.
     pub(crate) fn worker(&self) -> RunningWorker {
-        self.worker_on(self.store.clone())
+        let worker = self.worker_on(self.store.clone());
+        worker.start();
+        worker
     }
 
     /// A worker of one slot on `store`.
@@ -112,15 +114,20 @@ impl Project {
             },
         );
         let shutdown = Shutdown::new();
+        let (go, started) = tokio::sync::oneshot::channel::<()>();
         let task = {
             let worker = worker.clone();
             let shutdown = shutdown.clone();
-            tokio::spawn(async move { worker.run(shutdown).await.unwrap() })
+            tokio::spawn(async move {
+                let _ = started.await;
+                worker.run(shutdown).await.unwrap()
+            })
         };
         RunningWorker {
             worker,
             shutdown,
             task,
+            go: std::sync::Mutex::new(Some(go)),
         }
     }
 
@@ -160,10 +167,19 @@ pub(crate) struct RunningWorker {
     pub(crate) worker: Worker,
     pub(crate) shutdown: Shutdown,
     pub(crate) task: tokio::task::JoinHandle<WorkerStats>,
+    go: std::sync::Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
 }
 
 impl RunningWorker {
+    /// Lets the worker begin claiming.
+    pub(crate) fn start(&self) {
+        if let Some(go) = self.go.lock().unwrap().take() {
+            let _ = go.send(());
+        }
+    }
+
     pub(crate) async fn stop(self) -> WorkerStats {
+        self.start();
         self.shutdown.stop_claiming();
         tokio::time::timeout(Duration::from_secs(30), self.task)
             .await

@@ -299,11 +299,11 @@ pub enum InputError {
     #[error("reading the job's input files failed")]
     Store(#[source] StoreError),
     /// A file could not be written.
-    #[error("the input file `input/{path}` cannot be written in the workspace {}", workspace.display())]
+    #[error("the input file `input/{path}` cannot be written in the run's workspace")]
     Write {
         /// The file's path under `input/`.
         path: String,
-        /// The run's workspace.
+        /// The run's workspace (not in the message, which a job's reason carries).
         workspace: PathBuf,
         /// Why.
         #[source]

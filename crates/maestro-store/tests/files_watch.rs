@@ -13,6 +13,7 @@ use maestro_store::{
 };
 use pretty_assertions::assert_eq;
 use serde_json::json;
+use sqlx::Connection as _;
 
 const LEASE: Duration = Duration::from_secs(30);
 /// Long enough for any wakeup on a loaded machine; a wakeup that never comes fails the test.
@@ -277,4 +278,48 @@ async fn postgres_notifies_appended_events_and_status_changes_on_commit() {
             .await
             .is_err()
     );
+}
+
+/// The listener's connection dies (its backend is terminated): the watchers are told to re-read
+/// (`Resync`), the listener connects and listens again, and later commits are heard as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    no_postgres,
+    ignore = "PostgreSQL is not installed: apt-get install postgresql (scripts/prerequisites.sh)"
+)]
+async fn a_listener_whose_connection_dies_resyncs_and_listens_again() {
+    let db = tokio::task::spawn_blocking(Db::postgres).await.unwrap();
+    let writer = db.open().await;
+    let watcher = db.open().await;
+    let id = writer
+        .submit(NewJob::new("default", "watched", "alice"))
+        .await
+        .unwrap();
+    let mut watch = watcher.watch();
+    wait_for(&mut watch, |c| c == Change::Resync).await;
+    let mut admin = sqlx::postgres::PgConnection::connect(&db.raw_url())
+        .await
+        .unwrap();
+    let killed: Vec<bool> = sqlx::query_scalar(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE pid <> pg_backend_pid() AND query ILIKE 'LISTEN%'",
+    )
+    .fetch_all(&mut admin)
+    .await
+    .unwrap();
+    assert_eq!(killed, vec![true], "one listening connection");
+    // Told at the loss, and again once it listens anew: re-read then.
+    wait_for(&mut watch, |c| c == Change::Resync).await;
+    wait_for(&mut watch, |c| c == Change::Resync).await;
+    let claimed = writer
+        .claim("w", &Classes::Any, LEASE)
+        .await
+        .unwrap()
+        .unwrap();
+    let event = NewEvent::new(1, "tool_result", &json!({ "seq": 1 })).unwrap();
+    writer
+        .append_events(&claimed.lease, &[event])
+        .await
+        .unwrap();
+    wait_for(&mut watch, |c| c == Change::Events { job: id, seq: 1 }).await;
 }

@@ -165,3 +165,45 @@ async fn uploads_outside_the_input_directory_or_over_the_limits_are_refused_and_
     }
     assert_eq!(project.store.jobs(None).await.unwrap(), vec![]);
 }
+
+/// A park records what `output/` holds then, as an end does; a file over the limit is left out
+/// with a note on the job, and the run is not failed for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_park_records_the_outputs_and_a_file_over_the_limit_is_left_out_with_a_note() {
+    let server = ScriptedLlm::start([
+        write("output/empty.txt", ""),
+        write("output/a.txt", "more than nothing"),
+        support::ask("Is this enough?"),
+    ])
+    .await;
+    let mut project = Project::sqlite(&server.base_url()).await;
+    // Every file that holds a byte is over the limit.
+    project.config.files.max_upload_mb = 0;
+    let id = project
+        .submit("Write two files, then ask", Vec::new())
+        .await;
+    let worker = project.worker();
+    project.until(id, JobStatus::WaitingInput).await;
+    worker.stop().await;
+    let listed: Vec<(FileKind, String)> = job_files(&project.store, id)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|f| (f.kind, f.path))
+        .collect();
+    assert_eq!(listed, vec![(FileKind::Output, "empty.txt".to_string())]);
+    let notes: Vec<String> = project
+        .store
+        .comments(id)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|c| c.kind == CommentKind::Note)
+        .map(|c| c.body)
+        .collect();
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert!(
+        notes[0].contains("output/a.txt: 17 bytes, over 0 per file (`files.max_upload_mb`)"),
+        "{notes:?}"
+    );
+}

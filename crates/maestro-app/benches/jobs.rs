@@ -243,6 +243,7 @@ fn submit_to_first_movement(bencher: Bencher, how: &str) {
                         max_attempts: None,
                         submitted_by: "bench".into(),
                         owner: None,
+                        inputs: Vec::new(),
                     },
                 )
                 .await

@@ -12,6 +12,7 @@ use maestro_store::{
 use serde::Serialize;
 use time::OffsetDateTime;
 
+use crate::files::{FileError, FileLimits, Upload, check_uploads};
 use crate::piece_store::find_piece_in;
 use crate::pieces::{AUTO, PieceError};
 use crate::toolbox::load_options;
@@ -37,6 +38,8 @@ pub struct Submission {
     /// jobs submit` sets none (a job of the machine's operator, which only admins see in the
     /// server's lists).
     pub owner: Option<String>,
+    /// Files the run finds under `input/`, stored with the job (see [`crate::FileLimits`]).
+    pub inputs: Vec<Upload>,
 }
 
 /// Why a use case failed.
@@ -51,6 +54,9 @@ pub enum JobError {
     /// No job has this id.
     #[error("no job with id {0}")]
     NoSuchJob(JobId),
+    /// The input files were refused: a bad path, one given twice, or over a limit.
+    #[error(transparent)]
+    Files(#[from] FileError),
     /// `--workspace` cannot be made absolute.
     #[error("the workspace `{}` cannot be resolved", path.display())]
     Workspace {
@@ -119,6 +125,7 @@ pub async fn submit(store: &Store, config: &Config, s: Submission) -> Result<Job
     {
         return Err(JobError::MaxAttempts(n));
     }
+    let inputs = check_uploads(s.inputs, &FileLimits::from_config(&config.files))?;
     if s.piece != AUTO {
         find_piece_in(
             store,
@@ -147,7 +154,11 @@ pub async fn submit(store: &Store, config: &Config, s: Submission) -> Result<Job
     if let Some(n) = s.max_attempts {
         job.max_attempts = n;
     }
-    Ok(store.submit(job).await?)
+    if inputs.is_empty() {
+        Ok(store.submit(job).await?)
+    } else {
+        Ok(store.submit_with_inputs(job, &inputs).await?)
+    }
 }
 
 /// What `maestro jobs list` and `maestro jobs show` print about a job.

@@ -15,6 +15,7 @@
 //! let id = submit(&store, &config, Submission {
 //!     piece: "default".into(), task: "fix the tests".into(), workspace: None, class: None,
 //!     priority: 0, max_attempts: None, submitted_by: "alice".into(), owner: None,
+//!     inputs: Vec::new(),
 //! }).await?;
 //! println!("{id}");
 //! # Ok(()) }
@@ -27,6 +28,7 @@ mod completer;
 mod context;
 mod db;
 mod errors;
+mod files;
 mod hand;
 mod handle;
 mod jobs;
@@ -44,6 +46,7 @@ mod schedule;
 mod store_log;
 mod subtasks;
 mod toolbox;
+mod watch;
 mod worker;
 
 pub use access::{
@@ -57,6 +60,10 @@ pub use access::{
 };
 pub use context::RunObserver;
 pub use errors::error_chain;
+pub use files::{
+    FileError, FileLimits, InputError, JobFile, JobPath, MAX_PATH_BYTES, MAX_SEGMENT_BYTES, Upload,
+    job_files, read_job_file,
+};
 pub use hand::{
     ToolCallError, ToolCallRequest, ToolCallResult, ToolListing, call_tool, list_tools,
 };
@@ -69,6 +76,8 @@ pub use listing::{
     job_counts, job_detail, jobs_page,
 };
 pub use live::{LIVE_CAPACITY, Live, Subscription};
+/// Which side of a run a job's file is on.
+pub use maestro_store::FileKind;
 pub use outcome::{RunError, RunOutcome, RunSummary};
 pub use run::recorded_piece;
 pub use runtime_config::{
@@ -114,6 +123,7 @@ pub use schedule::{
 };
 pub use store_log::{AppendFailure, EventWriter, StopLatch, StoreLog};
 pub use toolbox::{McpSelection, RequiredMcp, Toolbox, ToolboxError, load_options, tool_catalog};
+pub use watch::{JobWatch, Watched, watch_job};
 pub use worker::{
     Profile, Shutdown, Worker, WorkerError, WorkerOptions, WorkerStats, classes, scheduler_ticks,
 };

@@ -96,6 +96,9 @@ pub enum RunError {
     /// The endpoint became unreachable while the run went on (after the client's retries).
     #[error("the model endpoint failed: {0}")]
     Endpoint(String),
+    /// The job's input files could not be laid out in the run's workspace.
+    #[error(transparent)]
+    Inputs(crate::files::InputError),
     /// A broken invariant of this crate (a run's task panicked).
     #[error("internal: {0}")]
     Internal(String),
@@ -114,7 +117,7 @@ impl RunError {
             RunError::Piece(PieceError::Classify(maestro_engine::ClassifyError::Llm(e))) => {
                 e.is_infrastructure()
             }
-            RunError::Store { .. } | RunError::Endpoint(_) => true,
+            RunError::Store { .. } | RunError::Endpoint(_) | RunError::Inputs(_) => true,
             RunError::Piece(PieceError::Store(e)) => !e.is_unusable(),
             RunError::Engine(EngineError::Record(_)) => true,
             _ => false,
@@ -139,7 +142,9 @@ impl RunError {
             | RunError::Tools(_)
             | RunError::Config(_)
             | RunError::NotStarted(_) => EndReason::PieceError(text),
-            RunError::Store { .. } | RunError::Events(_) => EndReason::RecordError(text),
+            RunError::Store { .. } | RunError::Events(_) | RunError::Inputs(_) => {
+                EndReason::RecordError(text)
+            }
             RunError::Engine(EngineError::Llm(_)) => EndReason::LlmError(text),
             RunError::Engine(EngineError::Piece(_)) => EndReason::PieceError(text),
             RunError::Engine(EngineError::Subtasks(_)) => EndReason::SubtaskError(text),

@@ -534,18 +534,32 @@ async fn run_prepared(
         }
         cancel.cancel();
     });
+    let mut workspace = None;
     let ran = match run_spec(
         ctx, claimed, piece, piece_file, history, answers, &config, &steer,
     ) {
-        Ok(spec) => match engine.run_spec(spec).await {
-            Ok(RunEnd::Finished(report)) => Ok(Ran::Finished(report)),
-            Ok(RunEnd::Retry { reason }) => Ok(Ran::Retry(reason)),
-            Ok(RunEnd::Suspended) => Ok(Ran::Suspended),
-            Err(e) => Err(RunError::Engine(e)),
+        Ok(mut spec) => match with_inputs(ctx, claimed, &mut spec).await {
+            Ok(()) => {
+                workspace = Some(spec.record.workspace.clone());
+                match engine.run_spec(spec).await {
+                    Ok(RunEnd::Finished(report)) => Ok(Ran::Finished(report)),
+                    Ok(RunEnd::Retry { reason }) => Ok(Ran::Retry(reason)),
+                    Ok(RunEnd::Suspended) => Ok(Ran::Suspended),
+                    Err(e) => Err(RunError::Engine(e)),
+                }
+            }
+            Err(e) => Err(e),
         },
         Err(e) => Err(e),
     };
     forward.abort();
+    // What the run left in `output/`, recorded before its end or park is: whoever sees the
+    // job's new status can read its files.
+    if let Some(workspace) = workspace
+        && matches!(ran, Ok(Ran::Finished(_)) | Err(_))
+    {
+        record_outputs(ctx, claimed, &workspace, &steer.live).await;
+    }
     // The MCP servers live as long as the run: the engine's registry goes first so that the
     // hub holds the last handle on each connection and can wait for the servers to exit.
     drop(engine);
@@ -553,6 +567,58 @@ async fn run_prepared(
         toolbox.shutdown().await;
     }
     ran
+}
+
+/// Lays the job's input files out under the workspace's `input/` (again on a resume: the same
+/// content), and tells the run where they are and that what it leaves in `output/` is
+/// delivered.
+async fn with_inputs(
+    ctx: &JobContext,
+    claimed: &Claimed,
+    spec: &mut RunSpec,
+) -> Result<(), RunError> {
+    let paths = crate::files::lay_out_inputs(&ctx.store, claimed.job.id, &spec.record.workspace)
+        .await
+        .map_err(RunError::Inputs)?;
+    if !paths.is_empty() {
+        spec.task.push_str(&crate::files::inputs_note(&paths));
+    }
+    Ok(())
+}
+
+/// Records the files under the workspace's `output/` as the job's outputs. A file over a limit
+/// is left out and a note on the job says which and why; the run is not failed for it.
+async fn record_outputs(
+    ctx: &JobContext,
+    claimed: &Claimed,
+    workspace: &std::path::Path,
+    live: &LiveSink,
+) {
+    let job = claimed.job.id;
+    let limits = crate::files::FileLimits::from_config(&ctx.config.files);
+    let outputs = crate::files::collect_outputs(workspace, limits).await;
+    if !outputs.skipped.is_empty() {
+        let note = format!(
+            "output files not delivered:\n- {}",
+            outputs.skipped.join("\n- ")
+        );
+        tracing::warn!(job = %job, "{note}");
+        live.note(note.clone());
+        if let Err(e) = ctx
+            .store
+            .add_comment(job, &claimed.lease.worker, CommentKind::Note, &note)
+            .await
+        {
+            tracing::warn!(job = %job, "noting the outputs left out failed: {e}");
+        }
+    }
+    if let Err(e) = ctx
+        .store
+        .record_outputs(&claimed.lease, &outputs.files)
+        .await
+    {
+        tracing::warn!(job = %job, "recording the run's output files failed: {e}");
+    }
 }
 
 /// The engine's run of the job: its directory named by the job id, its events in the store

@@ -72,6 +72,7 @@ impl Project {
                 max_attempts,
                 submitted_by: "alice".into(),
                 owner: None,
+                inputs: Vec::new(),
             },
         )
         .await

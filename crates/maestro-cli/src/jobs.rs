@@ -69,7 +69,8 @@ pub(crate) enum JobsCommand {
         /// Only events with a larger sequence number.
         #[arg(long, default_value_t = 0)]
         after: i64,
-        /// Keep printing new events until the job ends.
+        /// Keep printing new events until the job ends, through its parks: a question answered,
+        /// subtasks waited for.
         #[arg(long)]
         follow: bool,
         #[command(flatten)]
@@ -136,6 +137,7 @@ pub(crate) fn submit(args: SubmitArgs) -> anyhow::Result<u8> {
                 max_attempts: args.max_attempts,
                 submitted_by: actor(),
                 owner: None,
+                inputs: Vec::new(),
             },
         )
         .await;
@@ -283,7 +285,22 @@ pub(crate) fn jobs(command: JobsCommand) -> anyhow::Result<u8> {
 /// and every event is printed.
 async fn follow_events(store: &Store, id: JobId, after: i64, follow: bool) -> anyhow::Result<()> {
     let mut out = std::io::stdout();
-    maestro_app::follow_events(store, id, after, follow, |event| {
+    if follow {
+        // Followed through parks (a question answered, subtasks ended) to the job's end.
+        let mut watch = maestro_app::watch_job(store, None, id, Some(after)).await?;
+        while let Some(item) = watch.next().await {
+            if let maestro_app::Watched::Event(record) = item {
+                // As `jobs events` prints the stored payload: the record's fields in order.
+                writeln!(out, "{}", serde_json::to_string(&*record)?)?;
+                out.flush()?;
+            }
+        }
+        if let Some(e) = watch.take_error() {
+            return Err(e.into());
+        }
+        return Ok(());
+    }
+    maestro_app::follow_events(store, id, after, false, |event| {
         writeln!(out, "{}", serde_json::to_string(&event.payload)?)?;
         out.flush()?;
         Ok::<_, anyhow::Error>(())

@@ -141,3 +141,42 @@ async fn a_local_run_that_asks_exits_4_and_goes_on_after_the_answer() {
     assert_eq!(server.requests().len(), 2);
     tokio::time::sleep(Duration::from_millis(10)).await;
 }
+
+/// One `maestro jobs events --follow` follows a job through its question, the answer and the
+/// run going on, to its end: the park does not end it, and it prints the whole log once.
+#[tokio::test(flavor = "multi_thread")]
+async fn one_events_follow_sees_a_job_through_its_question_to_its_end() {
+    let server = ScriptedLlm::start([ask("Which cuisine?"), done("Pasta.")]).await;
+    let project = Project::new();
+    let id = project.submit("Plan the dinner", &[]).await;
+    let mut follow = project.command(&["jobs", "events", &id, "--follow"]);
+    let follow = tokio::task::spawn_blocking(move || follow.output().unwrap());
+    let worker = project.worker(&server.base_url(), &[]);
+    project
+        .until(&id, "waiting", |j| j["status"] == json!("waiting_input"))
+        .await;
+    // Still following while the job waits for its answer.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!follow.is_finished(), "--follow stopped at the question");
+    let out = project.maestro(&["jobs", "answer", &id, "Italian"]).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    project.until_completed(&id, 1, "Pasta.").await;
+    let followed = tokio::time::timeout(Duration::from_secs(30), follow)
+        .await
+        .expect("--follow ends with the job")
+        .unwrap();
+    stop_worker(worker, "2 finished").await;
+    assert_eq!(followed.status.code(), Some(0), "{}", stderr(&followed));
+    let all = project.maestro(&["jobs", "events", &id]).await;
+    let printed = String::from_utf8(followed.stdout).unwrap();
+    assert_eq!(printed, String::from_utf8(all.stdout).unwrap());
+    let kinds: Vec<String> = printed
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["type"].to_string())
+        .collect();
+    assert_eq!(
+        kinds.iter().filter(|k| *k == "\"run_finished\"").count(),
+        2,
+        "the park's end and the job's end: {kinds:?}"
+    );
+}

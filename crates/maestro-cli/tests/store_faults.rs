@@ -444,7 +444,9 @@ async fn jobs_wait_and_events_follow_ride_out_a_postgres_restart() {
         .await
         .unwrap()
         .unwrap();
-    let event = NewEvent::new(1, "run_started", &json!({"seq": 1, "type": "run_started"})).unwrap();
+    let record =
+        json!({"seq": 1, "ts": "2026-01-01T00:00:00Z", "type": "warning", "message": "by hand"});
+    let event = NewEvent::new(1, "warning", &record).unwrap();
     store.append_events(&claimed.lease, &[event]).await.unwrap();
     store
         .finish(
@@ -481,6 +483,6 @@ async fn jobs_wait_and_events_follow_ride_out_a_postgres_restart() {
     assert_eq!(followed.status.code(), Some(0), "{}", stderr(&followed));
     assert_eq!(
         String::from_utf8(followed.stdout).unwrap(),
-        "{\"seq\":1,\"type\":\"run_started\"}\n"
+        "{\"seq\":1,\"ts\":\"2026-01-01T00:00:00Z\",\"type\":\"warning\",\"message\":\"by hand\"}\n"
     );
 }

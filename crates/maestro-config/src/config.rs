@@ -49,6 +49,8 @@ pub struct Config {
     pub subtasks: SubtasksConfig,
     /// `auth:` — who may use the server: the switch, admins, sessions, the OIDC provider.
     pub auth: AuthConfig,
+    /// `files:` — how large a job's uploaded inputs and recorded outputs may be.
+    pub files: FilesConfig,
     /// The project root: the directory holding the project's `.maestro/` (the current
     /// directory when there is none). Defaults that name project files start here.
     #[serde(skip)]
@@ -80,6 +82,30 @@ impl Default for SubtasksConfig {
         SubtasksConfig {
             max_depth: 2,
             max_children: 10,
+        }
+    }
+}
+
+/// `files:` — the limits on a job's files: the inputs uploaded with it and the outputs its runs
+/// leave in `output/`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FilesConfig {
+    /// The largest single file, in MiB.
+    pub max_upload_mb: u64,
+    /// The most all of one job's files of one kind (its inputs, or its outputs) may hold, in
+    /// MiB.
+    pub max_job_mb: u64,
+    /// The most files of one kind one job may have.
+    pub max_files: u64,
+}
+
+impl Default for FilesConfig {
+    fn default() -> Self {
+        FilesConfig {
+            max_upload_mb: 25,
+            max_job_mb: 100,
+            max_files: 1000,
         }
     }
 }

@@ -34,6 +34,7 @@ impl Config {
             "workers": to_value(&self.workers),
             "subtasks": to_value(&self.subtasks),
             "auth": to_value(&self.auth),
+            "files": to_value(&self.files),
         })
     }
 

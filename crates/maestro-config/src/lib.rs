@@ -35,7 +35,9 @@ mod overlay;
 mod parse;
 
 pub use auth::{AuthConfig, OidcConfig};
-pub use config::{Config, PathsConfig, SshConfig, StoreConfig, SubtasksConfig, WorkerProfile};
+pub use config::{
+    Config, FilesConfig, PathsConfig, SshConfig, StoreConfig, SubtasksConfig, WorkerProfile,
+};
 pub use display::REDACTED;
 pub use engine::EngineSettings;
 pub use error::{ConfigError, Origin, Problem};

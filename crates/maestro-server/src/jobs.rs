@@ -75,6 +75,7 @@ impl SubmitBody {
             max_attempts: self.max_attempts,
             submitted_by: caller.name.clone(),
             owner: caller.owner.clone(),
+            inputs: Vec::new(),
         })
     }
 }

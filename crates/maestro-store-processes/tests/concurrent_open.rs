@@ -49,7 +49,7 @@ async fn open_at_once(url: &StoreUrl) {
         assert_eq!(output.trim(), "opened");
     }
     let store = Store::connect(url).await.unwrap();
-    // Every embedded migration, once, in order (the numbering may skip a version).
+    // Every migration once, oldest first, up to the newest (versions may skip numbers).
     let applied = store.applied_migrations().await.unwrap();
     assert_eq!(applied.first(), Some(&1), "{applied:?}");
     assert_eq!(applied.last(), Some(&SCHEMA_VERSION), "{applied:?}");

@@ -53,10 +53,13 @@ impl Store {
             return Err(refused);
         }
         match self.insert_events(&mut tx, lease, events, now).await? {
-            Ok(()) => tx
-                .commit()
-                .await
-                .map_err(StoreError::query("commit appended events")),
+            Ok(()) => {
+                tx.commit()
+                    .await
+                    .map_err(StoreError::query("commit appended events"))?;
+                self.appended(lease, events);
+                Ok(())
+            }
             Err(Duplicate) => {
                 // A refused insert aborts a PostgreSQL transaction: read outside it.
                 drop(tx);
@@ -140,7 +143,24 @@ impl Store {
         tx.commit()
             .await
             .map_err(StoreError::query("commit appended events"))?;
+        self.appended_all(batches, &placed);
         Ok(placed)
+    }
+
+    /// Tells this process's watchers of a batch appended.
+    fn appended(&self, lease: &Lease, events: &[NewEvent]) {
+        if let Some(last) = events.iter().map(|e| e.seq).max() {
+            self.changed_events(lease.job_id, last);
+        }
+    }
+
+    /// Tells this process's watchers of every batch `placed` says was appended.
+    fn appended_all(&self, batches: &[EventBatch], placed: &[StoreResult<()>]) {
+        for (batch, result) in batches.iter().zip(placed) {
+            if result.is_ok() {
+                self.appended(&batch.lease, &batch.events);
+            }
+        }
     }
 
     /// The leases among `batches` that may write now, read inside `tx` in one query per
@@ -211,6 +231,7 @@ impl Store {
         tx.commit()
             .await
             .map_err(StoreError::query("commit appended events"))?;
+        self.appended_all(batches, &placed);
         Ok(placed)
     }
 

@@ -114,6 +114,7 @@ impl Store {
                         continue;
                     };
                     answers[row.at] = Some(Ok(()));
+                    self.changed_job(row.lease.job_id);
                     if row.status == JobStatus::WaitingSubtasks.as_str() {
                         wake.push(row.lease.job_id);
                     } else if let (true, Some(parent)) = (row.ends, parent) {

@@ -198,6 +198,7 @@ impl JobQueue for Store {
                 "requeue a failed job",
             )
             .await?;
+            self.changed_job(lease.job_id);
             Ok(FailDisposition::Requeued {
                 run_at: from_ms(run_at),
             })
@@ -211,6 +212,7 @@ impl JobQueue for Store {
                 "fail a job",
             )
             .await?;
+            self.changed_job(lease.job_id);
             if let Some(parent) = job.parent_id {
                 self.wake_parent(parent).await?;
             }
@@ -228,7 +230,9 @@ impl JobQueue for Store {
             &[now],
             "hand a job back",
         )
-        .await
+        .await?;
+        self.changed_job(lease.job_id);
+        Ok(())
     }
 
     async fn cancel(&self, id: JobId, actor: &str) -> StoreResult<Vec<JobId>> {
@@ -268,6 +272,9 @@ impl JobQueue for Store {
         tx.commit()
             .await
             .map_err(StoreError::query("commit a cancel"))?;
+        for job in &cancelled {
+            self.changed_job(*job);
+        }
         // A subtask cancelled on its own: its parent may have been waiting for it alone.
         if let Some(parent) = job.parent_id {
             self.wake_parent(parent).await?;
@@ -400,6 +407,7 @@ impl Store {
             .map_err(StoreError::query("commit a claim"))?;
         let Some(row) = row else { return Ok(None) };
         let job = job_from_row(&row)?;
+        self.changed_job(job.id);
         let lease = Lease {
             job_id: job.id,
             worker: worker.to_string(),
@@ -449,6 +457,9 @@ impl Store {
                 Ok(Claimed { job, lease })
             })
             .collect::<StoreResult<Vec<_>>>()?;
+        for one in &claimed {
+            self.changed_job(one.job.id);
+        }
         claimed.sort_by(|a, b| {
             (b.job.priority, a.job.run_at, a.job.id).cmp(&(a.job.priority, b.job.run_at, b.job.id))
         });

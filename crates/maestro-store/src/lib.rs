@@ -28,6 +28,7 @@ mod config_versions;
 mod error;
 mod events;
 mod fence;
+mod files;
 mod finish;
 mod jobs;
 mod leases;
@@ -42,6 +43,7 @@ mod schedules;
 mod store;
 mod subtasks;
 mod url;
+mod watch;
 
 pub use auth::{
     NewToken, StoredLogin, StoredSession, StoredShare, StoredToken, StoredUser, secret_hash,
@@ -50,6 +52,7 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use config_versions::{ConfigPut, ConfigVersion};
 pub use error::{StoreError, StoreResult};
 pub use events::EventBatch;
+pub use files::{FileKind, NewFile, StoredFile};
 pub use model::{
     AuditAction, AuditEntry, Claimed, Classes, Comment, CommentKind, FailDisposition, Job, JobId,
     JobStatus, Lease, LeaseKey, NewEvent, NewJob, NewSchedule, Outcome, Schedule, StoredEvent,
@@ -62,3 +65,4 @@ pub use queue::JobQueue;
 pub use store::{Backend, Backoff, OpenMode, PoolSize, SCHEMA_VERSION, Store};
 pub use subtasks::{NewChild, Spawned, child_workspace};
 pub use url::StoreUrl;
+pub use watch::{Change, StoreWatch, WATCH_POLL};

@@ -281,6 +281,7 @@ impl Store {
         tx.commit()
             .await
             .map_err(StoreError::query("commit an answer"))?;
+        self.changed_job(job);
         Ok(id)
     }
 

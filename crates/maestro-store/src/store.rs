@@ -219,10 +219,16 @@ const MIGRATIONS: &[EmbeddedMigration] = &[
         sqlite: include_str!("../migrations/sqlite/0006_pieces_config.sql"),
         postgres: include_str!("../migrations/postgres/0006_pieces_config.sql"),
     },
+    EmbeddedMigration {
+        version: 7,
+        description: "job files",
+        sqlite: include_str!("../migrations/sqlite/0007_job_files.sql"),
+        postgres: include_str!("../migrations/postgres/0007_job_files.sql"),
+    },
 ];
 
 /// The newest schema version this build knows.
-pub const SCHEMA_VERSION: i64 = 6;
+pub const SCHEMA_VERSION: i64 = 7;
 
 fn migrator(backend: Backend, up_to: i64) -> Migrator {
     let migrations = MIGRATIONS
@@ -285,6 +291,8 @@ pub struct Store {
     /// ms); the sweep runs at most once a second rather than on every claim.
     pub(crate) last_sweep: Arc<AtomicI64>,
     url: StoreUrl,
+    /// Wakes watchers of a job when its events or status change ([`Store::watch`]).
+    pub(crate) notifier: Arc<crate::watch::Notifier>,
     /// SQLite only: the task that checkpoints the write-ahead log, stopped with the last clone.
     _checkpointer: Option<Arc<Checkpointer>>,
 }
@@ -652,6 +660,7 @@ impl Store {
             backoff: Backoff::default(),
             last_sweep: Arc::new(AtomicI64::new(i64::MIN)),
             url: url.clone(),
+            notifier: Arc::new(crate::watch::Notifier::new(backend, url.driver_url(access))),
             _checkpointer: checkpointer,
         })
     }

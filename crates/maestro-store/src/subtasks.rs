@@ -171,7 +171,11 @@ impl Store {
             .execute(&self.pool)
             .await
             .map_err(StoreError::query("queue a parent whose subtasks ended"))?;
-        Ok(done.rows_affected() == 1)
+        let woken = done.rows_affected() == 1;
+        if woken {
+            self.changed_job(parent);
+        }
+        Ok(woken)
     }
 
     /// The sweep's part for subtasks: every parent waiting with no open child is queued again

@@ -595,3 +595,133 @@ async fn the_configuration_is_changed_with_if_match_and_keeps_secrets_it_does_no
     let db = std::fs::read(project.path().join(".maestro/maestro.db")).unwrap();
     assert!(!String::from_utf8_lossy(&db).contains("sk-test-secret-1234"));
 }
+
+const FILES_PIECE: &str = "\
+name: files
+description: reads its inputs and leaves outputs
+max_movements: 3
+initial_movement: work
+movements:
+  - name: work
+    edit: true
+    persona: You work with files.
+    instruction: \"{task}\"
+    allowed_tools: [Read, Write]
+    rules: []
+";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn uploads_reach_the_run_and_its_outputs_download_from_the_store() {
+    let llm = ScriptedLlm::start([
+        Turn::tool_call("Read", json!({"file_path": "input/notes.txt"})),
+        Turn::tool_call(
+            "Write",
+            json!({"file_path": "output/report.md", "content": "# Report\nfrom the notes"}),
+        ),
+        complete("Report written."),
+    ])
+    .await;
+    let project = Project::new();
+    std::fs::write(project.path().join("pieces/files.yaml"), FILES_PIECE).unwrap();
+    let served = project.serve(&llm.base_url(), &[]);
+    let form = reqwest::multipart::Form::new()
+        .text("piece", "files")
+        .text("task", "Summarise input/notes.txt into output/report.md")
+        .part(
+            "files",
+            reqwest::multipart::Part::bytes(b"the notes".to_vec()).file_name("notes.txt"),
+        );
+    let response = served
+        .http
+        .post(served.url("/api/v1/jobs"))
+        .multipart(form)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 201);
+    let job: Value = response.json().await.unwrap();
+    let id = job["id"].as_str().unwrap().to_string();
+    served
+        .until(&id, "completed", |j| j["status"] == "completed")
+        .await;
+    // The agent read the upload.
+    let first_result = llm.requests()[1]["messages"].to_string();
+    assert!(first_result.contains("the notes"), "{first_result}");
+    let (status, files) = served.get(&format!("/api/v1/jobs/{id}/files")).await;
+    assert_eq!(status, 200);
+    let listed: Vec<(String, String, u64)> = files
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["kind"].as_str().unwrap().to_string(),
+                f["path"].as_str().unwrap().to_string(),
+                f["size"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert!(
+        listed.contains(&("input".into(), "notes.txt".into(), 9)),
+        "{listed:?}"
+    );
+    assert!(
+        listed.contains(&("output".into(), "report.md".into(), 23)),
+        "{listed:?}"
+    );
+    // The server stops, its run directory goes: another server on the same store still
+    // serves the file, from the store.
+    served.stop().await;
+    std::fs::remove_dir_all(project.path().join(".maestro/runs")).unwrap();
+    let other = project.serve(&llm.base_url(), &["--no-worker"]);
+    let response = other
+        .http
+        .get(other.url(&format!("/api/v1/jobs/{id}/files/report.md")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    assert!(
+        response.headers()["content-disposition"]
+            .to_str()
+            .unwrap()
+            .contains("report.md")
+    );
+    assert_eq!(response.text().await.unwrap(), "# Report\nfrom the notes");
+    // Paths are confined to the job.
+    for path in [
+        "..%2F..%2Fetc%2Fpasswd",
+        "%2Fetc%2Fpasswd",
+        "../notes.txt",
+        "nothing.txt",
+    ] {
+        let response = reqwest::Client::new()
+            .get(other.url(&format!("/api/v1/jobs/{id}/files/{path}")))
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        assert!(matches!(status, 400 | 404), "{path}: {status}");
+        let body = response.text().await.unwrap();
+        assert!(!body.contains("root:"), "{path}: {body}");
+    }
+    // An upload whose name leaves input/ is refused and nothing is queued.
+    let form = reqwest::multipart::Form::new()
+        .text("piece", "files")
+        .text("task", "x")
+        .part(
+            "files",
+            reqwest::multipart::Part::bytes(b"x".to_vec()).file_name("../escape.txt"),
+        );
+    let response = other
+        .http
+        .post(other.url("/api/v1/jobs"))
+        .multipart(form)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 400);
+    let (_, page) = other.get("/api/v1/jobs").await;
+    assert_eq!(page["jobs"].as_array().unwrap().len(), 1);
+    other.stop().await;
+}

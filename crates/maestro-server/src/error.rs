@@ -93,6 +93,7 @@ impl From<JobError> for ApiError {
         match e {
             JobError::NoSuchJob(id) => ApiError::not_found(format!("no job with id {id}")),
             JobError::Store(e) => e.into(),
+            JobError::Files(e) => e.into(),
             JobError::Piece(e) => ApiError::new(
                 StatusCode::UNPROCESSABLE_ENTITY,
                 maestro_app::error_chain(&e),

@@ -16,9 +16,8 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use maestro_app::{JobId, JobQueue as _};
+use maestro_app::{JobId, JobQueue as _, Watched};
 
-use crate::watch_interim::Watched;
 use serde::Deserialize;
 use tokio::sync::mpsc;
 use utoipa::IntoParams;
@@ -155,8 +154,7 @@ pub(crate) async fn stream_job(
         return Err(ApiError::bad_request("`after` must be 0 or more"));
     }
     let slot = state.inner.streams.take(&state, id)?;
-    let mut watch =
-        crate::watch_interim::watch_job(state.store(), state.worker(), id, after).await?;
+    let mut watch = maestro_app::watch_job(state.store(), state.worker(), id, after).await?;
     let (tx, rx) = mpsc::channel::<Event>(64);
     let closing = state.inner.closing.clone();
     tokio::spawn(async move {

@@ -7,20 +7,20 @@ use axum::http::{StatusCode, header};
 use serde::de::DeserializeOwned;
 
 use crate::error::ApiError;
+use crate::state::ServerState;
 
 /// A JSON body. Unknown fields are refused by the types that use it (`deny_unknown_fields`),
 /// and the error names the field.
 #[derive(Debug, Clone)]
 pub(crate) struct ApiJson<T>(pub T);
 
-impl<S, T> FromRequest<S> for ApiJson<T>
+impl<T> FromRequest<ServerState> for ApiJson<T>
 where
-    S: Send + Sync,
     T: DeserializeOwned,
 {
     type Rejection = ApiError;
 
-    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+    async fn from_request(req: Request, state: &ServerState) -> Result<Self, Self::Rejection> {
         let is_json = req
             .headers()
             .get(header::CONTENT_TYPE)
@@ -37,23 +37,43 @@ where
     }
 }
 
-/// The whole body, or 413 when it is over the limit.
-pub(crate) async fn body_bytes<S: Send + Sync>(req: Request, state: &S) -> Result<Bytes, ApiError> {
-    Bytes::from_request(req, state).await.map_err(|rejection| {
+/// The whole body, or 413 when it is over the limit of a JSON or YAML body
+/// (`Limits::max_body_bytes`; uploads go as multipart parts, up to their own limit).
+pub(crate) async fn body_bytes(req: Request, state: &ServerState) -> Result<Bytes, ApiError> {
+    let limit = state.limits().max_body_bytes;
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > limit) {
+        return Err(too_large(limit));
+    }
+    let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
         let status = rejection.status();
         if status == StatusCode::PAYLOAD_TOO_LARGE {
-            ApiError::new(
-                status,
-                "the request body is over the server's limit (`server.max_body_kb`); send \
-                     less, or upload large files as multipart parts",
-            )
+            too_large(limit)
         } else {
             ApiError::new(
                 status,
                 format!("the request body could not be read: {rejection}"),
             )
         }
-    })
+    })?;
+    if bytes.len() > limit {
+        return Err(too_large(limit));
+    }
+    Ok(bytes)
+}
+
+fn too_large(limit: usize) -> ApiError {
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        format!(
+            "the request body is over the server's limit of {limit} bytes for JSON and YAML; \
+             send less, or upload large files as multipart parts"
+        ),
+    )
 }
 
 /// Parses JSON, naming the field at fault.

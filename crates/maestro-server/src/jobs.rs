@@ -1,7 +1,7 @@
 //! `/api/v1/jobs`: submit, list, show, cancel, children and comments.
 
 use axum::Json;
-use axum::extract::{Path, Query, State};
+use axum::extract::{FromRequest as _, Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use maestro_app::{Commented, JobFilter, JobId, JobStatus, Submission};
@@ -94,14 +94,87 @@ impl SubmitBody {
 pub(crate) async fn submit(
     State(state): State<ServerState>,
     caller: Caller,
-    ApiJson(body): ApiJson<SubmitBody>,
+    request: axum::extract::Request,
 ) -> ApiResult<Response> {
-    caller.require_write()?;
-    let submission = body.into_submission(&caller)?;
+    let multipart = request
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("multipart/form-data"));
+    let submission = if multipart {
+        let form = axum::extract::Multipart::from_request(request, &state)
+            .await
+            .map_err(|e| {
+                ApiError::new(
+                    e.status(),
+                    format!("the multipart body could not be read: {e}"),
+                )
+            })?;
+        multipart_submission(form, &caller).await?
+    } else {
+        let ApiJson(body) = ApiJson::<SubmitBody>::from_request(request, &state).await?;
+        body.into_submission(&caller)?
+    };
     let id = maestro_app::submit(state.store(), &*state.current_config().await, submission).await?;
     let job = maestro_app::job_detail(state.store(), id).await?;
     state.wake_worker();
     Ok((StatusCode::CREATED, Json(job)).into_response())
+}
+
+/// A multipart submission: the fields of [`SubmitBody`] as text parts, and files as parts
+/// with a filename, each landing at `input/<filename>`.
+async fn multipart_submission(
+    mut form: axum::extract::Multipart,
+    caller: &Caller,
+) -> Result<Submission, ApiError> {
+    let mut fields = serde_json::Map::new();
+    let mut inputs = Vec::new();
+    loop {
+        let field = form.next_field().await.map_err(|e| {
+            ApiError::new(
+                e.status(),
+                format!("the multipart body could not be read: {}", e.body_text()),
+            )
+        })?;
+        let Some(field) = field else { break };
+        let name = field.name().unwrap_or_default().to_string();
+        if let Some(file_name) = field.file_name().map(str::to_string) {
+            let bytes = field.bytes().await.map_err(|e| {
+                ApiError::new(
+                    e.status(),
+                    format!(
+                        "the file \"{}\" could not be read ({}); uploads together may be at most \
+                         `server.max_upload_mb`",
+                        file_name.escape_debug(),
+                        e.body_text()
+                    ),
+                )
+            })?;
+            inputs.push(maestro_app::Upload {
+                path: file_name,
+                bytes,
+            });
+            continue;
+        }
+        let text = field
+            .text()
+            .await
+            .map_err(|e| ApiError::bad_request(format!("the field `{name}` is not text: {e}")))?;
+        let value = match name.as_str() {
+            "priority" | "max_attempts" => text
+                .trim()
+                .parse::<i64>()
+                .map(serde_json::Value::from)
+                .map_err(|_| ApiError::bad_request(format!("`{name}` must be a whole number")))?,
+            _ => serde_json::Value::String(text),
+        };
+        fields.insert(name, value);
+    }
+    let body: SubmitBody =
+        crate::extract::parse_json(&serde_json::to_vec(&fields).unwrap_or_default())?;
+    let mut submission = body.into_submission(caller)?;
+    submission.inputs = inputs;
+    Ok(submission)
 }
 
 /// The query of `GET /jobs`.

@@ -9,6 +9,7 @@ mod auth;
 mod error;
 mod events;
 mod extract;
+mod files;
 mod jobs;
 mod metrics;
 mod oidc;
@@ -20,7 +21,6 @@ mod schedules;
 mod share;
 mod state;
 mod system;
-mod watch_interim;
 
 pub use error::ApiError;
 pub use router::{openapi_document, router, serve};

@@ -377,6 +377,19 @@ pub(crate) mod schema {
         valid: bool,
     }
 
+    /// A job's file.
+    #[derive(ToSchema)]
+    pub(crate) struct JobFile {
+        /// Relative, `/`-separated.
+        path: String,
+        /// `input` (uploaded with the job) or `output` (left by its run in `output/`).
+        kind: String,
+        /// Bytes.
+        size: u64,
+        /// RFC 3339.
+        created_at: String,
+    }
+
     /// A comment on a job.
     #[derive(ToSchema)]
     pub(crate) struct Comment {

@@ -42,8 +42,8 @@ impl From<PieceWriteError> for ApiError {
     }
 }
 
-async fn yaml_body(request: Request) -> Result<String, ApiError> {
-    let bytes = body_bytes(request, &()).await?;
+async fn yaml_body(state: &ServerState, request: Request) -> Result<String, ApiError> {
+    let bytes = body_bytes(request, state).await?;
     String::from_utf8(bytes.to_vec())
         .map_err(|_| ApiError::bad_request("the piece must be UTF-8 text (YAML)"))
 }
@@ -108,7 +108,7 @@ pub(crate) async fn put(
     Path(name): Path<String>,
     request: Request,
 ) -> ApiResult<Response> {
-    let yaml = yaml_body(request).await?;
+    let yaml = yaml_body(&state, request).await?;
     let config = state.current_config().await;
     let stored = maestro_app::put_piece(state.store(), &config, &name, &yaml, &caller.name).await?;
     maestro_app::record_audit(
@@ -156,7 +156,7 @@ pub(crate) async fn validate(
     Query(q): Query<ValidateQuery>,
     request: Request,
 ) -> ApiResult<Response> {
-    let yaml = yaml_body(request).await?;
+    let yaml = yaml_body(&state, request).await?;
     let config = state.current_config().await;
     let name = q.name.unwrap_or_default();
     let errors = maestro_app::validate_piece_text(&config, &name, &yaml);
@@ -255,7 +255,7 @@ pub(crate) async fn put_config(
         .get(header::IF_MATCH)
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
-    let bytes = body_bytes(request, &()).await?;
+    let bytes = body_bytes(request, &state).await?;
     let body: serde_json::Value = crate::extract::parse_json(&bytes)?;
     let etag = maestro_app::put_config(
         state.store(),

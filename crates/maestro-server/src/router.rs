@@ -15,7 +15,7 @@ use utoipa_axum::routes;
 use crate::error::ApiError;
 use crate::openapi::ApiDoc;
 use crate::state::ServerState;
-use crate::{access, events, jobs, ops, pieces, schedules, share, system};
+use crate::{access, events, files, jobs, ops, pieces, schedules, share, system};
 
 fn api() -> OpenApiRouter<ServerState> {
     OpenApiRouter::with_openapi(ApiDoc::openapi())
@@ -25,6 +25,8 @@ fn api() -> OpenApiRouter<ServerState> {
         .routes(routes!(jobs::children))
         .routes(routes!(jobs::comments, jobs::comment))
         .routes(routes!(events::events))
+        .routes(routes!(files::list))
+        .routes(routes!(files::download))
         .routes(routes!(schedules::list, schedules::add))
         .routes(routes!(
             schedules::show,
@@ -44,6 +46,8 @@ fn api() -> OpenApiRouter<ServerState> {
         .routes(routes!(access::revoke_share))
         .routes(routes!(share::job))
         .routes(routes!(share::events))
+        .routes(routes!(share::files))
+        .routes(routes!(share::file))
         .routes(routes!(access::me))
         .routes(routes!(access::login))
         .routes(routes!(access::callback))
@@ -86,7 +90,7 @@ pub fn router(state: ServerState) -> Router {
     let limits = state.limits().clone();
     routes
         .fallback(not_found)
-        .layer(DefaultBodyLimit::max(limits.max_body_bytes))
+        .layer(DefaultBodyLimit::max(limits.max_upload_bytes))
         .layer(middleware::from_fn_with_state(state.clone(), observe))
         .with_state(state)
 }

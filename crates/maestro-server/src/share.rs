@@ -79,3 +79,47 @@ pub(crate) async fn events(
     let id = shared_job(&state, &token).await?;
     stream_job(state, id, q, &headers).await
 }
+
+/// The shared job's output files.
+#[utoipa::path(
+    get, path = "/share/{token}/files", tag = "share",
+    params(("token" = String, Path, description = "The share link's token")),
+    responses(
+        (status = 200, description = "Its output files", body = Vec<schema::JobFile>),
+        (status = 404, description = "Unknown, revoked or expired", body = schema::Problem),
+    ),
+    security(()),
+)]
+pub(crate) async fn files(
+    State(state): State<ServerState>,
+    Path(token): Path<String>,
+) -> ApiResult<Response> {
+    let id = shared_job(&state, &token).await?;
+    let outputs: Vec<_> = maestro_app::job_files(state.store(), id)
+        .await?
+        .into_iter()
+        .filter(|f| f.kind == maestro_app::FileKind::Output)
+        .collect();
+    Ok(Json(outputs).into_response())
+}
+
+/// Download one of the shared job's output files.
+#[utoipa::path(
+    get, path = "/share/{token}/files/{*path}", tag = "share",
+    params(
+        ("token" = String, Path, description = "The share link's token"),
+        ("path" = String, Path, description = "The file's path"),
+    ),
+    responses(
+        (status = 200, description = "The file's bytes", content_type = "application/octet-stream", body = String),
+        (status = 404, description = "Unknown link, or no such output", body = schema::Problem),
+    ),
+    security(()),
+)]
+pub(crate) async fn file(
+    State(state): State<ServerState>,
+    Path((token, path)): Path<(String, String)>,
+) -> ApiResult<Response> {
+    let id = shared_job(&state, &token).await?;
+    crate::files::serve_file(&state, id, &path, Some(maestro_app::FileKind::Output)).await
+}

@@ -1,0 +1,124 @@
+//! A job's files: `GET /api/v1/jobs/{id}/files` lists them with their sizes, and
+//! `GET /api/v1/jobs/{id}/files/{path}` downloads one. The bytes come from the store, so any
+//! node serves them, also after the worker that ran the job is gone. Paths are confined to the
+//! job: no traversal, no absolute path, nothing a link points at.
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use maestro_app::{FileError, FileKind, JobId};
+
+use crate::auth::Caller;
+use crate::error::{ApiError, ApiResult};
+use crate::jobs::parse_job_id;
+use crate::openapi::schema;
+use crate::state::ServerState;
+
+impl From<FileError> for ApiError {
+    fn from(e: FileError) -> ApiError {
+        match e {
+            e @ (FileError::NoSuchJob(_) | FileError::NoSuchFile { .. }) => {
+                ApiError::not_found(e.to_string())
+            }
+            e @ (FileError::TooLarge { .. } | FileError::TotalTooLarge { .. }) => {
+                ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, e.to_string())
+            }
+            FileError::Store(e) => e.into(),
+            e => ApiError::bad_request(e.to_string()),
+        }
+    }
+}
+
+/// A job's files: its inputs and the outputs its run left.
+#[utoipa::path(
+    get, path = "/api/v1/jobs/{id}/files", tag = "jobs",
+    params(("id" = String, Path, description = "The job's id")),
+    responses(
+        (status = 200, description = "Its files", body = Vec<schema::JobFile>),
+        (status = 404, description = "No such job (or not one of yours)", body = schema::Problem),
+    ),
+)]
+pub(crate) async fn list(
+    State(state): State<ServerState>,
+    _caller: Caller,
+    Path(id): Path<String>,
+) -> ApiResult<Response> {
+    let id = parse_job_id(&id)?;
+    Ok(Json(maestro_app::job_files(state.store(), id).await?).into_response())
+}
+
+/// Download one of a job's files (its output of that path, else its input).
+#[utoipa::path(
+    get, path = "/api/v1/jobs/{id}/files/{*path}", tag = "jobs",
+    params(
+        ("id" = String, Path, description = "The job's id"),
+        ("path" = String, Path, description = "The file's path, e.g. `report.md` or `data/a.csv`"),
+    ),
+    responses(
+        (status = 200, description = "The file's bytes", content_type = "application/octet-stream", body = String),
+        (status = 400, description = "A path that leaves the job's files", body = schema::Problem),
+        (status = 404, description = "No such job or file", body = schema::Problem),
+    ),
+)]
+pub(crate) async fn download(
+    State(state): State<ServerState>,
+    _caller: Caller,
+    Path((id, path)): Path<(String, String)>,
+) -> ApiResult<Response> {
+    let id = parse_job_id(&id)?;
+    serve_file(&state, id, &path, None).await
+}
+
+/// The file's bytes, as a download.
+pub(crate) async fn serve_file(
+    state: &ServerState,
+    id: JobId,
+    path: &str,
+    only: Option<FileKind>,
+) -> ApiResult<Response> {
+    maestro_app::JobPath::parse(path)?;
+    let (file, bytes) = maestro_app::read_job_file(state.store(), id, path).await?;
+    if only.is_some_and(|kind| kind != file.kind) {
+        return Err(ApiError::not_found(format!(
+            "job {id} has no output \"{}\"",
+            path.escape_debug()
+        )));
+    }
+    let name = file
+        .path
+        .rsplit('/')
+        .next()
+        .unwrap_or("file")
+        .replace('"', "");
+    let mut response = bytes.into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(content_type(&file.path)),
+    );
+    headers.insert(
+        header::HeaderName::from_static("x-content-type-options"),
+        HeaderValue::from_static("nosniff"),
+    );
+    if let Ok(v) = HeaderValue::from_str(&format!("attachment; filename=\"{name}\"")) {
+        headers.insert(header::CONTENT_DISPOSITION, v);
+    }
+    Ok(response)
+}
+
+/// A plain type for text a browser may show; anything else downloads as bytes (never HTML, so
+/// a run's output cannot script the API's origin).
+fn content_type(path: &str) -> &'static str {
+    let ext = path.rsplit('.').next().unwrap_or("").to_ascii_lowercase();
+    match ext.as_str() {
+        "txt" | "md" | "csv" | "log" | "yaml" | "yml" | "toml" | "rs" | "py" | "js" | "ts" => {
+            "text/plain; charset=utf-8"
+        }
+        "json" => "application/json",
+        "png" => "image/png",
+        "jpg" | "jpeg" => "image/jpeg",
+        "pdf" => "application/pdf",
+        _ => "application/octet-stream",
+    }
+}

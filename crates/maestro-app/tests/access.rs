@@ -471,6 +471,7 @@ async fn submit_job(p: &Project, owner: Option<&str>) -> maestro_app::JobId {
             max_attempts: None,
             submitted_by: "alice".into(),
             owner: owner.map(str::to_string),
+            inputs: Vec::new(),
         },
     )
     .await

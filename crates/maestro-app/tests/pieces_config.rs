@@ -130,6 +130,8 @@ async fn job(store: &Store, config: &Config, piece: &str, task: &str) -> JobId {
             priority: 0,
             max_attempts: None,
             submitted_by: "alice".into(),
+            owner: None,
+            inputs: Vec::new(),
         },
     )
     .await

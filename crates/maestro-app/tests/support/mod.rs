@@ -78,6 +78,7 @@ impl Project {
             priority: 0,
             max_attempts: Some(1),
             submitted_by: "alice".into(),
+            owner: None,
             inputs,
         }
     }

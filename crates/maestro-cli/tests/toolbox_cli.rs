@@ -477,7 +477,7 @@ fn remote_calls(web: &Web, sshd: &Sshd) -> Vec<(&'static str, Value, bool, Strin
             "CreatePiece",
             json!({"name": "greeter", "content": renamed_piece("greeter", "Greets.")}),
             true,
-            "created piece `greeter` (1 movements)".to_string(),
+            "created piece `greeter` (1 movements, version 1 in the store)".to_string(),
         ),
         // Not in allowed_tools: refused, and the run goes on.
         (
@@ -490,7 +490,7 @@ fn remote_calls(web: &Web, sshd: &Sshd) -> Vec<(&'static str, Value, bool, Strin
             "UpdatePiece",
             json!({"name": "greeter", "content": renamed_piece("greeter", "Greets warmly.")}),
             true,
-            "updated piece `greeter` (1 movements)".to_string(),
+            "updated piece `greeter` (1 movements, version 2 in the store)".to_string(),
         ),
         (
             "ListSkills",
@@ -610,13 +610,25 @@ async fn download_search_pieces_skills_and_ssh_tools_work_through_a_scripted_run
         );
     }
 
-    // The tools acted: on the run's workspace, the pieces directory and the SSH server.
+    // The tools acted: on the run's workspace, the job store (where every later job finds the
+    // piece; not the pieces directory) and the SSH server.
     let read = |p: PathBuf| std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{p:?}: {e}"));
     assert_eq!(read(run.join("input/data.csv")), support::CSV);
+    assert!(!pieces.join("greeter.yaml").exists());
+    let store = maestro_app::Store::open_existing(
+        &maestro_app::StoreUrl::Sqlite {
+            path: d.join(".maestro/maestro.db"),
+        },
+        maestro_app::PoolSize::Single,
+    )
+    .await
+    .unwrap();
+    let greeter = store.piece_latest("greeter").await.unwrap().unwrap();
     assert_eq!(
-        read(pieces.join("greeter.yaml")),
-        renamed_piece("greeter", "Greets warmly.")
+        (greeter.version, greeter.yaml),
+        (2, Some(renamed_piece("greeter", "Greets warmly.")))
     );
+    store.close().await;
     assert_eq!(read(run.join("skills/deploy/scripts/go.sh")), "echo go\n");
     assert_eq!(read(sshd.path("uploaded.csv")), support::CSV);
     assert_eq!(read(run.join("input/remote-note.txt")), "from the server");

@@ -27,6 +27,12 @@ impl Project {
         self.serve_with_env(base_url, extra, &[])
     }
 
+    /// `maestro serve --bind 127.0.0.1:0 EXTRA…` with only the flags given: the model and the
+    /// endpoint come from the project's configuration.
+    pub(crate) fn serve_plain(&self, extra: &[&str]) -> Served {
+        self.spawn_serve(extra, &[], false)
+    }
+
     /// As [`Project::serve`], with environment variables set for the server.
     pub(crate) fn serve_with_env(
         &self,
@@ -34,13 +40,18 @@ impl Project {
         extra: &[&str],
         env: &[(&str, &str)],
     ) -> Served {
+        let mut all = vec!["--llm-base-url", base_url, "--model", "scripted-model"];
+        all.extend(extra);
+        self.spawn_serve(&all, env, true)
+    }
+
+    fn spawn_serve(&self, extra: &[&str], env: &[(&str, &str)], short_lease: bool) -> Served {
         let mut cmd = self.command(&["serve"]);
         if !extra.contains(&"--bind") {
             cmd.args(["--bind", "127.0.0.1:0"]);
         }
         cmd.envs(env.iter().copied());
-        cmd.args(["--llm-base-url", base_url, "--model", "scripted-model"]);
-        if !extra.contains(&"--lease-secs") && !extra.contains(&"--no-worker") {
+        if short_lease && !extra.contains(&"--lease-secs") && !extra.contains(&"--no-worker") {
             cmd.args(["--lease-secs", "3"]);
         }
         cmd.args(extra).stdout(Stdio::null()).stderr(Stdio::piped());

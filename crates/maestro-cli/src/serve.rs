@@ -23,6 +23,18 @@ pub(crate) struct Args {
     /// Listen on a non-loopback address without auth: anyone who reaches the port can run jobs.
     #[arg(long)]
     insecure_no_auth: bool,
+    /// The largest JSON or YAML request body, in KiB.
+    #[arg(long, default_value_t = 1024)]
+    max_body_kb: usize,
+    /// The largest multipart submission (the task and its files together), in MiB.
+    #[arg(long, default_value_t = 100)]
+    max_upload_mb: usize,
+    /// Clients one job's event stream may have on this node at once.
+    #[arg(long, default_value_t = 2000)]
+    stream_clients_per_job: usize,
+    /// How long a request other than a stream may take, in seconds.
+    #[arg(long, default_value_t = 30)]
+    request_timeout_secs: u64,
     #[command(flatten)]
     worker: WorkerFlags,
     #[command(flatten)]
@@ -64,7 +76,13 @@ pub(crate) fn run(args: Args) -> anyhow::Result<u8> {
             || "no worker".to_string(),
             |o| format!("worker {}: profiles {}", o.name, described(o)),
         );
-        let state = ServerState::new(store.clone(), config, options, Limits::default());
+        let limits = Limits {
+            max_body_bytes: args.max_body_kb.saturating_mul(1024).max(1024),
+            max_upload_bytes: args.max_upload_mb.saturating_mul(1024 * 1024).max(1024),
+            stream_clients_per_job: args.stream_clients_per_job.max(1),
+            request_timeout: std::time::Duration::from_secs(args.request_timeout_secs.max(1)),
+        };
+        let state = ServerState::new(store.clone(), config, options, limits);
         let shutdown = Shutdown::new();
         Signals::install()?.drive(shutdown.clone(), "serve");
         let stop_http = CancellationToken::new();

@@ -54,7 +54,7 @@ impl StreamCounts {
                 StatusCode::TOO_MANY_REQUESTS,
                 format!(
                     "job {job} already has {limit} stream clients on this node \
-                     (`server.stream_clients_per_job`); close one, or follow it from another node"
+                     (`maestro serve --stream-clients-per-job`); close one, or follow it from another node"
                 ),
             ));
         }

@@ -144,7 +144,7 @@ async fn multipart_submission(
                     e.status(),
                     format!(
                         "the file \"{}\" could not be read ({}); uploads together may be at most \
-                         `server.max_upload_mb`",
+                         `maestro serve --max-upload-mb`",
                         file_name.escape_debug(),
                         e.body_text()
                     ),

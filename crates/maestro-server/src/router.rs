@@ -118,7 +118,7 @@ async fn observe(State(state): State<ServerState>, request: Request, next: Next)
         Err(_) => ApiError::new(
             StatusCode::REQUEST_TIMEOUT,
             format!(
-                "the request took longer than {} s (`server.request_timeout_secs`); try again, \
+                "the request took longer than {} s (`maestro serve --request-timeout-secs`); try again, \
                  or ask for less at once",
                 timeout.as_secs()
             ),

@@ -725,3 +725,74 @@ async fn uploads_reach_the_run_and_its_outputs_download_from_the_store() {
     assert_eq!(page["jobs"].as_array().unwrap().len(), 1);
     other.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stream_reconnected_at_twenty_points_of_a_long_run_sees_every_event_once_in_order() {
+    // A run of about a hundred events, committed while the client keeps reconnecting.
+    let mut turns = Vec::new();
+    for n in 0..24 {
+        turns.push(
+            Turn::tool_call("Read", json!({"file_path": format!("missing-{n}.txt")}))
+                .with_delay(std::time::Duration::from_millis(30)),
+        );
+    }
+    turns.push(complete("Read them all."));
+    let llm = ScriptedLlm::start(turns).await;
+    let project = Project::new();
+    let served = project.serve(&llm.base_url(), &[]);
+    let id = submit(&served, "read many files").await;
+    // The points to reconnect at: a pseudo-random number of events each time (seeded from the
+    // job id, printed so that a failure can be replayed by reading it).
+    let mut seed: u64 = id.bytes().fold(1469598103934665603, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(1099511628211)
+    });
+    eprintln!("reconnect seed {seed}");
+    let mut received: Vec<Value> = Vec::new();
+    let mut cursor: Option<i64> = None;
+    let mut reconnects = 0;
+    loop {
+        let mut stream = served.stream(&id, cursor).await;
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        let take = if reconnects < 20 {
+            1 + (seed % 4) as usize
+        } else {
+            usize::MAX
+        };
+        let mut taken = 0;
+        let mut ended = true;
+        while let Some(event) = stream.next().await {
+            if let Some(seq) = &event.id {
+                cursor = Some(seq.parse().unwrap());
+                received.push(event.data);
+                taken += 1;
+                if taken >= take {
+                    ended = false;
+                    break;
+                }
+            }
+        }
+        drop(stream);
+        if ended {
+            break;
+        }
+        reconnects += 1;
+    }
+    assert!(reconnects >= 20, "only {reconnects} reconnects");
+    let log: Vec<Value> = served
+        .http
+        .get(served.url(&format!("/api/v1/jobs/{id}/events?format=jsonl")))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(log.len() > 60, "a long run: {} events", log.len());
+    assert_eq!(received, log);
+    served.stop().await;
+}

@@ -796,3 +796,81 @@ async fn a_stream_reconnected_at_twenty_points_of_a_long_run_sees_every_event_on
     assert_eq!(received, log);
     served.stop().await;
 }
+
+const SPLIT: &str = "\
+name: split
+description: splits the task into subtasks and waits for them
+max_movements: 6
+initial_movement: plan
+movements:
+  - name: plan
+    edit: false
+    persona: You plan.
+    instruction: \"Split this into parts: {task}\"
+    allowed_tools: [SpawnSubTask]
+    rules:
+      - condition: the parts are spawned
+        next: WAIT_SUBTASKS
+    default_next: write
+  - name: write
+    edit: false
+    persona: You write.
+    instruction: Write it up alone.
+    allowed_tools: [Read]
+    rules: []
+";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_job_that_splits_is_followed_through_its_subtasks_and_lists_its_children() {
+    let mut turns: Vec<Turn> = (1..=2)
+        .map(|n| Turn::when_contains("You work.", complete(&format!("child result {n}"))))
+        .collect();
+    turns.extend([
+        Turn::tool_calls(["A", "B"].iter().map(|part| {
+            (
+                "SpawnSubTask",
+                json!({"task": format!("Write part {part}"), "title": format!("part {part}"), "piece": "one"}),
+            )
+        })),
+        Turn::tool_call("transition", json!({"next": "WAIT_SUBTASKS"})),
+        complete("Report from two parts."),
+    ]);
+    let llm = ScriptedLlm::start(turns).await;
+    let project = Project::new();
+    std::fs::write(project.path().join("pieces/split.yaml"), SPLIT).unwrap();
+    let served = project.serve(&llm.base_url(), &["--concurrency", "3"]);
+    let (status, job) = served
+        .post(
+            "/api/v1/jobs",
+            json!({"piece": "split", "task": "Plan the report"}),
+        )
+        .await;
+    assert_eq!(status, 201, "{job}");
+    let id = job["id"].as_str().unwrap().to_string();
+    let events = served.stream(&id, None).await.rest().await;
+    let statuses: Vec<&str> = events
+        .iter()
+        .filter(|e| e.event == "status")
+        .map(|e| e.data["status"].as_str().unwrap())
+        .collect();
+    assert!(statuses.contains(&"waiting_subtasks"), "{statuses:?}");
+    assert_eq!(statuses.last(), Some(&"completed"), "{statuses:?}");
+    let (_, parent) = served.get(&format!("/api/v1/jobs/{id}")).await;
+    assert_eq!(parent["result"]["result"], "Report from two parts.");
+    let (status, children) = served.get(&format!("/api/v1/jobs/{id}/children")).await;
+    assert_eq!(status, 200);
+    let mut titles: Vec<&str> = children["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            assert_eq!(c["parent_id"], json!(id));
+            assert_eq!(c["depth"], 1);
+            assert_eq!(c["status"], "completed");
+            c["title"].as_str().unwrap()
+        })
+        .collect();
+    titles.sort();
+    assert_eq!(titles, ["part A", "part B"]);
+    served.stop().await;
+}

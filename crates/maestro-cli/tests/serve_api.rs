@@ -874,3 +874,47 @@ async fn a_job_that_splits_is_followed_through_its_subtasks_and_lists_its_childr
     assert_eq!(titles, ["part A", "part B"]);
     served.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn one_stream_client_over_the_limit_is_told_to_wait() {
+    let project = Project::new();
+    let served = project.serve(
+        "http://127.0.0.1:9",
+        &["--no-worker", "--stream-clients-per-job", "2"],
+    );
+    let id = submit(&served, "wait in the queue").await;
+    let mut first = served.stream(&id, None).await;
+    let mut second = served.stream(&id, None).await;
+    assert_eq!(first.next().await.unwrap().data["status"], "queued");
+    assert_eq!(second.next().await.unwrap().data["status"], "queued");
+    let (status, problem) = served.get(&format!("/api/v1/jobs/{id}/events")).await;
+    assert_eq!(status, 429, "{problem}");
+    assert!(
+        problem["detail"]
+            .as_str()
+            .unwrap()
+            .contains("--stream-clients-per-job"),
+        "{problem}"
+    );
+    // A client that leaves frees its place.
+    drop(first);
+    let started = std::time::Instant::now();
+    loop {
+        let response = served
+            .http
+            .get(served.url(&format!("/api/v1/jobs/{id}/events")))
+            .send()
+            .await
+            .unwrap();
+        if response.status().as_u16() == 200 {
+            break;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(10),
+            "the place stayed taken"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    drop(second);
+    served.stop().await;
+}

@@ -289,6 +289,48 @@ async fn tokens_scopes_and_owners_decide_what_a_request_may_do() {
     .await;
     assert_eq!(status, 404);
 
+    // Schedules belong to their owner too.
+    let (status, schedule) = call(
+        &served,
+        "post",
+        "/api/v1/schedules",
+        Some(&alice),
+        json!({"piece": "one", "task": "daily report", "spec": "daily 09:00"}),
+    )
+    .await;
+    assert_eq!(status, 201, "{schedule}");
+    assert_eq!(schedule["owner"], "alice@example.test");
+    let sid = schedule["id"].as_str().unwrap();
+    let (_, bobs) = call(&served, "get", "/api/v1/schedules", Some(&bob), Value::Null).await;
+    assert_eq!(bobs, json!([]));
+    let (status, _) = call(
+        &served,
+        "get",
+        &format!("/api/v1/schedules/{sid}"),
+        Some(&bob),
+        Value::Null,
+    )
+    .await;
+    assert_eq!(status, 404);
+    let (status, _) = call(
+        &served,
+        "delete",
+        &format!("/api/v1/schedules/{sid}"),
+        Some(&bob),
+        Value::Null,
+    )
+    .await;
+    assert_eq!(status, 404);
+    let (status, _) = call(
+        &served,
+        "get",
+        &format!("/api/v1/schedules/{sid}"),
+        Some(&root),
+        Value::Null,
+    )
+    .await;
+    assert_eq!(status, 200);
+
     // Every write was audited, and no token is in the log.
     let (status, audit) = call(
         &served,

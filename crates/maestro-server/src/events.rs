@@ -160,9 +160,11 @@ pub(crate) async fn stream_job(
     tokio::spawn(async move {
         let _slot = slot;
         loop {
+            // A client that went away frees its place at once, not at the job's next event.
             let item = tokio::select! {
                 item = watch.next() => item,
                 () = closing.cancelled() => None,
+                () = tx.closed() => None,
             };
             let Some(item) = item else {
                 return;

@@ -151,6 +151,8 @@ pub(crate) mod schema {
         fired: i64,
         /// Slots it let pass.
         missed: i64,
+        /// The user it belongs to; absent without auth.
+        owner: Option<String>,
     }
 
     /// A tool a run may be offered.

@@ -92,7 +92,11 @@ impl ScheduleBody {
 )]
 pub(crate) async fn list(State(state): State<ServerState>, caller: Caller) -> ApiResult<Response> {
     caller.require_read()?;
-    let all = maestro_app::list_schedules(state.store(), time::OffsetDateTime::now_utc()).await?;
+    let mut all =
+        maestro_app::list_schedules(state.store(), time::OffsetDateTime::now_utc()).await?;
+    if let Some(owner) = caller.listing_owner() {
+        all.retain(|s| s.owner.as_deref() == Some(owner.as_str()));
+    }
     Ok(Json(all).into_response())
 }
 
@@ -114,15 +118,26 @@ pub(crate) async fn add(
     let request = body.request(&caller)?;
     let id =
         maestro_app::add_schedule(state.store(), &*state.current_config().await, request).await?;
-    let created = one_of(&state, &id).await?;
+    let created = one_of(&state, &caller, &id).await?;
     Ok((StatusCode::CREATED, Json(created)).into_response())
 }
 
-async fn one_of(state: &ServerState, id: &str) -> Result<maestro_app::ScheduleSummary, ApiError> {
+/// The schedule `id` when the caller may see it (an admin, or its owner); 404 otherwise, so
+/// that ids of other people's schedules do not leak.
+async fn one_of(
+    state: &ServerState,
+    caller: &Caller,
+    id: &str,
+) -> Result<maestro_app::ScheduleSummary, ApiError> {
     maestro_app::list_schedules(state.store(), time::OffsetDateTime::now_utc())
         .await?
         .into_iter()
-        .find(|s| s.id == id)
+        .find(|s| {
+            s.id == id
+                && caller
+                    .listing_owner()
+                    .is_none_or(|owner| s.owner.as_deref() == Some(owner.as_str()))
+        })
         .ok_or_else(|| ApiError::not_found(format!("no schedule with id {id}")))
 }
 
@@ -141,7 +156,7 @@ pub(crate) async fn show(
     Path(id): Path<String>,
 ) -> ApiResult<Response> {
     caller.require_read()?;
-    Ok(Json(one_of(&state, &id).await?).into_response())
+    Ok(Json(one_of(&state, &caller, &id).await?).into_response())
 }
 
 /// Change a schedule; the slots it fired stay fired.
@@ -161,10 +176,11 @@ pub(crate) async fn update(
     ApiJson(body): ApiJson<ScheduleBody>,
 ) -> ApiResult<Response> {
     caller.require_write()?;
+    one_of(&state, &caller, &id).await?;
     let request = body.request(&caller)?;
     maestro_app::update_schedule(state.store(), &*state.current_config().await, &id, request)
         .await?;
-    Ok(Json(one_of(&state, &id).await?).into_response())
+    Ok(Json(one_of(&state, &caller, &id).await?).into_response())
 }
 
 /// Pause a schedule: it fires nothing until resumed.
@@ -182,8 +198,9 @@ pub(crate) async fn pause(
     Path(id): Path<String>,
 ) -> ApiResult<Response> {
     caller.require_write()?;
+    one_of(&state, &caller, &id).await?;
     maestro_app::set_paused(state.store(), &id, true, &caller.name).await?;
-    Ok(Json(one_of(&state, &id).await?).into_response())
+    Ok(Json(one_of(&state, &caller, &id).await?).into_response())
 }
 
 /// Resume a paused schedule; the slots that passed while paused are not fired.
@@ -201,8 +218,9 @@ pub(crate) async fn resume(
     Path(id): Path<String>,
 ) -> ApiResult<Response> {
     caller.require_write()?;
+    one_of(&state, &caller, &id).await?;
     maestro_app::set_paused(state.store(), &id, false, &caller.name).await?;
-    Ok(Json(one_of(&state, &id).await?).into_response())
+    Ok(Json(one_of(&state, &caller, &id).await?).into_response())
 }
 
 /// Delete a schedule; the jobs it fired stay.
@@ -220,6 +238,7 @@ pub(crate) async fn delete(
     Path(id): Path<String>,
 ) -> ApiResult<Response> {
     caller.require_write()?;
+    one_of(&state, &caller, &id).await?;
     maestro_app::remove_schedule(state.store(), &id, &caller.name).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }

@@ -115,6 +115,9 @@ pub struct ScheduleSummary {
     pub fired: i64,
     /// Slots it let pass (missed while no worker ran, under `skip`).
     pub missed: i64,
+    /// The user it and the jobs it fires belong to (an email), when it has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
 }
 
 /// Every schedule with its next slot after `now`.
@@ -143,6 +146,7 @@ pub async fn list_schedules(
             next_fire,
             fired: s.fired,
             missed: s.missed,
+            owner: s.owner,
         });
     }
     Ok(out)

@@ -130,53 +130,36 @@ pub async fn comment_on_job(
         return Err(JobError::EmptyComment(id));
     }
     let job = store.job(id).await?.ok_or(JobError::NoSuchJob(id))?;
-    let open_question = if job.status == JobStatus::WaitingInput {
-        store
-            .comments(id)
-            .await?
-            .into_iter()
-            .rev()
-            .find(|c| c.kind == CommentKind::Question)
-            .map(|c| c.id)
-    } else {
-        None
-    };
+    let waiting = job.status == JobStatus::WaitingInput;
     if let Some(question) = in_reply_to {
-        let asked = store
-            .comments(id)
-            .await?
-            .into_iter()
-            .any(|c| c.id == question && c.kind == CommentKind::Question);
-        if !asked {
+        // One read of the thread: whether it asked that question, and which one is open.
+        let comments = store.comments(id).await?;
+        if !comments
+            .iter()
+            .any(|c| c.id == question && c.kind == CommentKind::Question)
+        {
             return Err(JobError::NoSuchQuestion {
                 job: id,
                 comment: question,
             });
         }
-        if open_question != Some(question) {
-            let note = store
-                .add_comment(id, author, CommentKind::Note, body)
-                .await?;
+        let open = comments
+            .iter()
+            .rev()
+            .find(|c| c.kind == CommentKind::Question)
+            .map(|c| c.id);
+        if !waiting || open != Some(question) {
             let status = store.job(id).await?.map_or(job.status, |j| j.status);
-            return Ok(Commented::LostRace {
-                note: comment(store, id, note).await?,
-                status,
-            });
+            return lost_race(store, id, author, body, status).await;
         }
     }
-    if job.status == JobStatus::WaitingInput {
+    if waiting {
         match store.answer(id, author, body).await {
             Ok(comment_id) => {
                 return Ok(Commented::Answered(comment(store, id, comment_id).await?));
             }
             Err(StoreError::InvalidTransition { status, .. }) => {
-                let note = store
-                    .add_comment(id, author, CommentKind::Note, body)
-                    .await?;
-                return Ok(Commented::LostRace {
-                    note: comment(store, id, note).await?,
-                    status,
-                });
+                return lost_race(store, id, author, body, status).await;
             }
             Err(e) => return Err(e.into()),
         }
@@ -185,6 +168,23 @@ pub async fn comment_on_job(
         .add_comment(id, author, CommentKind::Note, body)
         .await?;
     Ok(Commented::Note(comment(store, id, note).await?))
+}
+
+/// An answer that came too late, kept as a note.
+async fn lost_race(
+    store: &Store,
+    id: JobId,
+    author: &str,
+    body: &str,
+    status: JobStatus,
+) -> Result<Commented, JobError> {
+    let note = store
+        .add_comment(id, author, CommentKind::Note, body)
+        .await?;
+    Ok(Commented::LostRace {
+        note: comment(store, id, note).await?,
+        status,
+    })
 }
 
 async fn comment(store: &Store, job: JobId, id: i64) -> Result<Comment, JobError> {

@@ -231,8 +231,10 @@ pub(crate) async fn logout(
         (status = 403, description = "Not an admin", body = schema::Problem),
     ),
 )]
-pub(crate) async fn users(State(state): State<ServerState>, caller: Caller) -> ApiResult<Response> {
-    caller.require_admin()?;
+pub(crate) async fn users(
+    State(state): State<ServerState>,
+    _caller: Caller,
+) -> ApiResult<Response> {
     Ok(Json(maestro_app::list_users(state.store()).await?).into_response())
 }
 
@@ -261,7 +263,6 @@ pub(crate) async fn add_user(
     caller: Caller,
     ApiJson(body): ApiJson<NewUserBody>,
 ) -> ApiResult<Response> {
-    caller.require_admin()?;
     let role: Role = body.role.as_deref().unwrap_or("user").parse()?;
     let mut user = maestro_app::add_user_as(
         state.store(),
@@ -300,7 +301,6 @@ pub(crate) async fn set_role(
     Path(email): Path<String>,
     ApiJson(body): ApiJson<RoleBody>,
 ) -> ApiResult<Response> {
-    caller.require_admin()?;
     let role: Role = body.role.parse()?;
     Ok(
         Json(maestro_app::set_role_as(state.store(), &caller.name, &email, role).await?)
@@ -318,9 +318,8 @@ pub(crate) async fn set_role(
 )]
 pub(crate) async fn tokens(
     State(state): State<ServerState>,
-    caller: Caller,
+    _caller: Caller,
 ) -> ApiResult<Response> {
-    caller.require_admin()?;
     Ok(Json(maestro_app::list_tokens(state.store(), None).await?).into_response())
 }
 
@@ -354,7 +353,6 @@ pub(crate) async fn create_token(
     caller: Caller,
     ApiJson(body): ApiJson<NewTokenBody>,
 ) -> ApiResult<Response> {
-    caller.require_admin()?;
     let scopes = Scope::parse_list(&body.scopes.join(","))?;
     let (info, token) = maestro_app::create_token_as(
         state.store(),
@@ -388,7 +386,6 @@ pub(crate) async fn revoke_token(
     caller: Caller,
     Path(id): Path<String>,
 ) -> ApiResult<Response> {
-    caller.require_admin()?;
     maestro_app::revoke_token_as(state.store(), &caller.name, &id).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
@@ -414,10 +411,9 @@ pub(crate) struct AuditQuery {
 )]
 pub(crate) async fn audit(
     State(state): State<ServerState>,
-    caller: Caller,
+    _caller: Caller,
     Query(q): Query<AuditQuery>,
 ) -> ApiResult<Response> {
-    caller.require_admin()?;
     let limit = q.limit.unwrap_or(100).clamp(1, maestro_app::AUDIT_PAGE_MAX);
     let entries = maestro_app::audit_log(state.store(), q.cursor, limit).await?;
     let next_cursor = match entries.last() {
@@ -448,11 +444,9 @@ pub(crate) struct ShareBody {
 pub(crate) async fn share(
     State(state): State<ServerState>,
     caller: Caller,
-    Path(id): Path<String>,
     ApiJson(body): ApiJson<ShareBody>,
 ) -> ApiResult<Response> {
-    caller.require_write()?;
-    let id = caller.visible_job(&state, &id).await?;
+    let id = caller.job()?;
     let (info, token) = maestro_app::create_share(
         state.store(),
         id,
@@ -496,10 +490,8 @@ pub(crate) async fn share(
 pub(crate) async fn shares(
     State(state): State<ServerState>,
     caller: Caller,
-    Path(id): Path<String>,
 ) -> ApiResult<Response> {
-    caller.require_read()?;
-    let id = caller.visible_job(&state, &id).await?;
+    let id = caller.job()?;
     Ok(Json(maestro_app::list_shares(state.store(), id).await?).into_response())
 }
 
@@ -518,10 +510,9 @@ pub(crate) async fn shares(
 pub(crate) async fn revoke_share(
     State(state): State<ServerState>,
     caller: Caller,
-    Path((id, share_id)): Path<(String, String)>,
+    Path((_job, share_id)): Path<(String, String)>,
 ) -> ApiResult<Response> {
-    caller.require_write()?;
-    let id = caller.visible_job(&state, &id).await?;
+    let id = caller.job()?;
     let ours = maestro_app::list_shares(state.store(), id)
         .await?
         .into_iter()

@@ -39,6 +39,8 @@ pub(crate) struct Caller {
     pub(crate) owner: Option<String>,
     /// What it authenticated as; `None` without auth.
     pub(crate) principal: Option<Principal>,
+    /// The job the route names (`/api/v1/jobs/{id}…`), once the caller is known to see it.
+    job: Option<JobId>,
 }
 
 impl From<AccessError> for ApiError {
@@ -80,75 +82,24 @@ impl FromRequestParts<ServerState> for Caller {
         parts: &mut Parts,
         state: &ServerState,
     ) -> Result<Self, Self::Rejection> {
-        if !state.auth().enabled {
-            return Ok(Caller {
+        let mut caller = if state.auth().enabled {
+            authenticated(parts, state).await?
+        } else {
+            Caller {
                 name: maestro_app::LOCAL_ACTOR.to_string(),
                 admin: true,
                 owner: None,
                 principal: None,
-            });
-        }
-        let principal = if let Some(value) = parts.headers.get(header::AUTHORIZATION) {
-            let token = value
-                .to_str()
-                .ok()
-                .and_then(|v| v.strip_prefix("Bearer "))
-                .map(str::trim)
-                .ok_or_else(|| {
-                    unauthorized(
-                        "the Authorization header must be `Bearer <token>`, with a token from \
-                         `maestro tokens create`",
-                    )
-                })?;
-            maestro_app::authenticate_token(state.store(), token)
-                .await?
-                .ok_or_else(|| {
-                    unauthorized(
-                        "the API token is not valid: unknown, revoked or expired (or its user \
-                         is disabled); create another with `maestro tokens create`",
-                    )
-                })?
-        } else if let Some(session) = cookie(&parts.headers, SESSION_COOKIE) {
-            let (principal, csrf) = maestro_app::session_principal(state.store(), session)
-                .await?
-                .ok_or_else(|| {
-                    unauthorized("the session has ended or expired; log in again at /auth/login")
-                })?;
-            let safe = matches!(parts.method, Method::GET | Method::HEAD | Method::OPTIONS);
-            if !safe {
-                let presented = parts
-                    .headers
-                    .get(CSRF_HEADER)
-                    .and_then(|v| v.to_str().ok())
-                    .unwrap_or_default();
-                if !csrf.verify(presented) {
-                    return Err(ApiError::new(
-                        StatusCode::FORBIDDEN,
-                        "the CSRF check failed: a write made with the session cookie must send \
-                         the `X-CSRF-Token` header with the value of the `maestro_csrf` cookie",
-                    ));
-                }
+                job: None,
             }
-            principal
-        } else {
-            return Err(unauthorized(
-                "this server needs credentials: send `Authorization: Bearer <token>` (from \
-                 `maestro tokens create`), or log in at /auth/login",
-            ));
         };
-        let caller = Caller {
-            name: principal.email.clone(),
-            admin: principal.role == Role::Admin,
-            owner: Some(principal.email.clone()),
-            principal: Some(principal),
-        };
-        // The scope a route needs, checked before its body is read: reads need `read`, writes
-        // `write`, and everything under /api/v1/admin `admin`.
         let route = parts
             .extensions
             .get::<MatchedPath>()
             .map(|p| p.as_str().to_string())
             .unwrap_or_default();
+        // The scope a route needs, checked before its body is read: reads need `read`, writes
+        // `write`, and everything under /api/v1/admin `admin`.
         let needed = if route.starts_with("/api/v1/admin") {
             Scope::Admin
         } else if matches!(parts.method, Method::GET | Method::HEAD | Method::OPTIONS) {
@@ -157,16 +108,77 @@ impl FromRequestParts<ServerState> for Caller {
             Scope::Write
         };
         caller.require(needed)?;
-        // Another user's job is not found, whatever else is wrong with the request.
-        if route.starts_with("/api/v1/jobs/{id}")
-            && let Ok(Path(params)) =
-                Path::<HashMap<String, String>>::from_request_parts(parts, state).await
-            && let Some(id) = params.get("id")
-        {
-            caller.visible_job(state, id).await?;
+        // The job a route names must exist and be the caller's (404 otherwise, whatever else is
+        // wrong with the request); the handler takes it from `Caller::job`.
+        if route.starts_with("/api/v1/jobs/{id}") {
+            let Path(params) = Path::<HashMap<String, String>>::from_request_parts(parts, state)
+                .await
+                .map_err(|e| ApiError::bad_request(e.body_text()))?;
+            let id = params.get("id").map(String::as_str).unwrap_or_default();
+            caller.job = Some(caller.visible_job(state, id).await?);
         }
         Ok(caller)
     }
+}
+
+/// The caller of a server with auth: an API token, or a session cookie (with the CSRF check on
+/// writes); 401 without either.
+async fn authenticated(parts: &Parts, state: &ServerState) -> Result<Caller, ApiError> {
+    let principal = if let Some(value) = parts.headers.get(header::AUTHORIZATION) {
+        let token = value
+            .to_str()
+            .ok()
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::trim)
+            .ok_or_else(|| {
+                unauthorized(
+                    "the Authorization header must be `Bearer <token>`, with a token from \
+                         `maestro tokens create`",
+                )
+            })?;
+        maestro_app::authenticate_token(state.store(), token)
+            .await?
+            .ok_or_else(|| {
+                unauthorized(
+                    "the API token is not valid: unknown, revoked or expired (or its user \
+                         is disabled); create another with `maestro tokens create`",
+                )
+            })?
+    } else if let Some(session) = cookie(&parts.headers, SESSION_COOKIE) {
+        let (principal, csrf) = maestro_app::session_principal(state.store(), session)
+            .await?
+            .ok_or_else(|| {
+                unauthorized("the session has ended or expired; log in again at /auth/login")
+            })?;
+        let safe = matches!(parts.method, Method::GET | Method::HEAD | Method::OPTIONS);
+        if !safe {
+            let presented = parts
+                .headers
+                .get(CSRF_HEADER)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default();
+            if !csrf.verify(presented) {
+                return Err(ApiError::new(
+                    StatusCode::FORBIDDEN,
+                    "the CSRF check failed: a write made with the session cookie must send \
+                         the `X-CSRF-Token` header with the value of the `maestro_csrf` cookie",
+                ));
+            }
+        }
+        principal
+    } else {
+        return Err(unauthorized(
+            "this server needs credentials: send `Authorization: Bearer <token>` (from \
+                 `maestro tokens create`), or log in at /auth/login",
+        ));
+    };
+    Ok(Caller {
+        name: principal.email.clone(),
+        admin: principal.role == Role::Admin,
+        owner: Some(principal.email.clone()),
+        principal: Some(principal),
+        job: None,
+    })
 }
 
 impl Caller {
@@ -185,14 +197,6 @@ impl Caller {
         }
     }
 
-    pub(crate) fn require_read(&self) -> Result<(), ApiError> {
-        self.require(Scope::Read)
-    }
-
-    pub(crate) fn require_write(&self) -> Result<(), ApiError> {
-        self.require(Scope::Write)
-    }
-
     /// The configuration is the admins' (with auth; without it, the machine's user's).
     pub(crate) fn require_config(&self) -> Result<(), ApiError> {
         if self.principal.is_some() && !self.admin {
@@ -204,22 +208,20 @@ impl Caller {
         Ok(())
     }
 
-    pub(crate) fn require_admin(&self) -> Result<(), ApiError> {
-        self.require(Scope::Admin)
-    }
-
     /// The owner a listing is narrowed to: none for an admin, the caller's own otherwise.
     pub(crate) fn listing_owner(&self) -> Option<String> {
         if self.admin { None } else { self.owner.clone() }
     }
 
+    /// The job the route names, which the caller may see (checked when the caller was made).
+    pub(crate) fn job(&self) -> Result<JobId, ApiError> {
+        self.job
+            .ok_or_else(|| ApiError::not_found("this route names no job"))
+    }
+
     /// The job `id` when it exists and the caller may see it; 404 otherwise, so that ids of
     /// other people's jobs do not leak.
-    pub(crate) async fn visible_job(
-        &self,
-        state: &ServerState,
-        id: &str,
-    ) -> Result<JobId, ApiError> {
+    async fn visible_job(&self, state: &ServerState, id: &str) -> Result<JobId, ApiError> {
         let id = parse_job_id(id)?;
         match state.store().job(id).await? {
             Some(job) if self.admin || (job.owner.is_some() && job.owner == self.owner) => Ok(id),

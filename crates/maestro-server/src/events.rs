@@ -12,7 +12,7 @@ use std::convert::Infallible;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -110,12 +110,10 @@ pub(crate) struct EventsQuery {
 pub(crate) async fn events(
     State(state): State<ServerState>,
     caller: Caller,
-    Path(id): Path<String>,
     Query(q): Query<EventsQuery>,
     headers: HeaderMap,
 ) -> ApiResult<Response> {
-    caller.require_read()?;
-    let id = caller.visible_job(&state, &id).await?;
+    let id = caller.job()?;
     stream_job(state, id, q, &headers).await
 }
 
@@ -189,15 +187,10 @@ fn sse_event(item: &Watched) -> Option<Event> {
     match item {
         Watched::Event(record) => {
             let data = serde_json::to_string(&**record).ok()?;
-            let kind = serde_json::to_value(&record.event)
-                .ok()?
-                .get("type")?
-                .as_str()?
-                .to_string();
             Some(
                 Event::default()
                     .id(record.seq.to_string())
-                    .event(kind)
+                    .event(record.event.kind())
                     .data(data),
             )
         }

@@ -11,7 +11,6 @@ use maestro_app::{FileError, FileKind, JobId};
 
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult};
-use crate::jobs::parse_job_id;
 use crate::openapi::schema;
 use crate::state::ServerState;
 
@@ -39,12 +38,8 @@ impl From<FileError> for ApiError {
         (status = 404, description = "No such job (or not one of yours)", body = schema::Problem),
     ),
 )]
-pub(crate) async fn list(
-    State(state): State<ServerState>,
-    _caller: Caller,
-    Path(id): Path<String>,
-) -> ApiResult<Response> {
-    let id = parse_job_id(&id)?;
+pub(crate) async fn list(State(state): State<ServerState>, caller: Caller) -> ApiResult<Response> {
+    let id = caller.job()?;
     Ok(Json(maestro_app::job_files(state.store(), id).await?).into_response())
 }
 
@@ -63,10 +58,10 @@ pub(crate) async fn list(
 )]
 pub(crate) async fn download(
     State(state): State<ServerState>,
-    _caller: Caller,
-    Path((id, path)): Path<(String, String)>,
+    caller: Caller,
+    Path((_job, path)): Path<(String, String)>,
 ) -> ApiResult<Response> {
-    let id = parse_job_id(&id)?;
+    let id = caller.job()?;
     serve_file(&state, id, &path, None).await
 }
 

@@ -1,7 +1,7 @@
 //! `/api/v1/jobs`: submit, list, show, cancel, children and comments.
 
 use axum::Json;
-use axum::extract::{FromRequest as _, Path, Query, State};
+use axum::extract::{FromRequest as _, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use maestro_app::{Commented, JobFilter, JobId, JobStatus, Submission};
@@ -205,7 +205,6 @@ pub(crate) async fn list(
     caller: Caller,
     Query(q): Query<ListQuery>,
 ) -> ApiResult<Response> {
-    caller.require_read()?;
     let status = q
         .status
         .as_deref()
@@ -251,13 +250,8 @@ pub(crate) fn parse_job_id(text: &str) -> Result<JobId, ApiError> {
         (status = 404, description = "No such job (or not one of yours)", body = schema::Problem),
     ),
 )]
-pub(crate) async fn show(
-    State(state): State<ServerState>,
-    caller: Caller,
-    Path(id): Path<String>,
-) -> ApiResult<Response> {
-    caller.require_read()?;
-    let id = caller.visible_job(&state, &id).await?;
+pub(crate) async fn show(State(state): State<ServerState>, caller: Caller) -> ApiResult<Response> {
+    let id = caller.job()?;
     Ok(Json(maestro_app::job_detail(state.store(), id).await?).into_response())
 }
 
@@ -274,10 +268,8 @@ pub(crate) async fn show(
 pub(crate) async fn cancel(
     State(state): State<ServerState>,
     caller: Caller,
-    Path(id): Path<String>,
 ) -> ApiResult<Response> {
-    caller.require_write()?;
-    let id = caller.visible_job(&state, &id).await?;
+    let id = caller.job()?;
     let cancelled = maestro_app::cancel_job(state.store(), id, &caller.name).await?;
     Ok(Json(serde_json::json!({ "cancelled": cancelled })).into_response())
 }
@@ -294,10 +286,8 @@ pub(crate) async fn cancel(
 pub(crate) async fn children(
     State(state): State<ServerState>,
     caller: Caller,
-    Path(id): Path<String>,
 ) -> ApiResult<Response> {
-    caller.require_read()?;
-    let id = caller.visible_job(&state, &id).await?;
+    let id = caller.job()?;
     let filter = JobFilter {
         parent: Some(id),
         ..JobFilter::default()
@@ -318,10 +308,8 @@ pub(crate) async fn children(
 pub(crate) async fn comments(
     State(state): State<ServerState>,
     caller: Caller,
-    Path(id): Path<String>,
 ) -> ApiResult<Response> {
-    caller.require_read()?;
-    let id = caller.visible_job(&state, &id).await?;
+    let id = caller.job()?;
     Ok(Json(maestro_app::job_comments(state.store(), id).await?).into_response())
 }
 
@@ -353,11 +341,9 @@ pub(crate) struct CommentBody {
 pub(crate) async fn comment(
     State(state): State<ServerState>,
     caller: Caller,
-    Path(id): Path<String>,
     ApiJson(body): ApiJson<CommentBody>,
 ) -> ApiResult<Response> {
-    caller.require_write()?;
-    let id = caller.visible_job(&state, &id).await?;
+    let id = caller.job()?;
     match maestro_app::comment_on_job(
         state.store(),
         id,

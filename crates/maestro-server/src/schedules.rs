@@ -91,7 +91,6 @@ impl ScheduleBody {
     responses((status = 200, description = "Oldest first", body = Vec<schema::Schedule>)),
 )]
 pub(crate) async fn list(State(state): State<ServerState>, caller: Caller) -> ApiResult<Response> {
-    caller.require_read()?;
     let mut all =
         maestro_app::list_schedules(state.store(), time::OffsetDateTime::now_utc()).await?;
     if let Some(owner) = caller.listing_owner() {
@@ -114,7 +113,6 @@ pub(crate) async fn add(
     caller: Caller,
     ApiJson(body): ApiJson<ScheduleBody>,
 ) -> ApiResult<Response> {
-    caller.require_write()?;
     let request = body.request(&caller)?;
     let id =
         maestro_app::add_schedule(state.store(), &*state.current_config().await, request).await?;
@@ -155,7 +153,6 @@ pub(crate) async fn show(
     caller: Caller,
     Path(id): Path<String>,
 ) -> ApiResult<Response> {
-    caller.require_read()?;
     Ok(Json(one_of(&state, &caller, &id).await?).into_response())
 }
 
@@ -175,7 +172,6 @@ pub(crate) async fn update(
     Path(id): Path<String>,
     ApiJson(body): ApiJson<ScheduleBody>,
 ) -> ApiResult<Response> {
-    caller.require_write()?;
     one_of(&state, &caller, &id).await?;
     let request = body.request(&caller)?;
     maestro_app::update_schedule(state.store(), &*state.current_config().await, &id, request)
@@ -197,7 +193,6 @@ pub(crate) async fn pause(
     caller: Caller,
     Path(id): Path<String>,
 ) -> ApiResult<Response> {
-    caller.require_write()?;
     one_of(&state, &caller, &id).await?;
     maestro_app::set_paused(state.store(), &id, true, &caller.name).await?;
     Ok(Json(one_of(&state, &caller, &id).await?).into_response())
@@ -217,7 +212,6 @@ pub(crate) async fn resume(
     caller: Caller,
     Path(id): Path<String>,
 ) -> ApiResult<Response> {
-    caller.require_write()?;
     one_of(&state, &caller, &id).await?;
     maestro_app::set_paused(state.store(), &id, false, &caller.name).await?;
     Ok(Json(one_of(&state, &caller, &id).await?).into_response())
@@ -237,7 +231,6 @@ pub(crate) async fn delete(
     caller: Caller,
     Path(id): Path<String>,
 ) -> ApiResult<Response> {
-    caller.require_write()?;
     one_of(&state, &caller, &id).await?;
     maestro_app::remove_schedule(state.store(), &id, &caller.name).await?;
     Ok(StatusCode::NO_CONTENT.into_response())

@@ -42,8 +42,7 @@ pub struct ServerState {
 #[derive(Debug)]
 pub(crate) struct Inner {
     pub(crate) store: Store,
-    pub(crate) config: Config,
-    /// The configuration in effect: `config` with the store's overlay, re-read within 2 s of a
+    /// The configuration in effect: this node's own (its base) with the store's overlay, re-read within 2 s of a
     /// change; the worker's jobs use the same watch.
     pub(crate) watch: maestro_app::ConfigWatch,
     pub(crate) worker: Option<Worker>,
@@ -99,7 +98,6 @@ impl ServerState {
                 oidc,
                 watch,
                 store,
-                config,
                 worker,
                 limits,
                 metrics,
@@ -115,7 +113,7 @@ impl ServerState {
 
     /// This node's own configuration (its files and flags), without the store's overlay.
     pub(crate) fn base_config(&self) -> &Config {
-        &self.inner.config
+        self.inner.watch.base()
     }
 
     /// The configuration in effect now.
@@ -129,7 +127,7 @@ impl ServerState {
     }
 
     pub(crate) fn auth(&self) -> &maestro_config::AuthConfig {
-        &self.inner.config.auth
+        &self.inner.watch.base().auth
     }
 
     pub(crate) fn oidc(&self) -> Option<&crate::oidc::Oidc> {

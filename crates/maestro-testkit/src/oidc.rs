@@ -43,9 +43,6 @@
 //! - The process is killed when the [`OidcProvider`] drops (and exits by itself when the test
 //!   process goes away, as its stdin closes).
 
-// Test support: a failure to set up the provider should stop the test with its reason.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -121,6 +118,14 @@ pub struct OidcProvider {
 }
 
 impl OidcProvider {
+    /// What the provider wrote on stderr so far.
+    fn stderr_text(&self) -> String {
+        self.stderr
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
     /// The directory of `provider.mjs`, `package.json` and (after `npm ci`) `node_modules`.
     pub fn dir() -> PathBuf {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("oidc")
@@ -170,18 +175,24 @@ impl OidcProvider {
         };
         // stderr is drained all along (a full pipe would stop node) and kept for error reports.
         let stderr = Arc::new(Mutex::new(String::new()));
-        let mut err_pipe = child.stderr.take().unwrap();
+        let (Some(mut err_pipe), Some(stdout)) = (child.stderr.take(), child.stdout.take()) else {
+            let _ = child.kill();
+            return Err(OidcError::Start {
+                script,
+                reason: "node was started without its stdout and stderr pipes".into(),
+                stderr: String::new(),
+            });
+        };
         let sink = Arc::clone(&stderr);
         std::thread::spawn(move || {
             let mut buf = [0u8; 4096];
             while let Ok(n @ 1..) = err_pipe.read(&mut buf) {
                 sink.lock()
-                    .unwrap()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
                     .push_str(&String::from_utf8_lossy(&buf[..n]));
             }
         });
         let (ready_tx, ready_rx) = mpsc::channel();
-        let stdout = child.stdout.take().unwrap();
         std::thread::spawn(move || {
             let mut lines = BufReader::new(stdout).lines();
             if let Some(Ok(line)) = lines.next() {
@@ -199,7 +210,7 @@ impl OidcProvider {
         let fail = |provider: &OidcProvider, reason: String| OidcError::Start {
             script: script.clone(),
             reason,
-            stderr: provider.stderr.lock().unwrap().clone(),
+            stderr: provider.stderr_text(),
         };
         let line = match ready_rx.recv_timeout(START_TIMEOUT) {
             Ok(line) => line,
@@ -214,7 +225,7 @@ impl OidcProvider {
                 // Let the stderr reader take the last words.
                 std::thread::sleep(Duration::from_millis(100));
                 if status.and_then(|s| s.code()) == Some(NODE_TOO_OLD) {
-                    let reason = provider.stderr.lock().unwrap().trim().to_string();
+                    let reason = provider.stderr_text().trim().to_string();
                     return Err(OidcError::Unavailable { reason });
                 }
                 return Err(fail(

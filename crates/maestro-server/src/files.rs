@@ -4,10 +4,13 @@
 //! job: no traversal, no absolute path, nothing a link points at.
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use maestro_app::{FileError, FileKind, JobId};
+
+use serde::Deserialize;
+use utoipa::IntoParams;
 
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult};
@@ -49,6 +52,7 @@ pub(crate) async fn list(State(state): State<ServerState>, caller: Caller) -> Ap
     params(
         ("id" = String, Path, description = "The job's id"),
         ("path" = String, Path, description = "The file's path, e.g. `report.md` or `data/a.csv`"),
+        FileQuery,
     ),
     responses(
         (status = 200, description = "The file's bytes", content_type = "application/octet-stream", body = String),
@@ -60,9 +64,26 @@ pub(crate) async fn download(
     State(state): State<ServerState>,
     caller: Caller,
     Path((_job, path)): Path<(String, String)>,
+    Query(q): Query<FileQuery>,
 ) -> ApiResult<Response> {
     let id = caller.job()?;
-    serve_file(&state, id, &path, None).await
+    serve_file(&state, id, &path, None, q.inline()).await
+}
+
+/// The query of a file download.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct FileQuery {
+    /// `1`: to show in a page (text, images, PDF) rather than download; other types still
+    /// download.
+    inline: Option<String>,
+}
+
+impl FileQuery {
+    pub(crate) fn inline(&self) -> bool {
+        matches!(self.inline.as_deref(), Some("1" | "true"))
+    }
 }
 
 /// The file's bytes, as a download.
@@ -71,6 +92,7 @@ pub(crate) async fn serve_file(
     id: JobId,
     path: &str,
     only: Option<FileKind>,
+    inline: bool,
 ) -> ApiResult<Response> {
     maestro_app::JobPath::parse(path)?;
     let (file, bytes) = maestro_app::read_job_file(state.store(), id, path).await?;
@@ -96,8 +118,22 @@ pub(crate) async fn serve_file(
         header::HeaderName::from_static("x-content-type-options"),
         HeaderValue::from_static("nosniff"),
     );
-    if let Ok(v) = HeaderValue::from_str(&format!("attachment; filename=\"{name}\"")) {
+    let kind = content_type(&file.path);
+    let disposition = if inline && kind != "application/octet-stream" {
+        "inline"
+    } else {
+        "attachment"
+    };
+    if let Ok(v) = HeaderValue::from_str(&format!("{disposition}; filename=\"{name}\"")) {
         headers.insert(header::CONTENT_DISPOSITION, v);
+    }
+    // Shown in a page or opened on its own, a file can run nothing and load nothing (a PDF
+    // keeps the browser's viewer, which a sandbox would block).
+    if kind != "application/pdf" {
+        headers.insert(
+            header::CONTENT_SECURITY_POLICY,
+            HeaderValue::from_static("default-src 'none'; img-src 'self'; sandbox"),
+        );
     }
     Ok(response)
 }

@@ -252,7 +252,24 @@ pub(crate) fn parse_job_id(text: &str) -> Result<JobId, ApiError> {
 )]
 pub(crate) async fn show(State(state): State<ServerState>, caller: Caller) -> ApiResult<Response> {
     let id = caller.job()?;
-    Ok(Json(maestro_app::job_detail(state.store(), id).await?).into_response())
+    let job = maestro_app::job_detail(state.store(), id).await?;
+    Ok(Json(with_html(serde_json::to_value(job).unwrap_or_default())).into_response())
+}
+
+/// Adds `result.html` and `question_html`: the result and question rendered from Markdown and
+/// sanitised, so that a page can show them without running anything a run wrote.
+pub(crate) fn with_html(mut job: serde_json::Value) -> serde_json::Value {
+    if let Some(result) = job.get_mut("result").and_then(|r| r.as_object_mut())
+        && let Some(text) = result.get("result").and_then(|t| t.as_str())
+    {
+        let html = maestro_web::markdown_html(text);
+        result.insert("html".into(), html.into());
+    }
+    if let Some(question) = job.get("question").and_then(|q| q.as_str()) {
+        let html = maestro_web::markdown_html(question);
+        job["question_html"] = html.into();
+    }
+    job
 }
 
 /// Cancel a job and its descendants.

@@ -70,6 +70,9 @@ pub(crate) mod schema {
         result: Option<String>,
         /// The tokens it used.
         usage: Option<Usage>,
+        /// `result` rendered from Markdown and sanitised (no script, handler or style): safe to
+        /// put into a page.
+        html: Option<String>,
     }
 
     /// A job.
@@ -96,6 +99,8 @@ pub(crate) mod schema {
         reason: Option<String>,
         /// The open question of a job waiting for input.
         question: Option<String>,
+        /// The question rendered from Markdown and sanitised.
+        question_html: Option<String>,
         /// The schedule that fired it.
         schedule_id: Option<String>,
         /// The slot it was fired for (RFC 3339).
@@ -308,6 +313,7 @@ pub(crate) mod schema {
         updated_at: String,
         result: Option<JobResult>,
         question: Option<String>,
+        question_html: Option<String>,
         usage: Usage,
     }
 

@@ -89,18 +89,24 @@ pub fn router(state: ServerState) -> Router {
     let (routes, _) = api().split_for_parts();
     let limits = state.limits().clone();
     routes
+        .merge(maestro_web::router())
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(limits.max_upload_bytes))
         .layer(middleware::from_fn_with_state(state.clone(), observe))
         .with_state(state)
 }
 
-async fn not_found(request: Request) -> ApiError {
+async fn not_found(request: Request) -> Response {
+    let path = request.uri().path();
+    if !path.starts_with("/api/") && maestro_web::wants_html(request.headers()) {
+        return maestro_web::not_found_page();
+    }
     ApiError::not_found(format!(
         "no route {} {}; `GET /api/v1/openapi.json` lists every route",
         request.method(),
         request.uri().path()
     ))
+    .into_response()
 }
 
 /// Counts each request by route template and status, and ends a request that takes longer

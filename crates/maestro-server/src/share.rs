@@ -36,11 +36,16 @@ async fn shared_job(state: &ServerState, token: &str) -> Result<JobId, ApiError>
 pub(crate) async fn job(
     State(state): State<ServerState>,
     Path(token): Path<String>,
+    headers: HeaderMap,
 ) -> ApiResult<Response> {
+    // A browser following the link gets the read-only job page, which asks for this JSON.
+    if maestro_web::wants_html(&headers) {
+        return Ok(maestro_web::share_page());
+    }
     let id = shared_job(&state, &token).await?;
     let job = maestro_app::job_detail(state.store(), id).await?;
     let s = &job.summary;
-    Ok(Json(serde_json::json!({
+    Ok(Json(crate::jobs::with_html(serde_json::json!({
         "id": s.id,
         "status": s.status,
         "piece": s.piece,
@@ -51,7 +56,7 @@ pub(crate) async fn job(
         "result": s.result,
         "question": s.question,
         "usage": job.usage,
-    }))
+    })))
     .into_response())
 }
 
@@ -109,6 +114,7 @@ pub(crate) async fn files(
     params(
         ("token" = String, Path, description = "The share link's token"),
         ("path" = String, Path, description = "The file's path"),
+        crate::files::FileQuery,
     ),
     responses(
         (status = 200, description = "The file's bytes", content_type = "application/octet-stream", body = String),
@@ -119,7 +125,15 @@ pub(crate) async fn files(
 pub(crate) async fn file(
     State(state): State<ServerState>,
     Path((token, path)): Path<(String, String)>,
+    Query(q): Query<crate::files::FileQuery>,
 ) -> ApiResult<Response> {
     let id = shared_job(&state, &token).await?;
-    crate::files::serve_file(&state, id, &path, Some(maestro_app::FileKind::Output)).await
+    crate::files::serve_file(
+        &state,
+        id,
+        &path,
+        Some(maestro_app::FileKind::Output),
+        q.inline(),
+    )
+    .await
 }

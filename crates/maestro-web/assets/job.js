@@ -1,0 +1,4 @@
+// The job page.
+import { start } from "/ui/lib.js";
+
+start(() => {});

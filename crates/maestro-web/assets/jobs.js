@@ -1,0 +1,4 @@
+// The jobs page.
+import { start } from "/ui/lib.js";
+
+start(() => {});

@@ -1,0 +1,4 @@
+// The pieces page (built in the next change).
+import { start } from "/ui/lib.js";
+
+start(() => {});

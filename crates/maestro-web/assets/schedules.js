@@ -1,0 +1,4 @@
+// The schedules page (built in the next change).
+import { start } from "/ui/lib.js";
+
+start(() => {});

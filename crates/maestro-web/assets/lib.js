@@ -278,6 +278,12 @@ export function tokens(usage) {
   return usage.total_tokens ?? (usage.prompt_tokens || 0) + (usage.completion_tokens || 0);
 }
 
+/** What a job is called: its title, else the first line of its task. */
+export function jobName(job) {
+  const first = (job.title || job.task || "").split("\n")[0].trim();
+  return first.length > 120 ? `${first.slice(0, 117)}…` : first || job.id;
+}
+
 /** Statuses a job does not leave. */
 export const FINAL = new Set(["completed", "aborted", "exceeded", "failed", "cancelled"]);
 
@@ -443,10 +449,9 @@ async function whoami() {
       }
       location.assign("/login");
     };
-    slot.replaceChildren(
-      h("span", { class: "who", title: `role: ${who.role}` }, who.auth_enabled ? who.email : "local (no auth)"),
-      who.auth_enabled ? h("button", { type: "button", class: "link", onclick: out }, "Log out") : null,
-    );
+    slot.replaceChildren(h("span", { class: "who", title: `role: ${who.role}` },
+      who.auth_enabled ? who.email : "local (no auth)"));
+    if (who.auth_enabled) slot.append(h("button", { type: "button", class: "link", onclick: out }, "Log out"));
     if (who.role !== "admin") {
       for (const a of document.querySelectorAll('nav a[href="/admin"], nav a[href="/config"]')) {
         a.parentElement.hidden = true;

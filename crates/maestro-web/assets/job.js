@@ -316,7 +316,8 @@ start(async () => {
     if (!tl.total.prompt_tokens && job.usage) {
       document.getElementById("f-tokens").textContent = num(tokens(job.usage));
     }
-    const html = job.result && job.result.html;
+    // A job that waits shows its question above; its result is not in yet.
+    const html = job.status !== "waiting_input" && job.result && job.result.html;
     if (html && html !== shown) {
       shown = html;
       result.replaceChildren(sanitisedHtml(h("div", { class: "markdown" }), html));

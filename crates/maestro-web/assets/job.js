@@ -83,7 +83,8 @@ class Timeline {
   visit(rec) {
     const usage = h("span", { class: "usage" });
     const body = h("div", { class: "visit-body" });
-    const el = h(rec.parent ? "div" : "li", {
+    const nested = rec.parent && this.visits.get(rec.parent);
+    const el = h(nested ? "div" : "li", {
       class: "visit",
       dataset: { movement: rec.movement, visit: rec.movement_iteration, seq: rec.seq, state: "running" },
       "aria-label": `${rec.movement}, visit ${rec.movement_iteration}`,
@@ -96,7 +97,7 @@ class Timeline {
       usage),
     body);
     const visit = { el, body, usage, tokens: { prompt_tokens: 0, completion_tokens: 0 }, parallel: null };
-    if (rec.parent && this.visits.get(rec.parent)) {
+    if (nested) {
       const parent = this.visits.get(rec.parent);
       if (!parent.parallel) {
         parent.parallel = h("div", { class: "parallel", role: "group", "aria-label": `${rec.parent}: in parallel` });
@@ -289,7 +290,7 @@ start(async () => {
     question,
     h("div", { class: "layout" },
       h("section", { "aria-labelledby": "activity-h" }, h("h2", { id: "activity-h" }, "Activity"), timeline),
-      h("aside", { "aria-label": "Result and files" },
+      h("div", { class: "side" },
         h("section", { class: "card", "aria-labelledby": "result-h" }, h("h2", { id: "result-h" }, "Result"), result),
         h("section", { class: "card", "aria-labelledby": "files-h" }, h("h2", { id: "files-h" }, "Files"), files),
         h("section", { class: "card", id: "children-card", hidden: true, "aria-labelledby": "children-h" },

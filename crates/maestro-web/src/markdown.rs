@@ -23,7 +23,7 @@ pub fn markdown_html(markdown: &str) -> String {
         .attribute_filter(|element, attribute, value| {
             if element == "img"
                 && attribute == "src"
-                && !(value.starts_with('/') && !value.starts_with("//"))
+                && (!value.starts_with('/') || value.starts_with("//"))
             {
                 None
             } else {

@@ -112,8 +112,12 @@ start(async () => {
       const old = rows.get(job.id);
       const fresh = row(job);
       if (old) {
-        if (old.dataset.status !== job.status || job.status === "running") old.replaceWith(fresh);
-        anchor = (old.isConnected ? old : fresh).nextElementSibling;
+        // In place, cell by cell, so that a focused link keeps its focus.
+        [...old.children].forEach((td, i) => {
+          if (td.textContent !== fresh.children[i].textContent) td.replaceChildren(...fresh.children[i].childNodes);
+        });
+        old.dataset.status = job.status;
+        anchor = old.nextElementSibling;
       } else {
         body.insertBefore(fresh, anchor);
       }

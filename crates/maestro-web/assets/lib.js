@@ -161,7 +161,11 @@ export function h(tag, attrs, ...children) {
     : document.createElement(tag);
   for (const [k, v] of Object.entries(attrs || {})) {
     if (v === undefined || v === null || v === false) continue;
-    if (k.startsWith("on") && typeof v === "function") el.addEventListener(k.slice(2), v);
+    if (k.startsWith("on")) {
+      // Handlers are functions of this code; an attribute handler would be a string of script.
+      if (typeof v !== "function") throw new TypeError(`${k} must be a function`);
+      el.addEventListener(k.slice(2), v);
+    }
     else if (k === "dataset") Object.assign(el.dataset, v);
     else if (k === "class" && !(el instanceof SVGElement)) el.className = v;
     else el.setAttribute(k, v === true ? "" : String(v));

@@ -257,67 +257,82 @@ export function drawDiagram(container, graph, onSelect) {
   const labels = [];
   const r = 8;
   let reach = 0; // the right end of the widest label
+  let leftmost = 0; // the left end of the leftmost label, when it is left of the drawing
   const rowBottoms = [];
   for (const b of boxes.values()) rowBottoms[b.row] = Math.max(rowBottoms[b.row] || 0, b.y + b.h);
-  const rowGap = new Map(); // labels in the gap below each row, to stagger them
+  // Labels go to the first of their candidate places that covers no box and no other label.
+  const solid = [...boxes.values()].map((b) => ({ x: b.x, y: b.y, w: b.w, h: b.h }));
+  const placed = [];
+  const clear = (q) => !solid.concat(placed).some((o) =>
+    q.x < o.x + o.w && o.x < q.x + q.w && q.y < o.y + o.h && o.y < q.y + q.h);
+  const place = (text, candidates) => {
+    const w = text.length * LABEL_CHAR + 8;
+    const rect = ([x, y]) => ({ x: x - w / 2, y: y - 9, w, h: 17 });
+    const spot = candidates.find((c) => clear(rect(c))) || candidates[0];
+    placed.push(rect(spot));
+    return spot;
+  };
+  const levels = (row) => [0, 1, 2, 3].map((k) => rowBottoms[row] + 14 + k * 17);
   for (const e of drawn) {
     let d;
     let lx;
     let ly;
+    const half = (e.text.length * LABEL_CHAR) / 2;
     if (e.route === "self") {
       const [x, y] = anchor(e.from, "right");
       d = `M${x},${y - 8} C${x + 34},${y - 26} ${x + 34},${y + 26} ${x},${y + 8}`;
-      lx = x + 30 + (e.text.length * LABEL_CHAR) / 2;
-      ly = y;
+      [lx, ly] = place(e.text, [[x + 32 + half, y], [x + 32 + half, y - 18], [x + 32 + half, y + 18]]);
     } else if (e.route === "down") {
       const y1 = e.from.y + e.from.h;
       const y2 = e.to.y;
       const bend = Math.max(20, (y2 - y1) / 2);
       d = `M${e.x1},${y1} C${e.x1},${y1 + bend} ${e.x2},${y2 - bend} ${e.x2},${y2}`;
-      // Labels in the gap below a row sit at staggered heights, so that they do not overlap.
-      const rowBottom = rowBottoms[e.from.row];
-      const n = rowGap.get(e.from.row) || 0;
-      rowGap.set(e.from.row, n + 1);
-      ly = rowBottom + 16 + (n % 3) * 18;
-      const t = Math.min(1, Math.max(0, (ly - y1) / Math.max(1, y2 - y1)));
-      const bez = (a, b, c, f) => (1 - t) ** 3 * a + 3 * (1 - t) ** 2 * t * b + 3 * (1 - t) * t ** 2 * c + t ** 3 * f;
-      lx = bez(e.x1, e.x1, e.x2, e.x2);
+      // On the curve, at one of the heights of the gap below the row.
+      const at = (y) => {
+        const t = Math.min(1, Math.max(0, (y - y1) / Math.max(1, y2 - y1)));
+        return [(1 - t) ** 3 * e.x1 + 3 * (1 - t) ** 2 * t * e.x1 + 3 * (1 - t) * t ** 2 * e.x2 + t ** 3 * e.x2, y];
+      };
+      [lx, ly] = place(e.text, levels(e.from.row).map(at));
     } else if (e.route === "same") {
       // Between boxes of one row: an arc through the gap below it, its label at the bottom.
       const y1 = e.from.y + e.from.h;
       const y2 = e.to.y + e.to.h;
       const x2 = e.to.x + e.to.w / 2 + (e.to.x > e.from.x ? -e.to.w / 4 : e.to.w / 4);
-      const n = rowGap.get(e.from.row) || 0;
-      rowGap.set(e.from.row, n + 1);
-      ly = rowBottoms[e.from.row] + 16 + (n % 3) * 18;
+      [lx, ly] = place(e.text, levels(e.from.row).map((y) => [(e.x1 + x2) / 2, y]));
       const c = Math.max(y1, y2) + (ly - Math.max(y1, y2)) / 0.75;
       d = `M${e.x1},${y1} C${e.x1},${c} ${x2},${c} ${x2},${y2}`;
-      lx = (e.x1 + x2) / 2;
     } else if (e.route === "long") {
       // Down into the gap, left to a lane, down the lane, and into the target from above.
       const lane = left - 8 - (longs.indexOf(e) + 1) * LANE + MARGIN;
       const y1 = e.from.y + e.from.h;
-      const n = rowGap.get(e.from.row) || 0;
-      rowGap.set(e.from.row, n + 1);
-      const yOut = rowBottoms[e.from.row] + 16 + (n % 3) * 18;
+      const nearX = Math.max(lane + half + 6, e.x1 - half - 10);
+      [lx, ly] = place(e.text, levels(e.from.row).flatMap((y) => [[nearX, y], [(lane + e.x1) / 2, y]]));
+      const yOut = ly;
       const yIn = e.to.y - 14 - (longs.indexOf(e) % 3) * 4;
       d = `M${e.x1},${y1} V${yOut - r} Q${e.x1},${yOut} ${e.x1 - r},${yOut} H${lane + r} ` +
         `Q${lane},${yOut} ${lane},${yOut + r} V${yIn - r} Q${lane},${yIn} ${lane + r},${yIn} ` +
         `H${e.x2 - r} Q${e.x2},${yIn} ${e.x2},${yIn + r} V${e.to.y}`;
-      lx = Math.max(lane + (e.text.length * LABEL_CHAR) / 2 + 6, e.x1 - (e.text.length * LABEL_CHAR) / 2 - 10);
-      ly = yOut;
     } else {
-      const lane = boxRight + (ups.indexOf(e) + 1) * LANE;
-      const [x1, y1] = anchor(e.from, "right");
+      // Up out of the source's top, right along the gap above its row to a lane, up the lane,
+      // and into the target's right side.
+      const i = ups.indexOf(e);
+      const lane = boxRight + (i + 1) * LANE;
+      const x1 = e.from.x + e.from.w - Math.min(14, e.from.w / 4);
+      const y1 = e.from.y;
+      const yUp = y1 - 8 - (i % 3) * 4;
       const [x2, y2] = anchor(e.to, "right");
-      d = `M${x1},${y1} H${lane - r} Q${lane},${y1} ${lane},${y1 - r} V${y2 + r} Q${lane},${y2} ${lane - r},${y2} H${x2}`;
-      lx = x1 + (e.text.length * LABEL_CHAR) / 2 + 6;
-      ly = y1 - 12;
+      d = `M${x1},${y1} V${yUp + r / 2} Q${x1},${yUp} ${x1 + r / 2},${yUp} H${lane - r} ` +
+        `Q${lane},${yUp} ${lane},${yUp - r} V${y2 + r} Q${lane},${y2} ${lane - r},${y2} H${x2}`;
+      [lx, ly] = place(e.text, [
+        [x1 + half + 8, yUp - 10], [lane - half - 4, yUp - 10], [lane - half - 4, (yUp + y2) / 2],
+        [lane + half + 4, (yUp + y2) / 2], [x1 + half + 8, yUp - 27],
+      ]);
     }
     edges.push(svg("g", { ...e.attrs, class: `${e.attrs.class} r-${e.route}` }, svg("title", {}, e.full),
       svg("path", { d, "marker-end": "url(#pd-arrow)" })));
     labels.push(labelEl(e.text, e.full, lx, ly));
-    reach = Math.max(reach, lx + (e.text.length * LABEL_CHAR) / 2 + 8);
+    reach = Math.max(reach, lx + half + 8);
+    leftmost = Math.min(leftmost, lx - half - 8);
   }
   const extra = left + (ups.length ? ups.length * LANE + 8 : 0);
 
@@ -353,9 +368,9 @@ export function drawDiagram(container, graph, onSelect) {
   const described = `${graph.name}: ${graph.movements.length} movement${graph.movements.length === 1 ? "" : "s"}, ` +
     `${graph.edges.length} transition${graph.edges.length === 1 ? "" : "s"}, starting at ${graph.initial_movement}`;
   const drawing = svg("svg", {
-    viewBox: `0 0 ${Math.ceil(total)} ${Math.ceil(height)}`,
+    viewBox: `${Math.floor(leftmost)} 0 ${Math.ceil(total - leftmost)} ${Math.ceil(height)}`,
     // Its natural size at most; CSS shrinks it to the box (a phone) keeping its proportions.
-    width: Math.ceil(total),
+    width: Math.ceil(total - leftmost),
     height: Math.ceil(height),
     preserveAspectRatio: "xMidYMin meet",
     role: "group",

@@ -39,6 +39,7 @@ mod live;
 mod models;
 mod outcome;
 mod piece_store;
+mod piece_view;
 mod pieces;
 mod run;
 mod runtime_config;
@@ -77,6 +78,7 @@ pub use listing::{
 };
 pub use live::{LIVE_CAPACITY, Live, Subscription};
 /// Which side of a run a job's file is on.
+pub use maestro_piece::Piece;
 pub use maestro_store::FileKind;
 pub use outcome::{RunError, RunOutcome, RunSummary};
 pub use run::recorded_piece;
@@ -109,8 +111,12 @@ pub use models::{
 };
 pub use piece_store::{
     PieceDiagnostic, PieceListing, PieceOrigin, PieceSource, PieceWriteError, StoredPiece,
-    available_pieces_in, delete_piece, find_piece_in, get_piece, list_pieces, put_piece,
-    valid_piece_name, validate_piece_text,
+    available_pieces_in, check_piece_text, delete_piece, find_piece_in, get_piece, list_pieces,
+    put_piece, valid_piece_name, validate_piece_text,
+};
+pub use piece_view::{
+    EdgeKind, GraphEdge, GraphMovement, MovementKind, NoSuchMovement, PieceGraph, PieceLookupError,
+    loaded_piece, movement_prompt, piece_graph,
 };
 pub use pieces::{
     AUTO, Available, Chosen, Found, PieceError, Skipped, available_pieces, classify_piece,

@@ -117,9 +117,9 @@ pub use pieces::{
     find_piece, load_piece,
 };
 pub use schedule::{
-    GRACE, Misfire, ScheduleError, ScheduleRequest, ScheduleSummary, Spec, SpecError, TICK,
-    TickReport, add_schedule, list_schedules, remove_schedule, set_paused, tick, update_schedule,
-    zone,
+    GRACE, Misfire, NEXT_FIRES, ScheduleError, ScheduleRequest, ScheduleSummary, Spec, SpecError,
+    TICK, TickReport, add_schedule, list_schedules, remove_schedule, set_paused, tick,
+    update_schedule, zone,
 };
 pub use store_log::{AppendFailure, EventWriter, StopLatch, StoreLog};
 pub use toolbox::{McpSelection, RequiredMcp, Toolbox, ToolboxError, load_options, tool_catalog};

@@ -111,6 +111,10 @@ pub struct ScheduleSummary {
     /// The next slot (None when paused, or a `once` that has fired).
     #[serde(with = "time::serde::rfc3339::option")]
     pub next_fire: Option<OffsetDateTime>,
+    /// The next [`NEXT_FIRES`] slots, `next_fire` first (fewer when the rule has fewer left;
+    /// none when paused).
+    #[serde(serialize_with = "rfc3339_list")]
+    pub next_fires: Vec<OffsetDateTime>,
     /// Slots it fired a job for.
     pub fired: i64,
     /// Slots it let pass (missed while no worker ran, under `skip`).
@@ -120,20 +124,44 @@ pub struct ScheduleSummary {
     pub owner: Option<String>,
 }
 
-/// Every schedule with its next slot after `now`.
+/// How many coming slots [`ScheduleSummary::next_fires`] lists.
+pub const NEXT_FIRES: usize = 5;
+
+fn rfc3339_list<S: serde::Serializer>(
+    list: &[OffsetDateTime],
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    use serde::ser::{Error as _, SerializeSeq as _};
+    let mut seq = serializer.serialize_seq(Some(list.len()))?;
+    for at in list {
+        let text = at
+            .format(&time::format_description::well_known::Rfc3339)
+            .map_err(S::Error::custom)?;
+        seq.serialize_element(&text)?;
+    }
+    seq.end()
+}
+
+/// Every schedule with its next slots after `now` (the tick's own rule: the first slot after
+/// the later of `now`, its last fired slot and its last change).
 pub async fn list_schedules(
     store: &Store,
     now: OffsetDateTime,
 ) -> Result<Vec<ScheduleSummary>, ScheduleError> {
     let mut out = Vec::new();
     for s in store.schedules().await? {
-        let next_fire = if s.paused {
-            None
+        let next_fires = if s.paused {
+            Vec::new()
         } else {
             let spec: Spec = s.spec.parse()?;
+            let tz = zone(&s.tz)?;
             let floor = s.last_slot.map_or(s.updated_at, |l| l.max(s.updated_at));
-            spec.next_after(spec::to_chrono(floor.max(now)), zone(&s.tz)?)
-                .map(spec::to_time)
+            std::iter::successors(spec.next_after(spec::to_chrono(floor.max(now)), tz), |at| {
+                spec.next_after(*at, tz)
+            })
+            .take(NEXT_FIRES)
+            .map(spec::to_time)
+            .collect()
         };
         out.push(ScheduleSummary {
             id: s.id,
@@ -143,7 +171,8 @@ pub async fn list_schedules(
             tz: s.tz,
             misfire: s.misfire,
             paused: s.paused,
-            next_fire,
+            next_fire: next_fires.first().copied(),
+            next_fires,
             fired: s.fired,
             missed: s.missed,
             owner: s.owner,

@@ -10,7 +10,7 @@ use serde::Serialize;
 use time::OffsetDateTime;
 
 use crate::piece_store::find_piece_in;
-use crate::pieces::PieceError;
+use crate::pieces::{AUTO, PieceError};
 use crate::toolbox::load_options;
 
 pub use spec::{Misfire, Spec, SpecError, zone};
@@ -59,8 +59,8 @@ pub struct ScheduleRequest {
 }
 
 /// Adds a schedule after checking that its task is not empty, its zone exists, it will fire
-/// (a `once` still to come, a cron expression that matches a date) and its piece loads;
-/// returns its id.
+/// (a `once` still to come, a cron expression that matches a date) and its piece loads (or is
+/// `auto`); returns its id.
 pub async fn add_schedule(
     store: &Store,
     config: &Config,
@@ -71,13 +71,7 @@ pub async fn add_schedule(
     }
     let tz = zone(&request.tz)?;
     request.spec.check_fires(spec::to_chrono(store.now()), tz)?;
-    find_piece_in(
-        store,
-        &request.piece,
-        &config.paths.pieces_dirs,
-        &load_options(config),
-    )
-    .await?;
+    check_piece(store, config, &request.piece).await?;
     Ok(store
         .add_schedule(&NewSchedule {
             piece: request.piece,
@@ -89,6 +83,21 @@ pub async fn add_schedule(
             owner: request.owner,
         })
         .await?)
+}
+
+/// Checks that `piece` loads, unless it is `auto` (the worker classifies each fired job's task,
+/// as it does a submitted job's).
+async fn check_piece(store: &Store, config: &Config, piece: &str) -> Result<(), ScheduleError> {
+    if piece != AUTO {
+        find_piece_in(
+            store,
+            piece,
+            &config.paths.pieces_dirs,
+            &load_options(config),
+        )
+        .await?;
+    }
+    Ok(())
 }
 
 /// What `maestro schedules list` prints about a schedule.
@@ -208,13 +217,7 @@ pub async fn update_schedule(
     }
     let tz = zone(&request.tz)?;
     request.spec.check_fires(spec::to_chrono(store.now()), tz)?;
-    find_piece_in(
-        store,
-        &request.piece,
-        &config.paths.pieces_dirs,
-        &load_options(config),
-    )
-    .await?;
+    check_piece(store, config, &request.piece).await?;
     let updated = store
         .update_schedule(
             id,

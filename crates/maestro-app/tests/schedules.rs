@@ -1,14 +1,16 @@
-//! What `list_schedules` says about the slots to come: the next few, read in the schedule's
-//! zone by the scheduler's own rule, on a real SQLite file.
+//! Schedules through the app's functions, on a real SQLite file with a clock the tests move:
+//! the slots `list_schedules` says are to come (the next few, read in the schedule's zone by
+//! the scheduler's own rule), and a schedule that leaves the choice of piece to the worker.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::Arc;
 
 use maestro_app::{
-    Misfire, NEXT_FIRES, ScheduleRequest, Spec, add_schedule, list_schedules, set_paused,
+    GRACE, Misfire, NEXT_FIRES, ScheduleRequest, Spec, add_schedule, list_schedules, set_paused,
+    tick, update_schedule,
 };
 use maestro_config::Config;
-use maestro_store::{ManualClock, Store, StoreUrl};
+use maestro_store::{JobQueue as _, ManualClock, Store, StoreUrl};
 use pretty_assertions::assert_eq;
 use time::format_description::well_known::Rfc3339;
 
@@ -29,33 +31,40 @@ movements:
 /// A Friday, two days before Europe/Paris moves its clocks forward (2026-03-29).
 const T0: time::OffsetDateTime = time::macros::datetime!(2026-03-27 12:00:00 UTC);
 
-async fn store(dir: &std::path::Path) -> Store {
+async fn store_with_clock(dir: &std::path::Path) -> (Store, Arc<ManualClock>) {
     std::fs::write(dir.join("one.yaml"), PIECE).unwrap();
     let url: StoreUrl = format!("sqlite://{}", dir.join("m.db").display())
         .parse()
         .unwrap();
-    Store::open(&url)
+    let clock = Arc::new(ManualClock::new(T0));
+    let store = Store::open(&url)
         .await
         .unwrap()
-        .with_clock(Arc::new(ManualClock::new(T0)) as Arc<dyn maestro_store::Clock>)
+        .with_clock(clock.clone() as Arc<dyn maestro_store::Clock>);
+    (store, clock)
+}
+
+async fn store(dir: &std::path::Path) -> Store {
+    store_with_clock(dir).await.0
+}
+
+fn request(piece: String, spec: &str, tz: &str) -> ScheduleRequest {
+    ScheduleRequest {
+        piece,
+        task: "report".into(),
+        spec: spec.parse().unwrap(),
+        tz: tz.into(),
+        misfire: Misfire::Skip,
+        created_by: "alice".into(),
+        owner: None,
+    }
 }
 
 async fn add(store: &Store, dir: &std::path::Path, spec: &str, tz: &str) -> String {
-    add_schedule(
-        store,
-        &Config::default(),
-        ScheduleRequest {
-            piece: dir.join("one.yaml").display().to_string(),
-            task: "report".into(),
-            spec: spec.parse().unwrap(),
-            tz: tz.into(),
-            misfire: Misfire::Skip,
-            created_by: "alice".into(),
-            owner: None,
-        },
-    )
-    .await
-    .unwrap()
+    let piece = dir.join("one.yaml").display().to_string();
+    add_schedule(store, &Config::default(), request(piece, spec, tz))
+        .await
+        .unwrap()
 }
 
 fn texts(list: &[time::OffsetDateTime]) -> Vec<String> {
@@ -118,4 +127,49 @@ async fn a_schedule_lists_its_next_slots_in_its_zone_across_a_clock_change() {
     let json = serde_json::to_value(of(&daily)).unwrap();
     assert_eq!(json["next_fires"][1], "2026-03-29T07:00:00Z");
     assert_eq!(json["next_fire"], json["next_fires"][0]);
+}
+
+#[tokio::test]
+async fn a_schedule_may_leave_the_piece_to_the_worker_and_fires_auto_jobs() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, clock) = store_with_clock(dir.path()).await;
+    let config = Config::default();
+    // Added with `auto`, as a submitted job may be.
+    let id = add_schedule(&store, &config, request("auto".into(), "every 1h", "UTC"))
+        .await
+        .unwrap();
+    // Changed to a piece and back.
+    let one = dir.path().join("one.yaml").display().to_string();
+    update_schedule(&store, &config, &id, request(one, "every 1h", "UTC"))
+        .await
+        .unwrap();
+    update_schedule(
+        &store,
+        &config,
+        &id,
+        request("auto".into(), "every 1h", "UTC"),
+    )
+    .await
+    .unwrap();
+    // A name that is neither a piece nor `auto` is still refused.
+    let error = add_schedule(&store, &config, request("nope".into(), "every 1h", "UTC"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, maestro_app::ScheduleError::Piece(_)),
+        "{error:?}"
+    );
+
+    clock.advance(std::time::Duration::from_secs(3600));
+    let report = tick(&store, store.now(), GRACE).await.unwrap();
+    assert_eq!(report.fired, 1, "{report:?}");
+    let fired: Vec<_> = store
+        .jobs(None)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|j| j.schedule_id.as_deref() == Some(id.as_str()))
+        .collect();
+    assert_eq!(fired.len(), 1);
+    assert_eq!(fired[0].piece, "auto");
 }

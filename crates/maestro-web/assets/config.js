@@ -65,7 +65,7 @@ function parseJson(text) {
     return { value: JSON.parse(text) };
   } catch (e) {
     const m = /position (\d+)/.exec(e.message);
-    if (!m) return { error: e.message };
+    if (!m || /line \d+/.test(e.message)) return { error: e.message };
     const before = text.slice(0, Number(m[1])).split("\n");
     return { error: `${e.message} (line ${before.length}, column ${before[before.length - 1].length + 1})` };
   }
@@ -110,14 +110,35 @@ start(async () => {
     if (editor.dataset.dirty === "true") event.preventDefault();
   });
 
+  /** Selects the key `a.b.c` in the editor: each key looked for after the one before. */
+  const reveal = (dottedField) => {
+    let at = 0;
+    let found = -1;
+    let key = "";
+    for (key of dottedField.split(".")) {
+      found = editor.value.indexOf(`"${key}"`, at);
+      if (found < 0) break;
+      at = found + key.length + 2;
+    }
+    editor.focus();
+    if (found >= 0) {
+      editor.setSelectionRange(found, found + key.length + 2);
+      const line = editor.value.slice(0, found).split("\n").length;
+      const height = editor.scrollHeight / Math.max(1, editor.value.split("\n").length);
+      editor.scrollTop = Math.max(0, (line - 5) * height);
+    }
+  };
+
   const showErrors = (items) => {
     errors.replaceChildren(items.length
       ? h("div", { class: "notice error" },
         h("p", {}, h("strong", {}, "Not saved: "), items.length === 1 ? "one problem." : `${items.length} problems.`),
         h("ul", { class: "config-errors" }, items.map((i) => h("li", { dataset: { field: i.field || "" } },
-          i.field ? [h("code", {}, i.field), ": "] : null, i.message,
+          i.field ? [h("button", { type: "button", class: "link", title: "Show it in the editor",
+            onclick: () => reveal(i.field) }, h("code", {}, i.field)), ": "] : null, i.message,
           i.fix ? [h("br"), h("span", { class: "hint" }, `Fix: ${i.fix}`)] : null))))
       : "");
+    if (items.length) errors.scrollIntoView({ block: "nearest" });
   };
 
   /** PUT `doc` with the tag it was based on; answers true when saved. */
@@ -154,7 +175,12 @@ start(async () => {
 
   const showConflict = async (mineDoc) => {
     const base = loaded;
-    const newer = await load();
+    // The store has a newer tag than the one refused; another node may take a moment to see it.
+    let newer = await load();
+    for (let i = 0; i < 5 && newer.etag === etag; i += 1) {
+      await new Promise((resolve) => setTimeout(resolve, 500));
+      newer = await load();
+    }
     const theirs = diff(base, newer.doc);
     const mine = diff(base, mineDoc);
     const theirKeys = new Set(theirs.map((c) => dotted(c.path)));
@@ -210,8 +236,8 @@ start(async () => {
       h("p", { class: "hint", id: "config-hint" },
         "Secrets show as ***: leave *** in place to keep a secret, or write a new value. Only what differs ",
         "from this node's own files is stored; lists are replaced whole."),
+      errors,
       editor),
-    errors,
     h("div", { class: "row" }, save, reload, version, dirty),
   );
   form.addEventListener("submit", async (event) => {
@@ -226,6 +252,7 @@ start(async () => {
       showErrors([{ message: "The configuration is a JSON object ({ … })." }]);
       return;
     }
+    document.getElementById("status").replaceChildren();
     save.disabled = true;
     try {
       await put(parsed.value, etag);

@@ -235,7 +235,7 @@ start(async () => {
     return h("tr", { dataset: { scheduleId: s.id, paused: String(s.paused) } },
       h("td", { "data-label": "Piece" }, h("code", {}, s.piece)),
       h("td", { "data-label": "Task", class: "task" }, s.task),
-      h("td", { "data-label": "When" }, h("code", {}, s.spec)),
+      h("td", { "data-label": "When", class: "spec" }, h("code", {}, s.spec)),
       h("td", { "data-label": "Zone" }, s.tz),
       h("td", { "data-label": "State" },
         h("span", { class: `badge ${s.paused ? "s-cancelled" : "s-running"}` }, s.paused ? "paused" : "active"),

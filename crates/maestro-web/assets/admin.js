@@ -255,12 +255,13 @@ start(async () => {
     h("caption", { class: "visually-hidden" }, "Audit log"),
     head("When", "Who", "What", "Job", "Schedule", "Detail"), auditBody);
   const auditPos = h("span", { class: "muted", id: "audit-page" });
-  const cursors = [null]; // the cursor each page shown so far started from
+  const cursors = [null]; // the cursor each page shown so far started from (newest first)
   let nextCursor = null;
-  const prev = h("button", { type: "button", class: "secondary", id: "audit-prev" }, "← Previous");
-  const next = h("button", { type: "button", class: "secondary", id: "audit-next" }, "Next →");
+  const prev = h("button", { type: "button", class: "secondary", id: "audit-prev" }, "← Newer");
+  const next = h("button", { type: "button", class: "secondary", id: "audit-next" }, "Older →");
   const showAudit = async () => {
-    const page = await api(withQuery("/api/v1/admin/audit", { cursor: cursors[cursors.length - 1], limit: AUDIT_PAGE }));
+    const page = await api(withQuery("/api/v1/admin/audit",
+      { order: "newest", cursor: cursors[cursors.length - 1], limit: AUDIT_PAGE }));
     nextCursor = page.next_cursor;
     auditBody.replaceChildren(...page.entries.map((e) => h("tr", { dataset: { auditId: String(e.id), action: e.action } },
       cell("When", timeEl(e.at)),
@@ -274,7 +275,7 @@ start(async () => {
     }
     prev.disabled = cursors.length === 1;
     next.disabled = nextCursor == null;
-    auditPos.textContent = `Page ${cursors.length}, oldest first, ${AUDIT_PAGE} a page.`;
+    auditPos.textContent = `Page ${cursors.length}, newest first, ${AUDIT_PAGE} a page.`;
   };
   prev.addEventListener("click", guarded(async () => {
     cursors.pop();

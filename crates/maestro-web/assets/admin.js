@@ -97,7 +97,7 @@ start(async () => {
   const tokensBody = h("tbody", {});
   const tokensTable = h("table", { id: "tokens", class: "stack" },
     h("caption", { class: "visually-hidden" }, "API tokens"),
-    head("Name", "User", "Starts with", "Scopes", "Created", "Last used", "Expires", "State", ""), tokensBody);
+    head("Name", "User", "Starts with", "Scopes", "Created", "Last used", "Expires", "State", "Actions"), tokensBody);
   const tokenRow = (t) => {
     const expired = t.expires_at && new Date(t.expires_at).getTime() < Date.now();
     const state = t.revoked ? "revoked" : expired ? "expired" : "active";
@@ -110,7 +110,7 @@ start(async () => {
       cell("Last used", t.last_used_at ? timeEl(t.last_used_at) : h("span", { class: "muted" }, "never")),
       cell("Expires", t.expires_at ? timeEl(t.expires_at) : h("span", { class: "muted" }, "never")),
       cell("State", h("span", { class: `badge ${state === "active" ? "s-completed" : "s-cancelled"}` }, state)),
-      cell("", t.revoked ? null : h("button", {
+      cell("Actions", t.revoked ? null : h("button", {
         type: "button", class: "revoke danger", "aria-label": `Revoke ${t.name || t.prefix} of ${t.user_email}`,
         onclick: guarded(async () => {
           if (!confirm(`Revoke the token ${t.name ? `"${t.name}" ` : ""}(${t.prefix}…) of ${t.user_email}? `

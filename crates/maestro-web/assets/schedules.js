@@ -207,7 +207,7 @@ start(async () => {
   const table = h("table", { id: "schedules", class: "stack" },
     h("caption", { class: "visually-hidden" }, "Schedules"),
     h("thead", {}, h("tr", {},
-      ["Piece", "Task", "When", "Zone", "State", "Next fire", "Fired / missed", "Owner", "Actions"]
+      ["Piece", "Task", "When (zone)", "State", "Next fire", "Fired / missed", "Owner", "Actions"]
         .map((t) => h("th", { scope: "col" }, t)))),
     tbody,
   );
@@ -235,8 +235,8 @@ start(async () => {
     return h("tr", { dataset: { scheduleId: s.id, paused: String(s.paused) } },
       h("td", { "data-label": "Piece" }, h("code", {}, s.piece)),
       h("td", { "data-label": "Task", class: "task" }, s.task),
-      h("td", { "data-label": "When", class: "spec" }, h("code", {}, s.spec)),
-      h("td", { "data-label": "Zone" }, s.tz),
+      h("td", { "data-label": "When", class: "spec" },
+        h("div", {}, h("code", {}, s.spec), h("div", { class: "muted small zone" }, s.tz))),
       h("td", { "data-label": "State" },
         h("span", { class: `badge ${s.paused ? "s-cancelled" : "s-running"}` }, s.paused ? "paused" : "active"),
         s.misfire !== "skip" ? h("span", { class: "muted small" }, ` ${s.misfire}`) : null),
@@ -266,7 +266,7 @@ start(async () => {
     const list = await api("/api/v1/schedules");
     tbody.replaceChildren(...list.map(row));
     if (!list.length) {
-      tbody.append(h("tr", { class: "empty" }, h("td", { colspan: 9, class: "muted" },
+      tbody.append(h("tr", { class: "empty" }, h("td", { colspan: 8, class: "muted" },
         "No schedules yet.", canWrite ? " Add one with the form below." : "")));
     }
   };

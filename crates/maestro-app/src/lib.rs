@@ -53,11 +53,11 @@ mod worker;
 pub use access::{
     AUDIT_PAGE_MAX, AccessError, AuthVia, LOCAL_ACTOR, NewSession, PendingLogin, Principal, Role,
     SHARE_PREFIX, SHOWN_PREFIX_LEN, Scope, SessionCsrf, ShareInfo, TOKEN_PREFIX, TokenInfo, User,
-    add_user, add_user_as, audit_log, authenticate_token, begin_login, create_session,
-    create_share, create_token, create_token_as, end_session, find_user, list_jobs_of, list_shares,
-    list_tokens, list_users, login_user, record_audit, resolve_share, revoke_share,
-    revoke_share_as, revoke_token, revoke_token_as, session_principal, set_role, set_role_as,
-    take_login,
+    add_user, add_user_as, audit_log, audit_log_newest, authenticate_token, begin_login,
+    create_session, create_share, create_token, create_token_as, end_session, find_user,
+    list_jobs_of, list_shares, list_tokens, list_users, login_user, record_audit, resolve_share,
+    revoke_share, revoke_share_as, revoke_token, revoke_token_as, session_principal, set_role,
+    set_role_as, take_login,
 };
 pub use context::RunObserver;
 pub use errors::error_chain;
@@ -123,9 +123,9 @@ pub use pieces::{
     find_piece, load_piece,
 };
 pub use schedule::{
-    GRACE, Misfire, ScheduleError, ScheduleRequest, ScheduleSummary, Spec, SpecError, TICK,
-    TickReport, add_schedule, list_schedules, remove_schedule, set_paused, tick, update_schedule,
-    zone,
+    GRACE, Misfire, NEXT_FIRES, ScheduleError, ScheduleRequest, ScheduleSummary, Spec, SpecError,
+    TICK, TickReport, add_schedule, list_schedules, remove_schedule, set_paused, tick,
+    update_schedule, zone,
 };
 pub use store_log::{AppendFailure, EventWriter, StopLatch, StoreLog};
 pub use toolbox::{McpSelection, RequiredMcp, Toolbox, ToolboxError, load_options, tool_catalog};

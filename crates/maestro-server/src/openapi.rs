@@ -152,6 +152,9 @@ pub(crate) mod schema {
         paused: bool,
         /// The next slot (RFC 3339); absent when paused or spent.
         next_fire: Option<String>,
+        /// The next 5 slots (RFC 3339), `next_fire` first; fewer when the rule has fewer
+        /// left, none when paused.
+        next_fires: Vec<String>,
         /// Slots it fired a job for.
         fired: i64,
         /// Slots it let pass.

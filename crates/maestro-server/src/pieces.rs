@@ -368,7 +368,9 @@ pub(crate) async fn get_config(
     caller: Caller,
 ) -> ApiResult<Response> {
     caller.require_config()?;
-    let (config, etag) = state.current_config_tagged().await;
+    // Fresh, not up to a poll behind: someone who was just refused as stale reads again and
+    // must get the tag a write now accepts.
+    let (config, etag) = state.fresh_config_tagged().await;
     Ok(with_etag(
         Json(maestro_app::config_json(&config)).into_response(),
         &etag,

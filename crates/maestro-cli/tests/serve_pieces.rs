@@ -376,10 +376,10 @@ async fn a_movement_s_prompts_are_the_ones_maestro_prompt_prints() {
     let (status, problem) = served.get("/api/v1/pieces/flow/prompt?movement=ship").await;
     assert_eq!(status, 404, "{problem}");
     assert_eq!(problem["known"], json!(["plan", "build"]));
-    // A piece not written yet: its YAML as the body.
+    // An edit not saved yet (here, a piece not written at all): its YAML as the body.
     let response = served
         .http
-        .post(served.url("/api/v1/pieces/prompt?movement=build&task=Ship%20it"))
+        .post(served.url("/api/v1/pieces/flow/prompt?movement=build&task=Ship%20it"))
         .header("content-type", "application/yaml")
         .body(MAESTRO_PIECE)
         .send()
@@ -399,7 +399,7 @@ async fn a_movement_s_prompts_are_the_ones_maestro_prompt_prints() {
     );
     let response = served
         .http
-        .post(served.url("/api/v1/pieces/prompt?movement=build"))
+        .post(served.url("/api/v1/pieces/one/prompt?movement=build"))
         .body(PIECE.replace("initial_movement: work", "initial_movement: x"))
         .send()
         .await

@@ -231,19 +231,6 @@ pub(crate) struct PromptQuery {
     task: Option<String>,
 }
 
-/// The query of `POST /pieces/prompt`.
-#[derive(Debug, Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct PromptTextQuery {
-    /// The movement (or parallel sub-movement).
-    movement: String,
-    /// The task text, as a user would give it (default `TASK`).
-    task: Option<String>,
-    /// The name it would be stored under (default: its own `name`).
-    name: Option<String>,
-}
-
 fn prompt_answer(
     piece: &maestro_app::Piece,
     movement: &str,
@@ -286,10 +273,11 @@ pub(crate) async fn prompt(
     prompt_answer(&piece, &q.movement, q.task)
 }
 
-/// The prompts of a movement of a piece not written yet (its YAML as the body), as
-/// `GET /pieces/{name}/prompt` gives them for a written one.
+/// The prompts of a movement of the piece `name` as the body's YAML has it (an edit not saved
+/// yet, or a piece not written yet), as `GET` gives them for the saved one.
 #[utoipa::path(
-    post, path = "/api/v1/pieces/prompt", tag = "pieces", params(PromptTextQuery),
+    post, path = "/api/v1/pieces/{name}/prompt", tag = "pieces",
+    params(("name" = String, Path, description = "The piece's name (the YAML's `name`)"), PromptQuery),
     request_body(content = String, content_type = "application/yaml", description = "The piece"),
     responses(
         (status = 200, description = "The prompts", body = schema::MovementPrompt),
@@ -302,13 +290,14 @@ pub(crate) async fn prompt(
 pub(crate) async fn prompt_text(
     State(state): State<ServerState>,
     _caller: Caller,
-    Query(q): Query<PromptTextQuery>,
+    Path(name): Path<String>,
+    Query(q): Query<PromptQuery>,
     request: Request,
 ) -> ApiResult<Response> {
     let yaml = yaml_body(&state, request).await?;
     let config = state.current_config().await;
-    let piece = maestro_app::check_piece_text(&config, &q.name.unwrap_or_default(), &yaml)
-        .map_err(|errors| invalid(&errors))?;
+    let piece =
+        maestro_app::check_piece_text(&config, &name, &yaml).map_err(|errors| invalid(&errors))?;
     prompt_answer(&piece, &q.movement, q.task)
 }
 

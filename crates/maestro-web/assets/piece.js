@@ -162,7 +162,7 @@ start(async () => {
       if (piece && yaml.value === saved) {
         prompt = await api(withQuery(`${piecePath(name)}/prompt`, { movement, task: text }));
       } else {
-        prompt = await api(withQuery("/api/v1/pieces/prompt", { movement, task: text, name }), {
+        prompt = await api(withQuery(`${piecePath(name)}/prompt`, { movement, task: text }), {
           method: "POST", body: yaml.value, contentType: "application/yaml",
         });
       }

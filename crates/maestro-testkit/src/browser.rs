@@ -752,6 +752,36 @@ impl Browser {
         }
     }
 
+    /// Runs a method of Chromium's DevTools protocol (e.g. `Page.addScriptToEvaluateOnNewDocument`,
+    /// to run a script in every page before the page's own) and answers its result.
+    pub async fn cdp(&self, method: &str, params: Value) -> Result<Value, BrowserError> {
+        self.client
+            .issue_cmd(CdpCommand {
+                cmd: method.to_string(),
+                params,
+            })
+            .await
+            .map_err(|source| BrowserError::WebDriver {
+                what: format!("the DevTools method {method}"),
+                source: Box::new(source),
+            })
+    }
+
+    /// The peak resident set (`VmHWM`, in KiB) of each of this browser's renderer processes.
+    pub fn renderer_peak_rss_kib(&self) -> Vec<u64> {
+        self.chromium_processes()
+            .into_iter()
+            .filter(|(_, cmd)| cmd.contains("--type=renderer"))
+            .filter_map(|(pid, _)| {
+                std::fs::read_to_string(format!("/proc/{pid}/status"))
+                    .ok()?
+                    .lines()
+                    .find_map(|l| l.strip_prefix("VmHWM:"))
+                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            })
+            .collect()
+    }
+
     /// Ends the WebDriver session (Chromium exits), then chromedriver.
     pub async fn close(mut self) {
         let _ = self.client.clone().close().await;
@@ -888,7 +918,7 @@ async fn connect(
     // Headless Chromium saves downloads only when told where, through the DevTools protocol.
     let _ = client
         .issue_cmd(CdpCommand {
-            cmd: "Browser.setDownloadBehavior",
+            cmd: "Browser.setDownloadBehavior".into(),
             params: json!({"behavior": "allow", "downloadPath": downloads.path()}),
         })
         .await;
@@ -898,7 +928,7 @@ async fn connect(
 /// chromedriver's own command that runs a DevTools protocol method.
 #[derive(Debug)]
 struct CdpCommand {
-    cmd: &'static str,
+    cmd: String,
     params: Value,
 }
 

@@ -2,8 +2,10 @@
 # Installs the system programs the test suite runs for real: bubblewrap (the Bash sandbox),
 # OpenSSH server (SSH tools), PostgreSQL (the store's second backend; the tests start their own
 # throwaway clusters with its initdb and pg_ctl), sqlite3 and make (Bash policy tests),
-# reference MCP servers, and the npm packages of the test OpenID Connect provider
-# (crates/maestro-testkit/oidc). Idempotent; quick when all is present.
+# reference MCP servers, the npm packages of the test OpenID Connect provider
+# (crates/maestro-testkit/oidc), and Debian's Chromium with chromedriver plus axe-core
+# (crates/maestro-testkit/axe) for the web UI's browser tests. Idempotent; quick when all is
+# present.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,6 +20,9 @@ command -v make >/dev/null || need_apt+=(make)
 # The MCP reference servers and the test OpenID Connect provider run on node.
 command -v node >/dev/null || need_apt+=(nodejs)
 command -v npm >/dev/null || need_apt+=(npm)
+# The web UI's browser tests (maestro_testkit::Browser) drive Debian's Chromium over WebDriver.
+[ -x /usr/bin/chromium ] || need_apt+=(chromium)
+[ -x /usr/bin/chromedriver ] || need_apt+=(chromium-driver)
 if [ ${#need_apt[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -qq
@@ -46,4 +51,13 @@ if command -v npm >/dev/null \
   && { [ ! -f "$OIDC/node_modules/.package-lock.json" ] \
     || [ "$OIDC/package-lock.json" -nt "$OIDC/node_modules/.package-lock.json" ]; }; then
   (cd "$OIDC" && npm ci --silent --no-audit --no-fund >/dev/null)
+fi
+
+# axe-core, the accessibility checker the browser tests inject into Chromium (pinned by its
+# package-lock.json), reinstalled when the lock file is newer than the install.
+AXE=crates/maestro-testkit/axe
+if command -v npm >/dev/null \
+  && { [ ! -f "$AXE/node_modules/.package-lock.json" ] \
+    || [ "$AXE/package-lock.json" -nt "$AXE/node_modules/.package-lock.json" ]; }; then
+  (cd "$AXE" && npm ci --silent --no-audit --no-fund >/dev/null)
 fi

@@ -20,6 +20,8 @@ fn main() {
     maestro_buildcheck::check_mount();
     // The login tests start a real OpenID provider (node and the oidc-provider package).
     maestro_buildcheck::check_oidc_provider();
+    // The web UI tests drive a real Chromium (and inject axe-core).
+    maestro_buildcheck::check_chromium();
     println!("cargo:rerun-if-env-changed=MAESTRO_NO_RELR");
     println!("cargo:rerun-if-env-changed=MAESTRO_NO_CODE_ORDER");
     let var = |name: &str| std::env::var(name).unwrap_or_default();

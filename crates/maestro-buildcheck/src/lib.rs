@@ -1,5 +1,6 @@
 //! Checks that build scripts share: whether PostgreSQL's `initdb` is installed, whether the
-//! test OpenID Connect provider (node and its npm packages) can run.
+//! test OpenID Connect provider (node and its npm packages) can run, whether the browser tests
+//! can (Chromium, chromedriver and axe-core).
 //!
 //! A crate whose tests run on a real PostgreSQL cluster calls [`check_postgres`] from its
 //! build script (as a build dependency): when `initdb` is missing the build is marked
@@ -96,6 +97,46 @@ fn find_in_path(program: &str) -> Option<PathBuf> {
     std::env::split_paths(&path)
         .map(|dir| dir.join(program))
         .find(|candidate| candidate.is_file())
+}
+
+/// Prints the cargo directives of the browser check: declares the `no_chromium` cfg and sets
+/// it, with a build warning naming the fix, when Debian's `/usr/bin/chromium` or
+/// `/usr/bin/chromedriver` is missing, or the npm package axe-core of
+/// `crates/maestro-testkit/axe` is not installed (`npm ci` there). Tests that start
+/// `maestro_testkit::Browser` carry `#[cfg_attr(no_chromium, ignore = "…")]`, so they show as
+/// ignored instead of failing.
+pub fn check_chromium() {
+    println!("cargo::rustc-check-cfg=cfg(no_chromium)");
+    for program in ["/usr/bin/chromium", "/usr/bin/chromedriver"] {
+        println!("cargo::rerun-if-changed={program}");
+    }
+    let axe = axe_core_script();
+    println!(
+        "cargo::rerun-if-changed={}",
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../maestro-testkit/axe")
+            .display()
+    );
+    let missing = if !Path::new("/usr/bin/chromium").exists() {
+        "/usr/bin/chromium is missing (apt-get install chromium, or scripts/prerequisites.sh)"
+    } else if !Path::new("/usr/bin/chromedriver").exists() {
+        "/usr/bin/chromedriver is missing (apt-get install chromium-driver, or \
+         scripts/prerequisites.sh)"
+    } else if !axe.exists() {
+        "the npm package axe-core of crates/maestro-testkit/axe is not installed (npm ci there, \
+         or scripts/prerequisites.sh)"
+    } else {
+        return;
+    };
+    println!("cargo::rustc-cfg=no_chromium");
+    println!("cargo::warning={missing}: the browser tests will be ignored");
+}
+
+/// The script `npm ci` installs for the accessibility check:
+/// `crates/maestro-testkit/axe/node_modules/axe-core/axe.min.js`.
+pub fn axe_core_script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../maestro-testkit/axe/node_modules/axe-core/axe.min.js")
 }
 
 /// Marks the build `no_mount` when this user cannot mount a size-limited tmpfs (not root, or no

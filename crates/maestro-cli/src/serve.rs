@@ -35,6 +35,10 @@ pub(crate) struct Args {
     /// How long a request other than a stream may take, in seconds.
     #[arg(long, default_value_t = 30)]
     request_timeout_secs: u64,
+    /// End each event stream after this many seconds (clients resume with Last-Event-ID), as a
+    /// proxy that limits a connection's age would; by default a stream lasts until its job ends.
+    #[arg(long, value_name = "SECS")]
+    max_stream_secs: Option<u64>,
     #[command(flatten)]
     worker: WorkerFlags,
     #[command(flatten)]
@@ -81,6 +85,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<u8> {
             max_upload_bytes: args.max_upload_mb.saturating_mul(1024 * 1024).max(1024),
             stream_clients_per_job: args.stream_clients_per_job.max(1),
             request_timeout: std::time::Duration::from_secs(args.request_timeout_secs.max(1)),
+            max_stream: args
+                .max_stream_secs
+                .map(|secs| std::time::Duration::from_secs(secs.max(1))),
         };
         let state = ServerState::new(store.clone(), config, options, limits);
         let shutdown = Shutdown::new();

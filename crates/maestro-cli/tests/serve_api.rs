@@ -968,3 +968,64 @@ async fn one_stream_client_over_the_limit_is_told_to_wait() {
     drop(second);
     served.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stream_cut_by_max_stream_secs_resumes_with_last_event_id_and_misses_nothing() {
+    // A run of about four seconds, followed through streams that the server ends after 1 s.
+    let mut turns = Vec::new();
+    for n in 0..16 {
+        turns.push(
+            Turn::tool_call("Read", json!({"file_path": format!("missing-{n}.txt")}))
+                .with_delay(std::time::Duration::from_millis(250)),
+        );
+    }
+    turns.push(complete("Read them all."));
+    let llm = ScriptedLlm::start(turns).await;
+    let project = Project::new();
+    let served = project.serve(&llm.base_url(), &["--max-stream-secs", "1"]);
+    let id = submit(&served, "read many files").await;
+    let mut received: Vec<Value> = Vec::new();
+    let mut cursor: Option<i64> = None;
+    let mut streams = 0;
+    loop {
+        let opened = std::time::Instant::now();
+        let mut stream = served.stream(&id, cursor).await;
+        streams += 1;
+        let mut last_status = String::new();
+        while let Some(event) = stream.next().await {
+            if let Some(seq) = &event.id {
+                cursor = Some(seq.parse().unwrap());
+                received.push(event.data);
+            } else if event.event == "status" {
+                last_status = event.data["status"].as_str().unwrap().to_string();
+            }
+        }
+        let (_, job) = served.get(&format!("/api/v1/jobs/{id}")).await;
+        if job["status"] == "completed" && last_status == "completed" {
+            break;
+        }
+        // The server ended a stream of a running job, after about the limit.
+        assert!(
+            opened.elapsed() >= std::time::Duration::from_millis(900),
+            "a stream ended after {:?} with the job {}",
+            opened.elapsed(),
+            job["status"]
+        );
+        assert!(streams < 60, "the stream never reached the job's end");
+    }
+    assert!(streams >= 3, "the server cut the stream {streams} times");
+    let log: Vec<Value> = served
+        .http
+        .get(served.url(&format!("/api/v1/jobs/{id}/events?format=jsonl")))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(received, log);
+    served.stop().await;
+}

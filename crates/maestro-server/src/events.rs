@@ -5,7 +5,9 @@
 //! line `events.jsonl` holds). `text_delta` (the model's text as it streams, from the node that
 //! runs the job), `status` (the job's status, first as it is, then at each change) and
 //! `resync` (the cursor is beyond the last event) have no `id`, so they never move a client's
-//! cursor. `Last-Event-ID` or `?after=SEQ` resumes after that event.
+//! cursor. `Last-Event-ID` or `?after=SEQ` resumes after that event. With
+//! `Limits::max_stream` (`maestro serve --max-stream-secs`) a stream ends after that long, between
+//! two events, and its client resumes.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -155,14 +157,24 @@ pub(crate) async fn stream_job(
     let mut watch = maestro_app::watch_job(state.store(), state.worker(), id, after).await?;
     let (tx, rx) = mpsc::channel::<Event>(64);
     let closing = state.inner.closing.clone();
+    // `--max-stream-secs`: the stream ends then, between two events; the client resumes.
+    let cut = state.limits().max_stream;
     tokio::spawn(async move {
         let _slot = slot;
+        let cut_at = cut.map(|after| tokio::time::Instant::now() + after);
         loop {
+            let expired = async {
+                match cut_at {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
             // A client that went away frees its place at once, not at the job's next event.
             let item = tokio::select! {
                 item = watch.next() => item,
                 () = closing.cancelled() => None,
                 () = tx.closed() => None,
+                () = expired => None,
             };
             let Some(item) = item else {
                 return;

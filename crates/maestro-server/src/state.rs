@@ -20,6 +20,10 @@ pub struct Limits {
     pub stream_clients_per_job: usize,
     /// How long a request other than a stream may take before it is answered 408.
     pub request_timeout: Duration,
+    /// How long one event stream may stay open (`None`: until the job ends). A stream cut
+    /// here ends cleanly, and its client resumes with `Last-Event-ID`; proxies and load
+    /// balancers that cap a connection's age do the same.
+    pub max_stream: Option<Duration>,
 }
 
 impl Default for Limits {
@@ -29,6 +33,7 @@ impl Default for Limits {
             max_upload_bytes: 100 * 1024 * 1024,
             stream_clients_per_job: 2_000,
             request_timeout: Duration::from_secs(30),
+            max_stream: None,
         }
     }
 }

@@ -2,9 +2,11 @@
 //! HTTP/SSE on 127.0.0.1 ([`ScriptedLlm`], scripted with [`Turn`]s), temporary workspaces
 //! ([`TempWorkspace`]), a real OpenSSH server on a loopback port ([`Sshd`]), a throwaway
 //! PostgreSQL cluster ([`PgCluster`]), and a real OpenID Connect provider ([`OidcProvider`],
-//! npm `oidc-provider` run by node on 127.0.0.1; see the [`oidc`] module for its setup and use).
+//! npm `oidc-provider` run by node on 127.0.0.1; see the [`oidc`] module for its setup and use),
+//! and a headless Chromium driven over WebDriver ([`Browser`], see the [`browser`] module).
 
 mod ask;
+pub mod browser;
 pub mod oidc;
 mod postgres;
 mod render;
@@ -13,6 +15,7 @@ mod sshd;
 mod turn;
 mod workspace;
 
+pub use browser::{AxeViolation, Browser, BrowserError, Viewport};
 pub use oidc::{OidcClient, OidcError, OidcProvider};
 pub use postgres::PgCluster;
 pub use scripted::{RecordedRequest, ScriptedLlm, ScriptedLlmBuilder, Timing, listen_loopback};

@@ -49,7 +49,7 @@ impl Project {
     }
 
     pub(crate) fn command(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_maestro"));
+        let mut cmd = Command::new(binary());
         cmd.current_dir(self.path())
             .args(args)
             .env("HOME", self.path())
@@ -130,6 +130,12 @@ impl Project {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
+}
+
+/// The `maestro` binary the tests run: the one cargo built, or `$MAESTRO_TEST_BIN` (a copy of
+/// it kept aside, when several checkouts share one target directory and rebuild it meanwhile).
+pub(crate) fn binary() -> std::ffi::OsString {
+    std::env::var_os("MAESTRO_TEST_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_maestro").into())
 }
 
 pub(crate) fn stderr(out: &Output) -> String {

@@ -902,6 +902,19 @@ pub async fn record_audit(
     Ok(())
 }
 
+/// One page of the audit log, **newest first**: the entries before the id `before` (`None`:
+/// from the newest), at most `limit` (capped at [`AUDIT_PAGE_MAX`]). Pass the last entry's id
+/// to get the next (older) page.
+pub async fn audit_log_newest(
+    store: &Store,
+    before: Option<i64>,
+    limit: i64,
+) -> Result<Vec<AuditEntry>, AccessError> {
+    Ok(store
+        .audit_page_newest(before, limit.clamp(0, AUDIT_PAGE_MAX))
+        .await?)
+}
+
 /// One page of the audit log, **oldest first**: the entries after the id `after` (`None`: from
 /// the first), at most `limit` (capped at [`AUDIT_PAGE_MAX`]). Pass the last entry's id to get
 /// the next page. An action this build does not know is shown as

@@ -39,6 +39,7 @@ mod live;
 mod models;
 mod outcome;
 mod piece_store;
+mod piece_view;
 mod pieces;
 mod run;
 mod runtime_config;
@@ -52,11 +53,11 @@ mod worker;
 pub use access::{
     AUDIT_PAGE_MAX, AccessError, AuthVia, LOCAL_ACTOR, NewSession, PendingLogin, Principal, Role,
     SHARE_PREFIX, SHOWN_PREFIX_LEN, Scope, SessionCsrf, ShareInfo, TOKEN_PREFIX, TokenInfo, User,
-    add_user, add_user_as, audit_log, authenticate_token, begin_login, create_session,
-    create_share, create_token, create_token_as, end_session, find_user, list_jobs_of, list_shares,
-    list_tokens, list_users, login_user, record_audit, resolve_share, revoke_share,
-    revoke_share_as, revoke_token, revoke_token_as, session_principal, set_role, set_role_as,
-    take_login,
+    add_user, add_user_as, audit_log, audit_log_newest, authenticate_token, begin_login,
+    create_session, create_share, create_token, create_token_as, end_session, find_user,
+    list_jobs_of, list_shares, list_tokens, list_users, login_user, record_audit, resolve_share,
+    revoke_share, revoke_share_as, revoke_token, revoke_token_as, session_principal, set_role,
+    set_role_as, take_login,
 };
 pub use context::RunObserver;
 pub use errors::error_chain;
@@ -77,6 +78,7 @@ pub use listing::{
 };
 pub use live::{LIVE_CAPACITY, Live, Subscription};
 /// Which side of a run a job's file is on.
+pub use maestro_piece::Piece;
 pub use maestro_store::FileKind;
 pub use outcome::{RunError, RunOutcome, RunSummary};
 pub use run::recorded_piece;
@@ -109,17 +111,21 @@ pub use models::{
 };
 pub use piece_store::{
     PieceDiagnostic, PieceListing, PieceOrigin, PieceSource, PieceWriteError, StoredPiece,
-    available_pieces_in, delete_piece, find_piece_in, get_piece, list_pieces, put_piece,
-    valid_piece_name, validate_piece_text,
+    available_pieces_in, check_piece_text, delete_piece, find_piece_in, get_piece, list_pieces,
+    put_piece, valid_piece_name, validate_piece_text,
+};
+pub use piece_view::{
+    EdgeKind, GraphEdge, GraphMovement, MovementKind, NoSuchMovement, PieceGraph, PieceLookupError,
+    loaded_piece, movement_prompt, piece_graph,
 };
 pub use pieces::{
     AUTO, Available, Chosen, Found, PieceError, Skipped, available_pieces, classify_piece,
     find_piece, load_piece,
 };
 pub use schedule::{
-    GRACE, Misfire, ScheduleError, ScheduleRequest, ScheduleSummary, Spec, SpecError, TICK,
-    TickReport, add_schedule, list_schedules, remove_schedule, set_paused, tick, update_schedule,
-    zone,
+    GRACE, Misfire, NEXT_FIRES, ScheduleError, ScheduleRequest, ScheduleSummary, Spec, SpecError,
+    TICK, TickReport, add_schedule, list_schedules, remove_schedule, set_paused, tick,
+    update_schedule, zone,
 };
 pub use store_log::{AppendFailure, EventWriter, StopLatch, StoreLog};
 pub use toolbox::{McpSelection, RequiredMcp, Toolbox, ToolboxError, load_options, tool_catalog};

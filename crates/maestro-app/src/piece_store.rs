@@ -214,11 +214,23 @@ fn load_stored(
 /// its field path, line and column; empty when the piece is valid. The YAML's `name` must be
 /// `name`.
 pub fn validate_piece_text(config: &Config, name: &str, yaml: &str) -> Vec<PieceDiagnostic> {
+    check_piece_text(config, name, yaml)
+        .err()
+        .unwrap_or_default()
+}
+
+/// [`validate_piece_text`], answering the loaded piece when it is valid (as a run of it would
+/// load it once it is written as `name`; an empty `name` takes the piece's own).
+pub fn check_piece_text(
+    config: &Config,
+    name: &str,
+    yaml: &str,
+) -> Result<Piece, Vec<PieceDiagnostic>> {
     let opts = stored_options(&load_options(config));
     let origin = store_origin(&config.paths.pieces_dirs, &config.root, name);
     match load_str(yaml, &origin, &opts) {
-        Ok(loaded) if loaded.piece.name == name => Vec::new(),
-        Ok(loaded) => vec![PieceDiagnostic {
+        Ok(loaded) if loaded.piece.name == name || name.is_empty() => Ok(loaded.piece),
+        Ok(loaded) => Err(vec![PieceDiagnostic {
             path: "name".into(),
             line: None,
             column: None,
@@ -226,12 +238,12 @@ pub fn validate_piece_text(config: &Config, name: &str, yaml: &str) -> Vec<Piece
                 "the piece's `name` is `{}` but it is written as `{name}`; make them equal",
                 loaded.piece.name
             ),
-        }],
-        Err(failed) => failed
+        }]),
+        Err(failed) => Err(failed
             .errors
             .iter()
             .map(PieceDiagnostic::from_diagnostic)
-            .collect(),
+            .collect()),
     }
 }
 
@@ -279,6 +291,28 @@ pub async fn delete_piece(
 }
 
 /// A piece of the pieces directories by name (not a file path).
+pub(crate) fn dir_piece_found(config: &Config, name: &str) -> Option<Found> {
+    dir_piece(config, name)
+}
+
+/// The store's live version of the piece `name`, loaded under `config`; `Ok(None)` when the
+/// store has none (or only a deletion).
+pub(crate) async fn load_stored_piece(
+    store: &Store,
+    config: &Config,
+    name: &str,
+) -> Result<Option<Piece>, PieceError> {
+    let Some(stored) = store.piece_latest(name).await.map_err(PieceError::Store)? else {
+        return Ok(None);
+    };
+    load_stored(
+        &stored,
+        &config.paths.pieces_dirs,
+        &config.root,
+        &load_options(config),
+    )
+}
+
 fn dir_piece(config: &Config, name: &str) -> Option<Found> {
     if !valid_piece_name(name) {
         return None;

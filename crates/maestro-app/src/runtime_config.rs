@@ -310,9 +310,21 @@ impl ConfigWatch {
 
     /// [`ConfigWatch::current`] with its tag.
     pub async fn current_tagged(&self) -> (Arc<Config>, ETag) {
+        self.checked(false).await
+    }
+
+    /// The effective configuration as the store has it now, with its tag: asks the store
+    /// whatever the time since the last check. For a reader that shows the configuration to
+    /// someone about to change it (`GET /config`): the tag it gets is the one a write checks, so
+    /// a read just after someone else's write is not refused as stale again.
+    pub async fn fresh_tagged(&self) -> (Arc<Config>, ETag) {
+        self.checked(true).await
+    }
+
+    async fn checked(&self, now: bool) -> (Arc<Config>, ETag) {
         let inner = &self.inner;
         let mut state = inner.state.lock().await;
-        if state.checked.is_none_or(|at| at.elapsed() >= Self::POLL) {
+        if now || state.checked.is_none_or(|at| at.elapsed() >= Self::POLL) {
             state.checked = Some(Instant::now());
             match inner.store.config_version().await {
                 Ok(version) if version != state.version => {

@@ -663,3 +663,48 @@ async fn a_config_watch_sees_a_new_overlay_within_its_poll() {
     }
     assert_eq!(watch.latest().1.version(), Some(1));
 }
+
+#[tokio::test]
+async fn a_fresh_read_of_the_watch_sees_a_write_made_since_its_last_check() {
+    let project = Project::new("http://127.0.0.1:9/v1", "model-a");
+    let base = &project.config;
+    let store = Store::open(&project.sqlite()).await.unwrap();
+    let other = Store::open(&project.sqlite()).await.unwrap();
+    let watch = ConfigWatch::new(store.clone(), base.clone());
+    let (config, read) = watch.fresh_tagged().await;
+    assert_eq!(config.llm.model.as_deref(), Some("model-a"));
+    // Someone else writes; a write with the tag read before is stale.
+    let written = put_config(
+        &other,
+        base,
+        json!({"llm": {"model": "model-b"}}),
+        Some(read.as_str()),
+        "bob",
+    )
+    .await
+    .unwrap();
+    let stale = put_config(
+        &store,
+        base,
+        json!({"llm": {"model": "model-c"}}),
+        Some(read.as_str()),
+        "alice",
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(stale, ConfigWriteError::Stale { .. }), "{stale:?}");
+    // Read at once (well within the poll), the watch gives the written configuration and the
+    // tag that a write now accepts.
+    let (config, tag) = watch.fresh_tagged().await;
+    assert_eq!(config.llm.model.as_deref(), Some("model-b"));
+    assert_eq!(tag, written);
+    put_config(
+        &store,
+        base,
+        json!({"llm": {"model": "model-c"}}),
+        Some(tag.as_str()),
+        "alice",
+    )
+    .await
+    .unwrap();
+}

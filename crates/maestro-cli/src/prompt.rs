@@ -5,7 +5,6 @@ use std::io::Write as _;
 use std::path::PathBuf;
 
 use anyhow::Context as _;
-use maestro_piece::prompt::{PromptContext, assemble};
 use maestro_piece::{Dialect, load_str, render_diagnostics};
 
 #[derive(Debug, clap::Args)]
@@ -38,27 +37,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<u8> {
             return Ok(1);
         }
     };
-    let Some(movement) = piece.movement(&args.movement) else {
-        let mut known: Vec<&str> = Vec::new();
-        for m in &piece.movements {
-            known.push(&m.name);
-            known.extend(m.parallel.iter().map(|s| s.name.as_str()));
-        }
-        anyhow::bail!(
-            "piece `{}` has no movement `{}`; known: {}",
-            piece.name,
-            args.movement,
-            known.join(", ")
-        );
-    };
-    let ctx = PromptContext {
-        task: args.task,
-        iteration: 1,
-        max_movements: piece.max_movements,
-        movement_iteration: 1,
-        ..PromptContext::default()
-    };
-    let prompt = assemble(&piece, movement, &ctx);
+    let prompt = maestro_app::movement_prompt(&piece, &args.movement, &args.task)?;
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     write!(

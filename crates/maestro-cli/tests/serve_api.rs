@@ -596,6 +596,56 @@ async fn the_configuration_is_changed_with_if_match_and_keeps_secrets_it_does_no
     assert!(!String::from_utf8_lossy(&db).contains("sk-test-secret-1234"));
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn a_writer_refused_as_stale_reads_at_once_the_configuration_that_refused_it() {
+    let project = Project::new();
+    let served = project.serve("http://127.0.0.1:9", &["--no-worker"]);
+    let get = || async {
+        let response = served
+            .http
+            .get(served.url("/api/v1/config"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status().as_u16(), 200);
+        let etag = response.headers()["etag"].to_str().unwrap().to_string();
+        (etag, response.json::<Value>().await.unwrap())
+    };
+    let put = |body: Value, if_match: String| {
+        served
+            .http
+            .put(served.url("/api/v1/config"))
+            .header("if-match", if_match)
+            .json(&body)
+            .send()
+    };
+    let (read, mut mine) = get().await;
+    // Someone else saves first.
+    let mut theirs = mine.clone();
+    theirs["engine"]["max_iterations_per_movement"] = json!(40);
+    let response = put(theirs, read.clone()).await.unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    let written = response.headers()["etag"].to_str().unwrap().to_string();
+    // This writer is refused, reads again at once, and gets their change and the tag that a
+    // write now accepts (not the configuration it read before, which would be refused again).
+    mine["llm"]["tool_mode"] = json!("json");
+    assert_eq!(
+        put(mine.clone(), read).await.unwrap().status().as_u16(),
+        412
+    );
+    let (now, stored) = get().await;
+    assert_eq!(now, written);
+    assert_eq!(stored["engine"]["max_iterations_per_movement"], 40);
+    let mut merged = stored;
+    merged["llm"]["tool_mode"] = json!("json");
+    let response = put(merged, now).await.unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    let saved: Value = response.json().await.unwrap();
+    assert_eq!(saved["llm"]["tool_mode"], "json");
+    assert_eq!(saved["engine"]["max_iterations_per_movement"], 40);
+    served.stop().await;
+}
+
 const FILES_PIECE: &str = "\
 name: files
 description: reads its inputs and leaves outputs

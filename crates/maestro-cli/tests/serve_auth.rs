@@ -357,6 +357,38 @@ async fn tokens_scopes_and_owners_decide_what_a_request_may_do() {
     ] {
         assert!(actions.contains(&action), "{action} missing: {actions:?}");
     }
+    // Newest first, a page back in time at a time: the same entries, in the other order.
+    let mut newest = Vec::new();
+    let mut cursor = String::new();
+    loop {
+        let (status, page) = call(
+            &served,
+            "get",
+            &format!("/api/v1/admin/audit?order=newest&limit=3{cursor}"),
+            Some(&root),
+            Value::Null,
+        )
+        .await;
+        assert_eq!(status, 200, "{page}");
+        newest.extend(page["entries"].as_array().unwrap().iter().cloned());
+        match page["next_cursor"].as_i64() {
+            Some(next) => cursor = format!("&cursor={next}"),
+            None => break,
+        }
+    }
+    let mut oldest = audit["entries"].as_array().unwrap().clone();
+    oldest.reverse();
+    assert_eq!(newest, oldest);
+    let (status, problem) = call(
+        &served,
+        "get",
+        "/api/v1/admin/audit?order=sideways",
+        Some(&root),
+        Value::Null,
+    )
+    .await;
+    assert_eq!(status, 400);
+    assert_eq!(problem["field"], "order", "{problem}");
     let log = served.stop().await;
     for secret in [&alice, &reader, &bob, &root, &fresh] {
         assert!(!audit.to_string().contains(secret.as_str()));

@@ -272,3 +272,21 @@ async fn files_download_unless_shown_inline_and_never_run_script() {
     let bad = get(format!("/api/v1/jobs/{id}/files/notes.txt?inline=1&x=2")).await;
     assert_eq!(bad.status().as_u16(), 400);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unknown_piece_is_named_without_the_server_s_paths() {
+    let project = Project::new();
+    let served = project.serve_plain(&[]);
+    let (status, problem) = served
+        .post("/api/v1/jobs", json!({"piece": "nosuch", "task": "x"}))
+        .await;
+    assert_eq!(status, 422, "{problem}");
+    let detail = problem["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("`nosuch`") && detail.contains("known pieces: one"),
+        "{detail}"
+    );
+    let root = project.path().to_str().unwrap();
+    assert!(!problem.to_string().contains(root), "{problem}");
+    assert_eq!(problem["field"], "piece");
+}

@@ -399,6 +399,9 @@ pub(crate) struct AuditQuery {
     cursor: Option<i64>,
     /// Entries per page (1 to 1,000, default 100).
     limit: Option<i64>,
+    /// `oldest` first (the default; `cursor` pages forward) or `newest` first (`cursor` pages
+    /// back in time).
+    order: Option<String>,
 }
 
 /// The audit log, a page at a time.
@@ -406,6 +409,7 @@ pub(crate) struct AuditQuery {
     get, path = "/api/v1/admin/audit", tag = "admin", params(AuditQuery),
     responses(
         (status = 200, description = "A page of the audit log", body = schema::AuditPage),
+        (status = 400, description = "An unknown order", body = schema::Problem),
         (status = 403, description = "Not an admin", body = schema::Problem),
     ),
 )]
@@ -415,7 +419,17 @@ pub(crate) async fn audit(
     Query(q): Query<AuditQuery>,
 ) -> ApiResult<Response> {
     let limit = q.limit.unwrap_or(100).clamp(1, maestro_app::AUDIT_PAGE_MAX);
-    let entries = maestro_app::audit_log(state.store(), q.cursor, limit).await?;
+    let entries = match q.order.as_deref() {
+        None | Some("oldest") => maestro_app::audit_log(state.store(), q.cursor, limit).await?,
+        Some("newest") => maestro_app::audit_log_newest(state.store(), q.cursor, limit).await?,
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "`order` `{}` is not an order; write `oldest` or `newest`",
+                other.escape_debug()
+            ))
+            .with("field", "order".into()));
+        }
+    };
     let next_cursor = match entries.last() {
         Some(last) if entries.len() as i64 == limit => Some(last.id),
         _ => None,

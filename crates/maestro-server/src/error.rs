@@ -94,6 +94,22 @@ impl From<JobError> for ApiError {
             JobError::NoSuchJob(id) => ApiError::not_found(format!("no job with id {id}")),
             JobError::Store(e) => e.into(),
             JobError::Files(e) => e.into(),
+            // The directories searched are the server's own paths: a client gets the names.
+            JobError::Piece(maestro_app::PieceError::NotFound { given, known, .. }) => {
+                ApiError::new(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    format!(
+                        "no piece named `{}`; known pieces: {} (`GET /api/v1/pieces` lists them)",
+                        given.escape_debug(),
+                        if known.is_empty() {
+                            "none".to_string()
+                        } else {
+                            known.join(", ")
+                        }
+                    ),
+                )
+                .with("field", "piece".into())
+            }
             JobError::Piece(e) => ApiError::new(
                 StatusCode::UNPROCESSABLE_ENTITY,
                 maestro_app::error_chain(&e),

@@ -259,15 +259,19 @@ pub(crate) async fn show(State(state): State<ServerState>, caller: Caller) -> Ap
 /// Adds `result.html` and `question_html`: the result and question rendered from Markdown and
 /// sanitised, so that a page can show them without running anything a run wrote.
 pub(crate) fn with_html(mut job: serde_json::Value) -> serde_json::Value {
-    if let Some(result) = job.get_mut("result").and_then(|r| r.as_object_mut())
-        && let Some(text) = result.get("result").and_then(|t| t.as_str())
-    {
-        let html = maestro_web::markdown_html(text);
-        result.insert("html".into(), html.into());
+    let html = |text: Option<&serde_json::Value>| {
+        text.and_then(|t| t.as_str())
+            .map_or(serde_json::Value::Null, |t| {
+                maestro_web::markdown_html(t).into()
+            })
+    };
+    if let Some(result) = job.get_mut("result").and_then(|r| r.as_object_mut()) {
+        let rendered = html(result.get("result"));
+        result.insert("html".into(), rendered);
     }
-    if let Some(question) = job.get("question").and_then(|q| q.as_str()) {
-        let html = maestro_web::markdown_html(question);
-        job["question_html"] = html.into();
+    let question = html(job.get("question"));
+    if let Some(job) = job.as_object_mut() {
+        job.insert("question_html".into(), question);
     }
     job
 }

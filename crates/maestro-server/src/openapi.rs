@@ -152,6 +152,9 @@ pub(crate) mod schema {
         paused: bool,
         /// The next slot (RFC 3339); absent when paused or spent.
         next_fire: Option<String>,
+        /// The next 5 slots (RFC 3339), `next_fire` first; fewer when the rule has fewer
+        /// left, none when paused.
+        next_fires: Vec<String>,
         /// Slots it fired a job for.
         fired: i64,
         /// Slots it let pass.
@@ -383,6 +386,73 @@ pub(crate) mod schema {
     pub(crate) struct Valid {
         /// Always true.
         valid: bool,
+        /// The piece's graph as loaded.
+        graph: PieceGraph,
+    }
+
+    /// A piece's movements and transitions as loaded.
+    #[derive(ToSchema)]
+    pub(crate) struct PieceGraph {
+        name: String,
+        /// `maestro`, `takt` or `graph`.
+        dialect: String,
+        /// The movement a run starts with.
+        initial_movement: String,
+        /// Top-level movements in file order, each parallel parent followed by its
+        /// sub-movements.
+        movements: Vec<GraphMovement>,
+        /// Every transition, in the order a run tries them.
+        edges: Vec<GraphEdge>,
+        /// The special targets some edge leads to: `COMPLETE`, `ABORT`, `ASK`,
+        /// `WAIT_SUBTASKS`.
+        targets: Vec<String>,
+    }
+
+    /// A movement of a piece's graph.
+    #[derive(ToSchema)]
+    pub(crate) struct GraphMovement {
+        name: String,
+        /// `movement`, `parallel` (a parallel parent) or `sub_movement`.
+        kind: String,
+        /// True for a parallel parent.
+        parallel: bool,
+        /// For a sub-movement, its parallel parent.
+        parent: Option<String>,
+        /// For a parallel parent, its sub-movements.
+        sub_movements: Vec<String>,
+        /// For a sub-movement, the outcomes it can report (its rules' conditions).
+        outcomes: Vec<String>,
+        /// Whether it may change files.
+        edit: bool,
+    }
+
+    /// A transition of a piece's graph.
+    #[derive(ToSchema)]
+    pub(crate) struct GraphEdge {
+        from: String,
+        /// A movement, or `COMPLETE`, `ABORT`, `ASK`, `WAIT_SUBTASKS`.
+        to: String,
+        /// The rule's condition, tag or status as written; empty for `default_next`.
+        label: String,
+        /// `rule`, `aggregate` (a parallel parent's `all()` / `any()`), `default_next`,
+        /// `loop_monitor` or `complete_tool` (the maestro `complete` tool, in every movement).
+        kind: String,
+        /// The rule's index in its movement's `rules`; absent for `default_next`.
+        rule: Option<u32>,
+        /// takt's `requires_user_input`: the run first asks the user, then goes on to `to`.
+        requires_user_input: bool,
+    }
+
+    /// The prompts of a movement, as `maestro prompt` prints them.
+    #[derive(ToSchema)]
+    pub(crate) struct MovementPrompt {
+        piece: String,
+        movement: String,
+        task: String,
+        /// The system message.
+        system: String,
+        /// The first user message.
+        user: String,
     }
 
     /// A job's file.

@@ -6,7 +6,9 @@ use axum::Json;
 use axum::extract::{Path, Query, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use maestro_app::{AuditAction, ConfigWriteError, PieceDiagnostic, PieceWriteError};
+use maestro_app::{
+    AuditAction, ConfigWriteError, PieceDiagnostic, PieceLookupError, PieceWriteError,
+};
 use serde::Deserialize;
 use utoipa::IntoParams;
 
@@ -140,7 +142,8 @@ pub(crate) struct ValidateQuery {
     name: Option<String>,
 }
 
-/// Check a piece (its YAML as the body) without writing it.
+/// Check a piece (its YAML as the body) without writing it; a valid piece's answer has its
+/// graph, as `GET /pieces/{name}/graph` gives it.
 #[utoipa::path(
     post, path = "/api/v1/pieces/validate", tag = "pieces", params(ValidateQuery),
     request_body(content = String, content_type = "application/yaml", description = "The piece"),
@@ -159,12 +162,143 @@ pub(crate) async fn validate(
     let yaml = yaml_body(&state, request).await?;
     let config = state.current_config().await;
     let name = q.name.unwrap_or_default();
-    let errors = maestro_app::validate_piece_text(&config, &name, &yaml);
-    if errors.is_empty() {
-        Ok(Json(serde_json::json!({ "valid": true })).into_response())
-    } else {
-        Err(invalid(&errors))
+    match maestro_app::check_piece_text(&config, &name, &yaml) {
+        Ok(piece) => Ok(Json(serde_json::json!({
+            "valid": true,
+            "graph": maestro_app::piece_graph(&piece),
+        }))
+        .into_response()),
+        Err(errors) => Err(invalid(&errors)),
     }
+}
+
+fn no_piece(name: &str) -> ApiError {
+    ApiError::not_found(format!(
+        "no piece `{}`; `GET /api/v1/pieces` lists them",
+        name.escape_debug()
+    ))
+}
+
+/// The piece `name` loaded as a run would find it (the store's version first).
+async fn loaded(state: &ServerState, name: &str) -> Result<maestro_app::Piece, ApiError> {
+    let config = state.current_config().await;
+    match maestro_app::loaded_piece(state.store(), &config, name).await {
+        Ok(Some(piece)) => Ok(piece),
+        Ok(None) => Err(no_piece(name)),
+        Err(PieceLookupError::Invalid { name, errors }) => Err(invalid(&errors).with(
+            "detail",
+            serde_json::Value::String(format!(
+                "the piece `{name}` in the store does not load under the current configuration \
+                 ({} error{}); fix each at its line and column and write it again",
+                errors.len(),
+                if errors.len() == 1 { "" } else { "s" }
+            )),
+        )),
+        Err(PieceLookupError::Store(e)) => Err(e.into()),
+    }
+}
+
+/// A piece's graph as loaded: its movements (parallel sub-movements with their `parent`), the
+/// initial movement, and every transition with what chooses it; the special targets
+/// (`COMPLETE`, `ABORT`, `ASK`, `WAIT_SUBTASKS`) appear as an edge's `to`.
+#[utoipa::path(
+    get, path = "/api/v1/pieces/{name}/graph", tag = "pieces",
+    params(("name" = String, Path, description = "The piece's name")),
+    responses(
+        (status = 200, description = "The graph", body = schema::PieceGraph),
+        (status = 404, description = "No piece of that name", body = schema::Problem),
+        (status = 422, description = "The stored piece no longer loads: `errors` has each",
+            body = schema::PieceProblem),
+    ),
+)]
+pub(crate) async fn graph(
+    State(state): State<ServerState>,
+    _caller: Caller,
+    Path(name): Path<String>,
+) -> ApiResult<Response> {
+    let piece = loaded(&state, &name).await?;
+    Ok(Json(maestro_app::piece_graph(&piece)).into_response())
+}
+
+/// The query of the prompt routes.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct PromptQuery {
+    /// The movement (or parallel sub-movement).
+    movement: String,
+    /// The task text, as a user would give it (default `TASK`).
+    task: Option<String>,
+}
+
+fn prompt_answer(
+    piece: &maestro_app::Piece,
+    movement: &str,
+    task: Option<String>,
+) -> ApiResult<Response> {
+    let task = task.unwrap_or_else(|| "TASK".to_string());
+    let prompt = maestro_app::movement_prompt(piece, movement, &task).map_err(|e| {
+        ApiError::not_found(e.to_string()).with("known", serde_json::json!(e.known))
+    })?;
+    Ok(Json(serde_json::json!({
+        "piece": piece.name,
+        "movement": movement,
+        "task": task,
+        "system": prompt.system,
+        "user": prompt.user,
+    }))
+    .into_response())
+}
+
+/// The system prompt and first user message a run sends when it starts a movement, exactly
+/// as `maestro prompt` prints them.
+#[utoipa::path(
+    get, path = "/api/v1/pieces/{name}/prompt", tag = "pieces",
+    params(("name" = String, Path, description = "The piece's name"), PromptQuery),
+    responses(
+        (status = 200, description = "The prompts", body = schema::MovementPrompt),
+        (status = 404, description = "No piece, or no movement, of that name (`known` lists \
+            the movements)", body = schema::Problem),
+        (status = 422, description = "The stored piece no longer loads: `errors` has each",
+            body = schema::PieceProblem),
+    ),
+)]
+pub(crate) async fn prompt(
+    State(state): State<ServerState>,
+    _caller: Caller,
+    Path(name): Path<String>,
+    Query(q): Query<PromptQuery>,
+) -> ApiResult<Response> {
+    let piece = loaded(&state, &name).await?;
+    prompt_answer(&piece, &q.movement, q.task)
+}
+
+/// The prompts of a movement of the piece `name` as the body's YAML has it (an edit not saved
+/// yet, or a piece not written yet), as `GET` gives them for the saved one.
+#[utoipa::path(
+    post, path = "/api/v1/pieces/{name}/prompt", tag = "pieces",
+    params(("name" = String, Path, description = "The piece's name (the YAML's `name`)"), PromptQuery),
+    request_body(content = String, content_type = "application/yaml", description = "The piece"),
+    responses(
+        (status = 200, description = "The prompts", body = schema::MovementPrompt),
+        (status = 404, description = "No movement of that name (`known` lists them)",
+            body = schema::Problem),
+        (status = 422, description = "Invalid: `errors` has each with its path, line and column",
+            body = schema::PieceProblem),
+    ),
+)]
+pub(crate) async fn prompt_text(
+    State(state): State<ServerState>,
+    _caller: Caller,
+    Path(name): Path<String>,
+    Query(q): Query<PromptQuery>,
+    request: Request,
+) -> ApiResult<Response> {
+    let yaml = yaml_body(&state, request).await?;
+    let config = state.current_config().await;
+    let piece =
+        maestro_app::check_piece_text(&config, &name, &yaml).map_err(|errors| invalid(&errors))?;
+    prompt_answer(&piece, &q.movement, q.task)
 }
 
 /// Delete a piece from the store (a new version that says so). A piece file in a pieces
@@ -223,7 +357,9 @@ pub(crate) async fn get_config(
     caller: Caller,
 ) -> ApiResult<Response> {
     caller.require_config()?;
-    let (config, etag) = state.current_config_tagged().await;
+    // Fresh, not up to a poll behind: someone who was just refused as stale reads again and
+    // must get the tag a write now accepts.
+    let (config, etag) = state.fresh_config_tagged().await;
     Ok(with_etag(
         Json(maestro_app::config_json(&config)).into_response(),
         &etag,

@@ -37,6 +37,8 @@ fn api() -> OpenApiRouter<ServerState> {
         .routes(routes!(schedules::resume))
         .routes(routes!(pieces::list))
         .routes(routes!(pieces::validate))
+        .routes(routes!(pieces::graph))
+        .routes(routes!(pieces::prompt, pieces::prompt_text))
         .routes(routes!(pieces::show, pieces::put, pieces::delete))
         .routes(routes!(pieces::get_config, pieces::put_config))
         .routes(routes!(system::tools))

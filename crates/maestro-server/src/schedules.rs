@@ -21,13 +21,24 @@ impl From<ScheduleError> for ApiError {
                 ApiError::not_found(format!("no schedule with id {id}"))
             }
             ScheduleError::Store(e) => e.into(),
-            e @ (ScheduleError::Spec(_) | ScheduleError::EmptyTask) => {
-                ApiError::bad_request(e.to_string())
+            // Each names the body's field at fault, so that a form can show it beside it.
+            e @ ScheduleError::Spec(maestro_app::SpecError::Zone(_)) => {
+                ApiError::bad_request(e.to_string()).with("field", "tz".into())
+            }
+            e @ ScheduleError::Spec(maestro_app::SpecError::Misfire(_)) => {
+                ApiError::bad_request(e.to_string()).with("field", "misfire".into())
+            }
+            e @ ScheduleError::Spec(_) => {
+                ApiError::bad_request(e.to_string()).with("field", "spec".into())
+            }
+            e @ ScheduleError::EmptyTask => {
+                ApiError::bad_request(e.to_string()).with("field", "task".into())
             }
             ScheduleError::Piece(e) => ApiError::new(
                 StatusCode::UNPROCESSABLE_ENTITY,
                 maestro_app::error_chain(&e),
-            ),
+            )
+            .with("field", "piece".into()),
         }
     }
 }
@@ -234,4 +245,27 @@ pub(crate) async fn delete(
     one_of(&state, &caller, &id).await?;
     maestro_app::remove_schedule(state.store(), &id, &caller.name).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use maestro_app::{ScheduleError, SpecError};
+
+    use crate::error::ApiError;
+
+    #[test]
+    fn a_refused_schedule_names_the_field_at_fault() {
+        for (error, field) in [
+            (SpecError::Zone("Mars/Base".into()), "tz"),
+            (SpecError::Misfire("later".into()), "misfire"),
+            (SpecError::NeverMatches("0 0 30 2 *".into()), "spec"),
+            (SpecError::Daily("25:00".into()), "spec"),
+        ] {
+            let api = ApiError::from(ScheduleError::Spec(error));
+            assert_eq!(api.status.as_u16(), 400);
+            assert_eq!(api.extra["field"], field, "{}", api.detail);
+        }
+        let api = ApiError::from(ScheduleError::EmptyTask);
+        assert_eq!(api.extra["field"], "task");
+    }
 }

@@ -126,9 +126,9 @@ impl ServerState {
         self.inner.watch.current().await
     }
 
-    /// The configuration in effect now, and its tag.
-    pub(crate) async fn current_config_tagged(&self) -> (Arc<Config>, maestro_app::ETag) {
-        self.inner.watch.current_tagged().await
+    /// The configuration as the store has it now (not up to a poll behind), and its tag.
+    pub(crate) async fn fresh_config_tagged(&self) -> (Arc<Config>, maestro_app::ETag) {
+        self.inner.watch.fresh_tagged().await
     }
 
     pub(crate) fn auth(&self) -> &maestro_config::AuthConfig {

@@ -53,6 +53,28 @@ impl Store {
         .collect()
     }
 
+    /// One page of the whole audit log, newest first: at most `limit` entries whose id is less
+    /// than `before` (`None`: from the newest). The last entry's id is the cursor of the next
+    /// (older) page; a page shorter than `limit` is the last one.
+    pub async fn audit_page_newest(
+        &self,
+        before: Option<i64>,
+        limit: i64,
+    ) -> StoreResult<Vec<AuditEntry>> {
+        sqlx::query::<Any>(
+            "SELECT id, at, actor, action, job_id, schedule_id, detail FROM audit_log \
+             WHERE ($1 = 0 OR id < $1) ORDER BY id DESC LIMIT $2",
+        )
+        .bind(before.unwrap_or(0))
+        .bind(limit.max(0))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(StoreError::query("read a page of the audit log"))?
+        .iter()
+        .map(audit_from_row)
+        .collect()
+    }
+
     /// One page of the whole audit log, oldest first: at most `limit` entries whose id is
     /// greater than `after` (`None`: from the first). The last entry's id is the cursor of the
     /// next page; a page shorter than `limit` is the last one for now.

@@ -26,6 +26,7 @@ on_both_backends!(
     children_and_scheduled_jobs_take_their_owner,
     an_unknown_audit_action_reads_back_as_unknown,
     the_audit_log_pages_oldest_first_by_cursor,
+    the_audit_log_pages_newest_first_by_cursor,
 );
 
 async fn users_are_unique_by_lowercased_email_and_audited(db: Db) {
@@ -409,6 +410,36 @@ async fn the_audit_log_pages_oldest_first_by_cursor(db: Db) {
     assert!(
         store
             .audit_page(Some(last[0].id), 2)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+async fn the_audit_log_pages_newest_first_by_cursor(db: Db) {
+    let store = db.open().await;
+    assert!(store.audit_page_newest(None, 2).await.unwrap().is_empty());
+    for i in 0..5 {
+        store
+            .record_audit(&format!("actor-{i}"), AuditAction::Login, None, None)
+            .await
+            .unwrap();
+    }
+    let actors = |page: &[maestro_store::AuditEntry]| {
+        page.iter().map(|e| e.actor.clone()).collect::<Vec<_>>()
+    };
+    let first = store.audit_page_newest(None, 2).await.unwrap();
+    assert_eq!(actors(&first), vec!["actor-4", "actor-3"]);
+    let second = store.audit_page_newest(Some(first[1].id), 2).await.unwrap();
+    assert_eq!(actors(&second), vec!["actor-2", "actor-1"]);
+    let last = store
+        .audit_page_newest(Some(second[1].id), 2)
+        .await
+        .unwrap();
+    assert_eq!(actors(&last), vec!["actor-0"]);
+    assert!(
+        store
+            .audit_page_newest(Some(last[0].id), 2)
             .await
             .unwrap()
             .is_empty()

@@ -10,7 +10,7 @@ use serde::Serialize;
 use time::OffsetDateTime;
 
 use crate::piece_store::find_piece_in;
-use crate::pieces::PieceError;
+use crate::pieces::{AUTO, PieceError};
 use crate::toolbox::load_options;
 
 pub use spec::{Misfire, Spec, SpecError, zone};
@@ -59,8 +59,8 @@ pub struct ScheduleRequest {
 }
 
 /// Adds a schedule after checking that its task is not empty, its zone exists, it will fire
-/// (a `once` still to come, a cron expression that matches a date) and its piece loads;
-/// returns its id.
+/// (a `once` still to come, a cron expression that matches a date) and its piece loads (or is
+/// `auto`); returns its id.
 pub async fn add_schedule(
     store: &Store,
     config: &Config,
@@ -71,13 +71,7 @@ pub async fn add_schedule(
     }
     let tz = zone(&request.tz)?;
     request.spec.check_fires(spec::to_chrono(store.now()), tz)?;
-    find_piece_in(
-        store,
-        &request.piece,
-        &config.paths.pieces_dirs,
-        &load_options(config),
-    )
-    .await?;
+    check_piece(store, config, &request.piece).await?;
     Ok(store
         .add_schedule(&NewSchedule {
             piece: request.piece,
@@ -89,6 +83,21 @@ pub async fn add_schedule(
             owner: request.owner,
         })
         .await?)
+}
+
+/// Checks that `piece` loads, unless it is `auto` (the worker classifies each fired job's task,
+/// as it does a submitted job's).
+async fn check_piece(store: &Store, config: &Config, piece: &str) -> Result<(), ScheduleError> {
+    if piece != AUTO {
+        find_piece_in(
+            store,
+            piece,
+            &config.paths.pieces_dirs,
+            &load_options(config),
+        )
+        .await?;
+    }
+    Ok(())
 }
 
 /// What `maestro schedules list` prints about a schedule.
@@ -111,6 +120,10 @@ pub struct ScheduleSummary {
     /// The next slot (None when paused, or a `once` that has fired).
     #[serde(with = "time::serde::rfc3339::option")]
     pub next_fire: Option<OffsetDateTime>,
+    /// The next [`NEXT_FIRES`] slots, `next_fire` first (fewer when the rule has fewer left;
+    /// none when paused).
+    #[serde(serialize_with = "rfc3339_list")]
+    pub next_fires: Vec<OffsetDateTime>,
     /// Slots it fired a job for.
     pub fired: i64,
     /// Slots it let pass (missed while no worker ran, under `skip`).
@@ -120,20 +133,44 @@ pub struct ScheduleSummary {
     pub owner: Option<String>,
 }
 
-/// Every schedule with its next slot after `now`.
+/// How many coming slots [`ScheduleSummary::next_fires`] lists.
+pub const NEXT_FIRES: usize = 5;
+
+fn rfc3339_list<S: serde::Serializer>(
+    list: &[OffsetDateTime],
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    use serde::ser::{Error as _, SerializeSeq as _};
+    let mut seq = serializer.serialize_seq(Some(list.len()))?;
+    for at in list {
+        let text = at
+            .format(&time::format_description::well_known::Rfc3339)
+            .map_err(S::Error::custom)?;
+        seq.serialize_element(&text)?;
+    }
+    seq.end()
+}
+
+/// Every schedule with its next slots after `now` (the tick's own rule: the first slot after
+/// the later of `now`, its last fired slot and its last change).
 pub async fn list_schedules(
     store: &Store,
     now: OffsetDateTime,
 ) -> Result<Vec<ScheduleSummary>, ScheduleError> {
     let mut out = Vec::new();
     for s in store.schedules().await? {
-        let next_fire = if s.paused {
-            None
+        let next_fires = if s.paused {
+            Vec::new()
         } else {
             let spec: Spec = s.spec.parse()?;
+            let tz = zone(&s.tz)?;
             let floor = s.last_slot.map_or(s.updated_at, |l| l.max(s.updated_at));
-            spec.next_after(spec::to_chrono(floor.max(now)), zone(&s.tz)?)
-                .map(spec::to_time)
+            std::iter::successors(spec.next_after(spec::to_chrono(floor.max(now)), tz), |at| {
+                spec.next_after(*at, tz)
+            })
+            .take(NEXT_FIRES)
+            .map(spec::to_time)
+            .collect()
         };
         out.push(ScheduleSummary {
             id: s.id,
@@ -143,7 +180,8 @@ pub async fn list_schedules(
             tz: s.tz,
             misfire: s.misfire,
             paused: s.paused,
-            next_fire,
+            next_fire: next_fires.first().copied(),
+            next_fires,
             fired: s.fired,
             missed: s.missed,
             owner: s.owner,
@@ -179,13 +217,7 @@ pub async fn update_schedule(
     }
     let tz = zone(&request.tz)?;
     request.spec.check_fires(spec::to_chrono(store.now()), tz)?;
-    find_piece_in(
-        store,
-        &request.piece,
-        &config.paths.pieces_dirs,
-        &load_options(config),
-    )
-    .await?;
+    check_piece(store, config, &request.piece).await?;
     let updated = store
         .update_schedule(
             id,

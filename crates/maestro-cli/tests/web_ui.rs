@@ -770,7 +770,7 @@ async fn config_conflict_resolved(viewport: Viewport) {
         .unwrap();
     let etag = response.headers()["etag"].to_str().unwrap().to_string();
     let mut theirs: Value = response.json().await.unwrap();
-    theirs["llm"]["max_retries"] = json!(7);
+    theirs["llm"]["call_timeout_secs"] = json!(7777);
     let response = served
         .http
         .put(served.url("/api/v1/config"))
@@ -791,7 +791,11 @@ async fn config_conflict_resolved(viewport: Viewport) {
         .execute(
             "const t = document.getElementById('config-editor');
              const before = t.value;
-             t.value = before.replace(/tool_mode:\\s*\"?native\"?/, 'tool_mode: json');
+             // The editor holds the configuration as JSON.
+             const doc = JSON.parse(before);
+             if (doc.llm.tool_mode !== 'native') return false;
+             doc.llm.tool_mode = 'json';
+             t.value = JSON.stringify(doc, null, 2);
              t.dispatchEvent(new Event('input', { bubbles: true }));
              return t.value !== before;",
             vec![],
@@ -802,7 +806,10 @@ async fn config_conflict_resolved(viewport: Viewport) {
     browser.click("#config-save", WAIT).await.unwrap();
     browser.wait_for("#config-conflict", WAIT).await.unwrap();
     let other = browser.text("#config-theirs", WAIT).await.unwrap();
-    assert!(other.contains("max_retries"), "the other change: {other}");
+    assert!(
+        other.contains("call_timeout_secs"),
+        "the other change: {other}"
+    );
     browser.screenshot("2-conflict").await.unwrap();
     browser.click("#config-reapply", WAIT).await.unwrap();
     // Both changes are in the configuration of record.
@@ -810,7 +817,7 @@ async fn config_conflict_resolved(viewport: Viewport) {
     loop {
         let (_, config) = call(&served, reqwest::Method::GET, "/api/v1/config", None, None).await;
         if config["llm"]["tool_mode"] == "json" {
-            assert_eq!(config["llm"]["max_retries"], 7, "{config}");
+            assert_eq!(config["llm"]["call_timeout_secs"], 7777, "{config}");
             break;
         }
         assert!(

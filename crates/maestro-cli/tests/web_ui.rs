@@ -770,7 +770,7 @@ async fn config_conflict_resolved(viewport: Viewport) {
         .unwrap();
     let etag = response.headers()["etag"].to_str().unwrap().to_string();
     let mut theirs: Value = response.json().await.unwrap();
-    theirs["llm"]["call_timeout_secs"] = json!(777);
+    theirs["llm"]["call_timeout_secs"] = json!(7777);
     let response = served
         .http
         .put(served.url("/api/v1/config"))
@@ -791,18 +791,18 @@ async fn config_conflict_resolved(viewport: Viewport) {
         .execute(
             "const t = document.getElementById('config-editor');
              const before = t.value;
-             t.value = before.replace(/\"tool_mode\":\\s*\"native\"/, '\"tool_mode\": \"json\"');
+             // The editor holds the configuration as JSON.
+             const doc = JSON.parse(before);
+             if (doc.llm.tool_mode !== 'native') return false;
+             doc.llm.tool_mode = 'json';
+             t.value = JSON.stringify(doc, null, 2);
              t.dispatchEvent(new Event('input', { bubbles: true }));
              return t.value !== before;",
             vec![],
         )
         .await
         .unwrap();
-    assert_eq!(
-        edited,
-        json!(true),
-        "the editor shows \"tool_mode\": \"native\""
-    );
+    assert_eq!(edited, json!(true), "the editor shows tool_mode: native");
     browser.click("#config-save", WAIT).await.unwrap();
     browser.wait_for("#config-conflict", WAIT).await.unwrap();
     let other = browser.text("#config-theirs", WAIT).await.unwrap();
@@ -817,7 +817,7 @@ async fn config_conflict_resolved(viewport: Viewport) {
     loop {
         let (_, config) = call(&served, reqwest::Method::GET, "/api/v1/config", None, None).await;
         if config["llm"]["tool_mode"] == "json" {
-            assert_eq!(config["llm"]["call_timeout_secs"], 777, "{config}");
+            assert_eq!(config["llm"]["call_timeout_secs"], 7777, "{config}");
             break;
         }
         assert!(

@@ -289,12 +289,14 @@ impl Recorded {
                     }),
                 usage,
                 finish_reason,
+                model,
                 ..
             } => Some(ChatResponse {
                 content: content.clone(),
                 tool_calls: tool_calls.clone(),
                 usage: *usage,
                 finish_reason: finish_reason.clone(),
+                model: model.clone(),
             }),
             _ => None,
         }

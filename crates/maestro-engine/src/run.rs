@@ -410,6 +410,7 @@ impl Engine {
             context_window,
             piece_file: piece_file.map(|p| p.display().to_string()),
             subtasks: run.subtasks.is_some(),
+            model: Some(run.config.model.clone()),
         })?;
         if self.tools.get("Bash").is_some()
             && self.tools.config().bash_sandbox == maestro_tools::BashSandboxMode::UnsafeNoSandbox

@@ -100,8 +100,10 @@ fn passive(event: &RunEvent) -> bool {
     )
 }
 
-/// Fields that name where this copy of the run keeps its files, not what it did.
+/// Fields that name where this copy of the run keeps its files, or which model it runs on (a
+/// resume or a replay may run with another configured model), not what it did.
 const PLACE_FIELDS: &[&str] = &[
+    "model",
     "prompt_log",
     "transcript",
     "run_dir",

@@ -44,6 +44,7 @@ mod pieces;
 mod run;
 mod runtime_config;
 mod schedule;
+mod spend;
 mod store_log;
 mod subtasks;
 mod toolbox;
@@ -86,6 +87,7 @@ pub use runtime_config::{
     ConfigError, ConfigIssue, ConfigWatch, ConfigWriteError, ETag, config_json, effective_config,
     put_config,
 };
+pub use spend::{Spend, run_spend, run_spend_in};
 
 /// The run's events and how runs end, as every reader of a run sees them.
 pub use maestro_protocol::{EndReason, EventRecord, RunEvent, RunStatus};

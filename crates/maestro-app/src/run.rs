@@ -289,6 +289,8 @@ struct Prepared {
     config: Arc<Config>,
     /// The tag of the configuration it came from ([`JobContext::current_config`]).
     tag: Option<crate::runtime_config::ETag>,
+    /// The classifier's call when it chose the piece just now (`auto`), for the run's record.
+    preamble: Vec<RunEvent>,
 }
 
 /// The piece a recorded run started with: the stored version it names (`store:NAME@VERSION`,
@@ -341,6 +343,7 @@ async fn prepare(
     let (mut config, tag) = ctx.current_config().await;
     let dirs = config.paths.pieces_dirs.clone();
     let opts = ctx.load_options(&config, tag.as_ref());
+    let mut preamble = Vec::new();
     let (piece, piece_file, version) = if let Some((name, file)) = recorded_piece(history) {
         let file = match job.piece_version {
             Some(version) => Some(stored_path(&name, version)),
@@ -364,6 +367,7 @@ async fn prepare(
             chosen.choice.piece, chosen.choice.reason
         ));
         let version = versions.get(&chosen.piece.name).copied();
+        preamble = chosen.choice.calls;
         (Arc::new(chosen.piece), chosen.path, version)
     } else {
         match stored_live(ctx, &job.piece, &dirs, &opts).await? {
@@ -403,6 +407,7 @@ async fn prepare(
         piece_file: Some(piece_file),
         config,
         tag,
+        preamble,
     })
 }
 
@@ -505,6 +510,7 @@ async fn run_prepared(
         piece_file,
         config,
         tag,
+        preamble,
     } = prepared;
     let engine_config = config.engine_config().map_err(RunError::Config)?;
     let provider: Arc<dyn Provider> = ctx.models.client(&config)?;
@@ -535,9 +541,11 @@ async fn run_prepared(
         cancel.cancel();
     });
     let mut workspace = None;
-    let ran = match run_spec(
+    let spec = run_spec(
         ctx, claimed, piece, piece_file, history, answers, &config, &steer,
-    ) {
+    )
+    .map(|spec| RunSpec { preamble, ..spec });
+    let ran = match spec {
         Ok(mut spec) => match with_inputs(ctx, claimed, &mut spec).await {
             Ok(()) => {
                 workspace = Some(spec.record.workspace.clone());

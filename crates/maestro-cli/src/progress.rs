@@ -525,6 +525,7 @@ mod tests {
                     context_window: None,
                     piece_file: None,
                     subtasks: false,
+                    model: Some("scripted-model".into()),
                 },
             ),
             Event(
@@ -553,6 +554,7 @@ mod tests {
                 RunEvent::LlmResponse {
                     movement: "investigate".into(),
                     purpose: CallPurpose::Movement,
+                    model: Some("scripted-model".into()),
                     usage: Usage {
                         prompt_tokens: 1_000,
                         completion_tokens: 234,
@@ -607,6 +609,7 @@ mod tests {
                 RunEvent::LlmResponse {
                     movement: "investigate".into(),
                     purpose: CallPurpose::Movement,
+                    model: Some("scripted-model".into()),
                     usage: Usage {
                         prompt_tokens: 1_500,
                         completion_tokens: 80,

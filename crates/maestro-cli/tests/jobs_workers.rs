@@ -184,6 +184,17 @@ async fn killed_mid_movement(piece: &str) {
         ),
         (1, 1, 1, 1)
     );
+    // The classifier's call is in the job's record, right after `run_started`, and only once.
+    let classifier: Vec<(i64, &str)> = events
+        .iter()
+        .filter(|e| e.payload["purpose"] == "classifier")
+        .map(|e| (e.seq, e.kind.as_str()))
+        .collect();
+    if piece == "auto" {
+        assert_eq!(classifier, vec![(2, "llm_request"), (3, "llm_response")]);
+    } else {
+        assert_eq!(classifier, vec![]);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -294,6 +294,26 @@ impl Config {
                 );
             }
         }
+        for (model, overrides) in &llm.models {
+            let Some(price) = overrides.price else {
+                continue;
+            };
+            for (field, value) in [
+                ("input_per_mtok", Some(price.input_per_mtok)),
+                ("output_per_mtok", Some(price.output_per_mtok)),
+                ("cached_input_per_mtok", price.cached_input_per_mtok),
+            ] {
+                if let Some(value) = value
+                    && !(value.is_finite() && value >= 0.0)
+                {
+                    fail(
+                        &["llm", "models", model, "price", field],
+                        format!("{value} is not a price"),
+                        "give US dollars per million tokens, 0 or more, e.g. 0.5",
+                    );
+                }
+            }
+        }
         let retry = &llm.retry;
         if retry.max_attempts == 0 {
             fail(

@@ -116,13 +116,40 @@ impl From<RetrySettings> for RetryPolicy {
 }
 
 /// `llm.models.<name>:` — what differs for one model.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ModelOverrides {
     /// The tool mode for this model; unset keeps `llm.tool_mode`.
     pub tool_mode: Option<ToolMode>,
     /// This model's context window in tokens; unset keeps `llm.context_length`.
     pub context_length: Option<u64>,
+    /// What this model's tokens cost; unset leaves the cost of its calls unknown.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub price: Option<ModelPrice>,
+}
+
+/// `llm.models.<name>.price:` — US dollars per million tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelPrice {
+    /// Dollars per million prompt tokens.
+    pub input_per_mtok: f64,
+    /// Dollars per million answer tokens.
+    pub output_per_mtok: f64,
+    /// Dollars per million prompt tokens served from the endpoint's cache; unset prices them
+    /// as `input_per_mtok`. (Calls are priced by the usage the endpoint reports: until it
+    /// reports cached tokens apart, every prompt token is priced as input.)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cached_input_per_mtok: Option<f64>,
+}
+
+impl ModelPrice {
+    /// The cost in US dollars of a call that used `usage`.
+    pub fn cost_usd(&self, usage: &maestro_protocol::Usage) -> f64 {
+        (usage.prompt_tokens as f64 * self.input_per_mtok
+            + usage.completion_tokens as f64 * self.output_per_mtok)
+            / 1_000_000.0
+    }
 }
 
 impl LlmConfig {
@@ -141,6 +168,11 @@ impl LlmConfig {
             .and_then(|m| self.models.get(m))
             .copied()
             .unwrap_or_default()
+    }
+
+    /// The price of `model`'s tokens, when `llm.models.<model>.price` sets one.
+    pub fn price(&self, model: &str) -> Option<ModelPrice> {
+        self.models.get(model).and_then(|m| m.price)
     }
 
     /// The tool mode in effect for the configured model.

@@ -268,7 +268,8 @@ fn per_model_overrides_apply_to_the_configured_model_only() {
         config.llm.models["qwen2.5-coder"],
         ModelOverrides {
             tool_mode: Some(ToolMode::Json),
-            context_length: Some(8192)
+            context_length: Some(8192),
+            price: None,
         }
     );
     let client = config.llm.to_openai_config();
@@ -518,4 +519,64 @@ fn safety_bash_sandbox_is_the_architectures_name_for_the_switch_and_wins() {
     let message = dirs.load(&[]).unwrap_err().to_string();
     assert!(message.contains("unknown field `bash_sandbx`"), "{message}");
     assert!(message.contains("bash_sandbox"), "{message}");
+}
+
+#[test]
+fn model_prices_are_read_and_a_call_is_priced_by_them() {
+    let dirs = Dirs::new();
+    dirs.project_file(
+        "llm:\n  model: some-model\n  models:\n    some-model: {price: {input_per_mtok: 0.5, output_per_mtok: 1.5}}\n\
+         \x20   cached: {price: {input_per_mtok: 2, output_per_mtok: 8, cached_input_per_mtok: 0.5}}\n",
+    );
+    let (config, _) = dirs.load(&[]).unwrap();
+    let price = config.llm.price("some-model").unwrap();
+    assert_eq!(
+        price,
+        maestro_config::ModelPrice {
+            input_per_mtok: 0.5,
+            output_per_mtok: 1.5,
+            cached_input_per_mtok: None
+        }
+    );
+    let usage = maestro_protocol::Usage {
+        prompt_tokens: 2_000_000,
+        completion_tokens: 1_000_000,
+        total_tokens: 3_000_000,
+        estimated: false,
+    };
+    assert_eq!(price.cost_usd(&usage), 2.5);
+    assert_eq!(
+        config.llm.price("cached").unwrap().cached_input_per_mtok,
+        Some(0.5)
+    );
+    assert_eq!(config.llm.price("unpriced"), None);
+}
+
+#[test]
+fn a_price_that_is_not_a_price_is_refused_with_its_line_and_field() {
+    let dirs = Dirs::new();
+    dirs.project_file(
+        "llm:\n  models:\n    some-model:\n      price:\n        input_per_mtok: 0.5\n        output_per_mtok: -1.5\n",
+    );
+    assert_eq!(
+        problem(dirs.load(&[])),
+        Problem {
+            origin: Origin::File {
+                path: dirs.project.join(".maestro/config.yaml"),
+                line: Some(6),
+                column: Some(9)
+            },
+            field: "llm.models.some-model.price.output_per_mtok".into(),
+            message: "-1.5 is not a price".into(),
+            fix: "give US dollars per million tokens, 0 or more, e.g. 0.5".into(),
+        }
+    );
+    dirs.project_file("llm:\n  models:\n    some-model:\n      price: {input_per_mtok: 0.5}\n");
+    let missing = problem(dirs.load(&[]));
+    assert_eq!(missing.field, "llm.models.some-model.price");
+    assert!(
+        missing.message.contains("output_per_mtok"),
+        "{}",
+        missing.message
+    );
 }

@@ -53,6 +53,7 @@ impl Provider for FixedModel {
                     estimated: false,
                 },
                 finish_reason: Some("stop".into()),
+                model: None,
             })
         })
     }

@@ -6,7 +6,11 @@ use maestro_llm::{ChatRequest, LlmError, Message, Provider, ResponseSchema};
 use maestro_piece::Piece;
 use serde_json::json;
 
+use crate::event::{CallPurpose, RecordedAnswer, RunEvent};
 use crate::judge::parse_json_object;
+
+/// The `movement` the classifier's events carry: it runs for the job, before any movement.
+pub(crate) const CLASSIFIER_MOVEMENT: &str = "";
 
 /// What the classifier knows of a piece.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,12 +34,15 @@ impl From<&Piece> for PieceSummary {
 }
 
 /// The classifier's choice.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Classified {
     /// The name of the chosen piece, one of those offered.
     pub piece: String,
     /// Why the model chose it, in its words (may be empty).
     pub reason: String,
+    /// The model call that chose it, as the run records it: its `llm_request` and
+    /// `llm_response` (purpose `classifier`), for [`RunSpec::preamble`](crate::RunSpec).
+    pub calls: Vec<RunEvent>,
 }
 
 /// Why [`classify`] chose no piece.
@@ -127,7 +134,27 @@ pub async fn classify(
         temperature: Some(0.0),
         max_tokens: None,
     };
+    let requested = request.model.clone();
+    let mut calls = vec![RunEvent::LlmRequest {
+        movement: CLASSIFIER_MOVEMENT.to_string(),
+        purpose: CallPurpose::Classifier,
+        messages: request.messages.len(),
+        tools: request.tools.len(),
+    }];
     let response = provider.chat(request, &|_| {}).await?;
+    calls.push(RunEvent::LlmResponse {
+        movement: CLASSIFIER_MOVEMENT.to_string(),
+        purpose: CallPurpose::Classifier,
+        model: Some(response.model.clone().unwrap_or(requested)),
+        usage: response.usage,
+        finish_reason: response.finish_reason.clone(),
+        tool_calls: response.tool_calls.len(),
+        text_chars: response.content.chars().count(),
+        answer: Some(RecordedAnswer {
+            content: response.content.clone(),
+            tool_calls: Vec::new(),
+        }),
+    });
     let value = parse_json_object(&response.content)
         .ok_or_else(|| ClassifyError::Unreadable(response.content.clone()))?;
     let piece = value
@@ -153,5 +180,9 @@ pub async fn classify(
         };
         return Err(ClassifyError::NothingFits { reason, known });
     }
-    Ok(Classified { piece, reason })
+    Ok(Classified {
+        piece,
+        reason,
+        calls,
+    })
 }

@@ -135,10 +135,13 @@ impl RunCtx {
             tools: request.tools.len(),
         })
         .await?;
+        let requested = request.model.clone();
         // A resumed run reuses the answer its record holds for this call.
         let recorded = self.journal.recorded().and_then(|r| r.answer(movement));
         if let Some(response) = recorded {
-            return self.record_response(movement, purpose, response).await;
+            return self
+                .record_response(movement, purpose, &requested, response)
+                .await;
         }
         if self.verifying() {
             return Err(EngineError::Diverged(Divergence {
@@ -167,18 +170,22 @@ impl RunCtx {
             }
             other => EngineError::Llm(other),
         })?;
-        self.record_response(movement, purpose, response).await
+        self.record_response(movement, purpose, &requested, response)
+            .await
     }
 
     async fn record_response(
         &self,
         movement: &str,
         purpose: CallPurpose,
+        requested: &str,
         response: ChatResponse,
     ) -> Result<ChatResponse, EngineError> {
         self.emit_queued(RunEvent::LlmResponse {
             movement: movement.to_string(),
             purpose,
+            // The endpoint's word for who answered wins: a gateway may route elsewhere.
+            model: Some(response.model.as_deref().unwrap_or(requested).to_string()),
             usage: response.usage,
             finish_reason: response.finish_reason.clone(),
             tool_calls: response.tool_calls.len(),

@@ -13,7 +13,7 @@ use std::sync::Mutex;
 use maestro_llm::ChatResponse;
 use maestro_tools::RunScratch;
 
-use crate::event::{EventRecord, RecordedAnswer, RunEvent};
+use crate::event::{CallPurpose, EventRecord, RecordedAnswer, RunEvent};
 use crate::subtasks::SubtaskOutcome;
 
 /// How the record is used.
@@ -100,8 +100,10 @@ fn passive(event: &RunEvent) -> bool {
     )
 }
 
-/// Fields that name where this copy of the run keeps its files, not what it did.
+/// Fields that name where this copy of the run keeps its files, or which model it runs on (a
+/// resume or a replay may run with another configured model), not what it did.
 const PLACE_FIELDS: &[&str] = &[
+    "model",
     "prompt_log",
     "transcript",
     "run_dir",
@@ -125,7 +127,7 @@ fn essence(event: &RunEvent) -> serde_json::Value {
 /// `kind` of `movement` (or of the run), for messages.
 pub(crate) fn describe(event: &RunEvent) -> String {
     let mut text = format!("`{}`", event.kind());
-    if let Some(movement) = event.movement() {
+    if let Some(movement) = event.movement().filter(|m| !m.is_empty()) {
         text.push_str(&format!(" of `{movement}`"));
     }
     match event {
@@ -204,6 +206,34 @@ impl Recorded {
                 RunEvent::RunStarted { context_window, .. } => Some(*context_window),
                 _ => None,
             })
+    }
+
+    /// The calls the record holds from before the run started (the classifier's, purpose
+    /// `classifier`), in order: a resumed run writes them again, so they match, rather than
+    /// making them again.
+    pub(crate) fn preamble(&self) -> Vec<RunEvent> {
+        let Ok(streams) = self.inner.lock() else {
+            return Vec::new();
+        };
+        streams
+            .by_movement
+            .get(crate::classifier::CLASSIFIER_MOVEMENT)
+            .into_iter()
+            .flatten()
+            .filter(|r| {
+                matches!(
+                    r.event,
+                    RunEvent::LlmRequest {
+                        purpose: CallPurpose::Classifier,
+                        ..
+                    } | RunEvent::LlmResponse {
+                        purpose: CallPurpose::Classifier,
+                        ..
+                    }
+                )
+            })
+            .map(|r| r.event.clone())
+            .collect()
     }
 
     /// True when the record ends the run for good (a `run_finished` that is still expected).
@@ -289,12 +319,14 @@ impl Recorded {
                     }),
                 usage,
                 finish_reason,
+                model,
                 ..
             } => Some(ChatResponse {
                 content: content.clone(),
                 tool_calls: tool_calls.clone(),
                 usage: *usage,
                 finish_reason: finish_reason.clone(),
+                model: model.clone(),
             }),
             _ => None,
         }

@@ -77,6 +77,11 @@ pub struct RunSpec {
     /// The job system's side of subtasks (`SpawnSubTask`, `WAIT_SUBTASKS`); without one,
     /// `SpawnSubTask` is not offered and `WAIT_SUBTASKS` takes the movement's `default_next`.
     pub subtasks: Option<Arc<dyn SubtaskHost>>,
+    /// Model calls made for the run before it started (the classifier's choice of piece for
+    /// `auto`, [`crate::Classified::calls`]): recorded right after `run_started` of a new run,
+    /// so that every call is in the record. A resumed or replayed run takes them from its
+    /// record instead and ignores these.
+    pub preamble: Vec<RunEvent>,
 }
 
 impl std::fmt::Debug for RunSpec {
@@ -111,6 +116,7 @@ impl RunSpec {
             suspend: None,
             answers: Vec::new(),
             subtasks: None,
+            preamble: Vec::new(),
         }
     }
 }
@@ -287,6 +293,7 @@ impl Engine {
             suspend,
             answers,
             subtasks,
+            preamble,
         } = spec;
         let recorded_answers = recorded.as_ref().map_or(0, |r| r.answers_recorded());
         let fresh_answers: std::collections::VecDeque<String> =
@@ -325,7 +332,7 @@ impl Engine {
         }
         let suspend = suspend.unwrap_or_default();
         let outcome = tokio::select! {
-            outcome = self.start_and_drive(&run, &piece, task, &record, context_window, piece_file) => outcome,
+            outcome = self.start_and_drive(&run, &piece, task, &record, Opening { context_window, piece_file, preamble }) => outcome,
             _ = suspend.cancelled() => {
                 run.cancel.cancel();
                 return Ok((RunEnd::Suspended, run));
@@ -389,9 +396,13 @@ impl Engine {
         piece: &Piece,
         task: &str,
         record: &RunRecord,
-        context_window: Option<u64>,
-        piece_file: Option<PathBuf>,
+        opening: Opening,
     ) -> Result<runner::Finish, EngineError> {
+        let Opening {
+            context_window,
+            piece_file,
+            preamble,
+        } = opening;
         run.emit_queued(RunEvent::RunStarted {
             run_id: record.run_id.clone(),
             piece: piece.name.clone(),
@@ -410,7 +421,18 @@ impl Engine {
             context_window,
             piece_file: piece_file.map(|p| p.display().to_string()),
             subtasks: run.subtasks.is_some(),
+            model: Some(run.config.model.clone()),
         })?;
+        // The calls made before the run (the classifier's): a new run records those it was
+        // given; a resumed one goes through those its record holds, so they match and the
+        // model is not asked again.
+        let preamble = match run.journal.recorded() {
+            Some(recorded) => recorded.preamble(),
+            None => preamble,
+        };
+        for event in preamble {
+            run.emit_queued(redact_answer(run, event))?;
+        }
         if self.tools.get("Bash").is_some()
             && self.tools.config().bash_sandbox == maestro_tools::BashSandboxMode::UnsafeNoSandbox
         {
@@ -431,5 +453,41 @@ impl Engine {
             .await?;
         }
         runner::drive(run).await
+    }
+}
+
+/// What `run_started` and the events right after it carry beyond the piece and the task.
+struct Opening {
+    context_window: Option<u64>,
+    piece_file: Option<PathBuf>,
+    preamble: Vec<RunEvent>,
+}
+
+/// `event` with the run's known secrets replaced in the answer it carries.
+fn redact_answer(run: &RunCtx, event: RunEvent) -> RunEvent {
+    match event {
+        RunEvent::LlmResponse {
+            movement,
+            purpose,
+            model,
+            usage,
+            finish_reason,
+            tool_calls,
+            text_chars,
+            answer,
+        } => RunEvent::LlmResponse {
+            movement,
+            purpose,
+            model,
+            usage,
+            finish_reason,
+            tool_calls,
+            text_chars,
+            answer: answer.map(|a| crate::event::RecordedAnswer {
+                content: run.redact(&a.content),
+                tool_calls: a.tool_calls,
+            }),
+        },
+        other => other,
     }
 }

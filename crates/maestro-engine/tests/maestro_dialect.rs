@@ -650,3 +650,46 @@ async fn a_replay_switches_tool_mode_where_the_record_did() {
     assert_eq!(report.status.to_string(), "completed");
     assert_eq!(settled.requests().len(), 0);
 }
+
+#[tokio::test]
+async fn the_record_names_the_configured_model_and_the_model_that_answered() {
+    let ran = run(
+        two_steps(),
+        vec![
+            // A router behind the endpoint served this call with another model.
+            Turn::tool_call("transition", json!({"next": "write"})).answered_by("routed-model-b"),
+            Turn::tool_call(
+                "complete",
+                json!({"status": "success", "result": "The cookbook is written."}),
+            ),
+        ],
+    )
+    .await;
+    ran.assert_record_is_sound();
+    let started: Vec<Option<String>> = ran
+        .events
+        .iter()
+        .filter_map(|r| match &r.event {
+            RunEvent::RunStarted { model, .. } => Some(model.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(started, vec![Some("scripted-model".to_string())]);
+    let answered: Vec<(String, Option<String>)> = ran
+        .events
+        .iter()
+        .filter_map(|r| match &r.event {
+            RunEvent::LlmResponse {
+                movement, model, ..
+            } => Some((movement.clone(), model.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        answered,
+        vec![
+            ("research".to_string(), Some("routed-model-b".to_string())),
+            ("write".to_string(), Some("scripted-model".to_string())),
+        ]
+    );
+}

@@ -9,7 +9,7 @@ mod support;
 use std::sync::Arc;
 
 use maestro_engine::{
-    Engine, EventRecord, JsonlLog, RunEnd, RunEvent, RunRecord, RunSpec, read_events,
+    CallPurpose, Engine, EventRecord, JsonlLog, RunEnd, RunEvent, RunRecord, RunSpec, read_events,
 };
 use maestro_llm::{OpenAiCompat, OpenAiConfig, Provider, ToolMode};
 use maestro_piece::{Condition, Dialect, Piece};
@@ -565,4 +565,137 @@ async fn questions_answered_later_go_on_in_the_same_movement_and_conversation() 
         maestro_engine::RunState::replay(&round2).user_inputs,
         vec!["Italian", "Six"]
     );
+}
+
+/// The classifier's call (`auto`) is in the run's record right after `run_started`; a resume
+/// from any point after it goes through it without asking the classifier again, and a replay
+/// of the whole record matches it.
+#[tokio::test]
+async fn the_classifiers_call_is_recorded_and_never_made_again() {
+    let piece = writing_piece();
+    let server = ScriptedLlm::start(
+        std::iter::once(Turn::json(
+            json!({"piece": piece.name, "reason": "it writes things"}),
+        ))
+        .chain(writing_turns())
+        .collect::<Vec<_>>(),
+    )
+    .await;
+    let config = OpenAiConfig::new(server.base_url()).with_retry(fast_retries());
+    let provider = OpenAiCompat::new(config).unwrap();
+    let chosen = maestro_engine::classify(
+        &provider,
+        "scripted-model",
+        "Write the cookbook.",
+        &[maestro_engine::PieceSummary::from(&piece)],
+    )
+    .await
+    .unwrap();
+    assert_eq!(chosen.piece, piece.name);
+
+    let dir = tempfile::tempdir().unwrap();
+    let record = RunRecord::create(&dir.path().join("runs"), None).unwrap();
+    notes(&record);
+    let path = record.events_path();
+    let mut spec = RunSpec::new(
+        Arc::new(piece.clone()),
+        "Write the cookbook.",
+        record.clone(),
+    );
+    spec.logs = vec![Arc::new(JsonlLog::append_to(&path).unwrap())];
+    spec.preamble = chosen.calls;
+    let end = engine_for(&server).run_spec(spec).await.unwrap();
+    assert!(matches!(end, RunEnd::Finished(_)), "{end:?}");
+    let full = read_events(&path).unwrap();
+    let head: Vec<(&str, Option<CallPurpose>)> =
+        full.iter()
+            .take(3)
+            .map(|r| {
+                let purpose = match &r.event {
+                    RunEvent::LlmRequest { purpose, .. }
+                    | RunEvent::LlmResponse { purpose, .. } => Some(*purpose),
+                    _ => None,
+                };
+                (r.event.kind(), purpose)
+            })
+            .collect();
+    assert_eq!(
+        head,
+        vec![
+            ("run_started", None),
+            ("llm_request", Some(CallPurpose::Classifier)),
+            ("llm_response", Some(CallPurpose::Classifier)),
+        ]
+    );
+    // Its tokens count in the run's usage like any other call's.
+    let classifier_tokens = match &full[2].event {
+        RunEvent::LlmResponse { usage, model, .. } => {
+            assert_eq!(model.as_deref(), Some("scripted-model"));
+            usage.total_tokens
+        }
+        other => panic!("{other:?}"),
+    };
+    assert!(classifier_tokens > 0);
+    let RunEnd::Finished(report) = end else {
+        unreachable!()
+    };
+    let movement_tokens: u64 = full[3..]
+        .iter()
+        .filter_map(|r| match &r.event {
+            RunEvent::LlmResponse { usage, .. } => Some(usage.total_tokens),
+            _ => None,
+        })
+        .sum();
+    assert_eq!(
+        report.state.usage.total_tokens,
+        classifier_tokens + movement_tokens
+    );
+
+    // Resumed from every cut after the classifier's answer: nothing recorded is written twice,
+    // and the only calls made are those the cut lost (never the classifier's).
+    for cut in 3..full.len() - 1 {
+        let history = &full[..cut];
+        let answered = answers_in(history) - 1;
+        let resumed = resume(&piece, history, writing_turns()[answered..].to_vec()).await;
+        let RunEnd::Finished(report) = &resumed.end else {
+            panic!("cut at {cut}: {:?}", resumed.end);
+        };
+        assert_eq!(report.status.to_string(), "completed", "cut at {cut}");
+        let classifier_calls = resumed
+            .events
+            .iter()
+            .filter(|r| {
+                matches!(
+                    r.event,
+                    RunEvent::LlmRequest {
+                        purpose: CallPurpose::Classifier,
+                        ..
+                    }
+                )
+            })
+            .count();
+        assert_eq!(classifier_calls, 1, "cut at {cut}");
+        let seqs: Vec<u64> = resumed.events.iter().map(|r| r.seq).collect();
+        assert_eq!(
+            seqs,
+            (1..=seqs.len() as u64).collect::<Vec<_>>(),
+            "cut at {cut}"
+        );
+        assert_eq!(
+            resumed.requests,
+            writing_turns().len() - answered,
+            "cut at {cut}: only the calls without a recorded answer were sent"
+        );
+    }
+
+    // A replay of the whole record goes through the classifier's call too.
+    let silent = ScriptedLlm::start(vec![]).await;
+    let scratch = tempfile::tempdir().unwrap();
+    let record = RunRecord::open(scratch.path(), "replay", None).unwrap();
+    let report = engine_for(&silent)
+        .replay(Arc::new(piece), full, record)
+        .await
+        .unwrap();
+    assert_eq!(report.status.to_string(), "completed");
+    assert_eq!(silent.requests().len(), 0);
 }

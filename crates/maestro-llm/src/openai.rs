@@ -491,6 +491,7 @@ impl OpenAiCompat {
             tool_calls: raw.tool_calls,
             usage,
             finish_reason: raw.finish_reason,
+            model: raw.model,
         }
     }
 

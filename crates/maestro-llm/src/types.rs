@@ -80,6 +80,10 @@ pub struct ChatResponse {
     pub usage: Usage,
     /// Why the model stopped, as the endpoint said (`stop`, `length`, `tool_calls`, …).
     pub finish_reason: Option<String>,
+    /// The model the endpoint says answered (its `model` field), when it named one; a
+    /// gateway or router may answer with another model than the one asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
 }
 
 /// Progress reported while a call runs, for live display and the run's event stream.

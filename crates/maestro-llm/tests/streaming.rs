@@ -13,8 +13,10 @@ use serde_json::json;
 
 #[tokio::test]
 async fn streams_text_and_reports_each_delta() {
-    let server =
-        ScriptedLlm::start([Turn::text("Hello there, streaming world.").with_usage(12, 7)]).await;
+    let server = ScriptedLlm::start([Turn::text("Hello there, streaming world.")
+        .with_usage(12, 7)
+        .answered_by("served-model-7")])
+    .await;
     let llm = client(config(server.base_url()));
     let events = Events::default();
     let answer = llm.chat(ask("hi"), &events.sink()).await.unwrap();
@@ -30,6 +32,8 @@ async fn streams_text_and_reports_each_delta() {
                 estimated: false
             },
             finish_reason: Some("stop".into()),
+            // The model the endpoint says answered, not the one asked for.
+            model: Some("served-model-7".into()),
         }
     );
     assert!(

@@ -45,6 +45,10 @@ pub enum RunEvent {
         /// it); a replay offers the same tools.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         subtasks: bool,
+        /// The model configured for the run (`llm.model`, or the job's own). Absent in records
+        /// written before it was recorded.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        model: Option<String>,
     },
     /// A visit of a movement began.
     MovementStarted {
@@ -104,6 +108,11 @@ pub enum RunEvent {
         movement: String,
         /// Why the call was made.
         purpose: CallPurpose,
+        /// The model that answered: the name the endpoint reported in its answer, else the
+        /// model the request asked for. What the call is priced by. Absent in records written
+        /// before it was recorded.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        model: Option<String>,
         /// The tokens the call used, as reported by the endpoint or estimated.
         usage: Usage,
         /// The endpoint's `finish_reason` (`stop`, `tool_calls`, `length`, …), when it gave one.
@@ -506,6 +515,7 @@ mod tests {
             event: RunEvent::LlmResponse {
                 movement: "plan".into(),
                 purpose: CallPurpose::Movement,
+                model: Some("served-model".into()),
                 usage: Usage {
                     prompt_tokens: 10,
                     completion_tokens: 2,
@@ -521,10 +531,29 @@ mod tests {
         let line = serde_json::to_string(&record).unwrap();
         assert_eq!(
             line,
-            r#"{"seq":3,"ts":"2026-01-01T00:00:00Z","type":"llm_response","movement":"plan","purpose":"movement","usage":{"prompt_tokens":10,"completion_tokens":2,"total_tokens":12},"finish_reason":"stop","tool_calls":0,"text_chars":5}"#
+            r#"{"seq":3,"ts":"2026-01-01T00:00:00Z","type":"llm_response","movement":"plan","purpose":"movement","model":"served-model","usage":{"prompt_tokens":10,"completion_tokens":2,"total_tokens":12},"finish_reason":"stop","tool_calls":0,"text_chars":5}"#
         );
         let back: EventRecord = serde_json::from_str(&line).unwrap();
         assert_eq!(back, record);
         assert_eq!(record.event.kind(), "llm_response");
+    }
+
+    #[test]
+    fn records_written_before_models_were_recorded_still_read() {
+        let old = [
+            r#"{"seq":1,"ts":"2026-01-01T00:00:00Z","type":"run_started","run_id":"r","piece":"p","dialect":"maestro","piece_hash":"h","task":"t","max_movements":3,"initial_movement":"plan","run_dir":"/r","workspace":"/w"}"#,
+            r#"{"seq":2,"ts":"2026-01-01T00:00:01Z","type":"llm_response","movement":"plan","purpose":"movement","usage":{"prompt_tokens":10,"completion_tokens":2,"total_tokens":12},"tool_calls":0,"text_chars":5}"#,
+        ];
+        for line in old {
+            let record: EventRecord = serde_json::from_str(line).unwrap();
+            match &record.event {
+                RunEvent::RunStarted { model, .. } | RunEvent::LlmResponse { model, .. } => {
+                    assert_eq!(model, &None)
+                }
+                other => panic!("unexpected event {other:?}"),
+            }
+            // Written back, the line is what it was: no field appears from nowhere.
+            assert_eq!(serde_json::to_string(&record).unwrap(), line);
+        }
     }
 }

@@ -33,7 +33,11 @@ pub(crate) type SentBytes = std::sync::Arc<std::sync::atomic::AtomicUsize>;
 pub(crate) fn respond(turn: Turn, ask: &Ask, seq: usize, sent: &SentBytes) -> Response {
     let stream = ask.stream;
     let include_usage = ask.include_usage;
-    let model = ask.model.clone().unwrap_or_else(|| "scripted".to_string());
+    let model = turn
+        .answered_by
+        .clone()
+        .or_else(|| ask.model.clone())
+        .unwrap_or_else(|| "scripted".to_string());
     let usage = turn
         .usage
         .map(|(p, c)| json!({"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}));

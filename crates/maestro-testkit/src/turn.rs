@@ -26,6 +26,7 @@ pub struct Turn {
     pub(crate) usage: Option<(u64, u64)>,
     pub(crate) delay: Option<Duration>,
     pub(crate) matcher: Option<String>,
+    pub(crate) answered_by: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -67,6 +68,7 @@ impl Turn {
             usage: None,
             delay: None,
             matcher: None,
+            answered_by: None,
         }
     }
 
@@ -199,6 +201,14 @@ impl Turn {
     /// request asked for `stream_options.include_usage`. Without it no usage is sent.
     pub fn with_usage(mut self, prompt_tokens: u64, completion_tokens: u64) -> Turn {
         self.usage = Some((prompt_tokens, completion_tokens));
+        self
+    }
+
+    /// Names `model` as the model that answered (the answer's `model` field), as a gateway or
+    /// router does when it serves another model than the one asked for. Without it the answer
+    /// names the requested model.
+    pub fn answered_by(mut self, model: impl Into<String>) -> Turn {
+        self.answered_by = Some(model.into());
         self
     }
 

@@ -11,6 +11,8 @@ pub(crate) struct RawAnswer {
     pub tool_calls: Vec<ToolCall>,
     pub usage: Option<Usage>,
     pub finish_reason: Option<String>,
+    /// The `model` the endpoint named in its answer.
+    pub model: Option<String>,
 }
 
 /// A tool-call id for answers that carry none (JSON tool mode, some local servers).

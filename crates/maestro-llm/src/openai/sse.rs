@@ -22,6 +22,8 @@ pub(crate) struct Accumulator {
     calls: BTreeMap<u64, PartialCall>,
     usage: Option<maestro_protocol::Usage>,
     finish_reason: Option<String>,
+    /// The `model` the chunks named (the last one that named it).
+    model: Option<String>,
     done: bool,
     /// Text and argument pieces received: the streamed token count.
     pieces: u64,
@@ -36,6 +38,8 @@ struct Chunk<'a> {
     error: Option<Value>,
     #[serde(default)]
     usage: Option<Value>,
+    #[serde(default, borrow)]
+    model: Option<std::borrow::Cow<'a, str>>,
     #[serde(default, borrow)]
     choices: Option<Vec<Choice<'a>>>,
 }
@@ -74,6 +78,10 @@ impl<'a> Chunk<'a> {
         Ok(Chunk {
             error: value.get_mut("error").map(Value::take),
             usage: value.get_mut("usage").map(Value::take),
+            model: value
+                .get("model")
+                .and_then(Value::as_str)
+                .map(|m| std::borrow::Cow::Owned(m.to_string())),
             choices: choice.map(|mut choice| {
                 vec![Choice {
                     finish_reason: choice.get_mut("finish_reason").map(Value::take),
@@ -140,6 +148,9 @@ impl Accumulator {
         }
         if let Some(usage) = chunk.usage.as_ref().and_then(parse_usage) {
             self.usage = Some(usage);
+        }
+        if self.model.is_none() {
+            self.model = chunk.model.filter(|m| !m.is_empty()).map(String::from);
         }
         let Some(choice) = chunk.choices.and_then(|c| c.into_iter().next()) else {
             return Ok(None);
@@ -227,6 +238,7 @@ impl Accumulator {
                 .collect(),
             usage: self.usage,
             finish_reason: self.finish_reason,
+            model: self.model,
         }
     }
 }
@@ -366,7 +378,7 @@ mod tests {
     fn interleaved_tool_call_deltas_are_joined_by_index() {
         let mut acc = Accumulator::default();
         let chunks = [
-            r#"{"choices":[{"delta":{"role":"assistant","content":"Let me "}}]}"#,
+            r#"{"model":"served-model-7","choices":[{"delta":{"role":"assistant","content":"Let me "}}]}"#,
             r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"id":"a","type":"function","function":{"name":"Read","arguments":""}}]}}]}"#,
             r#"{"choices":[{"delta":{"tool_calls":[{"index":1,"id":"b","type":"function","function":{"name":"Grep","arguments":"{\"pat"}}]}}]}"#,
             r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"path\":"}}]}}]}"#,
@@ -379,6 +391,7 @@ mod tests {
             acc.apply(chunk).unwrap();
         }
         let answer = acc.finish();
+        assert_eq!(answer.model.as_deref(), Some("served-model-7"));
         assert_eq!(answer.content, "Let me ");
         assert_eq!(
             answer.tool_calls,

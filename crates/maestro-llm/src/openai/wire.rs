@@ -282,6 +282,11 @@ pub(crate) fn parse_completion(body: &str) -> Result<RawAnswer, LlmError> {
             .get("finish_reason")
             .and_then(Value::as_str)
             .map(str::to_string),
+        model: value
+            .get("model")
+            .and_then(Value::as_str)
+            .filter(|m| !m.is_empty())
+            .map(str::to_string),
     })
 }
 
@@ -424,7 +429,7 @@ mod tests {
 
     #[test]
     fn completion_parses_tool_calls_and_usage() {
-        let body = r#"{"choices":[{"message":{"role":"assistant","content":null,"tool_calls":[
+        let body = r#"{"model":"served-model-7","choices":[{"message":{"role":"assistant","content":null,"tool_calls":[
             {"id":"a","type":"function","function":{"name":"Grep","arguments":"{\"q\":1}"}}]},
             "finish_reason":"tool_calls"}],"usage":{"prompt_tokens":7,"completion_tokens":3,"total_tokens":10}}"#;
         assert_eq!(
@@ -443,6 +448,7 @@ mod tests {
                     estimated: false
                 }),
                 finish_reason: Some("tool_calls".into()),
+                model: Some("served-model-7".into()),
             }
         );
     }

@@ -541,6 +541,7 @@ fn http_floor(bencher: Bencher) {
                                     response_schema: None,
                                     temperature: None,
                                     max_tokens: None,
+                                    headers: Vec::new(),
                                 };
                                 let answer = client.chat(request, &|_| {}).await.unwrap();
                                 messages.push(Message::Assistant {

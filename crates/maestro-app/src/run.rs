@@ -544,7 +544,11 @@ async fn run_prepared(
     let spec = run_spec(
         ctx, claimed, piece, piece_file, history, answers, &config, &steer,
     )
-    .map(|spec| RunSpec { preamble, ..spec });
+    .map(|spec| RunSpec {
+        preamble,
+        attribution: Some(claimed.job.id.to_string()),
+        ..spec
+    });
     let ran = match spec {
         Ok(mut spec) => match with_inputs(ctx, claimed, &mut spec).await {
             Ok(()) => {

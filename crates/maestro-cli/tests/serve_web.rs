@@ -164,6 +164,16 @@ async fn a_result_and_a_question_come_as_sanitised_html_and_a_share_link_serves_
     for bad in ["<script", "javascript:", "evil.example"] {
         assert!(!html.contains(bad), "{bad} in {html}");
     }
+    // Every model call of the job names it and its movement, for a gateway to attribute.
+    for request in llm
+        .recorded()
+        .iter()
+        .filter(|r| r.path == "/v1/chat/completions")
+    {
+        assert_eq!(request.header("x-maestro-job"), Some(id.as_str()));
+        assert_eq!(request.header("x-maestro-movement"), Some("work"));
+    }
+    assert_eq!(llm.requests().len(), 2);
     // The Markdown as the run gave it is still there for scripts.
     assert!(
         done["result"]["result"]

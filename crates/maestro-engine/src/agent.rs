@@ -351,6 +351,7 @@ impl<'a> Agent<'a> {
             response_schema: self.answer_schema.clone(),
             temperature: self.run.config.temperature,
             max_tokens: self.run.config.max_tokens,
+            headers: Vec::new(),
         };
         self.run
             .chat(self.name(), CallPurpose::Movement, request)

@@ -133,6 +133,7 @@ pub async fn classify(
         }),
         temperature: Some(0.0),
         max_tokens: None,
+        headers: Vec::new(),
     };
     let requested = request.model.clone();
     let mut calls = vec![RunEvent::LlmRequest {

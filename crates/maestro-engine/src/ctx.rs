@@ -40,6 +40,8 @@ pub(crate) struct RunCtx {
     pub secrets: Vec<Secret>,
     /// The job system's side of subtasks; `None` where there is none (subtasks off).
     pub subtasks: Option<Arc<dyn SubtaskHost>>,
+    /// What every model call is attributed to (`X-Maestro-Job`): the job's id, else the run's.
+    pub attribution: String,
 }
 
 impl RunCtx {
@@ -123,8 +125,12 @@ impl RunCtx {
         &self,
         movement: &str,
         purpose: CallPurpose,
-        request: ChatRequest,
+        mut request: ChatRequest,
     ) -> Result<ChatResponse, EngineError> {
+        request.headers = vec![
+            ("X-Maestro-Job".to_string(), self.attribution.clone()),
+            ("X-Maestro-Movement".to_string(), movement.to_string()),
+        ];
         if self.cancel.is_cancelled() {
             return Err(EngineError::Llm(maestro_llm::LlmError::Cancelled));
         }

@@ -178,6 +178,7 @@ async fn ask(
         }),
         temperature: Some(0.0),
         max_tokens: None,
+        headers: Vec::new(),
     };
     let purpose = match kind {
         JudgeKind::Judge => CallPurpose::Judge,

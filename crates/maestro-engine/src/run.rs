@@ -82,6 +82,9 @@ pub struct RunSpec {
     /// so that every call is in the record. A resumed or replayed run takes them from its
     /// record instead and ignores these.
     pub preamble: Vec<RunEvent>,
+    /// What the run's model calls are attributed to in their `X-Maestro-Job` header: the job's
+    /// id for a job; `None` uses the run's id (a local run).
+    pub attribution: Option<String>,
 }
 
 impl std::fmt::Debug for RunSpec {
@@ -117,6 +120,7 @@ impl RunSpec {
             answers: Vec::new(),
             subtasks: None,
             preamble: Vec::new(),
+            attribution: None,
         }
     }
 }
@@ -294,6 +298,7 @@ impl Engine {
             answers,
             subtasks,
             preamble,
+            attribution,
         } = spec;
         let recorded_answers = recorded.as_ref().map_or(0, |r| r.answers_recorded());
         let fresh_answers: std::collections::VecDeque<String> =
@@ -326,6 +331,7 @@ impl Engine {
             answers: Mutex::new(fresh_answers),
             secrets: self.secrets.clone(),
             subtasks,
+            attribution: attribution.unwrap_or_else(|| record.run_id.clone()),
         });
         if let Some(after_seq) = resumed_after {
             run.emit(RunEvent::RunResumed { after_seq }).await?;

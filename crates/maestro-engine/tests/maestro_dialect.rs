@@ -693,3 +693,42 @@ async fn the_record_names_the_configured_model_and_the_model_that_answered() {
         ]
     );
 }
+
+#[tokio::test]
+async fn every_call_names_its_run_and_movement_for_a_gateway() {
+    let ran = run(
+        two_steps(),
+        vec![
+            Turn::tool_call("transition", json!({"next": "write"})),
+            Turn::tool_call(
+                "complete",
+                json!({"status": "success", "result": "The cookbook is written."}),
+            ),
+        ],
+    )
+    .await;
+    let run_id = match &ran.events[0].event {
+        RunEvent::RunStarted { run_id, .. } => run_id.clone(),
+        other => panic!("the first event is {other:?}"),
+    };
+    let sent: Vec<(Option<String>, Option<String>)> = ran
+        .server
+        .recorded()
+        .iter()
+        .filter(|r| r.path == "/v1/chat/completions")
+        .map(|r| {
+            (
+                r.header("x-maestro-job").map(str::to_string),
+                r.header("x-maestro-movement").map(str::to_string),
+            )
+        })
+        .collect();
+    // A run outside the job system is attributed to its run id.
+    assert_eq!(
+        sent,
+        vec![
+            (Some(run_id.clone()), Some("research".to_string())),
+            (Some(run_id), Some("write".to_string())),
+        ]
+    );
+}

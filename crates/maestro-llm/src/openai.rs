@@ -313,7 +313,10 @@ impl OpenAiCompat {
         loop {
             let transport = self.transport();
             let body = wire::body(&request, shape, transport).map_err(|e| self.redact(e))?;
-            let failure = match self.attempt(&body, transport, shape, on_event).await {
+            let failure = match self
+                .attempt(&body, &request.headers, transport, shape, on_event)
+                .await
+            {
                 Ok(raw) => {
                     if shape == Shape::NativeTools && !raw.tool_calls.is_empty() {
                         self.settle_tool_mode(&request.model, ToolMode::Native);
@@ -381,6 +384,7 @@ impl OpenAiCompat {
     async fn attempt(
         &self,
         body: &wire::Body,
+        headers: &[(String, String)],
         transport: Transport,
         shape: Shape,
         on_event: &(dyn Fn(StreamEvent) + Send + Sync),
@@ -392,10 +396,13 @@ impl OpenAiCompat {
             retry_after: None,
         };
         // The URL parsed once; one that does not parse goes as text, and reqwest says why.
-        let request = match &self.endpoints.chat_url {
+        let mut request = match &self.endpoints.chat_url {
             Some(parsed) => self.client.post(parsed.clone()),
             None => self.client.post(&url),
         };
+        for (name, value) in headers {
+            request = request.header(name.as_str(), header_value(value));
+        }
         let response = match tokio::time::timeout(
             idle,
             request
@@ -580,5 +587,35 @@ impl Provider for OpenAiCompat {
         }
         self.settle_tool_mode(model, ToolMode::Json);
         true
+    }
+}
+
+/// `value` as a header value: visible ASCII and spaces as they are, every other byte
+/// percent-encoded (a movement may be named in any script).
+fn header_value(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for b in value.bytes() {
+        if (0x20..0x7f).contains(&b) && b != b'%' {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod header_tests {
+    use super::header_value;
+
+    #[test]
+    fn a_header_value_is_visible_ascii_whatever_the_name() {
+        assert_eq!(header_value("review-2 step"), "review-2 step");
+        assert_eq!(
+            header_value("レビュー"),
+            "%E3%83%AC%E3%83%93%E3%83%A5%E3%83%BC"
+        );
+        assert_eq!(header_value("50%\n"), "50%25%0A");
+        assert!(reqwest::header::HeaderValue::from_str(&header_value("計画\r\n")).is_ok());
     }
 }

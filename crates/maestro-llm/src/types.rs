@@ -67,6 +67,10 @@ pub struct ChatRequest {
     pub temperature: Option<f32>,
     /// The most tokens the answer may have; `None` leaves it to the endpoint.
     pub max_tokens: Option<u32>,
+    /// HTTP headers sent with this call only, e.g. `X-Maestro-Job` and `X-Maestro-Movement`,
+    /// by which a gateway attributes the call. A value that is not visible ASCII is sent
+    /// percent-encoded.
+    pub headers: Vec<(String, String)>,
 }
 
 /// The assembled answer of one model call.

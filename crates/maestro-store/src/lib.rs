@@ -23,6 +23,7 @@
 //! ```
 
 mod auth;
+mod budgets;
 mod clock;
 mod config_versions;
 mod error;
@@ -48,6 +49,7 @@ mod watch;
 pub use auth::{
     NewToken, StoredLogin, StoredSession, StoredShare, StoredToken, StoredUser, secret_hash,
 };
+pub use budgets::{BudgetCap, BudgetLimits, BudgetRefusal, BudgetState, Charge, ReservationId};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config_versions::{ConfigPut, ConfigVersion};
 pub use error::{StoreError, StoreResult};

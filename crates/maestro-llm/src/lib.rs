@@ -4,6 +4,7 @@
 //!
 //! This crate knows nothing of pieces.
 
+pub mod anthropic;
 mod openai;
 mod types;
 

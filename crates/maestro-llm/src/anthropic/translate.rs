@@ -566,7 +566,7 @@ enum Block {
 /// - `message_delta`: a chunk with an empty delta and the `finish_reason`;
 /// - `message_stop`: the last chunk, `choices: []` with the whole `usage` (input and cache
 ///   counts from `message_start`, the final counts from `message_delta`), as an OpenAI stream
-///   with `stream_options.include_usage` ends;
+///   with `stream_options.include_usage` ends (left out when the stream reported no usage);
 /// - `ping`, `content_block_stop`, other blocks' deltas and event types not known: nothing;
 /// - `error`: [`StreamError`].
 ///
@@ -575,6 +575,7 @@ enum Block {
 #[derive(Debug, Clone)]
 pub struct StreamTranslator {
     model: String,
+    answered_by: Option<String>,
     id: String,
     created: i64,
     blocks: HashMap<u64, Block>,
@@ -589,6 +590,7 @@ impl StreamTranslator {
     pub fn new(model: impl Into<String>) -> StreamTranslator {
         StreamTranslator {
             model: model.into(),
+            answered_by: None,
             id: "msg".into(),
             created: unix_now(),
             blocks: HashMap::new(),
@@ -602,6 +604,11 @@ impl StreamTranslator {
     /// Whether `message_stop` has been fed: the answer is whole.
     pub fn is_complete(&self) -> bool {
         self.complete
+    }
+
+    /// The model the API says answered (`message_start`'s `message.model`), once it came.
+    pub fn answered_by(&self) -> Option<&str> {
+        self.answered_by.as_deref()
     }
 
     /// The `finish_reason` the stream gave (from `message_delta`), if it came yet.
@@ -646,6 +653,9 @@ impl StreamTranslator {
                 let message = &event["message"];
                 if let Some(id) = message.get("id").and_then(Value::as_str) {
                     self.id = id.to_string();
+                }
+                if let Some(model) = message.get("model").and_then(Value::as_str) {
+                    self.answered_by = Some(model.to_string());
                 }
                 self.merge_usage(message.get("usage"));
                 Ok(vec![
@@ -723,12 +733,17 @@ impl StreamTranslator {
             }
             "message_stop" => {
                 self.complete = true;
-                let usage = self.usage().unwrap_or_else(|| usage_to_chat(&json!({})));
-                Ok(vec![
-                    json!({"id": self.id, "object": "chat.completion.chunk",
-                    "created": self.created, "model": self.model, "choices": [],
-                    "usage": usage}),
-                ])
+                // The API always reports usage; a stream that reported none gets no usage
+                // chunk rather than one of zeros, so the reader can tell and estimate.
+                Ok(self
+                    .usage()
+                    .map(|usage| {
+                        json!({"id": self.id, "object": "chat.completion.chunk",
+                            "created": self.created, "model": self.model, "choices": [],
+                            "usage": usage})
+                    })
+                    .into_iter()
+                    .collect())
             }
             "error" => {
                 let error = &event["error"];
@@ -989,6 +1004,28 @@ mod tests {
             ]
         );
         assert_eq!(translator.finish_reason(), Some("tool_calls"));
+        assert_eq!(translator.answered_by(), Some("claude-x"));
+    }
+
+    #[test]
+    fn a_stream_that_reported_no_usage_ends_without_a_usage_chunk() {
+        let mut translator = StreamTranslator::new("m");
+        let events = [
+            json!({"type": "message_start", "message": {"id": "msg_2", "content": []}}),
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "hi"}}),
+            json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}}),
+        ];
+        for event in &events {
+            translator.feed(event).unwrap();
+        }
+        assert_eq!(translator.usage(), None);
+        assert!(
+            translator
+                .feed(&json!({"type": "message_stop"}))
+                .unwrap()
+                .is_empty()
+        );
+        assert!(translator.is_complete());
     }
 
     #[test]

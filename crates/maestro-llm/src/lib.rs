@@ -1,12 +1,16 @@
 //! Talking to language models: the [`Provider`] trait, the OpenAI-compatible Chat Completions
 //! client (Ollama, vLLM, llama.cpp server, OpenAI) with SSE streaming, retries, tool-call modes
-//! and context-length detection.
+//! and context-length detection, the Anthropic Messages API client and its translation to and
+//! from Chat Completions ([`anthropic`]), and [`ModelClient`], either one as configured.
 //!
 //! This crate knows nothing of pieces.
 
+pub mod anthropic;
+mod client;
 mod openai;
 mod types;
 
+pub use client::{ModelClient, ProviderKind};
 pub use openai::{
     ConfigError, DEFAULT_CALL_TIMEOUT, DEFAULT_MAX_ANSWER_BYTES, DEFAULT_MAX_ANSWER_TOKENS,
     OpenAiCompat, OpenAiConfig, RetryPolicy,

@@ -2,14 +2,14 @@
 //! vLLM, llama.cpp server, OpenAI). This module owns the attempt loop; its submodules own the
 //! wire format, SSE accumulation, retry rules, JSON tool mode and context detection.
 
-mod answer;
+pub(crate) mod answer;
 mod config;
 mod context;
 mod json_mode;
-mod retry;
-mod sse;
+pub(crate) mod retry;
+pub(crate) mod sse;
 mod tool_modes;
-mod wire;
+pub(crate) mod wire;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -101,16 +101,6 @@ impl OpenAiCompat {
     /// Builds the client. Fails on a base URL that is not `http(s)://…` or a header that cannot
     /// be sent; nothing is contacted yet.
     pub fn new(config: OpenAiConfig) -> Result<OpenAiCompat, ConfigError> {
-        let parsed = url::Url::parse(&config.base_url).map_err(|e| ConfigError::BaseUrl {
-            url: config.base_url.clone(),
-            reason: e.to_string(),
-        })?;
-        if !matches!(parsed.scheme(), "http" | "https") {
-            return Err(ConfigError::BaseUrl {
-                url: config.base_url.clone(),
-                reason: format!("the scheme must be http or https, not {}", parsed.scheme()),
-            });
-        }
         let mut headers = HeaderMap::new();
         if let Some(key) = &config.api_key {
             let mut value =
@@ -123,28 +113,7 @@ impl OpenAiCompat {
             value.set_sensitive(true);
             headers.insert(AUTHORIZATION, value);
         }
-        for (name, value) in &config.extra_headers {
-            let header = |reason: String| ConfigError::Header {
-                name: name.clone(),
-                reason,
-            };
-            let key = HeaderName::from_bytes(name.as_bytes()).map_err(|e| header(e.to_string()))?;
-            let mut value = HeaderValue::from_str(value.expose())
-                .map_err(|_| header("the value has characters a header cannot carry".into()))?;
-            value.set_sensitive(true);
-            headers.insert(key, value);
-        }
-        let mut builder = reqwest::Client::builder()
-            .default_headers(headers)
-            .connect_timeout(config.connect_timeout);
-        if parsed.scheme() == "http" {
-            // A plain-HTTP endpoint needs no TLS roots: loading and parsing the system's
-            // certificates is most of a client's memory and start-up cost.
-            builder = builder.tls_certs_only([]);
-        }
-        let client = builder
-            .build()
-            .map_err(|e| ConfigError::Client(describe(&e)))?;
+        let client = http_client(&config, headers)?;
         Ok(OpenAiCompat {
             endpoints: Endpoints::new(&config.base_url),
             tool_mode_file: ToolModeFile::new(config.tool_mode_cache.clone()),
@@ -503,27 +472,7 @@ impl OpenAiCompat {
     }
 
     fn redact(&self, error: LlmError) -> LlmError {
-        let r = |text: String| self.config.redact(&text);
-        match error {
-            LlmError::Connect { url, message } => LlmError::Connect {
-                url: r(url),
-                message: r(message),
-            },
-            LlmError::Http { status, message } => LlmError::Http {
-                status,
-                message: r(message),
-            },
-            LlmError::ContextOverflow { status, message } => LlmError::ContextOverflow {
-                status,
-                message: r(message),
-            },
-            LlmError::Stream(message) => LlmError::Stream(r(message)),
-            LlmError::Protocol(message) => LlmError::Protocol(r(message)),
-            LlmError::Timeout(message) => LlmError::Timeout(r(message)),
-            LlmError::CallTimeout { secs } => LlmError::CallTimeout { secs },
-            LlmError::Cancelled => LlmError::Cancelled,
-            LlmError::AnswerTooLarge { limit } => LlmError::AnswerTooLarge { limit },
-        }
+        redact_error(&self.config, error)
     }
 
     /// What the client already knows of `model`'s context length: `Some(answer)` when it
@@ -590,9 +539,75 @@ impl Provider for OpenAiCompat {
     }
 }
 
+/// `error` with every secret of `config` replaced by `***`.
+pub(crate) fn redact_error(config: &OpenAiConfig, error: LlmError) -> LlmError {
+    let r = |text: String| config.redact(&text);
+    match error {
+        LlmError::Connect { url, message } => LlmError::Connect {
+            url: r(url),
+            message: r(message),
+        },
+        LlmError::Http { status, message } => LlmError::Http {
+            status,
+            message: r(message),
+        },
+        LlmError::ContextOverflow { status, message } => LlmError::ContextOverflow {
+            status,
+            message: r(message),
+        },
+        LlmError::Stream(message) => LlmError::Stream(r(message)),
+        LlmError::Protocol(message) => LlmError::Protocol(r(message)),
+        LlmError::Timeout(message) => LlmError::Timeout(r(message)),
+        LlmError::CallTimeout { secs } => LlmError::CallTimeout { secs },
+        LlmError::Cancelled => LlmError::Cancelled,
+        LlmError::AnswerTooLarge { limit } => LlmError::AnswerTooLarge { limit },
+    }
+}
+
+/// The HTTP client for `config`'s endpoint: `headers` (the credentials) and the configured
+/// extra headers sent with every request, all marked sensitive, and the connect timeout. Fails
+/// on a base URL that is not `http(s)://…` or a header that cannot be sent.
+pub(crate) fn http_client(
+    config: &OpenAiConfig,
+    mut headers: HeaderMap,
+) -> Result<reqwest::Client, ConfigError> {
+    let parsed = url::Url::parse(&config.base_url).map_err(|e| ConfigError::BaseUrl {
+        url: config.base_url.clone(),
+        reason: e.to_string(),
+    })?;
+    if !matches!(parsed.scheme(), "http" | "https") {
+        return Err(ConfigError::BaseUrl {
+            url: config.base_url.clone(),
+            reason: format!("the scheme must be http or https, not {}", parsed.scheme()),
+        });
+    }
+    for (name, value) in &config.extra_headers {
+        let header = |reason: String| ConfigError::Header {
+            name: name.clone(),
+            reason,
+        };
+        let key = HeaderName::from_bytes(name.as_bytes()).map_err(|e| header(e.to_string()))?;
+        let mut value = HeaderValue::from_str(value.expose())
+            .map_err(|_| header("the value has characters a header cannot carry".into()))?;
+        value.set_sensitive(true);
+        headers.insert(key, value);
+    }
+    let mut builder = reqwest::Client::builder()
+        .default_headers(headers)
+        .connect_timeout(config.connect_timeout);
+    if parsed.scheme() == "http" {
+        // A plain-HTTP endpoint needs no TLS roots: loading and parsing the system's
+        // certificates is most of a client's memory and start-up cost.
+        builder = builder.tls_certs_only([]);
+    }
+    builder
+        .build()
+        .map_err(|e| ConfigError::Client(describe(&e)))
+}
+
 /// `value` as a header value: visible ASCII and spaces as they are, every other byte
 /// percent-encoded (a movement may be named in any script).
-fn header_value(value: &str) -> String {
+pub(crate) fn header_value(value: &str) -> String {
     let mut out = String::with_capacity(value.len());
     for b in value.bytes() {
         if (0x20..0x7f).contains(&b) && b != b'%' {

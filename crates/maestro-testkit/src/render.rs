@@ -15,7 +15,7 @@ use crate::ask::Ask;
 use crate::turn::{Action, ScriptedCall, Turn};
 
 /// Something the response body does next.
-enum Frame {
+pub(crate) enum Frame {
     Data(String),
     Sleep(Duration),
     Abort,
@@ -267,7 +267,7 @@ fn reply_chunks(meta: &Meta, content: &str, calls: &[ScriptedCall]) -> Vec<Frame
 }
 
 /// Splits `text` into at most `parts` non-empty pieces on character boundaries.
-fn split(text: &str, parts: usize) -> Vec<String> {
+pub(crate) fn split(text: &str, parts: usize) -> Vec<String> {
     let chars: Vec<char> = text.chars().collect();
     if chars.is_empty() {
         return Vec::new();
@@ -276,7 +276,7 @@ fn split(text: &str, parts: usize) -> Vec<String> {
     chars.chunks(size).map(|c| c.iter().collect()).collect()
 }
 
-fn body_response(
+pub(crate) fn body_response(
     content_type: &'static str,
     frames: Vec<Frame>,
     sse: bool,

@@ -143,7 +143,7 @@ pub fn listen_loopback() -> std::io::Result<tokio::net::TcpListener> {
     socket.listen(4096)
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -434,7 +434,7 @@ impl Shared {
 }
 
 /// Every string inside the request's `messages`, one per line.
-fn message_text(request: &Value) -> String {
+pub(crate) fn message_text(request: &Value) -> String {
     fn collect(value: &Value, out: &mut String) {
         match value {
             Value::String(s) => {

@@ -312,12 +312,70 @@ pub(crate) async fn read(
     limits: Limits,
     on_text: &(dyn Fn(&str) + Send + Sync),
 ) -> Result<RawAnswer, Failure> {
+    read_with(response, idle, limits, Accumulator::default(), on_text).await
+}
+
+/// How the events of one stream are folded into an answer: the Chat Completions chunks
+/// ([`Accumulator`]), or another API's events translated into them.
+pub(crate) trait Fold {
+    /// Applies one event's `data:` payload and returns the text it added, if any. An event that
+    /// cannot be read, or that reports a failure, is an error sorted into retryable or final.
+    fn apply_event(&mut self, data: &str) -> Result<Option<String>, Failure>;
+    /// The text and argument pieces received so far: the streamed token count.
+    fn pieces(&self) -> u64;
+    /// The stream said it is over: nothing further is read.
+    fn done(&self) -> bool;
+    /// The answer is whole; a stream that ends before this broke off.
+    fn is_complete(&self) -> bool;
+    /// What a stream that ended before [`Fold::is_complete`] lacked, for the error.
+    fn incomplete(&self) -> &'static str;
+    /// The answer.
+    fn finish(self) -> RawAnswer;
+}
+
+impl Fold for Accumulator {
+    fn apply_event(&mut self, data: &str) -> Result<Option<String>, Failure> {
+        // An unreadable chunk is a broken stream, retried like one.
+        self.apply(data).map_err(|error| Failure::Retryable {
+            error,
+            retry_after: None,
+        })
+    }
+
+    fn pieces(&self) -> u64 {
+        self.pieces
+    }
+
+    fn done(&self) -> bool {
+        self.done
+    }
+
+    fn is_complete(&self) -> bool {
+        Accumulator::is_complete(self)
+    }
+
+    fn incomplete(&self) -> &'static str {
+        "the stream ended before [DONE] or a finish_reason"
+    }
+
+    fn finish(self) -> RawAnswer {
+        Accumulator::finish(self)
+    }
+}
+
+/// [`read`] with the stream's events folded by `acc`.
+pub(crate) async fn read_with<F: Fold>(
+    response: reqwest::Response,
+    idle: Duration,
+    limits: Limits,
+    mut acc: F,
+    on_text: &(dyn Fn(&str) + Send + Sync),
+) -> Result<RawAnswer, Failure> {
     let retry = |error| Failure::Retryable {
         error,
         retry_after: None,
     };
     let mut events = bounded_body(response, limits.bytes).eventsource();
-    let mut acc = Accumulator::default();
     loop {
         let next = match tokio::time::timeout(idle, events.next()).await {
             Err(_) => {
@@ -339,16 +397,13 @@ pub(crate) async fn read(
         if event.data.trim().is_empty() {
             continue;
         }
-        match acc.apply(&event.data) {
-            Ok(Some(text)) => on_text(&text),
-            Ok(None) => {}
-            // An unreadable chunk is a broken stream, retried like one.
-            Err(e) => return Err(retry(e)),
+        if let Some(text) = acc.apply_event(&event.data)? {
+            on_text(&text);
         }
-        if acc.pieces > limits.tokens {
+        if acc.pieces() > limits.tokens {
             return Err(Failure::Final(limits.too_many_tokens()));
         }
-        if acc.done {
+        if acc.done() {
             // Read on to the body's end, which follows at once: only a response read to its
             // end gives its connection back to the pool, and otherwise the next call opens a
             // new one. An endpoint that keeps the stream open after saying it is done is let
@@ -361,9 +416,7 @@ pub(crate) async fn read(
         }
     }
     if !acc.is_complete() {
-        return Err(retry(LlmError::Stream(
-            "the stream ended before [DONE] or a finish_reason".to_string(),
-        )));
+        return Err(retry(LlmError::Stream(acc.incomplete().to_string())));
     }
     Ok(acc.finish())
 }

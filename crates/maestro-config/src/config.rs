@@ -248,7 +248,15 @@ impl Config {
             fail(
                 &["llm", "base_url"],
                 format!("{:?} is not an http(s) URL", llm.base_url),
-                "give the API root with its version segment, e.g. http://127.0.0.1:11434/v1",
+                match llm.provider {
+                    maestro_llm::ProviderKind::OpenAi => {
+                        "give the API root with its version segment, e.g. http://127.0.0.1:11434/v1"
+                    }
+                    maestro_llm::ProviderKind::Anthropic => {
+                        "give the API root without its version segment, e.g. \
+                         https://api.anthropic.com, or remove llm.base_url for that one"
+                    }
+                },
             );
         }
         if llm.model.as_deref() == Some("") {

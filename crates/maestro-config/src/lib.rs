@@ -41,5 +41,9 @@ pub use config::{
 pub use display::REDACTED;
 pub use engine::EngineSettings;
 pub use error::{ConfigError, Origin, Problem};
-pub use llm::{DEFAULT_BASE_URL, LlmConfig, ModelOverrides, ModelPrice, RetrySettings};
+pub use llm::{
+    DEFAULT_ANTHROPIC_BASE_URL, DEFAULT_BASE_URL, LlmConfig, ModelOverrides, ModelPrice,
+    RetrySettings,
+};
 pub use load::{CONFIG_DIR, CONFIG_FILE, ENV_API_KEY, ENV_BASE_URL, ENV_MODEL, LoadFrom};
+pub use maestro_llm::ProviderKind;

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use maestro_llm::{OpenAiConfig, RetryPolicy, ToolMode};
+use maestro_llm::{OpenAiConfig, ProviderKind, RetryPolicy, ToolMode};
 use maestro_protocol::Secret;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
@@ -13,11 +13,18 @@ use crate::error::ConfigError;
 /// The default endpoint: a local Ollama.
 pub const DEFAULT_BASE_URL: &str = "http://127.0.0.1:11434/v1";
 
+/// The default endpoint of `provider: anthropic`: the Anthropic API.
+pub const DEFAULT_ANTHROPIC_BASE_URL: &str = maestro_llm::anthropic::DEFAULT_BASE_URL;
+
 /// `llm:` in the configuration. Serialising it (for display) shows the key as `***`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct LlmConfig {
-    /// The API root including the version segment.
+    /// Which API the endpoint speaks: `openai` (Chat Completions, the default) or `anthropic`
+    /// (the Messages API).
+    pub provider: ProviderKind,
+    /// The API root: for `openai` including the version segment (`…/v1`), for `anthropic`
+    /// without it (default [`DEFAULT_ANTHROPIC_BASE_URL`] when not set).
     pub base_url: String,
     /// The model name sent with every request. There is no default: a run without one stops
     /// with [`ConfigError::NoModel`].
@@ -57,6 +64,7 @@ impl Default for LlmConfig {
     fn default() -> Self {
         let client = OpenAiConfig::new(DEFAULT_BASE_URL);
         LlmConfig {
+            provider: ProviderKind::OpenAi,
             base_url: DEFAULT_BASE_URL.to_string(),
             model: None,
             api_key_env: None,

@@ -5,11 +5,13 @@
 
 use std::path::{Path, PathBuf};
 
+use maestro_llm::ProviderKind;
 use maestro_protocol::Secret;
 use serde_json::Value;
 
 use crate::Config;
 use crate::error::{ConfigError, Origin, Problem};
+use crate::llm::DEFAULT_ANTHROPIC_BASE_URL;
 use crate::parse::{KeyTree, ParsedFile, parse_file, saphyr_problem};
 
 /// The directory holding a configuration file, below a project or the home directory.
@@ -267,6 +269,16 @@ pub(crate) fn typed(merged: &Value, origin: Origin) -> Result<Config, ConfigErro
         })
     })
     .map_err(|e| saphyr_problem(origin(), field, &e, None))
+    .map(|mut config: Config| {
+        // `provider: anthropic` without a `base_url` means the Anthropic API, not the default
+        // local endpoint of the Chat Completions API.
+        if config.llm.provider == ProviderKind::Anthropic
+            && merged.pointer("/llm/base_url").is_none_or(Value::is_null)
+        {
+            config.llm.base_url = DEFAULT_ANTHROPIC_BASE_URL.to_string();
+        }
+        config
+    })
 }
 
 /// The places in a file that hold paths (`*` is any key or index).

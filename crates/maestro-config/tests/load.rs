@@ -313,9 +313,9 @@ fn an_unknown_field_names_file_line_column_and_the_known_fields() {
     );
     assert_eq!(found.field, "llm.modle");
     assert!(
-        found
-            .message
-            .starts_with("unknown field `modle`, expected one of base_url, model, api_key_env"),
+        found.message.starts_with(
+            "unknown field `modle`, expected one of provider, base_url, model, api_key_env"
+        ),
         "{found}"
     );
     let shown = found.to_string();

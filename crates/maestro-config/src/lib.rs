@@ -43,3 +43,4 @@ pub use engine::EngineSettings;
 pub use error::{ConfigError, Origin, Problem};
 pub use llm::{DEFAULT_BASE_URL, LlmConfig, ModelOverrides, ModelPrice, RetrySettings};
 pub use load::{CONFIG_DIR, CONFIG_FILE, ENV_API_KEY, ENV_BASE_URL, ENV_MODEL, LoadFrom};
+pub use maestro_gateway::{GatewayConfig, RouteTarget, UpstreamConfig, UpstreamKind};

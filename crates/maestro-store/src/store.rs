@@ -225,10 +225,16 @@ const MIGRATIONS: &[EmbeddedMigration] = &[
         sqlite: include_str!("../migrations/sqlite/0007_job_files.sql"),
         postgres: include_str!("../migrations/postgres/0007_job_files.sql"),
     },
+    EmbeddedMigration {
+        version: 9,
+        description: "gateway keys and usage",
+        sqlite: include_str!("../migrations/sqlite/0009_gateway.sql"),
+        postgres: include_str!("../migrations/postgres/0009_gateway.sql"),
+    },
 ];
 
 /// The newest schema version this build knows.
-pub const SCHEMA_VERSION: i64 = 7;
+pub const SCHEMA_VERSION: i64 = 9;
 
 fn migrator(backend: Backend, up_to: i64) -> Migrator {
     let migrations = MIGRATIONS

@@ -2,10 +2,10 @@
 # Installs the system programs the test suite runs for real: bubblewrap (the Bash sandbox),
 # OpenSSH server (SSH tools), PostgreSQL (the store's second backend; the tests start their own
 # throwaway clusters with its initdb and pg_ctl), sqlite3 and make (Bash policy tests),
-# reference MCP servers, the npm packages of the test OpenID Connect provider
-# (crates/maestro-testkit/oidc), and Debian's Chromium with chromedriver plus axe-core
-# (crates/maestro-testkit/axe) for the web UI's browser tests. Idempotent; quick when all is
-# present.
+# reference MCP servers, the official `openai` Python package (the gateway's test client), the
+# npm packages of the test OpenID Connect provider (crates/maestro-testkit/oidc), and Debian's
+# Chromium with chromedriver plus axe-core (crates/maestro-testkit/axe) for the web UI's browser
+# tests. Idempotent; quick when all is present.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -36,6 +36,9 @@ command -v cargo-machete >/dev/null || cargo install --locked cargo-machete@0.9.
 # Reference MCP servers the MCP tests talk to (written elsewhere, pinned here).
 python3 -c 'import mcp' 2>/dev/null \
   || python3 -m pip install -q --disable-pip-version-check 'mcp==2.3.0'
+# The official OpenAI client, which the gateway's tests drive the gateway with (pinned).
+python3 -c 'import openai, sys; sys.exit(openai.__version__ != "3.51.0")' 2>/dev/null \
+  || python3 -m pip install -q --disable-pip-version-check 'openai==3.51.0'
 MCP_FS=/opt/maestro-test/node_modules/.bin/mcp-server-filesystem
 if [ ! -x "$MCP_FS" ]; then
   command -v npm >/dev/null || { apt-get update -qq && apt-get install -y -qq nodejs npm >/dev/null; }

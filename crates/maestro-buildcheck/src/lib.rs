@@ -182,3 +182,34 @@ fn can_mount_tmpfs() -> bool {
     );
     mounted && run("umount", &[probe.as_os_str()])
 }
+
+/// Prints the cargo directives of the check for the official `openai` Python package: declares
+/// the `no_openai_python` cfg and sets it, with a build warning naming the fix, when `python3`
+/// cannot import `openai`. Tests that drive the gateway with it carry
+/// `#[cfg_attr(no_openai_python, ignore = "…")]`, so they show as ignored instead of failing.
+pub fn check_openai_python() {
+    println!("cargo::rustc-check-cfg=cfg(no_openai_python)");
+    println!("cargo::rerun-if-env-changed=PATH");
+    let python = find_in_path("python3");
+    println!(
+        "cargo::rerun-if-changed={}",
+        python
+            .as_deref()
+            .unwrap_or(Path::new("/usr/bin/python3"))
+            .display()
+    );
+    let importable = python.is_some()
+        && std::process::Command::new("python3")
+            .args(["-c", "import openai"])
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|status| status.success());
+    if !importable {
+        println!("cargo::rustc-cfg=no_openai_python");
+        println!(
+            "cargo::warning=the Python package openai is not installed (python3 -m pip install \
+             openai==3.51.0, or scripts/prerequisites.sh): the gateway's client tests will be \
+             ignored"
+        );
+    }
+}

@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use maestro_engine::EngineConfig;
+use maestro_gateway::GatewayConfig;
 use maestro_tools::{BashSandboxMode, ToolsConfig};
 use maestro_tools_mcp as mcp;
 use maestro_tools_mcp::McpConfig;
@@ -51,6 +52,9 @@ pub struct Config {
     pub auth: AuthConfig,
     /// `files:` — how large a job's uploaded inputs and recorded outputs may be.
     pub files: FilesConfig,
+    /// `gateway:` — the LLM gateway: its upstreams and the model names it routes
+    /// (`maestro gateway`, and `maestro serve` at `/v1` when enabled).
+    pub gateway: GatewayConfig,
     /// The project root: the directory holding the project's `.maestro/` (the current
     /// directory when there is none). Defaults that name project files start here.
     #[serde(skip)]
@@ -403,6 +407,11 @@ impl Config {
             }
         }
         found.extend(self.auth.check());
+        found.extend(self.gateway.check().into_iter().map(|c| Check {
+            field: c.field,
+            message: c.message,
+            fix: c.fix,
+        }));
         found
     }
 }

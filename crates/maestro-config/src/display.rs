@@ -35,6 +35,7 @@ impl Config {
             "subtasks": to_value(&self.subtasks),
             "auth": to_value(&self.auth),
             "files": to_value(&self.files),
+            "gateway": to_value(&self.gateway),
         })
     }
 

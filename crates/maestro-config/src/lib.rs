@@ -47,3 +47,4 @@ pub use llm::{
 };
 pub use load::{CONFIG_DIR, CONFIG_FILE, ENV_API_KEY, ENV_BASE_URL, ENV_MODEL, LoadFrom};
 pub use maestro_llm::ProviderKind;
+pub use maestro_gateway::{GatewayConfig, RouteTarget, UpstreamConfig, UpstreamKind};

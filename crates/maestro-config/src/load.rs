@@ -1,7 +1,7 @@
 //! Finding, merging and finishing the configuration: the user file, then the project file (or
 //! one `--config` file), merged map by map; relative paths made absolute; then the environment
 //! (`MAESTRO_LLM_BASE_URL`, `MAESTRO_MODEL`, `MAESTRO_API_KEY`, the variable `llm.api_key_env`
-//! names); then the checks that span fields.
+//! names, those of `gateway.upstreams.*.api_key_env`); then the checks that span fields.
 
 use std::path::{Path, PathBuf};
 
@@ -149,6 +149,15 @@ impl Config {
                 }
                 None => {}
             }
+        }
+        if let Err(check) = config.gateway.read_keys(|var| env(var)) {
+            return Err(Problem {
+                origin: locate(&check.field),
+                field: check.field.join("."),
+                message: check.message,
+                fix: check.fix,
+            }
+            .into_error());
         }
         if let Some(check) = config.check().into_iter().next() {
             return Err(Problem {

@@ -31,6 +31,7 @@ mod events;
 mod fence;
 mod files;
 mod finish;
+mod gateway;
 mod jobs;
 mod leases;
 mod model;
@@ -55,6 +56,7 @@ pub use config_versions::{ConfigPut, ConfigVersion};
 pub use error::{StoreError, StoreResult};
 pub use events::EventBatch;
 pub use files::{FileKind, NewFile, StoredFile};
+pub use gateway::{UsageGroup, UsageTotal};
 pub use model::{
     AuditAction, AuditEntry, Claimed, Classes, Comment, CommentKind, FailDisposition, Job, JobId,
     JobStatus, Lease, LeaseKey, NewEvent, NewJob, NewSchedule, Outcome, Schedule, StoredEvent,

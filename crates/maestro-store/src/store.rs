@@ -231,10 +231,16 @@ const MIGRATIONS: &[EmbeddedMigration] = &[
         sqlite: include_str!("../migrations/sqlite/0008_budgets.sql"),
         postgres: include_str!("../migrations/postgres/0008_budgets.sql"),
     },
+    EmbeddedMigration {
+        version: 9,
+        description: "gateway keys and usage",
+        sqlite: include_str!("../migrations/sqlite/0009_gateway.sql"),
+        postgres: include_str!("../migrations/postgres/0009_gateway.sql"),
+    },
 ];
 
 /// The newest schema version this build knows.
-pub const SCHEMA_VERSION: i64 = 8;
+pub const SCHEMA_VERSION: i64 = 9;
 
 fn migrator(backend: Backend, up_to: i64) -> Migrator {
     let migrations = MIGRATIONS

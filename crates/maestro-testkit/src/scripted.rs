@@ -45,8 +45,9 @@ impl RecordedRequest {
 /// Each `POST /v1/chat/completions` takes the next [`Turn`] (turns made with
 /// [`Turn::when_contains`] are matched first) and answers streamed or not, as the request's
 /// `stream` flag says. When the script is used up it answers HTTP 500 `script exhausted`, so a
-/// test that makes an unplanned call fails loudly. It also serves `GET /v1/models`, and
-/// optionally llama.cpp's `GET /props` and Ollama's `POST /api/show`.
+/// test that makes an unplanned call fails loudly. It also serves `GET /v1/models`,
+/// `POST /v1/embeddings` (a vector per input, with usage), and optionally llama.cpp's `GET /props` and
+/// Ollama's `POST /api/show`.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() {
@@ -243,6 +244,7 @@ impl ScriptedLlmBuilder {
         let app = Router::new()
             .route("/v1/chat/completions", post(chat))
             .route("/v1/models", get(models))
+            .route("/v1/embeddings", post(embeddings))
             .route("/props", get(props))
             .route("/api/show", post(ollama_show))
             .fallback(not_found)
@@ -540,6 +542,50 @@ async fn models(State(shared): State<Arc<Shared>>, uri: Uri, headers: HeaderMap)
         |id| json!({"id": id, "object": "model", "created": 0, "owned_by": "maestro-testkit"}),
     ));
     axum::Json(json!({"object": "list", "data": data})).into_response()
+}
+
+/// `POST /v1/embeddings`: one 8-dimensional vector per input string, made from its bytes (the
+/// same text always gets the same vector), and usage counting one prompt token per
+/// whitespace-separated word. Not part of the script.
+async fn embeddings(
+    State(shared): State<Arc<Shared>>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let request = shared.record(&uri, &headers, &body);
+    let inputs: Vec<String> = match request.get("input") {
+        Some(Value::String(text)) => vec![text.clone()],
+        Some(Value::Array(items)) => items
+            .iter()
+            .filter_map(|i| i.as_str().map(str::to_string))
+            .collect(),
+        _ => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "`input` must be a string or an array of strings",
+            );
+        }
+    };
+    let tokens: usize = inputs.iter().map(|t| t.split_whitespace().count()).sum();
+    let data: Vec<Value> = inputs
+        .iter()
+        .enumerate()
+        .map(|(index, text)| {
+            let mut vector = [0f64; 8];
+            for (i, byte) in text.bytes().enumerate() {
+                vector[i % 8] += f64::from(byte) / 255.0;
+            }
+            json!({"object": "embedding", "index": index, "embedding": vector})
+        })
+        .collect();
+    axum::Json(json!({
+        "object": "list",
+        "data": data,
+        "model": request.get("model").cloned().unwrap_or(Value::Null),
+        "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+    }))
+    .into_response()
 }
 
 async fn props(State(shared): State<Arc<Shared>>, uri: Uri, headers: HeaderMap) -> Response {

@@ -1,0 +1,242 @@
+//! [`Gateway`]: the upstreams, routes and prices from the configuration, the HTTP client, the
+//! metrics and the usage writer, and the axum routes over them.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::http::{HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+
+use crate::config::{GatewayConfig, UpstreamKind};
+use crate::metrics::Metrics;
+use crate::route::{Route, Target, Upstream};
+use crate::usage::{GatewayStore, UsageSender, start_writer};
+
+/// What one model's tokens cost, US dollars per million.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Price {
+    /// Dollars per million prompt tokens.
+    pub input_per_mtok: f64,
+    /// Dollars per million answer tokens.
+    pub output_per_mtok: f64,
+}
+
+impl Price {
+    /// The cost of `prompt` and `completion` tokens.
+    pub fn cost_usd(&self, prompt: u64, completion: u64) -> f64 {
+        (prompt as f64 * self.input_per_mtok + completion as f64 * self.output_per_mtok)
+            / 1_000_000.0
+    }
+}
+
+/// Prices by model name (`llm.models.<name>.price`): an upstream model's name is looked up
+/// first, then the public name.
+pub type Prices = BTreeMap<String, Price>;
+
+/// Why a gateway could not be built from its configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayError {
+    /// The configuration has a problem (see [`GatewayConfig::check`]).
+    #[error("gateway.{field}: {message}; fix: {fix}")]
+    Config {
+        /// The dotted field below `gateway.`.
+        field: String,
+        /// What is wrong.
+        message: String,
+        /// What to do.
+        fix: String,
+    },
+    /// The HTTP client could not be built (the TLS roots could not be loaded).
+    #[error("building the gateway's HTTP client failed")]
+    Client(#[source] reqwest::Error),
+}
+
+/// The gateway: cheap to clone, shared by every request.
+#[derive(Debug, Clone)]
+pub struct Gateway {
+    pub(crate) inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+pub(crate) struct Inner {
+    pub client: reqwest::Client,
+    pub upstreams: Vec<Upstream>,
+    pub routes: HashMap<String, Route>,
+    /// The public names, sorted, as `/v1/models` lists them.
+    pub public_names: Vec<String>,
+    pub prices: Prices,
+    pub metrics: Metrics,
+    pub usage: UsageSender,
+    pub writer: Mutex<
+        Option<(
+            tokio::sync::oneshot::Sender<()>,
+            tokio::task::JoinHandle<()>,
+        )>,
+    >,
+    pub cooldown: Duration,
+    pub first_byte_timeout: Duration,
+    pub epoch: Instant,
+}
+
+impl Gateway {
+    /// A gateway over `config`'s upstreams and routes, pricing calls with `prices`, writing
+    /// usage to `store` when there is one (its writer task is spawned on the current tokio
+    /// runtime). Fails on the first problem [`GatewayConfig::check`] finds.
+    pub fn new(
+        config: &GatewayConfig,
+        prices: Prices,
+        store: Option<Arc<dyn GatewayStore>>,
+    ) -> Result<Gateway, GatewayError> {
+        if let Some(check) = config.check().into_iter().next() {
+            return Err(GatewayError::Config {
+                field: check
+                    .field
+                    .iter()
+                    .skip(1)
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join("."),
+                message: check.message,
+                fix: check.fix,
+            });
+        }
+        let mut index = HashMap::new();
+        let mut upstreams = Vec::new();
+        for (name, upstream) in &config.upstreams {
+            if upstream.kind == UpstreamKind::Anthropic {
+                return Err(GatewayError::Config {
+                    field: format!("upstreams.{name}.kind"),
+                    message: "this build of the gateway speaks only to OpenAI-compatible upstreams".into(),
+                    fix: "use `kind: openai` (an OpenAI-compatible endpoint in front of the model), or remove the upstream".into(),
+                });
+            }
+            let authorization = match &upstream.api_key {
+                Some(key) => {
+                    let mut value = HeaderValue::from_str(&format!("Bearer {}", key.expose()))
+                        .map_err(|_| GatewayError::Config {
+                            field: format!("upstreams.{name}.api_key_env"),
+                            message: "the key holds characters an HTTP header cannot carry".into(),
+                            fix:
+                                "check the variable's value (no line breaks or control characters)"
+                                    .into(),
+                        })?;
+                    value.set_sensitive(true);
+                    Some(value)
+                }
+                None => None,
+            };
+            index.insert(name.clone(), upstreams.len());
+            upstreams.push(Upstream::new(
+                name.clone(),
+                &upstream.base_url,
+                authorization,
+            ));
+        }
+        let mut routes = HashMap::new();
+        for (public, targets) in &config.models {
+            let targets = targets
+                .iter()
+                .filter_map(|t| {
+                    Some(Target {
+                        upstream: *index.get(&t.upstream)?,
+                        model: t.model.clone(),
+                        weight: t.weight,
+                    })
+                })
+                .collect();
+            routes.insert(public.clone(), Route { targets });
+        }
+        let client = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(config.connect_timeout_secs.max(1)))
+            .tcp_nodelay(true)
+            .pool_idle_timeout(Duration::from_secs(90))
+            .pool_max_idle_per_host(1024)
+            .build()
+            .map_err(GatewayError::Client)?;
+        let (usage, writer) = match store {
+            Some(store) => {
+                let (stop, stopped) = tokio::sync::oneshot::channel();
+                let (sender, task) = start_writer(store, stopped);
+                (sender, Some((stop, task)))
+            }
+            None => (UsageSender::none(), None),
+        };
+        let mut public_names: Vec<String> = config.models.keys().cloned().collect();
+        public_names.sort();
+        Ok(Gateway {
+            inner: Arc::new(Inner {
+                client,
+                upstreams,
+                routes,
+                public_names,
+                prices,
+                metrics: Metrics::new(),
+                usage,
+                writer: Mutex::new(writer),
+                cooldown: Duration::from_secs(config.cooldown_secs),
+                first_byte_timeout: Duration::from_secs(config.first_byte_timeout_secs.max(1)),
+                epoch: Instant::now(),
+            }),
+        })
+    }
+
+    /// The OpenAI-compatible routes, to be nested at `/v1`: `/chat/completions`,
+    /// `/embeddings`, `/models`.
+    pub fn router(&self) -> Router {
+        Router::new()
+            .route("/chat/completions", post(crate::proxy::chat))
+            .route("/embeddings", post(crate::proxy::embeddings))
+            .route("/models", get(crate::proxy::models))
+            .with_state(self.clone())
+    }
+
+    /// The gateway alone, as `maestro gateway` serves it: [`Gateway::router`] at `/v1`, the
+    /// metrics at `/metrics`, and `/healthz`.
+    pub fn standalone_router(&self) -> Router {
+        let metrics = self.clone();
+        Router::new()
+            .nest("/v1", self.router())
+            .route(
+                "/metrics",
+                get(move || {
+                    let gateway = metrics.clone();
+                    async move { gateway.metrics_response() }
+                }),
+            )
+            .route("/healthz", get(|| async { "ok" }))
+    }
+
+    /// The gateway's metrics in the Prometheus text format, appended to `out` (a server that
+    /// mounts the gateway adds them to its own `/metrics`).
+    pub fn encode_metrics(&self, out: &mut String) {
+        self.inner.metrics.encode(out);
+    }
+
+    fn metrics_response(&self) -> Response {
+        let mut text = String::new();
+        self.encode_metrics(&mut text);
+        (
+            [(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static(
+                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                ),
+            )],
+            text,
+        )
+            .into_response()
+    }
+
+    /// Stops taking usage records, writes those queued, and waits for the writer. Requests
+    /// still in flight afterwards are not recorded.
+    pub async fn close(&self) {
+        let writer = self.inner.writer.lock().ok().and_then(|mut w| w.take());
+        if let Some((stop, task)) = writer {
+            let _ = stop.send(());
+            let _ = task.await;
+        }
+    }
+}

@@ -1,0 +1,578 @@
+//! The proxied endpoints: read the client's body, route it, try the upstreams in order until
+//! one answers before any byte reached the client, and meter what came back.
+
+use std::time::{Duration, Instant};
+
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use futures::StreamExt as _;
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+
+use crate::errors::error_response;
+use crate::gateway::{Gateway, Inner};
+use crate::metrics::{
+    CostLabels, FailureLabels, LatencyLabels, NO_KEY, RequestLabels, TokenLabels, UNKNOWN_MODEL,
+};
+use crate::route::millis_since;
+use crate::stream::MeteredStream;
+use crate::usage::{UsageRecord, UsageStatus};
+
+/// The header a Maestro run names its job with.
+const JOB_HEADER: &str = "x-maestro-job";
+/// The header a Maestro run names its movement with.
+const MOVEMENT_HEADER: &str = "x-maestro-movement";
+/// The longest job or movement name kept from a header.
+const MAX_ATTRIBUTION: usize = 256;
+
+/// Which endpoint a request came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Endpoint {
+    Chat,
+    Embeddings,
+}
+
+impl Endpoint {
+    fn path(self) -> &'static str {
+        match self {
+            Endpoint::Chat => "/chat/completions",
+            Endpoint::Embeddings => "/embeddings",
+        }
+    }
+
+    fn word(self) -> &'static str {
+        match self {
+            Endpoint::Chat => "chat",
+            Endpoint::Embeddings => "embeddings",
+        }
+    }
+}
+
+pub(crate) async fn chat(
+    State(gateway): State<Gateway>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    proxy(&gateway, Endpoint::Chat, &headers, &body).await
+}
+
+pub(crate) async fn embeddings(
+    State(gateway): State<Gateway>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    proxy(&gateway, Endpoint::Embeddings, &headers, &body).await
+}
+
+/// `GET /v1/models`: the public model names.
+pub(crate) async fn models(State(gateway): State<Gateway>) -> Response {
+    let data: Vec<Value> = gateway
+        .inner
+        .public_names
+        .iter()
+        .map(|id| json!({"id": id, "object": "model", "created": 0, "owned_by": "maestro-gateway"}))
+        .collect();
+    axum::Json(json!({"object": "list", "data": data})).into_response()
+}
+
+/// What the metering of one request needs once its answer is complete.
+#[derive(Debug, Clone)]
+pub(crate) struct Meter {
+    pub started: Instant,
+    pub at_ms: i64,
+    pub endpoint: Endpoint,
+    /// The public model name, known to the routes.
+    pub model: String,
+    pub key_id: Option<String>,
+    pub key_name: Option<String>,
+    pub job: Option<String>,
+    pub movement: Option<String>,
+    /// The upstream tried last, and the model sent to it.
+    pub upstream: Option<(String, String)>,
+}
+
+impl Meter {
+    /// Counts the request in the metrics and queues its usage record.
+    pub(crate) fn finish(
+        &self,
+        inner: &Inner,
+        status: UsageStatus,
+        http_status: u16,
+        prompt_tokens: u64,
+        completion_tokens: u64,
+    ) {
+        let latency = self.started.elapsed();
+        let (upstream, upstream_model) = match &self.upstream {
+            Some((u, m)) => (Some(u.clone()), Some(m.clone())),
+            None => (None, None),
+        };
+        let price = upstream_model
+            .as_deref()
+            .and_then(|m| inner.prices.get(m))
+            .or_else(|| inner.prices.get(&self.model));
+        let cost_usd = price.map(|p| p.cost_usd(prompt_tokens, completion_tokens));
+        let metrics = &inner.metrics;
+        let upstream_label = upstream.clone().unwrap_or_default();
+        let key = self.key_name.clone().unwrap_or_else(|| NO_KEY.to_string());
+        metrics
+            .requests
+            .get_or_create(&RequestLabels {
+                upstream: upstream_label.clone(),
+                model: self.model.clone(),
+                key: key.clone(),
+                status: status.as_str(),
+            })
+            .inc();
+        for (kind, count) in [("prompt", prompt_tokens), ("completion", completion_tokens)] {
+            if count > 0 {
+                metrics
+                    .tokens
+                    .get_or_create(&TokenLabels {
+                        upstream: upstream_label.clone(),
+                        model: self.model.clone(),
+                        key: key.clone(),
+                        kind,
+                    })
+                    .inc_by(count);
+            }
+        }
+        if let Some(cost) = cost_usd.filter(|c| *c > 0.0) {
+            metrics
+                .cost
+                .get_or_create(&CostLabels {
+                    upstream: upstream_label.clone(),
+                    model: self.model.clone(),
+                    key: key.clone(),
+                })
+                .inc_by(cost);
+        }
+        metrics
+            .duration
+            .get_or_create(&LatencyLabels {
+                upstream: upstream_label,
+                model: self.model.clone(),
+            })
+            .observe(latency.as_secs_f64());
+        let record = UsageRecord {
+            at_ms: self.at_ms,
+            key_id: self.key_id.clone(),
+            key_name: self.key_name.clone(),
+            endpoint: self.endpoint.word().to_string(),
+            model: self.model.clone(),
+            upstream,
+            upstream_model,
+            prompt_tokens,
+            completion_tokens,
+            cost_usd,
+            latency_ms: u64::try_from(latency.as_millis()).unwrap_or(u64::MAX),
+            status,
+            http_status,
+            job: self.job.clone(),
+            movement: self.movement.clone(),
+        };
+        if !inner.usage.send(record) {
+            metrics.usage_dropped.inc();
+        }
+    }
+}
+
+/// `usage` of a non-streamed answer; everything else in the body is skipped unparsed.
+#[derive(Deserialize)]
+struct AnswerUsage {
+    #[serde(default)]
+    usage: Option<TokenCounts>,
+}
+
+/// The token counts of an OpenAI `usage` object.
+#[derive(Debug, Default, Clone, Copy, Deserialize)]
+pub(crate) struct TokenCounts {
+    #[serde(default)]
+    pub prompt_tokens: u64,
+    #[serde(default)]
+    pub completion_tokens: u64,
+}
+
+fn header_text(headers: &HeaderMap, name: &str) -> Option<String> {
+    let value = headers.get(name)?.to_str().ok()?.trim();
+    (!value.is_empty()).then(|| value.chars().take(MAX_ATTRIBUTION).collect())
+}
+
+fn now_ms() -> i64 {
+    i64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_millis(),
+    )
+    .unwrap_or(i64::MAX)
+}
+
+/// Why an attempt at one upstream failed over to the next.
+struct Failure {
+    upstream: String,
+    detail: String,
+    status: Option<StatusCode>,
+}
+
+async fn proxy(
+    gateway: &Gateway,
+    endpoint: Endpoint,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Response {
+    let inner = &*gateway.inner;
+    let started = Instant::now();
+    let mut request: Map<String, Value> = match serde_json::from_slice(body) {
+        Ok(Value::Object(map)) => map,
+        Ok(_) => {
+            return refuse(inner, StatusCode::BAD_REQUEST, "invalid_request_error", "invalid_body",
+                "the request body is a JSON value but not an object; send the request as a JSON object".into());
+        }
+        Err(e) => {
+            return refuse(
+                inner,
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                "invalid_body",
+                format!("the request body is not JSON ({e}); send the request as a JSON object"),
+            );
+        }
+    };
+    let Some(model) = request
+        .get("model")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+    else {
+        return refuse(
+            inner,
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            "missing_model",
+            format!(
+                "the request names no `model`; use one of: {}",
+                inner.public_names.join(", ")
+            ),
+        );
+    };
+    let Some(route) = inner.routes.get(&model) else {
+        return refuse(
+            inner,
+            StatusCode::NOT_FOUND,
+            "invalid_request_error",
+            "model_not_found",
+            format!(
+                "the model {model:?} is not served here; use one of: {} (GET /v1/models lists them)",
+                inner.public_names.join(", ")
+            ),
+        );
+    };
+    let stream = endpoint == Endpoint::Chat
+        && request
+            .get("stream")
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
+    // The client's own wish for the usage chunk: when it did not ask, the chunk the gateway asks
+    // for is taken out of its stream.
+    let client_wants_usage = request
+        .get("stream_options")
+        .and_then(|o| o.get("include_usage"))
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    if stream && !client_wants_usage {
+        match request.get_mut("stream_options") {
+            Some(Value::Object(options)) => {
+                options.insert("include_usage".into(), Value::Bool(true));
+            }
+            _ => {
+                request.insert("stream_options".into(), json!({"include_usage": true}));
+            }
+        }
+    }
+    let mut meter = Meter {
+        started,
+        at_ms: now_ms(),
+        endpoint,
+        model: model.clone(),
+        key_id: None,
+        key_name: None,
+        job: header_text(headers, JOB_HEADER),
+        movement: header_text(headers, MOVEMENT_HEADER),
+        upstream: None,
+    };
+    let mut failures: Vec<Failure> = Vec::new();
+    for index in route.order(&inner.upstreams, millis_since(inner.epoch)) {
+        let target = &route.targets[index];
+        let upstream = &inner.upstreams[target.upstream];
+        meter.upstream = Some((upstream.name.clone(), target.model.clone()));
+        request.insert("model".into(), Value::String(target.model.clone()));
+        let payload = match serde_json::to_vec(&request) {
+            Ok(payload) => payload,
+            Err(e) => {
+                return refuse(
+                    inner,
+                    StatusCode::BAD_REQUEST,
+                    "invalid_request_error",
+                    "invalid_body",
+                    format!("the request body cannot be written back as JSON ({e})"),
+                );
+            }
+        };
+        let mut call = inner
+            .client
+            .post(format!("{}{}", upstream.base_url, endpoint.path()))
+            .header(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            )
+            .body(payload);
+        if let Some(authorization) = &upstream.authorization {
+            call = call.header(header::AUTHORIZATION, authorization.clone());
+        }
+        if stream {
+            call = call.header(
+                header::ACCEPT,
+                HeaderValue::from_static("text/event-stream"),
+            );
+        }
+        let deadline = tokio::time::Instant::now() + inner.first_byte_timeout;
+        let answer = match tokio::time::timeout_at(deadline, call.send()).await {
+            Ok(Ok(answer)) => answer,
+            Ok(Err(e)) => {
+                let reason = if e.is_timeout() { "timeout" } else { "connect" };
+                failures.push(fail(inner, upstream, reason, describe(&e), None));
+                continue;
+            }
+            Err(_) => {
+                failures.push(fail(
+                    inner,
+                    upstream,
+                    "timeout",
+                    timeout_text(inner.first_byte_timeout),
+                    None,
+                ));
+                continue;
+            }
+        };
+        let status = answer.status();
+        if status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error() {
+            let reason = if status == StatusCode::TOO_MANY_REQUESTS {
+                "status_429"
+            } else {
+                "status_5xx"
+            };
+            failures.push(fail(
+                inner,
+                upstream,
+                reason,
+                format!("HTTP {}", status.as_u16()),
+                Some(status),
+            ));
+            continue;
+        }
+        let content_type = answer.headers().get(header::CONTENT_TYPE).cloned();
+        if stream && status.is_success() {
+            let mut body = answer.bytes_stream();
+            let first = match tokio::time::timeout_at(deadline, body.next()).await {
+                Ok(Some(Ok(first))) => first,
+                Ok(Some(Err(e))) => {
+                    failures.push(fail(inner, upstream, "empty", describe(&e), None));
+                    continue;
+                }
+                Ok(None) => {
+                    failures.push(fail(
+                        inner,
+                        upstream,
+                        "empty",
+                        "the stream ended before its first byte".into(),
+                        None,
+                    ));
+                    continue;
+                }
+                Err(_) => {
+                    failures.push(fail(
+                        inner,
+                        upstream,
+                        "timeout",
+                        timeout_text(inner.first_byte_timeout),
+                        None,
+                    ));
+                    continue;
+                }
+            };
+            first_byte(inner, &meter);
+            let metered = MeteredStream::new(
+                gateway.clone(),
+                meter,
+                upstream.name.clone(),
+                first,
+                Box::pin(body),
+                !client_wants_usage,
+            );
+            let mut response = Response::new(Body::from_stream(metered));
+            let headers = response.headers_mut();
+            headers.insert(
+                header::CONTENT_TYPE,
+                content_type.unwrap_or(HeaderValue::from_static("text/event-stream")),
+            );
+            headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+            return response;
+        }
+        // A whole answer: read it before the client sees a byte, so that a broken one still
+        // fails over.
+        let bytes = match tokio::time::timeout_at(deadline, answer.bytes()).await {
+            Ok(Ok(bytes)) => bytes,
+            Ok(Err(e)) => {
+                failures.push(fail(inner, upstream, "empty", describe(&e), None));
+                continue;
+            }
+            Err(_) => {
+                failures.push(fail(
+                    inner,
+                    upstream,
+                    "timeout",
+                    timeout_text(inner.first_byte_timeout),
+                    None,
+                ));
+                continue;
+            }
+        };
+        first_byte(inner, &meter);
+        let (usage_status, counts) = if status.is_success() {
+            let counts = serde_json::from_slice::<AnswerUsage>(&bytes)
+                .ok()
+                .and_then(|a| a.usage)
+                .unwrap_or_default();
+            (UsageStatus::Ok, counts)
+        } else {
+            (UsageStatus::Rejected, TokenCounts::default())
+        };
+        meter.finish(
+            inner,
+            usage_status,
+            status.as_u16(),
+            counts.prompt_tokens,
+            counts.completion_tokens,
+        );
+        let mut response = Response::new(Body::from(bytes));
+        *response.status_mut() = status;
+        if let Some(content_type) = content_type {
+            response
+                .headers_mut()
+                .insert(header::CONTENT_TYPE, content_type);
+        }
+        return response;
+    }
+    // Every upstream failed before answering.
+    let all_busy = !failures.is_empty()
+        && failures
+            .iter()
+            .all(|f| f.status == Some(StatusCode::TOO_MANY_REQUESTS));
+    let status = if all_busy {
+        StatusCode::TOO_MANY_REQUESTS
+    } else {
+        StatusCode::BAD_GATEWAY
+    };
+    meter.finish(inner, UsageStatus::Unavailable, status.as_u16(), 0, 0);
+    let tried: Vec<String> = failures
+        .iter()
+        .map(|f| format!("{}: {}", f.upstream, f.detail))
+        .collect();
+    error_response(
+        status,
+        "upstream_error",
+        if all_busy {
+            "upstreams_busy"
+        } else {
+            "upstreams_failed"
+        },
+        format!(
+            "every upstream of the model {model:?} failed before answering ({}); each is passed over for {} s after a failure; try again later",
+            tried.join("; "),
+            inner.cooldown.as_secs()
+        ),
+    )
+}
+
+fn first_byte(inner: &Inner, meter: &Meter) {
+    let upstream = meter
+        .upstream
+        .as_ref()
+        .map(|(u, _)| u.clone())
+        .unwrap_or_default();
+    inner
+        .metrics
+        .first_byte
+        .get_or_create(&LatencyLabels {
+            upstream,
+            model: meter.model.clone(),
+        })
+        .observe(meter.started.elapsed().as_secs_f64());
+}
+
+/// Counts a failed attempt, starts the upstream's cool-down, and says what happened.
+fn fail(
+    inner: &Inner,
+    upstream: &crate::route::Upstream,
+    reason: &'static str,
+    detail: String,
+    status: Option<StatusCode>,
+) -> Failure {
+    let cooldown_ms = u64::try_from(inner.cooldown.as_millis()).unwrap_or(u64::MAX);
+    upstream.cool_down(millis_since(inner.epoch).saturating_add(cooldown_ms));
+    inner
+        .metrics
+        .upstream_failures
+        .get_or_create(&FailureLabels {
+            upstream: upstream.name.clone(),
+            reason,
+        })
+        .inc();
+    tracing::warn!(upstream = %upstream.name, reason, detail = %detail, "gateway upstream failed; trying the next one");
+    Failure {
+        upstream: upstream.name.clone(),
+        detail,
+        status,
+    }
+}
+
+/// A request error in words, with its causes (a refused connection says so).
+fn describe(error: &reqwest::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+fn timeout_text(limit: Duration) -> String {
+    format!(
+        "no answer within {} s (gateway.first_byte_timeout_secs)",
+        limit.as_secs()
+    )
+}
+
+/// A request the gateway answers itself, counted under `refused`.
+fn refuse(
+    inner: &Inner,
+    status: StatusCode,
+    kind: &'static str,
+    code: &'static str,
+    message: String,
+) -> Response {
+    inner
+        .metrics
+        .requests
+        .get_or_create(&RequestLabels {
+            upstream: String::new(),
+            model: UNKNOWN_MODEL.to_string(),
+            key: NO_KEY.to_string(),
+            status: "refused",
+        })
+        .inc();
+    error_response(status, kind, code, message)
+}

@@ -463,6 +463,113 @@ fn looks_like_path(name: &str) -> bool {
 mod tests {
     use super::*;
 
+    /// Every one of TAKT v0.60's 324 builtin facets resolves from the embedded set alone (no
+    /// facet directory exists), with its `{{include:}}` and `{extends:}` directives expanded.
+    #[test]
+    fn every_builtin_takt_facet_resolves_by_name() {
+        let origin = Path::new("/nonexistent/project/.takt/workflows/w.yaml");
+        let mut sink = Sink::new(origin);
+        let mut resolver = Resolver::new(origin, &LoadOptions::default());
+        let mut count = 0;
+        for (rel, text) in crate::takt_builtins::facets() {
+            count += 1;
+            let parts: Vec<&str> = rel.trim_end_matches(".md").split('/').collect();
+            match parts.as_slice() {
+                ["facets", "partials", kind, name] => {
+                    let got = resolver.partial(None, &format!("{kind}/{name}"));
+                    assert_eq!(got.as_deref(), Some(text), "{rel}");
+                }
+                ["facets", "instructions", "_system", _] => {
+                    // TAKT's own notice, read by path: it is there.
+                    assert!(crate::takt_builtins::file(rel).is_some(), "{rel}");
+                }
+                ["facets", dir, name] => {
+                    let kind = FacetKind::ALL
+                        .into_iter()
+                        .find(|k| k.dir() == *dir)
+                        .unwrap_or_else(|| panic!("{rel}: unknown facet kind"));
+                    let facet = resolver.resolve(&mut sink, kind, name, "x", Span::default());
+                    assert_eq!(facet.path, Some(crate::takt_builtins::origin(rel)), "{rel}");
+                    assert!(!facet.text.contains("{{include:"), "{rel}");
+                    assert!(!facet.text.contains("{extends:"), "{rel}");
+                    assert!(!facet.text.trim().is_empty(), "{rel}");
+                }
+                _ => panic!("{rel}: unexpected place"),
+            }
+        }
+        assert_eq!(count, 324);
+        let (errors, warnings) = sink.finish();
+        assert!(
+            errors.is_empty() && warnings.is_empty(),
+            "{errors:?} {warnings:?}"
+        );
+    }
+
+    #[test]
+    fn includes_and_extends_expand_in_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let facets = dir.path().join("facets");
+        std::fs::create_dir_all(facets.join("instructions")).unwrap();
+        std::fs::create_dir_all(facets.join("partials/instructions")).unwrap();
+        std::fs::write(
+            facets.join("instructions/fix.md"),
+            "{extends:fix}\n\nAlso run the linter.\n{{include:instructions/tail}}\n",
+        )
+        .unwrap();
+        std::fs::write(facets.join("partials/instructions/tail.md"), "Tail.\n").unwrap();
+        std::fs::create_dir_all(dir.path().join("workflows")).unwrap();
+        let origin = dir.path().join("workflows/w.yaml");
+        let mut sink = Sink::new(&origin);
+        let mut resolver = Resolver::new(&origin, &LoadOptions::default());
+        let facet = resolver.resolve(
+            &mut sink,
+            FacetKind::Instruction,
+            "fix",
+            "x",
+            Span::default(),
+        );
+        // The parent is the builtin `fix`, its own includes expanded.
+        let nowhere = Path::new("/nonexistent/w.yaml");
+        let builtin_fix = Resolver::new(nowhere, &LoadOptions::default())
+            .resolve(
+                &mut Sink::new(nowhere),
+                FacetKind::Instruction,
+                "fix",
+                "x",
+                Span::default(),
+            )
+            .text;
+        assert!(!builtin_fix.contains("{{include:"));
+        assert_eq!(
+            facet.text,
+            format!(
+                "{}\n\nAlso run the linter.\nTail.\n",
+                builtin_fix.trim_end_matches('\n')
+            )
+        );
+        // A missing partial is an error naming it.
+        std::fs::write(
+            facets.join("instructions/fix.md"),
+            "{{include:instructions/nowhere}}\n",
+        )
+        .unwrap();
+        let mut resolver = Resolver::new(&origin, &LoadOptions::default());
+        resolver.resolve(
+            &mut sink,
+            FacetKind::Instruction,
+            "fix",
+            "x",
+            Span::default(),
+        );
+        let (errors, _) = sink.finish();
+        assert_eq!(errors.len(), 1);
+        assert!(
+            errors[0]
+                .message
+                .contains("`{{include:instructions/nowhere}}`")
+        );
+    }
+
     #[test]
     fn simple_names_exclude_prose_and_traversal() {
         assert!(is_simple_name("coder"));

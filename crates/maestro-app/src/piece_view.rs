@@ -111,6 +111,14 @@ fn condition_label(condition: &Condition) -> String {
         Condition::Ai(text) => format!("ai({text:?})"),
         Condition::All(items) => format!("all({})", quoted(items)),
         Condition::Any(items) => format!("any({})", quoted(items)),
+        Condition::When {
+            base: None,
+            predicate,
+        } => format!("when({predicate})"),
+        Condition::When {
+            base: Some(base),
+            predicate,
+        } => format!("{} && when({predicate})", condition_label(base)),
     }
 }
 

@@ -108,6 +108,7 @@ fn movement(name: &str, next: Option<Target>) -> Movement {
         quality_gates: vec![],
         parallel: vec![],
         frontmatter_schema: None,
+        kind: Default::default(),
     }
 }
 

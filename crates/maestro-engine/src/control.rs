@@ -338,6 +338,7 @@ mod tests {
             quality_gates: vec![],
             parallel: vec![],
             frontmatter_schema: None,
+            kind: Default::default(),
         }
     }
 

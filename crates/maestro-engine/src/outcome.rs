@@ -87,7 +87,9 @@ fn aggregate_matches(condition: &Condition, subs: &[Option<String>]) -> bool {
             args.len() == subs.len() && subs.iter().zip(args).all(|(s, a)| matched(s, a))
         }
         Condition::Any(args) => subs.iter().any(|s| args.iter().any(|a| matched(s, a))),
-        Condition::Text(_) | Condition::Ai(_) | Condition::Status(_) => false,
+        Condition::Text(_) | Condition::Ai(_) | Condition::Status(_) | Condition::When { .. } => {
+            false
+        }
     }
 }
 
@@ -101,6 +103,14 @@ pub(crate) fn condition_text(condition: &Condition) -> String {
         Condition::Text(t) | Condition::Ai(t) | Condition::Status(t) => t.clone(),
         Condition::All(args) => format!("all({})", args.join(", ")),
         Condition::Any(args) => format!("any({})", args.join(", ")),
+        Condition::When {
+            base: None,
+            predicate,
+        } => format!("when({predicate})"),
+        Condition::When {
+            base: Some(base),
+            predicate,
+        } => format!("{} && when({predicate})", condition_text(base)),
     }
 }
 
@@ -270,6 +280,7 @@ mod tests {
             quality_gates: vec![],
             parallel: vec![],
             frontmatter_schema: None,
+            kind: Default::default(),
         }
     }
 

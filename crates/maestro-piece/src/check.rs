@@ -95,6 +95,11 @@ impl Sink {
         self.ignored.push((key.to_owned(), d, 1));
     }
 
+    /// The file the findings are about.
+    pub(crate) fn file(&self) -> &Path {
+        &self.file
+    }
+
     pub(crate) fn has_errors(&self) -> bool {
         !self.errors.is_empty()
     }

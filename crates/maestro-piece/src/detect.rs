@@ -3,13 +3,16 @@
 //! 1. `--dialect` (the caller's [`crate::LoadOptions::dialect`]) wins.
 //! 2. A top-level `dialect:` key comes next.
 //! 3. `roles` and `graph` at the top level mean graph.
-//! 4. A field only takt has means takt (see [`TAKT_TOP_KEYS`], [`TAKT_MOVEMENT_KEYS`],
+//! 4. A TAKT workflow key (`steps`, `initial_step`, `max_steps`, `workflow_config`) means
+//!    takt, read as a workflow (TAKT v0.36 and later); with v0.30 keys beside it the loader
+//!    refuses the file, naming the keys of each generation.
+//! 5. A field only takt has means takt (see [`TAKT_TOP_KEYS`], [`TAKT_MOVEMENT_KEYS`],
 //!    [`TAKT_RULE_KEYS`]).
-//! 5. A field only maestro has means maestro (`triggers`, `required_mcp`, `model`,
+//! 6. A field only maestro has means maestro (`triggers`, `required_mcp`, `model`,
 //!    `default_next`, …): takt-style values in such a file are then errors at their place.
-//! 6. A takt-style value means takt: `ai()`/`all()`/`any()` conditions, `COMPLETE`/`ABORT`
+//! 7. A takt-style value means takt: `ai()`/`all()`/`any()` conditions, `COMPLETE`/`ABORT`
 //!    as a rule's `next`.
-//! 7. Otherwise maestro.
+//! 8. Otherwise maestro.
 //!
 //! Fields decide before values because a field cannot be a mistake of the other dialect (it
 //! would be an unknown key there), while `next: COMPLETE` in a maestro piece is exactly the
@@ -80,6 +83,15 @@ pub(crate) fn detect(root: &Node) -> Detection {
         return Detection {
             dialect: Dialect::Graph,
             reason: "`roles` and `graph` are at the top level".to_owned(),
+        };
+    }
+    if let Some(key) = crate::workflow::WORKFLOW_KEYS
+        .iter()
+        .find(|k| root.get(k).is_some())
+    {
+        return Detection {
+            dialect: Dialect::Takt,
+            reason: format!("`{key}` is a TAKT workflow key (TAKT v0.36 and later)"),
         };
     }
     if let Some(reason) = takt_feature(root, Signal::Field) {

@@ -170,6 +170,7 @@ fn read_role(cx: &mut Cx<'_>, name: &str, node: &Node, path: &str) -> Option<Mov
         quality_gates: Vec::new(),
         parallel: Vec::new(),
         frontmatter_schema,
+        kind: Default::default(),
     })
 }
 

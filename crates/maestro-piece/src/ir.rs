@@ -121,6 +121,53 @@ pub struct Movement {
     pub parallel: Vec<Movement>,
     /// Graph dialect: the JSON Schema the answer's frontmatter must satisfy.
     pub frontmatter_schema: Option<serde_json::Value>,
+    /// What runs the movement: an agent (every piece's movements), or one of the TAKT
+    /// workflow step kinds the engine does not run yet, kept whole for when it does.
+    #[serde(default, skip_serializing_if = "StepKind::is_agent")]
+    pub kind: StepKind,
+}
+
+/// What runs a movement. Everything but [`StepKind::Agent`] comes from TAKT workflows
+/// (v0.36 and later) and carries the validated step definition as JSON, positions removed and
+/// parameters already substituted, so that a later engine can execute it without reloading
+/// the file; until then a run reaching one ends with an error naming the step kind.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", content = "definition", rename_all = "snake_case")]
+pub enum StepKind {
+    /// A model call loop with the movement's persona, instruction and tools (and, for a
+    /// parallel parent, its sub-movements).
+    #[default]
+    Agent,
+    /// `kind: workflow_call`: runs another workflow (`call`, `args`, `vars`) and routes on the
+    /// label it returns.
+    WorkflowCall(serde_json::Value),
+    /// `parallel: {fixed, pool, selection}`: a selector picks pool items each round.
+    DynamicParallel(serde_json::Value),
+    /// `team_leader`: the agent splits the task into parts that run as child runs.
+    TeamLeader(serde_json::Value),
+    /// `arpeggio`: the same step over each batch of a data source, merged.
+    Arpeggio(serde_json::Value),
+    /// `kind: system` / `mode: system`: engine-side inputs and effects, no model call.
+    System(serde_json::Value),
+}
+
+impl StepKind {
+    /// True for a movement an agent runs.
+    pub fn is_agent(&self) -> bool {
+        matches!(self, StepKind::Agent)
+    }
+
+    /// The TAKT name of the step kind, as errors name it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            StepKind::Agent => "agent",
+            StepKind::WorkflowCall(_) => "workflow_call",
+            StepKind::DynamicParallel(_) => "dynamic parallel",
+            StepKind::TeamLeader(_) => "team_leader",
+            StepKind::Arpeggio(_) => "arpeggio",
+            StepKind::System(_) => "system",
+        }
+    }
 }
 
 impl Movement {
@@ -164,6 +211,14 @@ pub enum Condition {
     Any(Vec<String>),
     /// Graph dialect: the `$status` value this edge is keyed on; `_` is unconditional.
     Status(String),
+    /// TAKT workflows: a `when(…)` state predicate over the run's context, effects and
+    /// structured outputs, alone or joined with `&&` to a label or an aggregate (`base`).
+    When {
+        /// The label or aggregate that must match as well, if any.
+        base: Option<Box<Condition>>,
+        /// The predicate inside `when(…)`, as written.
+        predicate: String,
+    },
 }
 
 /// Where a rule leads.

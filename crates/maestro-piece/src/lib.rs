@@ -31,7 +31,9 @@ mod options;
 pub mod prompt;
 mod prompt_context;
 mod takt;
+mod takt_builtins;
 mod template;
+mod workflow;
 mod yaml;
 
 pub use catalog::{Availability, ToolCatalog};
@@ -39,7 +41,7 @@ pub use detect::{Detection, detect_dialect};
 pub use diagnostic::{Diagnostic, Severity, render_diagnostics};
 pub use ir::{
     Condition, Dialect, Facet, LoopMonitor, Movement, OutputContract, Piece, Rule, SessionMode,
-    Target,
+    StepKind, Target,
 };
 pub use load::{Failed, Loaded, discover, load_bytes, load_file, load_str};
 pub use options::LoadOptions;

@@ -231,7 +231,7 @@ fn load_tree(cx: &mut Cx<'_>, root: &Node, dialect: Dialect) -> Option<Piece> {
             )?;
             crate::maestro::load(cx, &top)
         }
-        Dialect::Takt => crate::takt::load(cx, root),
+        Dialect::Takt => crate::workflow::load_takt(cx, root),
         Dialect::Graph => crate::graph::load(cx, root),
     }
 }

@@ -293,6 +293,7 @@ fn read_movement(cx: &mut Cx<'_>, item: &Node, path: &str, known: &[&str]) -> Op
         quality_gates: Vec::new(),
         parallel: Vec::new(),
         frontmatter_schema: None,
+        kind: Default::default(),
     })
 }
 

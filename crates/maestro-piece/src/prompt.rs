@@ -190,6 +190,14 @@ fn condition_text(c: &Condition) -> String {
         Condition::Text(t) | Condition::Ai(t) | Condition::Status(t) => t.clone(),
         Condition::All(args) => format!("every sub-movement: {}", args.join(" / ")),
         Condition::Any(args) => format!("any sub-movement: {}", args.join(" / ")),
+        Condition::When {
+            base: None,
+            predicate,
+        } => format!("when({predicate})"),
+        Condition::When {
+            base: Some(base),
+            predicate,
+        } => format!("{} && when({predicate})", condition_text(base)),
     }
 }
 

@@ -74,6 +74,7 @@ pub(crate) fn mv(name: &str, rules: Vec<Rule>) -> Movement {
         quality_gates: vec![],
         parallel: vec![],
         frontmatter_schema: None,
+        kind: Default::default(),
     }
 }
 

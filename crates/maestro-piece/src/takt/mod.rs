@@ -5,9 +5,9 @@
 //! `allowed_tools`) are accepted with a warning, as are unknown keys: a takt piece written for
 //! a newer takt still loads.
 
-mod condition;
-mod contracts;
-mod movement;
+pub(crate) mod condition;
+pub(crate) mod contracts;
+pub(crate) mod movement;
 
 use crate::check::{Fields, Unknown, fields, known_list, list, positive, string_list};
 use crate::cx::{Cx, initial_movement, movement_items};

@@ -19,7 +19,7 @@ pub(crate) struct Targets {
 }
 
 impl Targets {
-    pub(super) fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         format!("{}, COMPLETE, ABORT", known_list(&self.movements))
     }
 }
@@ -167,7 +167,7 @@ enum Role {
 }
 
 /// Top-level movement names (duplicates, also against sub-movements, are errors).
-pub(super) fn names(cx: &mut Cx<'_>, items: &[Node]) -> Vec<String> {
+pub(crate) fn names(cx: &mut Cx<'_>, items: &[Node]) -> Vec<String> {
     let mut top = Vec::new();
     let mut seen: Vec<(String, String)> = Vec::new();
     let mut check = |cx: &mut Cx<'_>, node: &Node, path: String| -> Option<String> {
@@ -223,7 +223,7 @@ pub(super) fn read(
 }
 
 /// A loop monitor's judge, as a movement named `judge` whose rules pick the next movement.
-pub(super) fn read_judge(
+pub(crate) fn read_judge(
     cx: &mut Cx<'_>,
     node: &Node,
     path: &str,
@@ -406,16 +406,27 @@ fn read_body(
         quality_gates: Vec::new(),
         parallel: Vec::new(),
         frontmatter_schema: None,
+        kind: Default::default(),
     })
 }
 
-fn single_facet(cx: &mut Cx<'_>, m: &Fields<'_>, key: &str, kind: FacetKind) -> Option<Facet> {
+pub(crate) fn single_facet(
+    cx: &mut Cx<'_>,
+    m: &Fields<'_>,
+    key: &str,
+    kind: FacetKind,
+) -> Option<Facet> {
     let (node, p) = m.get(key)?;
     let text = nonempty_string(&mut cx.sink, node, &p)?;
     Some(cx.facets.resolve(&mut cx.sink, kind, text, &p, node.span))
 }
 
-fn many_facets(cx: &mut Cx<'_>, m: &Fields<'_>, key: &str, kind: FacetKind) -> Vec<Facet> {
+pub(crate) fn many_facets(
+    cx: &mut Cx<'_>,
+    m: &Fields<'_>,
+    key: &str,
+    kind: FacetKind,
+) -> Vec<Facet> {
     let Some((node, p)) = m.get(key) else {
         return Vec::new();
     };
@@ -485,7 +496,9 @@ fn check_aggregate(condition: &Condition, subs: &[Movement]) -> Result<(), Aggre
     let (args, positional) = match condition {
         Condition::All(args) => (args, args.len() > 1),
         Condition::Any(args) => (args, false),
-        Condition::Text(_) | Condition::Ai(_) | Condition::Status(_) => return Ok(()),
+        Condition::Text(_) | Condition::Ai(_) | Condition::Status(_) | Condition::When { .. } => {
+            return Ok(());
+        }
     };
     if positional && args.len() != subs.len() {
         return Err(AggregateError::Count {
@@ -498,7 +511,10 @@ fn check_aggregate(condition: &Condition, subs: &[Movement]) -> Result<(), Aggre
             .iter()
             .filter_map(|r| match &r.condition {
                 Condition::Text(t) | Condition::Ai(t) => Some(t.clone()),
-                Condition::All(_) | Condition::Any(_) | Condition::Status(_) => None,
+                Condition::All(_)
+                | Condition::Any(_)
+                | Condition::Status(_)
+                | Condition::When { .. } => None,
             })
             .collect()
     };

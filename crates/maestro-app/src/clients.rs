@@ -9,10 +9,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use maestro_config::{Config, LlmConfig};
-use maestro_llm::{LlmError, OpenAiCompat};
+use maestro_llm::{LlmError, ModelClient};
 use maestro_protocol::Secret;
 
-use crate::models::{ModelError, client, judge_served, only_model};
+use crate::models::{ModelError, allow_aliases, client, judge_served, only_model};
 
 /// How long an endpoint's list of models is trusted. A model missing from a list this old is
 /// looked up again before a job is refused for it.
@@ -37,7 +37,7 @@ type ListingSlot = Arc<tokio::sync::Mutex<Option<Listing>>>;
 /// Clients and model lists, shared by the runs of one worker.
 #[derive(Debug, Default)]
 pub(crate) struct ModelClients {
-    clients: Mutex<Vec<(LlmConfig, Arc<OpenAiCompat>)>>,
+    clients: Mutex<Vec<(LlmConfig, Arc<ModelClient>)>>,
     /// One lock per endpoint, held while it is asked, so that a thousand jobs starting at once
     /// ask once.
     listings: Mutex<Vec<(Endpoint, ListingSlot)>>,
@@ -54,7 +54,7 @@ enum Freshness {
 
 impl ModelClients {
     /// The client for `config`'s model settings, built once.
-    pub(crate) fn client(&self, config: &Config) -> Result<Arc<OpenAiCompat>, ModelError> {
+    pub(crate) fn client(&self, config: &Config) -> Result<Arc<ModelClient>, ModelError> {
         let mut clients = self.clients.lock().unwrap_or_else(|p| p.into_inner());
         if let Some((_, found)) = clients.iter().find(|(llm, _)| *llm == config.llm) {
             return Ok(Arc::clone(found));
@@ -75,12 +75,14 @@ impl ModelClients {
         model: &str,
     ) -> Result<(), ModelError> {
         let base = &config.llm.base_url;
-        match judge_served(base, model, self.listed(config, Freshness::Recent).await?) {
+        let judged = match judge_served(base, model, self.listed(config, Freshness::Recent).await?)
+        {
             Err(ModelError::NotServed { .. }) => {
                 judge_served(base, model, self.listed(config, Freshness::Now).await?)
             }
             judged => judged,
-        }
+        };
+        allow_aliases(config, judged)
     }
 
     /// [`crate::served_model`] with the endpoint's list shared.

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use maestro_config::Config;
-use maestro_llm::{LlmError, OpenAiCompat};
+use maestro_llm::{LlmError, ModelClient};
 
 /// Why no usable model was found.
 #[derive(Debug, thiserror::Error)]
@@ -68,11 +68,12 @@ pub fn tool_mode_cache() -> Option<PathBuf> {
     Some(PathBuf::from(home).join(".maestro/cache/tool-modes.json"))
 }
 
-/// The model endpoint's client, as configured.
-pub fn client(config: &Config) -> Result<OpenAiCompat, ModelError> {
-    let mut openai = config.llm.to_openai_config();
-    openai.tool_mode_cache = tool_mode_cache();
-    Ok(OpenAiCompat::new(openai)?)
+/// The model endpoint's client, as configured: the API `llm.provider` names (Chat
+/// Completions or the Anthropic Messages API) with `llm`'s endpoint, key, timeouts and retries.
+pub fn client(config: &Config) -> Result<ModelClient, ModelError> {
+    let mut settings = config.llm.to_openai_config();
+    settings.tool_mode_cache = tool_mode_cache();
+    Ok(ModelClient::new(config.llm.provider, settings)?)
 }
 
 /// A model the endpoint does not list (`GET /v1/models`) stops the run before it starts, with
@@ -89,7 +90,24 @@ pub async fn ensure_served(config: &Config, model: &str) -> Result<(), ModelErro
 /// fail.
 pub async fn check_served(config: &Config, model: &str) -> Result<(), ModelError> {
     let listed = client(config)?.list_models().await;
-    judge_served(&config.llm.base_url, model, listed)
+    allow_aliases(config, judge_served(&config.llm.base_url, model, listed))
+}
+
+/// The Anthropic API lists dated model ids (`claude-sonnet-4-5-20250929`) and also answers to
+/// aliases it does not list (`claude-sonnet-4-5`): a model missing from its list is not refused
+/// here (the API itself says `not_found_error` for a name it does not know).
+pub(crate) fn allow_aliases(
+    config: &Config,
+    judged: Result<(), ModelError>,
+) -> Result<(), ModelError> {
+    match judged {
+        Err(ModelError::NotServed { .. })
+            if config.llm.provider == maestro_config::ProviderKind::Anthropic =>
+        {
+            Ok(())
+        }
+        judged => judged,
+    }
 }
 
 /// Whether `model` is among the models `listed` (the answer to `GET /v1/models` at `base`): an

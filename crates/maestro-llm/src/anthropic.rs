@@ -6,4 +6,4 @@
 mod client;
 pub mod translate;
 
-pub use client::{ANTHROPIC_VERSION, Anthropic, DEFAULT_BASE_URL};
+pub use client::{ANTHROPIC_VERSION, Anthropic, DEFAULT_BASE_URL, DEFAULT_CONTEXT_LENGTH};

@@ -330,3 +330,24 @@ async fn model_client_picks_the_api_the_configuration_names() {
         ProviderKind::OpenAi
     );
 }
+
+#[tokio::test]
+async fn a_prompt_too_long_is_a_context_overflow_and_the_window_defaults_to_200k() {
+    let server = ScriptedAnthropic::start([Turn::http_error(
+        400,
+        r#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 210000 tokens > 200000 maximum"}}"#,
+    )])
+    .await;
+    let llm = client(&server);
+    let error = llm.chat(ask("hi"), &|_| {}).await.unwrap_err();
+    assert!(
+        matches!(&error, LlmError::ContextOverflow { status: 400, message } if message.contains("210000 tokens")),
+        "{error:?}"
+    );
+    assert_eq!(llm.context_length("claude-test").await, Some(200_000));
+    let configured = Anthropic::new(config(&server).with_context_length(1_000_000)).unwrap();
+    assert_eq!(
+        configured.context_length("claude-test").await,
+        Some(1_000_000)
+    );
+}

@@ -28,6 +28,10 @@ pub const ANTHROPIC_VERSION: &str = "2023-06-01";
 /// The Anthropic API's root, the default `base_url` of `llm.provider: anthropic`.
 pub const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
 
+/// The context window assumed when none is configured: every Claude model the API serves has a
+/// window of at least 200,000 tokens (`llm.context_length` says otherwise for one with more).
+pub const DEFAULT_CONTEXT_LENGTH: u64 = 200_000;
+
 /// Side requests (model listing) never wait longer than this.
 const SIDE_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -49,7 +53,9 @@ const SIDE_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 ///   `response_format`);
 /// - `max_tokens`, which the Messages API requires, is the request's, else
 ///   [`translate::DEFAULT_MAX_TOKENS`];
-/// - the context length is the configured one (the API does not tell it).
+/// - the context length is the configured one, else [`DEFAULT_CONTEXT_LENGTH`] (the API does
+///   not tell it); a prompt too long for the model (`prompt is too long: …`) is
+///   [`LlmError::ContextOverflow`].
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -468,6 +474,8 @@ impl Provider for Anthropic {
     }
 
     fn context_length<'a>(&'a self, _model: &'a str) -> BoxFuture<'a, Option<u64>> {
-        Box::pin(std::future::ready(self.config.context_length))
+        Box::pin(std::future::ready(Some(
+            self.config.context_length.unwrap_or(DEFAULT_CONTEXT_LENGTH),
+        )))
     }
 }

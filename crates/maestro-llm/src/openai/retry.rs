@@ -99,7 +99,8 @@ pub(crate) fn classify_status(
 
 /// Whether an HTTP error answer says the request exceeded the model's context window. The
 /// wording differs per server: llama.cpp ("exceeds the available context size"), vLLM and
-/// OpenAI ("maximum context length", `context_length_exceeded`), Ollama ("context length").
+/// OpenAI ("maximum context length", `context_length_exceeded`), Ollama ("context length"),
+/// Anthropic ("prompt is too long: 210000 tokens > 200000 maximum").
 fn is_context_overflow(status: u16, lower_message: &str) -> bool {
     matches!(status, 400 | 413)
         && [
@@ -108,6 +109,7 @@ fn is_context_overflow(status: u16, lower_message: &str) -> bool {
             "context_length",
             "context window",
             "too many tokens",
+            "prompt is too long",
         ]
         .iter()
         .any(|needle| lower_message.contains(needle))

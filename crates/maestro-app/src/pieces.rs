@@ -109,7 +109,11 @@ pub fn load_piece(path: &Path, opts: &LoadOptions) -> Result<Piece, PieceError> 
 /// Every piece that loads from `dirs` (missing directories are passed over).
 pub fn available_pieces(dirs: &[PathBuf], opts: &LoadOptions) -> Available {
     let mut available = Available::default();
-    for path in dirs.iter().filter(|d| d.exists()).flat_map(|d| discover(d)) {
+    for path in searched_dirs(dirs, opts)
+        .iter()
+        .filter(|d| d.exists())
+        .flat_map(|d| discover(d))
+    {
         match load_file(&path, opts) {
             Ok(loaded) => available.pieces.push((path, loaded.piece)),
             Err(failed) => available.skipped.push(Skipped {
@@ -121,7 +125,20 @@ pub fn available_pieces(dirs: &[PathBuf], opts: &LoadOptions) -> Available {
     available
 }
 
-/// The piece `given` names: a file path, or the `name` (or file stem) of a piece in `dirs`.
+/// `dirs`, then TAKT's workflow directories (`.takt/workflows/`, `~/.takt/workflows/`) that
+/// exist and are not already among them.
+fn searched_dirs(dirs: &[PathBuf], opts: &LoadOptions) -> Vec<PathBuf> {
+    let mut all = dirs.to_vec();
+    for dir in opts.takt_workflow_dirs() {
+        if dir.is_dir() && !all.contains(&dir) {
+            all.push(dir);
+        }
+    }
+    all
+}
+
+/// The piece `given` names: a file path, or the `name` (or file stem) of a piece in `dirs`
+/// or in TAKT's workflow directories.
 pub fn find_piece(given: &str, dirs: &[PathBuf], opts: &LoadOptions) -> Result<Found, PieceError> {
     let path = Path::new(given);
     if path.is_file() {
@@ -148,7 +165,7 @@ pub fn find_piece(given: &str, dirs: &[PathBuf], opts: &LoadOptions) -> Result<F
     }
     Err(PieceError::NotFound {
         given: given.to_string(),
-        searched: dirs.to_vec(),
+        searched: searched_dirs(dirs, opts),
         known: pieces.into_iter().map(|(_, p)| p.name).collect(),
         skipped,
     })
@@ -272,6 +289,42 @@ movements:
             .as_ref()
             .map(|facet| facet.text.trim().to_string())
             .unwrap_or_default()
+    }
+
+    /// A TAKT workflow in the project's `.takt/workflows/` or the user's `~/.takt/workflows/`
+    /// is found by name, after the pieces directories.
+    #[test]
+    fn takt_workflow_directories_are_searched_by_name() {
+        let project = tempfile::tempdir().unwrap();
+        let user = tempfile::tempdir().unwrap();
+        let workflow = |name: &str| {
+            format!(
+                "name: {name}\nmax_steps: 3\nsteps:\n  - name: work\n    persona: coder\n    instruction: Do it.\n    rules:\n      - condition: done\n        next: COMPLETE\n"
+            )
+        };
+        let in_project = project.path().join(".takt/workflows");
+        let in_user = user.path().join("workflows");
+        std::fs::create_dir_all(&in_project).unwrap();
+        std::fs::create_dir_all(&in_user).unwrap();
+        std::fs::write(in_project.join("ship.yaml"), workflow("ship")).unwrap();
+        std::fs::write(in_user.join("mine.yaml"), workflow("mine")).unwrap();
+        let opts = LoadOptions {
+            project_dir: Some(project.path().to_owned()),
+            takt_user_dir: Some(user.path().to_owned()),
+            ..LoadOptions::default()
+        };
+        let pieces_dir = project.path().join("pieces");
+        let found = find_piece("ship", std::slice::from_ref(&pieces_dir), &opts).unwrap();
+        assert_eq!(found.path, in_project.join("ship.yaml"));
+        assert_eq!(found.piece.dialect, maestro_piece::Dialect::Takt);
+        let found = find_piece("mine", std::slice::from_ref(&pieces_dir), &opts).unwrap();
+        assert_eq!(found.path, in_user.join("mine.yaml"));
+        match find_piece("other", std::slice::from_ref(&pieces_dir), &opts) {
+            Err(PieceError::NotFound { searched, .. }) => {
+                assert_eq!(searched, vec![pieces_dir, in_project, in_user]);
+            }
+            other => panic!("expected NotFound, got {other:?}"),
+        }
     }
 
     #[test]

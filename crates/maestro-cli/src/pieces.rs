@@ -119,6 +119,8 @@ fn default_dirs() -> Vec<PathBuf> {
     if let Some(home) = std::env::var_os("HOME") {
         dirs.push(PathBuf::from(home).join(".maestro").join("pieces"));
     }
+    // TAKT's workflows (v0.36 and later), after Maestro's own pieces.
+    dirs.extend(crate::common::load_options(None, &[]).takt_workflow_dirs());
     dirs.into_iter().filter(|d| d.is_dir()).collect()
 }
 

@@ -74,6 +74,28 @@ pub enum UnrunnablePiece {
         /// The piece's name.
         piece: String,
     },
+    /// The movement due is a TAKT workflow step of a kind this engine does not run yet
+    /// (`maestro_piece::StepKind`): the piece loaded and validated, the run stops here.
+    #[error(
+        "step `{movement}` is a TAKT `{kind}` step, which Maestro validates but cannot run yet; the run stops before it (see docs/dialects.md, \"TAKT workflows\")"
+    )]
+    UnsupportedStep {
+        /// The step (or parallel sub-step) that was due.
+        movement: String,
+        /// The TAKT step kind, e.g. `workflow_call`.
+        kind: &'static str,
+    },
+    /// The movement due routes on a `when(…)` state predicate, which this engine cannot
+    /// evaluate yet.
+    #[error(
+        "step `{movement}` routes on `when({predicate})`, a TAKT state predicate Maestro validates but cannot evaluate yet; the run stops before it"
+    )]
+    UnsupportedCondition {
+        /// The step that was due.
+        movement: String,
+        /// The predicate.
+        predicate: String,
+    },
 }
 
 /// A broken invariant of the engine.

@@ -30,6 +30,28 @@ pub(crate) struct Finish {
     pub reason: Option<EndReason>,
 }
 
+/// Refuses a movement the engine cannot run yet: a TAKT workflow step kind other than an
+/// agent (in the movement or one of its parallel sub-movements), or a `when(…)` rule.
+fn unsupported(due: &Movement) -> Result<(), UnrunnablePiece> {
+    for m in std::iter::once(due).chain(&due.parallel) {
+        if !m.kind.is_agent() {
+            return Err(UnrunnablePiece::UnsupportedStep {
+                movement: m.name.clone(),
+                kind: m.kind.name(),
+            });
+        }
+        for rule in &m.rules {
+            if let maestro_piece::Condition::When { predicate, .. } = &rule.condition {
+                return Err(UnrunnablePiece::UnsupportedCondition {
+                    movement: m.name.clone(),
+                    predicate: predicate.clone(),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Runs movements until the run reaches a terminal status.
 pub(crate) async fn drive(run: &Arc<RunCtx>) -> Result<Finish, EngineError> {
     loop {
@@ -60,6 +82,7 @@ pub(crate) async fn drive(run: &Arc<RunCtx>) -> Result<Finish, EngineError> {
             }
             .into());
         };
+        unsupported(due)?;
         // A movement going on after its question was answered is not a revisit.
         let due_checks = if state.answered {
             None

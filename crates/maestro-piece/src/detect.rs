@@ -266,6 +266,23 @@ mod tests {
     }
 
     #[test]
+    fn a_takt_workflow_key_means_takt() {
+        let d = detect_dialect("name: x\nmax_steps: 3\nsteps: []\n").unwrap();
+        assert_eq!(
+            d,
+            Detection {
+                dialect: Dialect::Takt,
+                reason: "`steps` is a TAKT workflow key (TAKT v0.36 and later)".into(),
+            }
+        );
+        // Even beside a maestro field: `steps` is no maestro key.
+        assert_eq!(
+            dialect("name: x\nmodel: m\ninitial_step: a\n"),
+            Dialect::Takt
+        );
+    }
+
+    #[test]
     fn otherwise_maestro_and_the_key_overrides() {
         assert_eq!(dialect("name: x\nmovements: []\n"), Dialect::Maestro);
         assert_eq!(dialect("dialect: takt\nname: x\n"), Dialect::Takt);

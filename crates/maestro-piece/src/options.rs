@@ -50,6 +50,19 @@ impl LoadOptions {
     }
 }
 
+impl LoadOptions {
+    /// Where TAKT keeps workflows (v0.36 and later), searched by name after the pieces
+    /// directories: the project's `.takt/workflows/`, then the user's `~/.takt/workflows/`
+    /// (`$TAKT_CONFIG_DIR/workflows/`).
+    pub fn takt_workflow_dirs(&self) -> Vec<PathBuf> {
+        self.project_dir
+            .iter()
+            .map(|p| p.join(".takt").join("workflows"))
+            .chain(self.takt_user_dir.iter().map(|u| u.join("workflows")))
+            .collect()
+    }
+}
+
 impl Default for LoadOptions {
     fn default() -> Self {
         LoadOptions {

@@ -52,6 +52,9 @@ pub enum RunKind {
         workspace: Option<PathBuf>,
         /// Who submits it, for the audit log.
         submitted_by: String,
+        /// The job's own caps on what it and its subtasks may spend (`--max-cost-usd`), kept
+        /// with the job; the configuration's caps apply as well, the tightest winning.
+        budget: maestro_config::BudgetSettings,
     },
     /// Continue the stopped run (job) with this id where it stopped.
     Resume {
@@ -153,12 +156,14 @@ pub async fn start(
             task,
             workspace,
             submitted_by,
+            budget,
         } => {
             if task.trim().is_empty() {
                 return Err(StartError::EmptyTask);
             }
             let mut job = NewJob::new(piece, task, submitted_by);
             job.max_attempts = 1;
+            job.budget = crate::budget::limits_of(budget);
             job.workspace = workspace
                 .map(|w| std::path::absolute(&w).unwrap_or(w))
                 .map(|w| w.display().to_string());

@@ -22,6 +22,7 @@
 //! ```
 
 mod access;
+mod budget;
 mod children;
 mod clients;
 mod completer;
@@ -60,6 +61,7 @@ pub use access::{
     revoke_share, revoke_share_as, revoke_token, revoke_token_as, session_principal, set_role,
     set_role_as, take_login,
 };
+pub use budget::BudgetError;
 pub use context::RunObserver;
 pub use errors::error_chain;
 pub use files::{

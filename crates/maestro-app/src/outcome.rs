@@ -106,6 +106,10 @@ pub enum RunError {
     /// or a replay diverged.
     #[error(transparent)]
     Engine(#[from] EngineError),
+    /// A cost cap applies that the run cannot count (no price for its model), or the job's
+    /// budget cannot be read.
+    #[error(transparent)]
+    Budget(#[from] crate::budget::BudgetError),
 }
 
 impl RunError {
@@ -118,6 +122,7 @@ impl RunError {
                 e.is_infrastructure()
             }
             RunError::Store { .. } | RunError::Endpoint(_) | RunError::Inputs(_) => true,
+            RunError::Budget(crate::budget::BudgetError::Store { .. }) => true,
             RunError::Piece(PieceError::Store(e)) => !e.is_unusable(),
             RunError::Engine(EngineError::Record(_)) => true,
             _ => false,
@@ -141,13 +146,22 @@ impl RunError {
             | RunError::RequiredMcp { .. }
             | RunError::Tools(_)
             | RunError::Config(_)
+            | RunError::Budget(crate::budget::BudgetError::NoPrice { .. })
             | RunError::NotStarted(_) => EndReason::PieceError(text),
+            RunError::Budget(crate::budget::BudgetError::Store { .. }) => {
+                EndReason::RecordError(text)
+            }
             RunError::Store { .. } | RunError::Events(_) | RunError::Inputs(_) => {
                 EndReason::RecordError(text)
             }
             RunError::Engine(EngineError::Llm(_)) => EndReason::LlmError(text),
             RunError::Engine(EngineError::Piece(_)) => EndReason::PieceError(text),
             RunError::Engine(EngineError::Subtasks(_)) => EndReason::SubtaskError(text),
+            RunError::Engine(EngineError::Spend(maestro_engine::SpendRefused::Exceeded {
+                cap,
+                ..
+            })) => EndReason::Budget(cap.clone()),
+            RunError::Engine(EngineError::Spend(_)) => EndReason::InternalError(text),
             RunError::Internal(_)
             | RunError::Engine(EngineError::Internal(_) | EngineError::Diverged(_)) => {
                 EndReason::InternalError(text)

@@ -514,6 +514,9 @@ async fn run_prepared(
     } = prepared;
     let engine_config = config.engine_config().map_err(RunError::Config)?;
     let provider: Arc<dyn Provider> = ctx.models.client(&config)?;
+    let spend = crate::budget::guard_for(&ctx.store, &config, claimed.job.id, &piece.name)
+        .await?
+        .map(|guard| Arc::new(guard) as Arc<dyn maestro_engine::SpendGuard>);
     let answers = if first_claim(&claimed.lease) {
         Vec::new()
     } else {
@@ -547,6 +550,7 @@ async fn run_prepared(
     .map(|spec| RunSpec {
         preamble,
         attribution: Some(claimed.job.id.to_string()),
+        spend,
         ..spec
     });
     let ran = match spec {

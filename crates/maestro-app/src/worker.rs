@@ -346,6 +346,11 @@ async fn worker_heartbeats(
                 tracing::warn!("worker heartbeat failed: {e}");
             }
         }
+        // Reservations of model calls whose process died before settling them go back to
+        // their budgets (docs/budgets.md).
+        if let Err(e) = store.budget_sweep().await {
+            tracing::warn!("budget sweep failed: {e}");
+        }
     }
 }
 

@@ -77,6 +77,7 @@ fn request(task: &str, live_capacity: Option<usize>) -> RunRequest {
             task: task.into(),
             workspace: None,
             submitted_by: "test".into(),
+            budget: Default::default(),
         },
         model_from_flag: true,
     }

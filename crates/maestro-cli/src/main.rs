@@ -40,7 +40,7 @@ enum Command {
     /// List the pieces found in a directory.
     Pieces(pieces::Args),
     /// Run a task through a piece against an LLM endpoint.
-    Run(run::Args),
+    Run(Box<run::Args>),
     /// Drive a finished run again from its record, with no model call and no tool run; exits 0
     /// when it reaches the same movements, transitions and status.
     Replay(replay::Args),
@@ -91,7 +91,7 @@ fn main() -> ExitCode {
         Command::Validate(args) => validate::run(args),
         Command::Prompt(args) => prompt::run(args),
         Command::Pieces(args) => pieces::run(args),
-        Command::Run(args) => run::run(args),
+        Command::Run(args) => run::run(*args),
         Command::Replay(args) => replay::run(args),
         Command::Tools(cmd) => tools::run(cmd),
         Command::Submit(args) => jobs::submit(*args),

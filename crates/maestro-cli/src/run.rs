@@ -52,6 +52,15 @@ pub(crate) struct Args {
     /// Cap on each answer's length in tokens.
     #[arg(long)]
     max_tokens: Option<u32>,
+    /// The most US dollars this run and its subtasks may spend together (priced by
+    /// `llm.models.<model>.price`); a model call that could pass it is not made and the run
+    /// ends `exceeded` (reason `budget: max_cost_usd`). Kept with the job, so a resume keeps it.
+    #[arg(long, value_parser = positive_usd)]
+    max_cost_usd: Option<f64>,
+    /// The most tokens this run and its subtasks may use together (`budget: max_total_tokens`
+    /// past it).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    max_total_tokens: Option<u64>,
     /// Carried text (previous answers, knowledge, reports) longer than this many characters is
     /// cut in prompts, pointing to the full copy.
     #[arg(long)]
@@ -102,6 +111,16 @@ impl Override for Args {
         if let Some(n) = self.max_carried_chars {
             config.engine.max_carried_chars = n;
         }
+    }
+}
+
+/// `--max-cost-usd`: US dollars above 0.
+fn positive_usd(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(usd) if usd.is_finite() && usd > 0.0 => Ok(usd),
+        _ => Err(format!(
+            "`{text}` is not an amount of US dollars above 0; give e.g. 2.5"
+        )),
     }
 }
 
@@ -166,6 +185,10 @@ async fn run_async(args: Args) -> anyhow::Result<u8> {
             task: task_text(args.task.as_deref(), args.task_file.as_deref())?,
             workspace: args.workspace.clone(),
             submitted_by: whoami(),
+            budget: maestro_config::BudgetSettings {
+                max_total_tokens: args.max_total_tokens,
+                max_cost_usd: args.max_cost_usd,
+            },
         },
     };
     // One connection: a run's queries come one at a time (docs/benchmarks.md, "Footprint").
@@ -175,7 +198,7 @@ async fn run_async(args: Args) -> anyhow::Result<u8> {
         model_from_flag: args.model.model.is_some(),
         live_capacity: None,
     };
-    let handle = maestro_app::start(store, config.clone(), request).await?;
+    let handle = maestro_app::start(store.clone(), config.clone(), request).await?;
     let stop = stop_signal()?;
     let shown = tokio::spawn(show(
         handle.subscribe_after(0),
@@ -191,7 +214,7 @@ async fn run_async(args: Args) -> anyhow::Result<u8> {
     });
     let outcome = handle.outcome().await;
     let _ = shown.await;
-    report(outcome, &config, args.events.is_some()).await
+    report(outcome, &config, &store, args.events.is_some()).await
 }
 
 /// Shows the run as it goes: progress lines on stderr, or its events as JSON lines on stdout.
@@ -235,7 +258,12 @@ async fn show(mut events: maestro_app::Subscription, resumed_after: u64, jsonl: 
 }
 
 /// Says how the run ended and picks the exit code.
-async fn report(outcome: RunOutcome, config: &Config, jsonl: bool) -> anyhow::Result<u8> {
+async fn report(
+    outcome: RunOutcome,
+    config: &Config,
+    store: &maestro_app::Store,
+    jsonl: bool,
+) -> anyhow::Result<u8> {
     let summary = match outcome {
         RunOutcome::Ended(summary) => summary,
         RunOutcome::Failed {
@@ -267,6 +295,9 @@ async fn report(outcome: RunOutcome, config: &Config, jsonl: bool) -> anyhow::Re
         ));
     }
     eprintln!("{line}; record in {}", summary.run_dir.display());
+    if let Some(spent) = spend_line(store, &summary.run_id, config).await {
+        eprintln!("{spent}");
+    }
     if summary.status == RunStatus::Failed {
         eprintln!(
             "continue it where it stopped with: maestro run --resume {}",
@@ -284,6 +315,64 @@ async fn report(outcome: RunOutcome, config: &Config, jsonl: bool) -> anyhow::Re
         println!("{}", crate::term::printable(&summary.result));
     }
     Ok(summary.status.exit_code() as u8)
+}
+
+/// The run's tokens and cost, from its record in the store: `tokens: 1,234 (prompt 1,000,
+/// completion 234) · cost: $0.0012`, or `cost: unknown (no price for model X)`. `None` when
+/// the record cannot be read.
+async fn spend_line(store: &maestro_app::Store, run_id: &str, config: &Config) -> Option<String> {
+    use maestro_app::JobQueue as _;
+    let id: maestro_app::JobId = run_id.parse().ok()?;
+    let events: Vec<maestro_app::RunEvent> = store
+        .events(id, 0)
+        .await
+        .ok()?
+        .into_iter()
+        .filter_map(|e| serde_json::from_value::<maestro_app::EventRecord>(e.payload).ok())
+        .map(|r| r.event)
+        .collect();
+    let spend = maestro_app::run_spend_in(&events, &config.llm);
+    let usage = spend.usage;
+    let cost = match spend.cost_usd {
+        Some(usd) => format!("${usd:.4}"),
+        None => {
+            let run_model = events.iter().find_map(|e| match e {
+                maestro_app::RunEvent::RunStarted { model, .. } => model.clone(),
+                _ => None,
+            });
+            let unpriced = events
+                .iter()
+                .find_map(|e| match e {
+                    maestro_app::RunEvent::LlmResponse { model, .. } => model
+                        .clone()
+                        .or_else(|| run_model.clone())
+                        .filter(|m| config.llm.price(m).is_none()),
+                    _ => None,
+                })
+                .or(run_model)
+                .unwrap_or_default();
+            format!("unknown (no price for model {unpriced})")
+        }
+    };
+    Some(format!(
+        "tokens: {} (prompt {}, completion {}) · cost: {cost}",
+        thousands(usage.total_tokens),
+        thousands(usage.prompt_tokens),
+        thousands(usage.completion_tokens)
+    ))
+}
+
+/// `1234567` as `1,234,567`.
+fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
 }
 
 /// Prints what a run error carries besides its message (a piece's diagnostics), and turns it

@@ -326,6 +326,20 @@ impl Config {
                 }
             }
         }
+        let engine_caps = crate::budget::BudgetSettings {
+            max_total_tokens: self.engine.max_total_tokens,
+            max_cost_usd: self.engine.max_cost_usd,
+        };
+        for (field, message, fix) in engine_caps.problems() {
+            fail(&["engine", field], message, fix);
+        }
+        for (piece, settings) in &self.engine.pieces {
+            if let Some(budget) = settings.budget {
+                for (field, message, fix) in budget.problems() {
+                    fail(&["engine", "pieces", piece, "budget", field], message, fix);
+                }
+            }
+        }
         let retry = &llm.retry;
         if retry.max_attempts == 0 {
             fail(

@@ -32,6 +32,15 @@ pub struct EngineSettings {
     pub frontmatter_retries: u32,
     /// Tool calls run from one answer; the rest are refused with a message to the model.
     pub max_tool_calls_per_answer: u32,
+    /// The most tokens a job and its subtasks may use together; none: no cap.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_total_tokens: Option<u64>,
+    /// The most US dollars a job and its subtasks may spend together; none: no cap.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_cost_usd: Option<f64>,
+    /// Settings for the runs of one piece, by the piece's name (`budget`).
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub pieces: std::collections::BTreeMap<String, crate::budget::PieceSettings>,
 }
 
 impl Default for EngineSettings {
@@ -49,11 +58,27 @@ impl Default for EngineSettings {
             control_reminders: engine.control_reminders,
             frontmatter_retries: engine.frontmatter_retries,
             max_tool_calls_per_answer: engine.max_tool_calls_per_answer,
+            max_total_tokens: None,
+            max_cost_usd: None,
+            pieces: std::collections::BTreeMap::new(),
         }
     }
 }
 
 impl EngineSettings {
+    /// The caps that apply to a job running `piece`: `engine.max_total_tokens` and
+    /// `engine.max_cost_usd`, tightened by `engine.pieces.<piece>.budget`.
+    pub fn budget_for(&self, piece: &str) -> crate::budget::BudgetSettings {
+        let all = crate::budget::BudgetSettings {
+            max_total_tokens: self.max_total_tokens,
+            max_cost_usd: self.max_cost_usd,
+        };
+        match self.pieces.get(piece).and_then(|p| p.budget) {
+            Some(own) => all.tightest(own),
+            None => all,
+        }
+    }
+
     /// The engine's configuration for `model` with a known (or unknown) context window.
     /// Fields added to [`EngineConfig`] later keep its own defaults until they are mirrored here.
     pub fn to_engine_config(
@@ -103,6 +128,9 @@ mod tests {
             control_reminders: 5,
             frontmatter_retries: 6,
             max_tool_calls_per_answer: 8,
+            max_total_tokens: None,
+            max_cost_usd: None,
+            pieces: Default::default(),
         };
         assert_eq!(
             settings.to_engine_config("qwen3", Some(8192)),

@@ -25,6 +25,7 @@
 //! The fields and their defaults are documented in `docs/configuration.md`.
 
 mod auth;
+mod budget;
 mod config;
 mod display;
 mod engine;
@@ -35,6 +36,7 @@ mod overlay;
 mod parse;
 
 pub use auth::{AuthConfig, OidcConfig};
+pub use budget::{BudgetSettings, PieceSettings};
 pub use config::{
     Config, FilesConfig, PathsConfig, SshConfig, StoreConfig, SubtasksConfig, WorkerProfile,
 };

@@ -304,31 +304,7 @@ impl<'a> Agent<'a> {
         let Some(window) = self.meter.window() else {
             return Ok(false);
         };
-        let chars: usize = self
-            .messages
-            .iter()
-            .map(|m| match m {
-                Message::System { content }
-                | Message::User { content }
-                | Message::Tool { content, .. } => content.len(),
-                Message::Assistant {
-                    content,
-                    tool_calls,
-                } => {
-                    content.len()
-                        + tool_calls
-                            .iter()
-                            .map(|c| c.arguments.len() + c.name.len())
-                            .sum::<usize>()
-                }
-            })
-            .sum::<usize>()
-            + self
-                .tools
-                .iter()
-                .map(|t| t.description.len() + t.input_schema.to_string().len())
-                .sum::<usize>();
-        let estimate = (chars / 4) as u64;
+        let estimate = crate::spend::estimated_tokens(&self.messages, &self.tools);
         if estimate < window {
             return Ok(false);
         }

@@ -42,6 +42,8 @@ pub(crate) struct RunCtx {
     pub subtasks: Option<Arc<dyn SubtaskHost>>,
     /// What every model call is attributed to (`X-Maestro-Job`): the job's id, else the run's.
     pub attribution: String,
+    /// Reserves each new model call from the job tree's budget; `None`: no cap.
+    pub spend: Option<Arc<dyn crate::spend::SpendGuard>>,
 }
 
 impl RunCtx {
@@ -156,11 +158,29 @@ impl RunCtx {
                 got: format!("a model call for `{movement}` that the record holds no answer to"),
             }));
         }
+        // Only a call the record does not answer spends: it is reserved first.
+        let ticket = match &self.spend {
+            Some(guard) => Some(
+                guard
+                    .reserve(crate::spend::ask_for(movement, purpose, &request))
+                    .await?,
+            ),
+            None => None,
+        };
         let observer = retry_observer(self, movement);
         let response = tokio::select! {
             response = self.provider.chat(request, &observer) => response,
             _ = self.cancel.cancelled() => Err(maestro_llm::LlmError::Cancelled),
         };
+        if let (Some(guard), Some(ticket)) = (&self.spend, ticket) {
+            match &response {
+                Ok(answer) => {
+                    let model = answer.model.as_deref().unwrap_or(&requested).to_string();
+                    guard.settle(ticket, model, answer.usage).await;
+                }
+                Err(_) => guard.release(ticket).await,
+            }
+        }
         let response = response.map_err(|e| match e {
             maestro_llm::LlmError::Http { status, message } => {
                 EngineError::Llm(maestro_llm::LlmError::Http {

@@ -29,6 +29,10 @@ pub enum EngineError {
     /// The job system failed to spawn or report a subtask.
     #[error(transparent)]
     Subtasks(#[from] crate::subtasks::SubtaskError),
+    /// A model call's reservation was refused by the run's [`crate::SpendGuard`]: a cap is
+    /// reached (the run ends `exceeded`), or the budget cannot be checked (the job retries).
+    #[error(transparent)]
+    Spend(#[from] crate::spend::SpendRefused),
 }
 
 /// The run record cannot be written.
@@ -135,6 +139,7 @@ impl EngineError {
         match self {
             EngineError::Llm(e) => e.is_infrastructure(),
             EngineError::Subtasks(crate::subtasks::SubtaskError::Failed(_)) => true,
+            EngineError::Spend(crate::spend::SpendRefused::Unavailable(_)) => true,
             _ => false,
         }
     }
@@ -148,6 +153,12 @@ impl EngineError {
             EngineError::Internal(e) => EndReason::InternalError(e.to_string()),
             EngineError::Diverged(e) => EndReason::RecordError(e.to_string()),
             EngineError::Subtasks(e) => EndReason::SubtaskError(e.to_string()),
+            EngineError::Spend(crate::spend::SpendRefused::Exceeded { cap, .. }) => {
+                EndReason::Budget(cap.clone())
+            }
+            EngineError::Spend(e @ crate::spend::SpendRefused::Unavailable(_)) => {
+                EndReason::InternalError(e.to_string())
+            }
         }
     }
 }

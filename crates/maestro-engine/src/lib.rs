@@ -28,6 +28,7 @@ mod record;
 mod recorded;
 mod run;
 mod runner;
+mod spend;
 mod state;
 mod subtasks;
 
@@ -50,6 +51,7 @@ pub use outcome::{
 pub use record::{RunRecord, new_run_id};
 pub use recorded::{Divergence, ReplayMode};
 pub use run::{Engine, RunEnd, RunReport, RunSpec};
+pub use spend::{SpendAsk, SpendFuture, SpendGuard, SpendRefused, SpendTicket};
 pub use state::{PieceIdentity, RunPhase, RunState};
 pub use subtasks::{
     HostFuture, SPAWN_SUBTASK, SpawnArgs, SpawnRequest, SpawnedSubtask, SubtaskError, SubtaskHost,

@@ -85,6 +85,9 @@ pub struct RunSpec {
     /// What the run's model calls are attributed to in their `X-Maestro-Job` header: the job's
     /// id for a job; `None` uses the run's id (a local run).
     pub attribution: Option<String>,
+    /// Reserves each model call the record does not answer from the job tree's budget, and
+    /// settles it after the answer ([`crate::SpendGuard`]); `None`: no cost cap.
+    pub spend: Option<Arc<dyn crate::spend::SpendGuard>>,
 }
 
 impl std::fmt::Debug for RunSpec {
@@ -100,6 +103,7 @@ impl std::fmt::Debug for RunSpec {
             .field("suspend", &self.suspend.is_some())
             .field("answers", &self.answers.len())
             .field("subtasks", &self.subtasks.is_some())
+            .field("spend", &self.spend.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -121,6 +125,7 @@ impl RunSpec {
             subtasks: None,
             preamble: Vec::new(),
             attribution: None,
+            spend: None,
         }
     }
 }
@@ -299,6 +304,7 @@ impl Engine {
             subtasks,
             preamble,
             attribution,
+            spend,
         } = spec;
         let recorded_answers = recorded.as_ref().map_or(0, |r| r.answers_recorded());
         let fresh_answers: std::collections::VecDeque<String> =
@@ -332,6 +338,7 @@ impl Engine {
             secrets: self.secrets.clone(),
             subtasks,
             attribution: attribution.unwrap_or_else(|| record.run_id.clone()),
+            spend,
         });
         if let Some(after_seq) = resumed_after {
             run.emit(RunEvent::RunResumed { after_seq }).await?;
@@ -356,6 +363,18 @@ impl Engine {
                     },
                     run,
                 ));
+            }
+            Err(EngineError::Spend(crate::spend::SpendRefused::Exceeded { cap, message })) => {
+                run.emit(RunEvent::Warning {
+                    movement: None,
+                    message: message.clone(),
+                })
+                .await?;
+                runner::Finish {
+                    status: RunStatus::Exceeded,
+                    result: String::new(),
+                    reason: Some(EndReason::Budget(cap)),
+                }
             }
             Err(e) => runner::Finish {
                 status: RunStatus::Failed,

@@ -50,6 +50,10 @@ pub enum EndReason {
     InternalError(String),
     /// The job system failed to spawn or report a subtask; the error.
     SubtaskError(String),
+    /// A model call's reservation did not fit a cost cap of the run's job tree
+    /// (`engine.max_total_tokens`, `engine.max_cost_usd`, a piece's `budget`, the job's own);
+    /// the cap, e.g. `max_cost_usd`. The run ends `exceeded`.
+    Budget(String),
 }
 
 impl EndReason {
@@ -74,6 +78,7 @@ impl EndReason {
             EndReason::PieceError(_) => "piece_error",
             EndReason::InternalError(_) => "internal_error",
             EndReason::SubtaskError(_) => "subtask_error",
+            EndReason::Budget(_) => "budget",
         }
     }
 
@@ -85,7 +90,8 @@ impl EndReason {
             | EndReason::RecordError(d)
             | EndReason::PieceError(d)
             | EndReason::InternalError(d)
-            | EndReason::SubtaskError(d) => Some(d),
+            | EndReason::SubtaskError(d)
+            | EndReason::Budget(d) => Some(d),
             _ => None,
         }
     }
@@ -131,6 +137,7 @@ impl FromStr for EndReason {
                 "piece_error" => Ok(EndReason::PieceError(detail)),
                 "internal_error" => Ok(EndReason::InternalError(detail)),
                 "subtask_error" => Ok(EndReason::SubtaskError(detail)),
+                "budget" => Ok(EndReason::Budget(detail)),
                 _ => Err(UnknownEndReason(s.to_string())),
             };
         }
@@ -210,6 +217,10 @@ mod tests {
             (
                 EndReason::InternalError("no movement is due".into()),
                 "internal_error: no movement is due",
+            ),
+            (
+                EndReason::Budget("max_cost_usd".into()),
+                "budget: max_cost_usd",
             ),
         ]
     }

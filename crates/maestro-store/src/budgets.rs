@@ -17,7 +17,8 @@ use uuid::Uuid;
 
 use crate::clock::duration_ms;
 use crate::error::{StoreError, StoreResult};
-use crate::rows::col;
+use crate::model::JobId;
+use crate::rows::{col, parse_id};
 use crate::store::{Marks, Store};
 
 /// The largest amount the ledger keeps; larger ones count as this much (about 2.3 × 10^18: no
@@ -132,7 +133,7 @@ pub struct BudgetState {
     pub reserved: Charge,
 }
 
-fn amount(value: u64) -> i64 {
+pub(crate) fn amount(value: u64) -> i64 {
     // MAX_AMOUNT fits an i64.
     i64::try_from(value.min(MAX_AMOUNT)).unwrap_or(i64::MAX)
 }
@@ -298,6 +299,43 @@ impl Store {
         self.close_reservation(reservation, Close::Release, None)
             .await
             .map(|_| ())
+    }
+
+    /// The root of `job`'s tree (the job itself when it has no parent) and the caps the root
+    /// was submitted with: a job tree spends from the budget `job:<root id>` under them.
+    /// `None` when `job` (or one of its ancestors) does not exist.
+    pub async fn job_tree_budget(&self, job: JobId) -> StoreResult<Option<(JobId, BudgetLimits)>> {
+        let mut at = job;
+        // A tree is never deeper than this; a longer chain is a cycle (a hand edit).
+        for _ in 0..1_000 {
+            let mut marks = Marks::new(self.backend);
+            let sql = format!(
+                "SELECT parent_id, budget_max_tokens, budget_max_micro_usd FROM jobs WHERE id = {}",
+                marks.mark()
+            );
+            let Some(row) = sqlx::query::<Any>(sqlx::AssertSqlSafe(sql))
+                .bind(at.to_string())
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(StoreError::query("read a job's budget"))?
+            else {
+                return Ok(None);
+            };
+            match col::<Option<String>>(&row, "parent_id")? {
+                Some(parent) => at = parse_id(&parent)?,
+                None => {
+                    let limits = BudgetLimits {
+                        max_tokens: col::<Option<i64>>(&row, "budget_max_tokens")?.map(unsigned),
+                        max_micro_usd: col::<Option<i64>>(&row, "budget_max_micro_usd")?
+                            .map(unsigned),
+                    };
+                    return Ok(Some((at, limits)));
+                }
+            }
+        }
+        Err(StoreError::Corrupt {
+            what: format!("the parents of job {job} form a cycle"),
+        })
     }
 
     /// The budget's spent and reserved amounts; `None` for a budget never reserved from.

@@ -96,8 +96,9 @@ impl Store {
         sqlx::query::<Any>(
             "INSERT INTO jobs (id, piece, task, status, parent_id, priority, task_class, workspace, \
              submitted_by, max_attempts, run_at, created_at, updated_at, schedule_id, scheduled_for, \
-             owner) VALUES ($1, $2, $3, 'queued', $4, $5, $6, $7, $8, $9, $10, $11, $11, $12, $13, \
-             COALESCE((SELECT owner FROM schedules WHERE id = $12), $14))",
+             owner, budget_max_tokens, budget_max_micro_usd) VALUES ($1, $2, $3, 'queued', $4, $5, \
+             $6, $7, $8, $9, $10, $11, $11, $12, $13, \
+             COALESCE((SELECT owner FROM schedules WHERE id = $12), $14), $15, $16)",
         )
         .bind(id.to_string())
         .bind(job.piece.clone())
@@ -113,6 +114,8 @@ impl Store {
         .bind(schedule.map(|(s, _)| s.to_string()))
         .bind(schedule.map(|(_, slot)| slot))
         .bind(job.owner.clone())
+        .bind(job.budget.max_tokens.map(crate::budgets::amount))
+        .bind(job.budget.max_micro_usd.map(crate::budgets::amount))
         .execute(&mut **tx)
         .await
         .map_err(StoreError::query("insert a job"))?;

@@ -171,6 +171,9 @@ pub struct NewJob {
     /// the server lists jobs by owner). A subtask takes its parent's owner, and a job a schedule
     /// fires takes the schedule's owner, whatever is given here.
     pub owner: Option<String>,
+    /// The job's own caps on what it and its subtasks may spend (the budget ledger's
+    /// `job:<id>`); a subtask's are ignored, its root's hold.
+    pub budget: crate::budgets::BudgetLimits,
 }
 
 impl NewJob {
@@ -196,6 +199,7 @@ impl NewJob {
             max_attempts: NewJob::DEFAULT_MAX_ATTEMPTS,
             run_at: None,
             owner: None,
+            budget: crate::budgets::BudgetLimits::default(),
         }
     }
 }

@@ -1,0 +1,208 @@
+//! Cost caps on job trees, enforced through the store's budget ledger: every model call of a
+//! run reserves its worst case from the budget `job:<root job id>` before it is made
+//! ([`StoreSpend`], the engine's [`SpendGuard`]), and settles to what it spent after.
+
+use std::time::Duration;
+
+use maestro_config::{BudgetSettings, Config, LlmConfig};
+use maestro_engine::{SpendAsk, SpendFuture, SpendGuard, SpendRefused, SpendTicket};
+use maestro_protocol::Usage;
+use maestro_store::{BudgetCap, BudgetLimits, Charge, JobId, ReservationId, Store, StoreError};
+
+/// How long a reservation holds when its run never settles it (the process died): the
+/// longest model call, with room to spare. [`Store::budget_sweep`] gives it back after.
+const RESERVATION_TTL: Duration = Duration::from_secs(2 * 60 * 60);
+
+/// US dollars as micro-USD (rounded down: a cap never grows).
+pub(crate) fn micro_usd(usd: f64) -> u64 {
+    if usd.is_finite() && usd > 0.0 {
+        (usd * 1_000_000.0).floor() as u64
+    } else {
+        0
+    }
+}
+
+/// A cap in the configuration's terms as the ledger's integers.
+pub(crate) fn limits_of(settings: BudgetSettings) -> BudgetLimits {
+    BudgetLimits {
+        max_tokens: settings.max_total_tokens,
+        max_micro_usd: settings.max_cost_usd.map(micro_usd),
+    }
+}
+
+/// A job's own caps as they were stored with it, in the configuration's terms.
+pub(crate) fn settings_of(limits: BudgetLimits) -> BudgetSettings {
+    BudgetSettings {
+        max_total_tokens: limits.max_tokens,
+        max_cost_usd: limits.max_micro_usd.map(|m| m as f64 / 1_000_000.0),
+    }
+}
+
+/// Why a run with a cost cap cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum BudgetError {
+    /// A cap in US dollars applies, and the run's model has no price to count it by.
+    #[error(
+        "a cost cap of ${cap} applies to this job (engine.max_cost_usd, a piece's budget or the \
+         job's own), but the model `{model}` has no price: set llm.models.{model}.price \
+         ({{input_per_mtok, output_per_mtok}}, US dollars per million tokens), or cap tokens \
+         with max_total_tokens instead"
+    )]
+    NoPrice {
+        /// The cap in US dollars.
+        cap: f64,
+        /// The run's model.
+        model: String,
+    },
+    /// The job's tree could not be read.
+    #[error("cannot read the budget of job {job}: {source}")]
+    Store {
+        /// The job whose tree was read.
+        job: JobId,
+        /// The store's error.
+        #[source]
+        source: StoreError,
+    },
+}
+
+/// The guard for a run of `job` with `piece` under `config`: `None` when no cap applies.
+pub(crate) async fn guard_for(
+    store: &Store,
+    config: &Config,
+    job: JobId,
+    piece: &str,
+) -> Result<Option<StoreSpend>, BudgetError> {
+    let tree = store
+        .job_tree_budget(job)
+        .await
+        .map_err(|source| BudgetError::Store { job, source })?;
+    let (root, own) = tree.unwrap_or((job, BudgetLimits::default()));
+    let caps = config.engine.budget_for(piece).tightest(settings_of(own));
+    if caps.is_empty() {
+        return Ok(None);
+    }
+    let model = config.llm.model.clone().unwrap_or_default();
+    if let Some(cap) = caps.max_cost_usd
+        && config.llm.price(&model).is_none()
+    {
+        return Err(BudgetError::NoPrice { cap, model });
+    }
+    Ok(Some(StoreSpend {
+        store: store.clone(),
+        budget: format!("job:{root}"),
+        limits: limits_of(caps),
+        llm: config.llm.clone(),
+        model,
+    }))
+}
+
+/// Reserves a run's model calls from its job tree's budget in the store.
+#[derive(Debug)]
+pub(crate) struct StoreSpend {
+    store: Store,
+    /// `job:<root job id>`.
+    budget: String,
+    limits: BudgetLimits,
+    /// The prices and the client's cap on an answer.
+    llm: LlmConfig,
+    /// The run's model: the price of an answer whose model has none of its own.
+    model: String,
+}
+
+impl StoreSpend {
+    fn cost(&self, model: &str, usage: &Usage) -> Option<u64> {
+        self.llm
+            .price(model)
+            .or_else(|| self.llm.price(&self.model))
+            .map(|price| micro_usd(price.cost_usd(usage)).max(u64::from(usage.total_tokens > 0)))
+    }
+}
+
+impl SpendGuard for StoreSpend {
+    fn reserve(&self, ask: SpendAsk) -> SpendFuture<'_, Result<SpendTicket, SpendRefused>> {
+        Box::pin(async move {
+            let answer = ask
+                .max_answer_tokens
+                .map_or(self.llm.max_answer_tokens, u64::from);
+            let worst = Usage {
+                prompt_tokens: ask.prompt_tokens,
+                completion_tokens: answer,
+                total_tokens: ask.prompt_tokens + answer,
+                estimated: true,
+            };
+            let micro = match (self.cost(&ask.model, &worst), self.limits.max_micro_usd) {
+                (Some(micro), _) => micro,
+                (None, None) => 0,
+                (None, Some(_)) => {
+                    return Err(SpendRefused::Exceeded {
+                        cap: "max_cost_usd".into(),
+                        message: format!(
+                            "a cost cap applies but the model `{0}` has no price: set \
+                             llm.models.{0}.price",
+                            ask.model
+                        ),
+                    });
+                }
+            };
+            let charge = Charge {
+                tokens: worst.total_tokens,
+                micro_usd: micro,
+            };
+            match self
+                .store
+                .budget_reserve(&self.budget, self.limits, charge, RESERVATION_TTL)
+                .await
+            {
+                Ok(Ok(id)) => Ok(SpendTicket(id.to_string())),
+                Ok(Err(refusal)) => Err(SpendRefused::Exceeded {
+                    cap: match refusal.cap {
+                        BudgetCap::Tokens => "max_total_tokens",
+                        BudgetCap::Usd => "max_cost_usd",
+                    }
+                    .into(),
+                    message: format!(
+                        "budget: the {} call of `{}` needs up to {} tokens{} and does not fit: {}",
+                        format!("{:?}", ask.purpose).to_lowercase(),
+                        ask.movement,
+                        charge.tokens,
+                        if charge.micro_usd > 0 {
+                            format!(" (${:.6})", charge.micro_usd as f64 / 1_000_000.0)
+                        } else {
+                            String::new()
+                        },
+                        refusal
+                    ),
+                }),
+                Err(e) => Err(SpendRefused::Unavailable(crate::error_chain(&e))),
+            }
+        })
+    }
+
+    fn settle(&self, ticket: SpendTicket, model: String, usage: Usage) -> SpendFuture<'_, ()> {
+        Box::pin(async move {
+            let Ok(id) = ticket.0.parse::<ReservationId>() else {
+                return;
+            };
+            let actual = Charge {
+                tokens: usage.total_tokens,
+                micro_usd: self.cost(&model, &usage).unwrap_or(0),
+            };
+            if let Err(e) = self.store.budget_settle(id, actual).await {
+                // The reservation stays until the sweep gives it back; the spend it leaves out
+                // is in the run's record.
+                tracing::warn!(budget = %self.budget, error = %crate::error_chain(&e), "cannot settle a budget reservation");
+            }
+        })
+    }
+
+    fn release(&self, ticket: SpendTicket) -> SpendFuture<'_, ()> {
+        Box::pin(async move {
+            let Ok(id) = ticket.0.parse::<ReservationId>() else {
+                return;
+            };
+            if let Err(e) = self.store.budget_release(id).await {
+                tracing::warn!(budget = %self.budget, error = %crate::error_chain(&e), "cannot release a budget reservation");
+            }
+        })
+    }
+}

@@ -1,0 +1,103 @@
+//! Cost caps: before each model call the run reserves the call's worst case from its job tree's
+//! budget through a [`SpendGuard`], and settles it to the real usage after the answer. The guard
+//! belongs to the job system (the engine knows no store); a run without one spends unchecked.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use maestro_llm::{ChatRequest, Message};
+use maestro_protocol::{CallPurpose, ToolSpec, Usage};
+
+/// A boxed future of a [`SpendGuard`] method.
+pub type SpendFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// One model call about to be made, as the guard prices it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpendAsk {
+    /// The movement making the call.
+    pub movement: String,
+    /// What the call is for (a movement's turn, a judge, the classifier).
+    pub purpose: CallPurpose,
+    /// The model asked for.
+    pub model: String,
+    /// The prompt's estimated tokens (4 characters a token, tools' descriptions and schemas
+    /// included), as the context check estimates them.
+    pub prompt_tokens: u64,
+    /// The request's `max_tokens`; `None`: the guard takes the client's own cap on an answer.
+    pub max_answer_tokens: Option<u32>,
+}
+
+/// A reservation the guard made, to settle or release; opaque to the engine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpendTicket(pub String);
+
+/// Why a call may not be made.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SpendRefused {
+    /// The call's worst case does not fit a cap: the run ends `exceeded`, reason
+    /// `budget: <cap>`.
+    #[error("{message}")]
+    Exceeded {
+        /// The cap, as configured: `max_total_tokens` or `max_cost_usd`.
+        cap: String,
+        /// What the cap is and how much of it is gone, for the run's record.
+        message: String,
+    },
+    /// The budget could not be read or written (the store is down): the job is retried later.
+    #[error("the budget cannot be checked: {0}")]
+    Unavailable(String),
+}
+
+/// The job system's side of cost caps, for one run.
+pub trait SpendGuard: Send + Sync {
+    /// Reserves the worst case of the call `ask` describes, or refuses it.
+    fn reserve(&self, ask: SpendAsk) -> SpendFuture<'_, Result<SpendTicket, SpendRefused>>;
+
+    /// The call was answered by `model` with `usage`: the reservation becomes what it spent.
+    fn settle(&self, ticket: SpendTicket, model: String, usage: Usage) -> SpendFuture<'_, ()>;
+
+    /// The call failed or was cancelled: the reservation is given back.
+    fn release(&self, ticket: SpendTicket) -> SpendFuture<'_, ()>;
+}
+
+/// The estimated tokens of a conversation and the tools offered with it: 4 characters a token.
+pub(crate) fn estimated_tokens(messages: &[Message], tools: &[ToolSpec]) -> u64 {
+    let chars: usize = messages
+        .iter()
+        .map(|m| match m {
+            Message::System { content }
+            | Message::User { content }
+            | Message::Tool { content, .. } => content.len(),
+            Message::Assistant {
+                content,
+                tool_calls,
+            } => {
+                content.len()
+                    + tool_calls
+                        .iter()
+                        .map(|c| c.arguments.len() + c.name.len())
+                        .sum::<usize>()
+            }
+        })
+        .sum::<usize>()
+        + tools
+            .iter()
+            .map(|t| t.description.len() + t.input_schema.to_string().len())
+            .sum::<usize>();
+    (chars / 4) as u64
+}
+
+/// What a guard is asked about `request`.
+pub(crate) fn ask_for(movement: &str, purpose: CallPurpose, request: &ChatRequest) -> SpendAsk {
+    let mut prompt_tokens = estimated_tokens(&request.messages, &request.tools);
+    if let Some(schema) = &request.response_schema {
+        prompt_tokens += (serde_json::to_string(schema).map_or(0, |s| s.len()) / 4) as u64;
+    }
+    SpendAsk {
+        movement: movement.to_string(),
+        purpose,
+        model: request.model.clone(),
+        prompt_tokens,
+        max_answer_tokens: request.max_tokens,
+    }
+}

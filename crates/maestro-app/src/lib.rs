@@ -29,6 +29,7 @@ mod context;
 mod db;
 mod errors;
 mod files;
+mod gateway;
 mod hand;
 mod handle;
 mod jobs;
@@ -66,6 +67,7 @@ pub use files::{
     FileError, FileLimits, InputError, JobFile, JobPath, MAX_PATH_BYTES, MAX_SEGMENT_BYTES, Upload,
     job_files, read_job_file,
 };
+pub use gateway::{Gateway, GatewayError, UsageGroup, UsageTotal, gateway};
 pub use hand::{
     ToolCallError, ToolCallRequest, ToolCallResult, ToolListing, call_tool, list_tools,
 };

@@ -30,6 +30,7 @@ mod context;
 mod db;
 mod errors;
 mod files;
+mod gateway;
 mod hand;
 mod handle;
 mod jobs;
@@ -68,6 +69,7 @@ pub use files::{
     FileError, FileLimits, InputError, JobFile, JobPath, MAX_PATH_BYTES, MAX_SEGMENT_BYTES, Upload,
     job_files, read_job_file,
 };
+pub use gateway::{Gateway, GatewayError, UsageGroup, UsageTotal, gateway};
 pub use hand::{
     ToolCallError, ToolCallRequest, ToolCallResult, ToolListing, call_tool, list_tools,
 };

@@ -4,6 +4,7 @@
 mod common;
 mod config;
 mod flags;
+mod gateway;
 mod jobs;
 mod logs;
 mod pieces;
@@ -70,6 +71,8 @@ enum Command {
     /// Show the configuration in effect (`maestro config show`).
     #[command(subcommand)]
     Config(config::Command),
+    /// Run the LLM gateway alone (an OpenAI-compatible proxy at /v1), or read its usage.
+    Gateway(Box<gateway::Args>),
 }
 
 /// mimalloc: a worker's runs allocate and free many small objects across a few threads, where
@@ -103,6 +106,7 @@ fn main() -> ExitCode {
         Command::Users(cmd) => users::users(cmd),
         Command::Tokens(cmd) => users::tokens(cmd),
         Command::Config(cmd) => config::run(cmd),
+        Command::Gateway(args) => gateway::run(*args),
     };
     match result {
         Ok(code) => ExitCode::from(code),

@@ -89,7 +89,24 @@ pub(crate) fn run(args: Args) -> anyhow::Result<u8> {
                 .max_stream_secs
                 .map(|secs| std::time::Duration::from_secs(secs.max(1))),
         };
+        let gateway = if config.gateway.enabled {
+            if !args.bind.ip().is_loopback() && !args.insecure_no_auth {
+                return Err(anyhow!(
+                    "refusing to mount the LLM gateway (gateway.enabled) on {}: it answers anyone \
+                     who reaches it, with the upstreams' keys. Listen on a loopback address, turn \
+                     gateway.enabled off, or pass --insecure-no-auth if a proxy in front \
+                     authenticates",
+                    args.bind
+                ));
+            }
+            Some(maestro_app::gateway(&config, Some(store.clone()))?)
+        } else {
+            None
+        };
         let state = ServerState::new(store.clone(), config, options, limits);
+        if let Some(gateway) = gateway.clone() {
+            state.set_gateway(gateway);
+        }
         let shutdown = Shutdown::new();
         Signals::install()?.drive(shutdown.clone(), "serve");
         let stop_http = CancellationToken::new();
@@ -107,6 +124,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<u8> {
         // The address line is the last of the startup lines: scripts wait for it.
         eprintln!("serve: {worker_line}; store {url} ({origin})");
         eprintln!("serve: web UI at http://{local}/, API at http://{local}/api/v1");
+        if gateway.is_some() {
+            eprintln!("serve: LLM gateway at http://{local}/v1");
+        }
         eprintln!("serve: listening on http://{local}");
         let stats = match state.worker() {
             Some(worker) => Some(worker.run(shutdown.clone()).await?),
@@ -124,6 +144,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<u8> {
         match http.await {
             Ok(result) => result.context("serving HTTP")?,
             Err(e) => return Err(anyhow!("the HTTP server stopped: {e}")),
+        }
+        if let Some(gateway) = &gateway {
+            gateway.close().await;
         }
         if let Some(stats) = stats {
             eprintln!(

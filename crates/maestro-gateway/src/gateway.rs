@@ -209,8 +209,8 @@ impl Gateway {
             .route("/healthz", get(|| async { "ok" }))
     }
 
-    /// The gateway's metrics in the Prometheus text format, appended to `out` (a server that
-    /// mounts the gateway adds them to its own `/metrics`).
+    /// The gateway's metrics in the Prometheus text format, appended to `out` without the
+    /// closing `# EOF` line (a server that mounts the gateway adds them to its own `/metrics`).
     pub fn encode_metrics(&self, out: &mut String) {
         self.inner.metrics.encode(out);
     }
@@ -218,6 +218,7 @@ impl Gateway {
     fn metrics_response(&self) -> Response {
         let mut text = String::new();
         self.encode_metrics(&mut text);
+        text.push_str("# EOF\n");
         (
             [(
                 header::CONTENT_TYPE,

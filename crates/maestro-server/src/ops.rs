@@ -52,7 +52,19 @@ pub(crate) async fn metrics(State(state): State<ServerState>) -> Response {
             header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
-        state.metrics().render(&counts),
+        with_gateway(state.metrics().render(&counts), state.gateway()),
     )
         .into_response()
+}
+
+/// The server's metrics with the mounted gateway's before the closing `# EOF`.
+fn with_gateway(mut text: String, gateway: Option<&maestro_app::Gateway>) -> String {
+    let Some(gateway) = gateway else {
+        return text;
+    };
+    let eof = text.rfind("# EOF").unwrap_or(text.len());
+    let tail = text.split_off(eof);
+    gateway.encode_metrics(&mut text);
+    text.push_str(&tail);
+    text
 }

@@ -86,16 +86,24 @@ pub fn openapi_document() -> utoipa::openapi::OpenApi {
     crate::openapi::finish(doc)
 }
 
-/// The server's routes with their limits and metrics.
+/// The server's routes with their limits and metrics, and the LLM gateway at `/v1` when one
+/// was set ([`ServerState::set_gateway`]).
 pub fn router(state: ServerState) -> Router {
     let (routes, _) = api().split_for_parts();
     let limits = state.limits().clone();
-    routes
+    let gateway = state.gateway().cloned();
+    let router = routes
         .merge(maestro_web::router())
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(limits.max_upload_bytes))
         .layer(middleware::from_fn_with_state(state.clone(), observe))
-        .with_state(state)
+        .with_state(state);
+    // The gateway's routes keep their own limits and metrics: an answer that is not streamed
+    // may take longer than the API's request timeout.
+    match gateway {
+        Some(gateway) => router.nest("/v1", gateway.router()),
+        None => router,
+    }
 }
 
 async fn not_found(request: Request) -> Response {

@@ -58,6 +58,8 @@ pub(crate) struct Inner {
     pub(crate) oidc: Option<crate::oidc::Oidc>,
     /// Cancelled when the server stops: open streams end, so that it can.
     pub(crate) closing: tokio_util::sync::CancellationToken,
+    /// The LLM gateway mounted at `/v1`, when `gateway.enabled` is set.
+    pub(crate) gateway: std::sync::OnceLock<maestro_app::Gateway>,
 }
 
 impl ServerState {
@@ -108,8 +110,20 @@ impl ServerState {
                 metrics,
                 streams: crate::events::StreamCounts::default(),
                 closing: tokio_util::sync::CancellationToken::new(),
+                gateway: std::sync::OnceLock::new(),
             }),
         }
+    }
+
+    /// Mounts `gateway` at `/v1` in the router built afterwards ([`crate::router`]), and adds
+    /// its metrics to `/api/v1/metrics`. A second gateway is ignored.
+    pub fn set_gateway(&self, gateway: maestro_app::Gateway) {
+        let _ = self.inner.gateway.set(gateway);
+    }
+
+    /// The gateway mounted at `/v1`, if there is one.
+    pub fn gateway(&self) -> Option<&maestro_app::Gateway> {
+        self.inner.gateway.get()
     }
 
     pub(crate) fn store(&self) -> &Store {

@@ -110,3 +110,5 @@ pub(crate) fn client() -> reqwest::Client {
         .build()
         .unwrap()
 }
+
+pub(crate) mod python;

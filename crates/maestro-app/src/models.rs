@@ -190,3 +190,47 @@ pub async fn endpoint_unreachable(config: &Config) -> bool {
     };
     matches!(provider.list_models().await, Err(LlmError::Connect { .. }))
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use maestro_config::ProviderKind;
+    use maestro_testkit::{ScriptedAnthropic, ScriptedLlm};
+
+    use super::*;
+
+    const DATED: &str = "claude-sonnet-4-5-20250929";
+
+    #[tokio::test]
+    async fn a_model_the_list_lacks_is_refused_except_by_the_anthropic_api() {
+        let openai = ScriptedLlm::builder().model_id(DATED).start().await;
+        let mut config = Config::default();
+        config.llm.base_url = openai.base_url();
+        let clients = crate::clients::ModelClients::default();
+        let refused = clients.check_served(&config, "claude-sonnet-4-5").await;
+        assert!(
+            matches!(&refused, Err(ModelError::NotServed { served, .. }) if served == &[DATED]),
+            "{refused:?}"
+        );
+
+        // The Anthropic API lists dated ids and answers to aliases it does not list.
+        let anthropic = ScriptedAnthropic::builder().models([DATED]).start().await;
+        config.llm.provider = ProviderKind::Anthropic;
+        config.llm.base_url = anthropic.base_url();
+        assert_eq!(
+            client(&config).unwrap().list_models().await.unwrap(),
+            [DATED]
+        );
+        clients
+            .check_served(&config, "claude-sonnet-4-5")
+            .await
+            .unwrap();
+        check_served(&config, "claude-sonnet-4-5").await.unwrap();
+        assert_eq!(served_model(&config).await.unwrap(), DATED);
+        assert!(
+            anthropic.recorded().iter().all(|r| r.path == "/v1/models"),
+            "only the list was asked for"
+        );
+    }
+}

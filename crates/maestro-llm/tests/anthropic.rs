@@ -351,3 +351,33 @@ async fn a_prompt_too_long_is_a_context_overflow_and_the_window_defaults_to_200k
         Some(1_000_000)
     );
 }
+
+#[tokio::test]
+async fn a_silent_stream_times_out_and_an_endless_one_hits_the_answer_cap() {
+    let server = ScriptedAnthropic::start([
+        Turn::stall(std::time::Duration::from_secs(3)),
+        Turn::text("after the stall"),
+        Turn::endless(),
+    ])
+    .await;
+    let llm = Anthropic::new(
+        config(&server)
+            .with_idle_timeout(std::time::Duration::from_millis(300))
+            .with_max_answer_tokens(50),
+    )
+    .unwrap();
+    let events = Events::default();
+    let answer = llm.chat(ask("hi"), &events.sink()).await.unwrap();
+    assert_eq!(answer.content, "after the stall");
+    assert_eq!(
+        events.retries()[0].2,
+        "the model call timed out: no data on the stream for 300 ms (idle_timeout)"
+    );
+    let error = llm.chat(ask("again"), &|_| {}).await.unwrap_err();
+    assert_eq!(
+        error,
+        LlmError::AnswerTooLarge {
+            limit: "50 tokens (llm.max_answer_tokens)".into()
+        }
+    );
+}

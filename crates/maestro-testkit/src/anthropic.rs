@@ -69,6 +69,7 @@ pub struct ScriptedAnthropicBuilder {
     turns: Vec<Turn>,
     api_key: Option<String>,
     cache: Option<(u64, u64)>,
+    models: Option<Vec<String>>,
 }
 
 struct Shared {
@@ -100,6 +101,13 @@ impl ScriptedAnthropicBuilder {
         self
     }
 
+    /// Serves `GET /v1/models` listing these model ids as the API does (`data[].id`,
+    /// `type: model`, `has_more: false`); without it that route answers 404.
+    pub fn models<S: Into<String>>(mut self, ids: impl IntoIterator<Item = S>) -> Self {
+        self.models = Some(ids.into_iter().map(Into::into).collect());
+        self
+    }
+
     /// Binds 127.0.0.1 on a free port and starts serving.
     ///
     /// # Panics
@@ -119,6 +127,7 @@ impl ScriptedAnthropicBuilder {
         });
         let app = Router::new()
             .route("/v1/messages", post(messages))
+            .route("/v1/models", axum::routing::get(models))
             .fallback(not_found)
             .with_state(shared.clone());
         let task = tokio::spawn(async move {
@@ -354,6 +363,33 @@ async fn messages(
         cache: shared.options.cache,
     };
     answer.respond(turn.action, stream, &shared.sent)
+}
+
+async fn models(State(shared): State<Arc<Shared>>, uri: Uri, headers: HeaderMap) -> Response {
+    shared.record(&uri, &headers, &[]);
+    if let Some(expected) = &shared.options.api_key
+        && headers.get("x-api-key").map(HeaderValue::as_bytes) != Some(expected.as_bytes())
+    {
+        return api_error(
+            StatusCode::UNAUTHORIZED,
+            "authentication_error",
+            "invalid x-api-key",
+        );
+    }
+    let Some(ids) = &shared.options.models else {
+        return api_error(
+            StatusCode::NOT_FOUND,
+            "not_found_error",
+            "ScriptedAnthropic lists no models (ScriptedAnthropicBuilder::models)",
+        );
+    };
+    let data: Vec<Value> = ids
+        .iter()
+        .map(|id| json!({"type": "model", "id": id, "display_name": id, "created_at": "2025-01-01T00:00:00Z"}))
+        .collect();
+    axum::Json(json!({"data": data, "has_more": false,
+        "first_id": ids.first(), "last_id": ids.last()}))
+    .into_response()
 }
 
 async fn not_found(

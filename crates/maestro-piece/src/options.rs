@@ -54,12 +54,24 @@ impl LoadOptions {
     /// Where TAKT keeps workflows (v0.36 and later), searched by name after the pieces
     /// directories: the project's `.takt/workflows/`, then the user's `~/.takt/workflows/`
     /// (`$TAKT_CONFIG_DIR/workflows/`).
+    /// A directory that is both (the project is the home directory) is listed once.
     pub fn takt_workflow_dirs(&self) -> Vec<PathBuf> {
-        self.project_dir
+        let mut dirs: Vec<PathBuf> = Vec::new();
+        let candidates = self
+            .project_dir
             .iter()
             .map(|p| p.join(".takt").join("workflows"))
-            .chain(self.takt_user_dir.iter().map(|u| u.join("workflows")))
-            .collect()
+            .chain(self.takt_user_dir.iter().map(|u| u.join("workflows")));
+        for dir in candidates {
+            let same = |d: &PathBuf| match (d.canonicalize(), dir.canonicalize()) {
+                (Ok(a), Ok(b)) => a == b,
+                _ => *d == dir,
+            };
+            if !dirs.iter().any(same) {
+                dirs.push(dir);
+            }
+        }
+        dirs
     }
 }
 

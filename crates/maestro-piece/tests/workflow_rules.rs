@@ -570,3 +570,27 @@ fn the_refused_effects_load_with_a_warning_naming_each() {
     }
     assert_eq!(loaded.warnings.len(), 2, "{warned:?}");
 }
+
+#[test]
+fn step_names_are_unique() {
+    caught(
+        "review-backend",
+        "  - name: supervise\n",
+        "  - name: gather # again\n",
+        "gather # again",
+        "steps[3].name",
+        "duplicate step name `gather`; `steps[0].name` already has it",
+    );
+}
+
+#[test]
+fn the_workflow_default_capabilities_must_resolve() {
+    caught(
+        "review-backend",
+        "max_steps: 10\n",
+        "max_steps: 10\ncapabilities: [readonly, web]\n",
+        "capabilities: [readonly, web]",
+        "capabilities[1]",
+        "unknown capability preset `web`",
+    );
+}

@@ -168,6 +168,11 @@ enum Role {
 
 /// Top-level movement names (duplicates, also against sub-movements, are errors).
 pub(crate) fn names(cx: &mut Cx<'_>, items: &[Node]) -> Vec<String> {
+    names_in(cx, items, "movements", "movement")
+}
+
+/// [`names`] for a list under `list` (`steps` in TAKT workflows), whose entries are `what`s.
+pub(crate) fn names_in(cx: &mut Cx<'_>, items: &[Node], list: &str, what: &str) -> Vec<String> {
     let mut top = Vec::new();
     let mut seen: Vec<(String, String)> = Vec::new();
     let mut check = |cx: &mut Cx<'_>, node: &Node, path: String| -> Option<String> {
@@ -176,14 +181,14 @@ pub(crate) fn names(cx: &mut Cx<'_>, items: &[Node]) -> Vec<String> {
             cx.sink.error(
                 &path,
                 node.span,
-                format!("`{name}` is reserved and cannot name a movement"),
+                format!("`{name}` is reserved and cannot name a {what}"),
             );
         }
         if let Some((_, first)) = seen.iter().find(|(n, _)| n == name) {
             cx.sink.error(
                 &path,
                 node.span,
-                format!("duplicate movement name `{name}`; `{first}` already has it"),
+                format!("duplicate {what} name `{name}`; `{first}` already has it"),
             );
             return None;
         }
@@ -192,14 +197,14 @@ pub(crate) fn names(cx: &mut Cx<'_>, items: &[Node]) -> Vec<String> {
     };
     for (i, item) in items.iter().enumerate() {
         if let Some(node) = item.get("name")
-            && let Some(name) = check(cx, node, format!("movements[{i}].name"))
+            && let Some(name) = check(cx, node, format!("{list}[{i}].name"))
         {
             top.push(name);
         }
         if let Some(Value::Seq(subs)) = item.get("parallel").map(|p| &p.value) {
             for (j, sub) in subs.iter().enumerate() {
                 if let Some(node) = sub.get("name") {
-                    check(cx, node, format!("movements[{i}].parallel[{j}].name"));
+                    check(cx, node, format!("{list}[{i}].parallel[{j}].name"));
                 }
             }
         }

@@ -191,7 +191,10 @@ fn load(cx: &mut Cx<'_>, root: &Node) -> Option<Piece> {
     if let Some((_, p)) = top.get("workflow_config") {
         read_workflow_config(cx, &top, &p);
     }
-    let capabilities = top.get("capabilities").map(|(n, _)| n.clone());
+    let capabilities = top.get("capabilities").map(|(n, p)| {
+        resources::capabilities(&mut cx.sink, n, &p, &layers);
+        n.clone()
+    });
     let all_rules = resources::all_steps_rules(cx, &top, &layers);
     let schemas = resources::schemas(cx, &top, &layers);
     let pools = resources::facet_pools(cx, &top, &layers);
@@ -246,7 +249,7 @@ fn load(cx: &mut Cx<'_>, root: &Node) -> Option<Piece> {
         },
         None => Vec::new(),
     };
-    let steps = crate::takt::movement::names(cx, &items);
+    let steps = crate::takt::movement::names_in(cx, &items, "steps", "step");
     let initial_movement = match top.get("initial_step") {
         Some((node, p)) => string(&mut cx.sink, node, &p).map(|initial| {
             if !steps.is_empty() && !steps.iter().any(|s| s == initial) {

@@ -1,0 +1,96 @@
+//! `maestro validate`, `maestro prompt` and `maestro pieces` on TAKT v0.60 workflows.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+
+use assert_cmd::Command;
+
+fn workflows() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/fixtures/takt-v0.60/builtins/en/workflows")
+}
+
+fn maestro(home: &Path) -> Command {
+    let mut cmd = Command::cargo_bin("maestro").unwrap();
+    // Keep the user's own ~/.maestro and ~/.takt out of the picture.
+    cmd.env("HOME", home)
+        .env_remove("TAKT_CONFIG_DIR")
+        .current_dir(home);
+    cmd
+}
+
+fn run(cmd: &mut Command) -> (i32, String, String) {
+    let output = cmd.output().unwrap();
+    (
+        output.status.code().unwrap(),
+        String::from_utf8(output.stdout).unwrap(),
+        String::from_utf8(output.stderr).unwrap(),
+    )
+}
+
+#[test]
+fn validate_accepts_every_v060_builtin_workflow() {
+    let home = tempfile::tempdir().unwrap();
+    let (code, stdout, stderr) = run(maestro(home.path()).arg("validate").arg(workflows()));
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(
+        stdout.ends_with("64 files: 64 valid, 0 invalid\n"),
+        "{stdout}"
+    );
+    // The only warnings: the effects Maestro refuses, by name.
+    let warnings: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("warning:"))
+        .collect();
+    assert_eq!(
+        warnings,
+        vec![
+            "warning: the effect `close_pr` needs a Git host's pull requests, which Maestro does not have: it is checked here, and a run that reaches it ends with an error naming `close_pr`",
+            "warning: the effect `merge_pr` needs a Git host's pull requests, which Maestro does not have: it is checked here, and a run that reaches it ends with an error naming `merge_pr`",
+        ],
+        "{stderr}"
+    );
+}
+
+/// A project holding one workflow in `.takt/workflows/`: the rest comes from the builtins
+/// inside the binary.
+fn project_with(name: &str) -> tempfile::TempDir {
+    let project = tempfile::tempdir().unwrap();
+    let dir = project.path().join(".takt/workflows");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(
+        workflows().join(format!("{name}.yaml")),
+        dir.join(format!("{name}.yaml")),
+    )
+    .unwrap();
+    project
+}
+
+#[test]
+fn prompt_shows_what_a_workflow_step_gets() {
+    let project = project_with("simple-core");
+    let (code, stdout, stderr) = run(maestro(project.path()).args([
+        "prompt",
+        "--movement",
+        "plan",
+        "--task",
+        "Add a --verbose flag to the CLI.",
+        ".takt/workflows/simple-core.yaml",
+    ]));
+    assert_eq!(code, 0, "{stderr}");
+    insta::assert_snapshot!("prompt_workflow_simple_core_plan", stdout);
+}
+
+#[test]
+fn pieces_lists_the_projects_takt_workflows() {
+    let project = project_with("simple");
+    let (code, stdout, stderr) = run(maestro(project.path()).arg("pieces"));
+    assert_eq!(code, 0, "{stderr}");
+    // Once, though the project is also the home directory here.
+    let listed: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("simple "))
+        .collect();
+    assert_eq!(listed.len(), 1, "{stdout}");
+    assert!(listed[0].contains(" takt "), "{stdout}");
+}

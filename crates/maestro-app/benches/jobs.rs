@@ -244,6 +244,7 @@ fn submit_to_first_movement(bencher: Bencher, how: &str) {
                         submitted_by: "bench".into(),
                         owner: None,
                         inputs: Vec::new(),
+                        budget: Default::default(),
                     },
                 )
                 .await

@@ -40,6 +40,9 @@ pub struct Submission {
     pub owner: Option<String>,
     /// Files the run finds under `input/`, stored with the job (see [`crate::FileLimits`]).
     pub inputs: Vec<Upload>,
+    /// The job's own caps on what it and its subtasks may spend, kept with the job; the
+    /// configuration's caps apply as well, the tightest winning (docs/budgets.md).
+    pub budget: maestro_config::BudgetSettings,
 }
 
 /// Why a use case failed.
@@ -154,6 +157,7 @@ pub async fn submit(store: &Store, config: &Config, s: Submission) -> Result<Job
     if let Some(n) = s.max_attempts {
         job.max_attempts = n;
     }
+    job.budget = crate::budget::limits_of(s.budget);
     if inputs.is_empty() {
         Ok(store.submit(job).await?)
     } else {

@@ -16,6 +16,7 @@
 //!     piece: "default".into(), task: "fix the tests".into(), workspace: None, class: None,
 //!     priority: 0, max_attempts: None, submitted_by: "alice".into(), owner: None,
 //!     inputs: Vec::new(),
+//!     budget: Default::default(),
 //! }).await?;
 //! println!("{id}");
 //! # Ok(()) }

@@ -472,6 +472,7 @@ async fn submit_job(p: &Project, owner: Option<&str>) -> maestro_app::JobId {
             submitted_by: "alice".into(),
             owner: owner.map(str::to_string),
             inputs: Vec::new(),
+            budget: Default::default(),
         },
     )
     .await

@@ -73,6 +73,7 @@ impl Project {
                 submitted_by: "alice".into(),
                 owner: None,
                 inputs: Vec::new(),
+                budget: Default::default(),
             },
         )
         .await

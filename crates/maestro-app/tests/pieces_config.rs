@@ -132,6 +132,7 @@ async fn job(store: &Store, config: &Config, piece: &str, task: &str) -> JobId {
             submitted_by: "alice".into(),
             owner: None,
             inputs: Vec::new(),
+            budget: Default::default(),
         },
     )
     .await

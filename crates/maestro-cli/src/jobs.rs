@@ -138,6 +138,7 @@ pub(crate) fn submit(args: SubmitArgs) -> anyhow::Result<u8> {
                 submitted_by: actor(),
                 owner: None,
                 inputs: Vec::new(),
+                budget: Default::default(),
             },
         )
         .await;

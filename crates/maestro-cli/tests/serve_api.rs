@@ -316,6 +316,20 @@ async fn bad_requests_get_problem_documents_that_say_what_to_fix() {
         (
             "POST",
             "/api/v1/jobs",
+            json!({"piece": "one", "task": "x", "budget": {"max_cost_usd": 0}}),
+            400,
+            "`budget.max_cost_usd`: 0 is not a positive amount of US dollars",
+        ),
+        (
+            "POST",
+            "/api/v1/jobs",
+            json!({"piece": "one", "task": "x", "budget": {"max_usd": 1}}),
+            400,
+            "unknown field `max_usd`",
+        ),
+        (
+            "POST",
+            "/api/v1/jobs",
             json!({"piece": "one", "task": "  "}),
             400,
             "the task is empty",

@@ -580,3 +580,41 @@ fn a_price_that_is_not_a_price_is_refused_with_its_line_and_field() {
         missing.message
     );
 }
+
+#[test]
+fn cost_caps_are_read_and_a_cap_that_allows_nothing_is_refused_with_its_line_and_field() {
+    let dirs = Dirs::new();
+    dirs.project_file(
+        "engine:\n  max_total_tokens: 200000\n  max_cost_usd: 2.5\n  pieces:\n    review:\n      budget: {max_cost_usd: 0.5}\n",
+    );
+    let (config, _) = dirs.load(&[]).unwrap();
+    assert_eq!(
+        config.engine.budget_for("review"),
+        maestro_config::BudgetSettings {
+            max_total_tokens: Some(200_000),
+            max_cost_usd: Some(0.5),
+        }
+    );
+    assert_eq!(config.engine.budget_for("other").max_cost_usd, Some(2.5));
+
+    dirs.project_file("engine:\n  max_cost_usd: -1\n");
+    assert_eq!(
+        problem(dirs.load(&[])),
+        Problem {
+            origin: Origin::File {
+                path: dirs.project.join(".maestro/config.yaml"),
+                line: Some(2),
+                column: Some(3)
+            },
+            field: "engine.max_cost_usd".into(),
+            message: "-1 is not a positive amount of US dollars".into(),
+            fix: "give US dollars above 0, e.g. 2.5, or remove the field for no cap".into(),
+        }
+    );
+    dirs.project_file("engine:\n  pieces:\n    review:\n      budget: {max_total_tokens: 0}\n");
+    let zero = problem(dirs.load(&[]));
+    assert_eq!(zero.field, "engine.pieces.review.budget.max_total_tokens");
+    dirs.project_file("engine:\n  pieces:\n    review:\n      budget: {max_usd: 1}\n");
+    let unknown = problem(dirs.load(&[]));
+    assert!(unknown.message.contains("max_usd"), "{}", unknown.message);
+}

@@ -31,6 +31,22 @@ pub(crate) struct SubmitBody {
     /// Claims allowed before the job ends `failed` (default 3).
     #[serde(default)]
     max_attempts: Option<i64>,
+    /// The job's own caps on what it and all its subtasks may spend together; the
+    /// configuration's caps apply as well, the tightest winning.
+    #[serde(default)]
+    budget: Option<BudgetBody>,
+}
+
+/// A job's cost caps in `POST /jobs`.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct BudgetBody {
+    /// The most tokens (prompt and completion together); above 0.
+    #[serde(default)]
+    max_total_tokens: Option<u64>,
+    /// The most US dollars, priced by `llm.models.<model>.price`; above 0.
+    #[serde(default)]
+    max_cost_usd: Option<f64>,
 }
 
 /// A piece given to the API must be a name: a path would let any client run any file on the
@@ -66,6 +82,19 @@ impl SubmitBody {
                 "`class` must be 1 to 64 characters: the name of a task class workers serve",
             ));
         }
+        let budget = match self.budget {
+            Some(b) => maestro_config::BudgetSettings {
+                max_total_tokens: b.max_total_tokens,
+                max_cost_usd: b.max_cost_usd,
+            },
+            None => maestro_config::BudgetSettings::default(),
+        };
+        if let Some((field, message, fix)) = budget.problems().into_iter().next() {
+            return Err(
+                ApiError::bad_request(format!("`budget.{field}`: {message}; {fix}"))
+                    .with("field", format!("budget.{field}").into()),
+            );
+        }
         Ok(Submission {
             piece: self.piece,
             task: self.task,
@@ -76,6 +105,7 @@ impl SubmitBody {
             submitted_by: caller.name.clone(),
             owner: caller.owner.clone(),
             inputs: Vec::new(),
+            budget,
         })
     }
 }
@@ -166,6 +196,11 @@ async fn multipart_submission(
                 .parse::<i64>()
                 .map(serde_json::Value::from)
                 .map_err(|_| ApiError::bad_request(format!("`{name}` must be a whole number")))?,
+            "budget" => serde_json::from_str(&text).map_err(|_| {
+                ApiError::bad_request(
+                    "`budget` must be JSON: {\"max_total_tokens\": N, \"max_cost_usd\": X}",
+                )
+            })?,
             _ => serde_json::Value::String(text),
         };
         fields.insert(name, value);

@@ -80,6 +80,7 @@ impl Project {
             submitted_by: "alice".into(),
             owner: None,
             inputs,
+            budget: Default::default(),
         }
     }
 

@@ -296,7 +296,7 @@ impl EventLog for MemoryLog {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
 
     use super::*;
     use crate::event::{RunEvent, read_events};

@@ -402,6 +402,17 @@ pub(crate) struct Outputs {
 /// read; a file over a limit is skipped and said why.
 pub(crate) async fn collect_outputs(workspace: &Path, limits: FileLimits) -> Outputs {
     let root = workspace.join("output");
+    // Most runs leave nothing: a missing or empty `output/` is seen here, without a task on the
+    // blocking pool (a thousand runs ending together would start hundreds of its threads).
+    match std::fs::read_dir(&root) {
+        // What the walk below finds in a directory it cannot read: nothing.
+        Err(_) => return Outputs::default(),
+        Ok(mut entries) => {
+            if entries.next().is_none() {
+                return Outputs::default();
+            }
+        }
+    }
     tokio::task::spawn_blocking(move || {
         let mut found = Vec::new();
         let mut outputs = Outputs::default();
@@ -618,5 +629,46 @@ mod tests {
             assert!(skipped.contains(why), "{why} in:\n{skipped}");
         }
         assert!(!skipped.contains("host secret"));
+    }
+
+    /// A run that left nothing in `output/` (missing or empty) is looked at on the spot: its
+    /// end takes no thread of the blocking pool, even while every one of them is busy.
+    #[test]
+    fn an_empty_output_needs_no_blocking_thread() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .max_blocking_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let limits = FileLimits {
+            max_file_bytes: 10,
+            max_total_bytes: 1000,
+            max_files: 10,
+        };
+        let missing = tempfile::tempdir().unwrap();
+        let empty = tempfile::tempdir().unwrap();
+        std::fs::create_dir(empty.path().join("output")).unwrap();
+        let full = tempfile::tempdir().unwrap();
+        std::fs::create_dir(full.path().join("output")).unwrap();
+        std::fs::write(full.path().join("output/a.txt"), b"a").unwrap();
+        rt.block_on(async {
+            // The pool's one thread is taken until `release` is sent.
+            let (release, held) = std::sync::mpsc::channel::<()>();
+            let busy = tokio::task::spawn_blocking(move || held.recv());
+            for ws in [missing.path(), empty.path()] {
+                let outputs = tokio::time::timeout(
+                    std::time::Duration::from_secs(10),
+                    collect_outputs(ws, limits),
+                )
+                .await
+                .unwrap_or_else(|_| panic!("{} waited for the blocking pool", ws.display()));
+                assert!(outputs.files.is_empty() && outputs.skipped.is_empty());
+            }
+            release.send(()).unwrap();
+            busy.await.unwrap().unwrap();
+            // A file left there is read as before.
+            let outputs = collect_outputs(full.path(), limits).await;
+            assert_eq!(outputs.files.len(), 1);
+        });
     }
 }

@@ -613,6 +613,10 @@ async fn record_outputs(
     let job = claimed.job.id;
     let limits = crate::files::FileLimits::from_config(&ctx.config.files);
     let outputs = crate::files::collect_outputs(workspace, limits).await;
+    // A first attempt that left no files has none to record and no earlier ones to forget
+    // (outputs are recorded only under a lease): no write transaction, which a thousand runs
+    // ending together would otherwise queue for, one by one.
+    let nothing_to_write = outputs.files.is_empty() && first_claim(&claimed.lease);
     if !outputs.skipped.is_empty() {
         let note = format!(
             "output files not delivered:\n- {}",
@@ -627,6 +631,9 @@ async fn record_outputs(
         {
             tracing::warn!(job = %job, "noting the outputs left out failed: {e}");
         }
+    }
+    if nothing_to_write {
+        return;
     }
     if let Err(e) = ctx
         .store
@@ -661,14 +668,18 @@ fn run_spec(
         // A subtask's workspace (`subtasks/<n>/` of its parent's) is made for it, not named.
         record.workspace_kind = maestro_tools::WorkspaceKind::Job;
     }
-    let jsonl = JsonlLog::rewrite(&record.events_path(), &history).map_err(|source| {
-        RunError::Engine(maestro_engine::EngineError::Record(
-            maestro_engine::RecordError::Open {
-                path: record.events_path(),
-                source,
-            },
-        ))
-    })?;
+    // The store is the run's record here: `events.jsonl` follows it without holding up the
+    // run (and is made to match it again when the run resumes).
+    let jsonl = JsonlLog::rewrite(&record.events_path(), &history)
+        .map(JsonlLog::behind)
+        .map_err(|source| {
+            RunError::Engine(maestro_engine::EngineError::Record(
+                maestro_engine::RecordError::Open {
+                    path: record.events_path(),
+                    source,
+                },
+            ))
+        })?;
     let store_log = StoreLog::new(
         ctx.events.clone(),
         claimed.lease.clone(),
@@ -737,4 +748,77 @@ async fn replay(
 
 fn count(history: &[EventRecord], which: impl Fn(&RunEvent) -> bool) -> usize {
     history.iter().filter(|r| which(&r.event)).count()
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use std::time::Duration;
+
+    use maestro_store::{Classes, NewJob, StoreUrl};
+    use sqlx::Connection;
+
+    use super::*;
+    use crate::lease::LeaseKeeper;
+
+    const LEASE: Duration = Duration::from_secs(30);
+
+    /// A first attempt that leaves no output files writes nothing about them: its end does not
+    /// queue for the store's write lock (taken here by another connection, as a thousand runs
+    /// ending together take it in turn). A later attempt still forgets the files an earlier
+    /// one recorded.
+    #[tokio::test]
+    async fn only_an_attempt_with_outputs_to_record_or_forget_writes_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("maestro.db");
+        let store = Store::open(&StoreUrl::Sqlite { path: path.clone() })
+            .await
+            .unwrap();
+        let id = store.submit(NewJob::new("p", "t", "alice")).await.unwrap();
+        let ctx = JobContext::new(
+            store.clone(),
+            Arc::new(Config::default()),
+            LeaseKeeper::new(store.clone(), LEASE),
+            false,
+        );
+        let live = LiveSink {
+            run: ctx.live.open(id),
+        };
+        let claim = || async {
+            store
+                .claim_batch("w", &Classes::Any, LEASE, 1)
+                .await
+                .unwrap()
+                .remove(0)
+        };
+        let first = claim().await;
+        assert!(first_claim(&first.lease));
+        let ws = tempfile::tempdir().unwrap();
+
+        let mut other = sqlx::SqliteConnection::connect(&format!("sqlite://{}", path.display()))
+            .await
+            .unwrap();
+        sqlx::raw_sql("BEGIN IMMEDIATE")
+            .execute(&mut other)
+            .await
+            .unwrap();
+        tokio::time::timeout(
+            Duration::from_secs(5),
+            record_outputs(&ctx, &first, ws.path(), &live),
+        )
+        .await
+        .expect("a first attempt without outputs waited for the store's write lock");
+        sqlx::raw_sql("ROLLBACK").execute(&mut other).await.unwrap();
+
+        // The first attempt leaves a file after all; the next attempt leaves none.
+        std::fs::create_dir(ws.path().join("output")).unwrap();
+        std::fs::write(ws.path().join("output/a.txt"), "a").unwrap();
+        record_outputs(&ctx, &first, ws.path(), &live).await;
+        assert_eq!(store.job_files(id).await.unwrap().len(), 1);
+        store.release(&first.lease).await.unwrap();
+        let second = claim().await;
+        std::fs::remove_file(ws.path().join("output/a.txt")).unwrap();
+        record_outputs(&ctx, &second, ws.path(), &live).await;
+        assert!(store.job_files(id).await.unwrap().is_empty());
+    }
 }

@@ -142,7 +142,8 @@ impl Journal {
         Ok(receiver)
     }
 
-    /// Resolves once every event emitted so far is committed (or the first failure).
+    /// Resolves once every event emitted so far is committed, and written by the logs that
+    /// write behind their appends ([`EventLog::flush`]), or with the first failure.
     pub async fn flush(&self) -> Result<(), EngineError> {
         let (tx, rx) = oneshot::channel();
         self.writer
@@ -229,6 +230,15 @@ async fn write_loop(
                     for observer in observers.iter() {
                         let _ = observer.record(record);
                     }
+                }
+            }
+        }
+        // A flush also waits for the logs that write behind their appends.
+        if failed.is_none() && batch.iter().any(|p| p.record.is_none()) {
+            for log in &logs {
+                if let Err(e) = log.flush().await {
+                    failed = Some(Arc::new(e));
+                    break;
                 }
             }
         }

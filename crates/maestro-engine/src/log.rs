@@ -33,6 +33,14 @@ pub trait EventLog: Send + Sync {
         let _ = json;
         self.append(records)
     }
+
+    /// Resolves once everything appended so far is written (or with the first failure). A log
+    /// whose appends resolve only once written has nothing to do; a log that writes after its
+    /// append resolved ([`JsonlLog::behind`]) waits here. The journal calls it when the run
+    /// flushes, before the run reports its end.
+    fn flush(&self) -> AppendFuture<'_> {
+        Box::pin(async { Ok(()) })
+    }
 }
 
 /// Why an append failed.
@@ -56,10 +64,17 @@ pub enum AppendError {
 /// One thread of the process (`file_writer`) writes the batches of every run's file, in the
 /// order they were handed over; an append resolves once its batch is written. Many runs then
 /// cost one busy thread rather than a blocking-pool task, and its wake-ups, per batch.
+///
+/// A log [`JsonlLog::behind`] another (a job's run, whose events the store holds first) does
+/// not wait for its batches: the append resolves once the batch is handed to that thread, and
+/// the file follows the store a moment later, never ahead of it. A failed write fails the next
+/// append or [`EventLog::flush`].
 #[derive(Debug)]
 pub struct JsonlLog {
     path: PathBuf,
     file: Arc<std::fs::File>,
+    /// Set for a log behind another: the first failed write, once the thread has seen it.
+    behind: Option<Arc<Mutex<Option<std::io::Error>>>>,
 }
 
 impl JsonlLog {
@@ -69,10 +84,25 @@ impl JsonlLog {
             .create(true)
             .append(true)
             .open(path)?;
-        Ok(JsonlLog {
+        Ok(JsonlLog::of(path, file))
+    }
+
+    fn of(path: &Path, file: std::fs::File) -> JsonlLog {
+        JsonlLog {
             path: path.to_path_buf(),
             file: Arc::new(file),
-        })
+            behind: None,
+        }
+    }
+
+    /// The same log, written behind another that a run's events are committed to first (the
+    /// job store): its appends resolve without waiting for the file, which is written in the
+    /// same order by the process's file thread; [`EventLog::flush`] waits until it is. A kill
+    /// then loses at most the file's last lines, which the store holds and a resumed run
+    /// writes again ([`JsonlLog::rewrite`]).
+    pub fn behind(mut self) -> JsonlLog {
+        self.behind = Some(Arc::default());
+        self
     }
 
     /// Makes `path` hold exactly `history` (replacing it atomically), then opens it for
@@ -120,6 +150,31 @@ impl EventLog for JsonlLog {
     ) -> AppendFuture<'a> {
         Box::pin(self.write(json.iter().map(|line| line.get())))
     }
+
+    fn flush(&self) -> AppendFuture<'_> {
+        Box::pin(async move {
+            let Some(failed) = &self.behind else {
+                return Ok(());
+            };
+            if let Some(writer) = file_writer() {
+                // The thread writes in order: once this empty write is done, so are the
+                // batches handed over before it.
+                let (done, written) = tokio::sync::oneshot::channel();
+                let flush = FileWrite {
+                    file: Arc::clone(&self.file),
+                    text: String::new(),
+                    done: Done::Tell(done),
+                };
+                if writer.send(flush).is_ok() {
+                    let _ = written.await;
+                }
+            }
+            match failed.lock().ok().and_then(|mut f| f.take()) {
+                Some(e) => Err(AppendError::Io(e)),
+                None => Ok(()),
+            }
+        })
+    }
 }
 
 impl JsonlLog {
@@ -131,18 +186,28 @@ impl JsonlLog {
             text.push('\n');
         }
         let file = Arc::clone(&self.file);
-        match file_writer() {
-            Some(writer) => {
-                let (done, written) = tokio::sync::oneshot::channel();
+        let stopped = || std::io::Error::other("the events.jsonl writer stopped");
+        match (file_writer(), &self.behind) {
+            (Some(writer), Some(failed)) => {
+                // A write that failed since the last append fails this one (and the run).
+                if let Some(e) = failed.lock().ok().and_then(|mut f| f.take()) {
+                    return Err(AppendError::Io(e));
+                }
+                let done = Done::Note(Arc::clone(failed));
                 writer
                     .send(FileWrite { file, text, done })
-                    .map_err(|_| std::io::Error::other("the events.jsonl writer stopped"))?;
-                written
-                    .await
-                    .map_err(|_| std::io::Error::other("the events.jsonl writer stopped"))??;
+                    .map_err(|_| stopped())?;
+            }
+            (Some(writer), None) => {
+                let (done, written) = tokio::sync::oneshot::channel();
+                let done = Done::Tell(done);
+                writer
+                    .send(FileWrite { file, text, done })
+                    .map_err(|_| stopped())?;
+                written.await.map_err(|_| stopped())??;
             }
             // No thread could be started: the runtime's blocking pool does it.
-            None => tokio::task::spawn_blocking(move || (&*file).write_all(text.as_bytes()))
+            (None, _) => tokio::task::spawn_blocking(move || (&*file).write_all(text.as_bytes()))
                 .await
                 .map_err(std::io::Error::other)??,
         }
@@ -154,7 +219,15 @@ impl JsonlLog {
 struct FileWrite {
     file: Arc<std::fs::File>,
     text: String,
-    done: tokio::sync::oneshot::Sender<std::io::Result<()>>,
+    done: Done,
+}
+
+/// Who learns how a batch's write went.
+enum Done {
+    /// The append waiting for it.
+    Tell(tokio::sync::oneshot::Sender<std::io::Result<()>>),
+    /// A log behind another: the first failure is kept for its next append or flush.
+    Note(Arc<Mutex<Option<std::io::Error>>>),
 }
 
 /// The process's `events.jsonl` writer: a thread that writes each batch it is handed, in
@@ -169,9 +242,25 @@ fn file_writer() -> Option<&'static std::sync::mpsc::Sender<FileWrite>> {
                 .name("maestro-events".into())
                 .spawn(move || {
                     for batch in batches {
-                        let written = (&*batch.file).write_all(batch.text.as_bytes());
-                        // The run may have stopped waiting; nothing to tell then.
-                        let _ = batch.done.send(written);
+                        let written = if batch.text.is_empty() {
+                            Ok(())
+                        } else {
+                            (&*batch.file).write_all(batch.text.as_bytes())
+                        };
+                        match batch.done {
+                            // The run may have stopped waiting; nothing to tell then.
+                            Done::Tell(done) => {
+                                let _ = done.send(written);
+                            }
+                            Done::Note(failed) => {
+                                if let Err(e) = written
+                                    && let Ok(mut failed) = failed.lock()
+                                    && failed.is_none()
+                                {
+                                    *failed = Some(e);
+                                }
+                            }
+                        }
                     }
                 })
                 .ok()
@@ -207,7 +296,7 @@ impl EventLog for MemoryLog {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
 
     use super::*;
     use crate::event::{RunEvent, read_events};
@@ -315,10 +404,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("events.jsonl");
         std::fs::write(&path, "").unwrap();
-        let log = JsonlLog {
-            path: path.clone(),
-            file: Arc::new(std::fs::File::open(&path).unwrap()),
-        };
+        let log = JsonlLog::of(&path, std::fs::File::open(&path).unwrap());
         assert!(matches!(
             log.append(&[started(1)]).await,
             Err(AppendError::Io(_))
@@ -389,5 +475,73 @@ mod tests {
         let seqs: Vec<u64> = read_events(&path).unwrap().iter().map(|r| r.seq).collect();
         assert_eq!(seqs, vec![1, 2, 3]);
         assert!(!dir.path().join("events.jsonl.partial").exists());
+    }
+
+    /// A log behind the store does not hold the run up: its append resolves while the file
+    /// cannot take the batch yet (a FIFO nobody reads, past its buffer), and its flush resolves
+    /// once the batch is written.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_log_behind_the_store_does_not_wait_for_its_file() {
+        use std::io::Read;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("events.jsonl");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&path)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        // Read and write, so that opening it does not wait for a reader.
+        let fifo = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap();
+        let mut reader = fifo.try_clone().unwrap();
+        let log = JsonlLog::of(&path, fifo).behind();
+        // One event of 200 KB: more than a pipe holds.
+        let mut big = started(1);
+        big.event = RunEvent::MovementStarted {
+            movement: "m".repeat(200_000),
+            iteration: 1,
+            movement_iteration: 1,
+            parent: None,
+            prompt_log: None,
+        };
+        let want = serde_json::to_string(&big).unwrap().len() + 1;
+        tokio::time::timeout(std::time::Duration::from_secs(10), log.append(&[big]))
+            .await
+            .expect("the append waited for the file")
+            .unwrap();
+        let read = std::thread::spawn(move || {
+            let mut got = vec![0u8; want];
+            reader.read_exact(&mut got).unwrap();
+            got
+        });
+        log.flush().await.unwrap();
+        let got = read.join().unwrap();
+        assert!(got.ends_with(b"\n") && got.len() == want);
+    }
+
+    /// A failed write behind the store fails the log's next append, or its flush.
+    #[tokio::test]
+    async fn a_failed_write_behind_the_store_is_reported_by_the_flush() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("events.jsonl");
+        std::fs::write(&path, "").unwrap();
+        let log = JsonlLog::of(&path, std::fs::File::open(&path).unwrap()).behind();
+        log.append(&[started(1)]).await.unwrap();
+        assert!(matches!(log.flush().await, Err(AppendError::Io(_))));
+        let log = JsonlLog::of(&path, std::fs::File::open(&path).unwrap()).behind();
+        log.append(&[started(1)]).await.unwrap();
+        log.flush().await.unwrap_err();
+        // Sticky until reported once; the append after a failed one reports it.
+        log.append(&[started(2)]).await.unwrap();
+        let next = loop {
+            match log.append(&[started(3)]).await {
+                Ok(()) => tokio::task::yield_now().await,
+                Err(e) => break e,
+            }
+        };
+        assert!(matches!(next, AppendError::Io(_)), "{next}");
     }
 }

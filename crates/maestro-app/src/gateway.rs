@@ -7,7 +7,7 @@ use maestro_config::Config;
 use maestro_gateway::{GatewayStore, Price, Prices};
 use maestro_store::Store;
 
-pub use maestro_gateway::{Gateway, GatewayError};
+pub use maestro_gateway::{Gateway, GatewayError, GatewayKey, KEY_PREFIX, key_hash, new_key};
 pub use maestro_store::{UsageGroup, UsageTotal};
 
 /// The gateway `config` describes, writing its usage records to `store`. Must be called inside

@@ -70,7 +70,10 @@ pub use files::{
     FileError, FileLimits, InputError, JobFile, JobPath, MAX_PATH_BYTES, MAX_SEGMENT_BYTES, Upload,
     job_files, read_job_file,
 };
-pub use gateway::{Gateway, GatewayError, UsageGroup, UsageTotal, gateway};
+pub use gateway::{
+    Gateway, GatewayError, GatewayKey, KEY_PREFIX, UsageGroup, UsageTotal, gateway, key_hash,
+    new_key,
+};
 pub use hand::{
     ToolCallError, ToolCallRequest, ToolCallResult, ToolListing, call_tool, list_tools,
 };

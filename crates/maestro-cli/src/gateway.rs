@@ -23,6 +23,8 @@ pub(crate) struct Args {
 enum Command {
     /// The usage the gateway recorded, summed per key, model or job.
     Usage(UsageArgs),
+    /// The virtual keys clients present (`Authorization: Bearer mk-…`): create, list, revoke.
+    Keys(crate::gateway_keys::KeysArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -68,6 +70,7 @@ struct UsageArgs {
 pub(crate) fn run(args: Args) -> anyhow::Result<u8> {
     match args.command {
         Some(Command::Usage(usage)) => crate::common::block_on(show_usage(usage)),
+        Some(Command::Keys(keys)) => crate::common::block_on(crate::gateway_keys::run(keys)),
         None => serve(args.serve),
     }
 }
@@ -151,7 +154,7 @@ impl Signals {
     }
 }
 
-fn parse_time(text: &str, flag: &str) -> anyhow::Result<i64> {
+pub(crate) fn parse_time(text: &str, flag: &str) -> anyhow::Result<i64> {
     let at = time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339)
         .with_context(|| {
             format!("{flag} {text:?} is not an RFC 3339 time; write e.g. 2026-11-01T00:00:00Z")

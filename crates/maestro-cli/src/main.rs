@@ -5,6 +5,7 @@ mod common;
 mod config;
 mod flags;
 mod gateway;
+mod gateway_keys;
 mod jobs;
 mod logs;
 mod pieces;

@@ -97,3 +97,77 @@ async fn serve_mounts_the_gateway_at_v1_and_its_usage_reads_back_without_the_key
         }
     }
 }
+
+fn run_maestro(project: &Project, args: &[&str]) -> std::process::Output {
+    project.command(args).output().unwrap()
+}
+
+#[test]
+fn gateway_keys_are_printed_once_listed_without_the_key_and_revoked_by_id() {
+    let project = Project::new();
+    let out = run_maestro(
+        &project,
+        &[
+            "gateway",
+            "keys",
+            "create",
+            "--name",
+            "ci",
+            "--models",
+            "team-model,other",
+            "--budget-usd",
+            "2.5",
+            "--period",
+            "day",
+            "--json",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let created: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let key = created["key"].as_str().unwrap().to_string();
+    let id = created["id"].as_str().unwrap().to_string();
+    assert!(key.starts_with("mk-") && key.len() == 3 + 43, "{key}");
+
+    let list = |project: &Project| -> Vec<Value> {
+        let out = run_maestro(project, &["gateway", "keys", "list", "--json"]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let text = String::from_utf8(out.stdout).unwrap();
+        assert!(!text.contains(&key), "the list shows the key: {text}");
+        text.lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    };
+    let listed = list(&project);
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0]["id"], id.as_str());
+    assert_eq!(listed[0]["name"], "ci");
+    assert_eq!(listed[0]["models"], json!(["team-model", "other"]));
+    assert_eq!(listed[0]["budget_usd"], 2.5);
+    assert_eq!(listed[0]["period"], "day");
+    assert!(key.starts_with(listed[0]["prefix"].as_str().unwrap()));
+    assert_eq!(listed[0]["revoked_at"], Value::Null);
+
+    let out = run_maestro(&project, &["gateway", "keys", "revoke", &id]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(list(&project)[0]["revoked_at"].is_string());
+    let out = run_maestro(&project, &["gateway", "keys", "revoke", "no-such-id"]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("no gateway key has the id"),
+        "{}",
+        stderr(&out)
+    );
+
+    // The key itself is in no file of the store.
+    for entry in std::fs::read_dir(project.path().join(".maestro")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_file() {
+            let bytes = std::fs::read(&path).unwrap();
+            assert!(
+                !bytes.windows(key.len()).any(|w| w == key.as_bytes()),
+                "{} holds the key",
+                path.display()
+            );
+        }
+    }
+}

@@ -70,6 +70,8 @@ pub(crate) struct Inner {
     pub prices: Prices,
     pub metrics: Metrics,
     pub usage: UsageSender,
+    /// Where keys are looked up; `None`: no keys, every request is served.
+    pub store: crate::auth::KeyStore,
     pub writer: Mutex<
         Option<(
             tokio::sync::oneshot::Sender<()>,
@@ -156,7 +158,7 @@ impl Gateway {
             .pool_max_idle_per_host(1024)
             .build()
             .map_err(GatewayError::Client)?;
-        let (usage, writer) = match store {
+        let (usage, writer) = match store.clone() {
             Some(store) => {
                 let (stop, stopped) = tokio::sync::oneshot::channel();
                 let (sender, task) = start_writer(store, stopped);
@@ -175,6 +177,7 @@ impl Gateway {
                 prices,
                 metrics: Metrics::new(),
                 usage,
+                store: crate::auth::KeyStore(store),
                 writer: Mutex::new(writer),
                 cooldown: Duration::from_secs(config.cooldown_secs),
                 first_byte_timeout: Duration::from_secs(config.first_byte_timeout_secs.max(1)),

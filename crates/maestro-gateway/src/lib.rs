@@ -22,9 +22,11 @@
 //!
 //! See `docs/gateway.md`.
 
+mod auth;
 mod config;
 mod errors;
 mod gateway;
+mod keys;
 mod metrics;
 mod proxy;
 mod route;
@@ -33,4 +35,5 @@ mod usage;
 
 pub use config::{ConfigCheck, GatewayConfig, RouteTarget, UpstreamConfig, UpstreamKind};
 pub use gateway::{Gateway, GatewayError, Price, Prices};
+pub use keys::{GatewayKey, KEY_PREFIX, key_hash, new_key};
 pub use usage::{GatewayStore, GatewayStoreError, StoreFuture, UsageRecord, UsageStatus};

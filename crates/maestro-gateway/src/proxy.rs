@@ -224,6 +224,13 @@ async fn proxy(
 ) -> Response {
     let inner = &*gateway.inner;
     let started = Instant::now();
+    let key = match crate::auth::authenticate(&inner.store, headers, now_ms()).await {
+        Ok(key) => key,
+        Err(answer) => {
+            count_refused(inner);
+            return answer;
+        }
+    };
     let mut request: Map<String, Value> = match serde_json::from_slice(body) {
         Ok(Value::Object(map)) => map,
         Ok(_) => {
@@ -268,6 +275,22 @@ async fn proxy(
             ),
         );
     };
+    if let Some(key) = &key
+        && !key.allows(&model)
+    {
+        return refuse(
+            inner,
+            StatusCode::FORBIDDEN,
+            "permission_error",
+            "model_not_allowed",
+            format!(
+                "the key {}… ({}) may not call the model {model:?}; it may call: {}",
+                key.prefix,
+                key.name,
+                key.models.as_deref().unwrap_or_default().join(", ")
+            ),
+        );
+    }
     let stream = endpoint == Endpoint::Chat
         && request
             .get("stream")
@@ -295,8 +318,8 @@ async fn proxy(
         at_ms: now_ms(),
         endpoint,
         model: model.clone(),
-        key_id: None,
-        key_name: None,
+        key_id: key.as_ref().map(|k| k.id.clone()),
+        key_name: key.as_ref().map(|k| k.name.clone()),
         job: header_text(headers, JOB_HEADER),
         movement: header_text(headers, MOVEMENT_HEADER),
         upstream: None,
@@ -564,6 +587,12 @@ fn refuse(
     code: &'static str,
     message: String,
 ) -> Response {
+    count_refused(inner);
+    error_response(status, kind, code, message)
+}
+
+/// Counts a request the gateway answered itself.
+fn count_refused(inner: &Inner) {
     inner
         .metrics
         .requests
@@ -574,5 +603,4 @@ fn refuse(
             status: "refused",
         })
         .inc();
-    error_response(status, kind, code, message)
 }

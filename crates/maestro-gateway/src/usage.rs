@@ -9,6 +9,8 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
+use crate::keys::GatewayKey;
+
 /// At most this many records go into one write.
 const MAX_BATCH: usize = 1024;
 /// Records waiting for the writer; past this a request's record is dropped (and counted) rather
@@ -99,6 +101,18 @@ pub type StoreFuture<'a, T> =
 pub trait GatewayStore: Send + Sync + 'static {
     /// Writes the records in one transaction.
     fn record_usage<'a>(&'a self, records: &'a [UsageRecord]) -> StoreFuture<'a, ()>;
+
+    /// The key whose hash ([`key_hash`](crate::key_hash)) is `hash`, revoked or not; `None`
+    /// when no key has it. A store without keys finds none.
+    fn key_by_hash<'a>(&'a self, hash: &'a str) -> StoreFuture<'a, Option<GatewayKey>> {
+        let _ = hash;
+        Box::pin(async { Ok(None) })
+    }
+
+    /// Whether a key that is not revoked exists: then every request must present one.
+    fn keys_exist(&self) -> StoreFuture<'_, bool> {
+        Box::pin(async { Ok(false) })
+    }
 }
 
 /// The sending end of the usage writer, cheap to clone.

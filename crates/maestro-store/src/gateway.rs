@@ -145,4 +145,15 @@ impl GatewayStore for Store {
                 })
         })
     }
+
+    fn key_by_hash<'a>(
+        &'a self,
+        hash: &'a str,
+    ) -> StoreFuture<'a, Option<maestro_gateway::GatewayKey>> {
+        crate::gateway_keys::key_by_hash(self, hash)
+    }
+
+    fn keys_exist(&self) -> StoreFuture<'_, bool> {
+        crate::gateway_keys::keys_exist(self)
+    }
 }

@@ -32,6 +32,7 @@ mod fence;
 mod files;
 mod finish;
 mod gateway;
+mod gateway_keys;
 mod jobs;
 mod leases;
 mod model;

@@ -199,7 +199,7 @@ pub(crate) fn jobs(command: JobsCommand) -> anyhow::Result<u8> {
                 let id = parse_id(&id)?;
                 let config = store.configuration()?;
                 let store = store.open_existing(&config).await?;
-                let job = maestro_app::show_job(&store, id).await?;
+                let job = maestro_app::job_detail(&store, id, &config.llm).await?;
                 if json {
                     println!("{}", serde_json::to_string(&job)?);
                 } else {

@@ -34,6 +34,7 @@ mod files;
 mod gateway;
 mod hand;
 mod handle;
+mod job_spend;
 mod jobs;
 mod lease;
 mod lease_owner;
@@ -81,6 +82,7 @@ pub use handle::{
     Canceller, LOCAL_LEASE, RecordReadError, RunHandle, RunKind, RunRequest, StartError,
     recorded_run, start,
 };
+pub use job_spend::{JobSpend, job_spend};
 pub use listing::{
     Commented, JobDetail, JobPage, MAX_PAGE, NotReady, check_ready, comment_on_job, job_comments,
     job_counts, job_detail, jobs_page,

@@ -1,12 +1,13 @@
 //! Jobs as a front end that serves many people lists and shows them: a page at a time, newest
 //! first, and one job with everything a client may see of it. No host path leaves here.
 
-use maestro_protocol::Usage;
+use maestro_config::LlmConfig;
 use maestro_store::{
     Comment, CommentKind, Job, JobFilter, JobId, JobQueue, JobStatus, Store, StoreError,
 };
 use serde::Serialize;
 
+use crate::job_spend::{JobSpend, job_spend};
 use crate::jobs::{JobError, JobSummary, summary};
 
 /// The most jobs one page holds.
@@ -36,8 +37,11 @@ pub struct JobDetail {
     pub priority: i64,
     /// The task class, which chooses the workers that may claim it.
     pub class: String,
-    /// The tokens the run used, as of its last end or park (zero before).
-    pub usage: Usage,
+    /// The tokens of the job's own model calls so far, what they cost (`cost_usd`, `null`
+    /// when a model has no price), and the same for the job with every subtask under it
+    /// (`tree_usage`, `tree_cost_usd`).
+    #[serde(flatten)]
+    pub spend: JobSpend,
 }
 
 /// Up to `limit` jobs (at most [`MAX_PAGE`]) matching `filter`, newest first, after the job
@@ -47,6 +51,7 @@ pub async fn jobs_page(
     filter: &JobFilter,
     cursor: Option<JobId>,
     limit: u32,
+    llm: &LlmConfig,
 ) -> Result<JobPage, JobError> {
     let limit = limit.clamp(1, MAX_PAGE);
     let rows = store.jobs_page(filter, cursor, limit).await?;
@@ -56,28 +61,23 @@ pub async fn jobs_page(
     };
     let mut jobs = Vec::with_capacity(rows.len());
     for job in rows {
-        jobs.push(detail_of(store, job).await?);
+        jobs.push(detail_of(store, job, llm).await?);
     }
     Ok(JobPage { jobs, next_cursor })
 }
 
-/// One job as a client sees it.
-pub async fn job_detail(store: &Store, id: JobId) -> Result<JobDetail, JobError> {
+/// One job as a client sees it, its spend priced by `llm`.
+pub async fn job_detail(store: &Store, id: JobId, llm: &LlmConfig) -> Result<JobDetail, JobError> {
     let job = store.job(id).await?.ok_or(JobError::NoSuchJob(id))?;
-    detail_of(store, job).await
+    detail_of(store, job, llm).await
 }
 
-async fn detail_of(store: &Store, job: Job) -> Result<JobDetail, JobError> {
+async fn detail_of(store: &Store, job: Job, llm: &LlmConfig) -> Result<JobDetail, JobError> {
+    let spend = job_spend(store, job.id, llm).await?;
     let task = job.task.clone();
     let priority = job.priority;
     let class = job.task_class.clone();
     let mut summary = summary(store, job).await?;
-    let usage = summary
-        .result
-        .as_ref()
-        .and_then(|r| r.get("usage"))
-        .and_then(|u| serde_json::from_value::<Usage>(u.clone()).ok())
-        .unwrap_or_default();
     if let Some(serde_json::Value::Object(result)) = summary.result.as_mut() {
         result.remove("run_dir");
     }
@@ -86,7 +86,7 @@ async fn detail_of(store: &Store, job: Job) -> Result<JobDetail, JobError> {
         task,
         priority,
         class,
-        usage,
+        spend,
     })
 }
 

@@ -199,7 +199,16 @@ pub(crate) fn jobs(command: JobsCommand) -> anyhow::Result<u8> {
                 let id = parse_id(&id)?;
                 let config = store.configuration()?;
                 let store = store.open_existing(&config).await?;
-                let job = maestro_app::show_job(&store, id).await?;
+                // The job as `jobs list` prints it (its record's host path included), then
+                // what it and its subtasks spent.
+                let summary = maestro_app::show_job(&store, id).await?;
+                let spend = maestro_app::job_spend(&store, id, &config.llm).await?;
+                let mut job = serde_json::to_value(&summary)?;
+                if let (Some(fields), serde_json::Value::Object(spent)) =
+                    (job.as_object_mut(), serde_json::to_value(spend)?)
+                {
+                    fields.extend(spent);
+                }
                 if json {
                     println!("{}", serde_json::to_string(&job)?);
                 } else {
@@ -215,6 +224,15 @@ pub(crate) fn jobs(command: JobsCommand) -> anyhow::Result<u8> {
                                     let text = outcome.get(field).and_then(|v| v.as_str());
                                     println!("{label}: {}", printable(text.unwrap_or("-")));
                                 }
+                                continue;
+                            }
+                            if (key == "usage" || key == "tree_usage")
+                                && let Some(total) = value["total_tokens"].as_u64()
+                            {
+                                println!(
+                                    "{key}: {total} tokens (prompt {}, completion {})",
+                                    value["prompt_tokens"], value["completion_tokens"]
+                                );
                                 continue;
                             }
                             match value {

@@ -146,7 +146,7 @@ pub(crate) async fn submit(
         body.into_submission(&caller)?
     };
     let id = maestro_app::submit(state.store(), &*state.current_config().await, submission).await?;
-    let job = maestro_app::job_detail(state.store(), id).await?;
+    let job = maestro_app::job_detail(state.store(), id, &state.current_config().await.llm).await?;
     state.wake_worker();
     Ok((StatusCode::CREATED, Json(job)).into_response())
 }
@@ -261,8 +261,14 @@ pub(crate) async fn list(
         parent: None,
         owner: caller.listing_owner(),
     };
-    let page =
-        maestro_app::jobs_page(state.store(), &filter, cursor, q.limit.unwrap_or(50)).await?;
+    let page = maestro_app::jobs_page(
+        state.store(),
+        &filter,
+        cursor,
+        q.limit.unwrap_or(50),
+        &state.current_config().await.llm,
+    )
+    .await?;
     Ok(Json(page).into_response())
 }
 
@@ -287,7 +293,7 @@ pub(crate) fn parse_job_id(text: &str) -> Result<JobId, ApiError> {
 )]
 pub(crate) async fn show(State(state): State<ServerState>, caller: Caller) -> ApiResult<Response> {
     let id = caller.job()?;
-    let job = maestro_app::job_detail(state.store(), id).await?;
+    let job = maestro_app::job_detail(state.store(), id, &state.current_config().await.llm).await?;
     Ok(Json(with_html(serde_json::to_value(job).unwrap_or_default())).into_response())
 }
 
@@ -348,7 +354,14 @@ pub(crate) async fn children(
         parent: Some(id),
         ..JobFilter::default()
     };
-    let page = maestro_app::jobs_page(state.store(), &filter, None, maestro_app::MAX_PAGE).await?;
+    let page = maestro_app::jobs_page(
+        state.store(),
+        &filter,
+        None,
+        maestro_app::MAX_PAGE,
+        &state.current_config().await.llm,
+    )
+    .await?;
     Ok(Json(page).into_response())
 }
 

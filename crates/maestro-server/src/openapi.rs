@@ -117,8 +117,14 @@ pub(crate) mod schema {
         priority: i64,
         /// The task class.
         class: String,
-        /// Tokens used, as of the run's last end or park.
+        /// The tokens of the job's own model calls so far.
         usage: Usage,
+        /// What they cost in US dollars; null when a model has no price (never counted as 0).
+        cost_usd: Option<f64>,
+        /// The tokens of the job and every subtask under it.
+        tree_usage: Usage,
+        /// What the tree's calls cost in US dollars; null when any model has no price.
+        tree_cost_usd: Option<f64>,
     }
 
     /// A page of jobs.

@@ -43,7 +43,7 @@ pub(crate) async fn job(
         return Ok(maestro_web::share_page());
     }
     let id = shared_job(&state, &token).await?;
-    let job = maestro_app::job_detail(state.store(), id).await?;
+    let job = maestro_app::job_detail(state.store(), id, &state.current_config().await.llm).await?;
     let s = &job.summary;
     Ok(Json(crate::jobs::with_html(serde_json::json!({
         "id": s.id,
@@ -55,7 +55,7 @@ pub(crate) async fn job(
         "updated_at": s.updated_at.format(&time::format_description::well_known::Rfc3339).ok(),
         "result": s.result,
         "question": s.question,
-        "usage": job.usage,
+        "usage": job.spend.usage,
     })))
     .into_response())
 }

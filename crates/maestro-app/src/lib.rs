@@ -84,8 +84,8 @@ pub use handle::{
 };
 pub use job_spend::{JobSpend, job_spend};
 pub use listing::{
-    Commented, JobDetail, JobPage, MAX_PAGE, NotReady, check_ready, comment_on_job, job_comments,
-    job_counts, job_detail, jobs_page,
+    Commented, JobDetail, JobPage, MAX_PAGE, NotReady, TreeSpend, check_ready, comment_on_job,
+    job_comments, job_counts, job_detail, jobs_page,
 };
 pub use live::{LIVE_CAPACITY, Live, Subscription};
 /// Which side of a run a job's file is on.

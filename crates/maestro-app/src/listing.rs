@@ -2,6 +2,7 @@
 //! first, and one job with everything a client may see of it. No host path leaves here.
 
 use maestro_config::LlmConfig;
+use maestro_protocol::Usage;
 use maestro_store::{
     Comment, CommentKind, Job, JobFilter, JobId, JobQueue, JobStatus, Store, StoreError,
 };
@@ -37,11 +38,25 @@ pub struct JobDetail {
     pub priority: i64,
     /// The task class, which chooses the workers that may claim it.
     pub class: String,
-    /// The tokens of the job's own model calls so far, what they cost (`cost_usd`, `null`
-    /// when a model has no price), and the same for the job with every subtask under it
-    /// (`tree_usage`, `tree_cost_usd`).
+    /// The tokens of the job's own model calls: from its record for one job, as of the run's
+    /// last end or park in a page of jobs.
+    pub usage: Usage,
+    /// For one job (not in a page of jobs, where reading every job's record would cost too
+    /// much): what its calls cost (`cost_usd`, `null` when a model has no price), and the same
+    /// for the job with every subtask under it (`tree_usage`, `tree_cost_usd`).
     #[serde(flatten)]
-    pub spend: JobSpend,
+    pub spend: Option<TreeSpend>,
+}
+
+/// What a job's calls cost, and what the job with every subtask under it used and cost.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct TreeSpend {
+    /// The cost of the job's own calls in US dollars; `None` when a model has no price.
+    pub cost_usd: Option<f64>,
+    /// The tokens of the job and every subtask under it.
+    pub tree_usage: Usage,
+    /// Their cost in US dollars; `None` when any call in the tree has a model without a price.
+    pub tree_cost_usd: Option<f64>,
 }
 
 /// Up to `limit` jobs (at most [`MAX_PAGE`]) matching `filter`, newest first, after the job
@@ -51,7 +66,6 @@ pub async fn jobs_page(
     filter: &JobFilter,
     cursor: Option<JobId>,
     limit: u32,
-    llm: &LlmConfig,
 ) -> Result<JobPage, JobError> {
     let limit = limit.clamp(1, MAX_PAGE);
     let rows = store.jobs_page(filter, cursor, limit).await?;
@@ -61,7 +75,7 @@ pub async fn jobs_page(
     };
     let mut jobs = Vec::with_capacity(rows.len());
     for job in rows {
-        jobs.push(detail_of(store, job, llm).await?);
+        jobs.push(detail_of(store, job, None).await?);
     }
     Ok(JobPage { jobs, next_cursor })
 }
@@ -69,11 +83,19 @@ pub async fn jobs_page(
 /// One job as a client sees it, its spend priced by `llm`.
 pub async fn job_detail(store: &Store, id: JobId, llm: &LlmConfig) -> Result<JobDetail, JobError> {
     let job = store.job(id).await?.ok_or(JobError::NoSuchJob(id))?;
-    detail_of(store, job, llm).await
+    detail_of(store, job, Some(llm)).await
 }
 
-async fn detail_of(store: &Store, job: Job, llm: &LlmConfig) -> Result<JobDetail, JobError> {
-    let spend = job_spend(store, job.id, llm).await?;
+/// `llm` prices the job's record; without it the detail carries the stored usage only.
+async fn detail_of(
+    store: &Store,
+    job: Job,
+    llm: Option<&LlmConfig>,
+) -> Result<JobDetail, JobError> {
+    let spend = match llm {
+        Some(llm) => Some(job_spend(store, job.id, llm).await?),
+        None => None,
+    };
     let task = job.task.clone();
     let priority = job.priority;
     let class = job.task_class.clone();
@@ -81,12 +103,26 @@ async fn detail_of(store: &Store, job: Job, llm: &LlmConfig) -> Result<JobDetail
     if let Some(serde_json::Value::Object(result)) = summary.result.as_mut() {
         result.remove("run_dir");
     }
+    let usage = match &spend {
+        Some(spend) => spend.usage,
+        None => summary
+            .result
+            .as_ref()
+            .and_then(|r| r.get("usage"))
+            .and_then(|u| serde_json::from_value::<Usage>(u.clone()).ok())
+            .unwrap_or_default(),
+    };
     Ok(JobDetail {
         summary,
         task,
         priority,
         class,
-        spend,
+        usage,
+        spend: spend.map(|s: JobSpend| TreeSpend {
+            cost_usd: s.cost_usd,
+            tree_usage: s.tree_usage,
+            tree_cost_usd: s.tree_cost_usd,
+        }),
     })
 }
 

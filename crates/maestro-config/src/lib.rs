@@ -48,5 +48,5 @@ pub use llm::{
     RetrySettings,
 };
 pub use load::{CONFIG_DIR, CONFIG_FILE, ENV_API_KEY, ENV_BASE_URL, ENV_MODEL, LoadFrom};
-pub use maestro_llm::ProviderKind;
 pub use maestro_gateway::{GatewayConfig, RouteTarget, UpstreamConfig, UpstreamKind};
+pub use maestro_llm::ProviderKind;

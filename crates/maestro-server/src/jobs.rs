@@ -261,14 +261,8 @@ pub(crate) async fn list(
         parent: None,
         owner: caller.listing_owner(),
     };
-    let page = maestro_app::jobs_page(
-        state.store(),
-        &filter,
-        cursor,
-        q.limit.unwrap_or(50),
-        &state.current_config().await.llm,
-    )
-    .await?;
+    let page =
+        maestro_app::jobs_page(state.store(), &filter, cursor, q.limit.unwrap_or(50)).await?;
     Ok(Json(page).into_response())
 }
 
@@ -354,14 +348,7 @@ pub(crate) async fn children(
         parent: Some(id),
         ..JobFilter::default()
     };
-    let page = maestro_app::jobs_page(
-        state.store(),
-        &filter,
-        None,
-        maestro_app::MAX_PAGE,
-        &state.current_config().await.llm,
-    )
-    .await?;
+    let page = maestro_app::jobs_page(state.store(), &filter, None, maestro_app::MAX_PAGE).await?;
     Ok(Json(page).into_response())
 }
 

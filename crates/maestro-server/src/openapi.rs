@@ -117,13 +117,17 @@ pub(crate) mod schema {
         priority: i64,
         /// The task class.
         class: String,
-        /// The tokens of the job's own model calls so far.
+        /// The tokens of the job's own model calls: from its record for one job, as of the
+        /// run's last end or park in a page of jobs.
         usage: Usage,
-        /// What they cost in US dollars; null when a model has no price (never counted as 0).
+        /// One job only (absent in pages of jobs): what its calls cost in US dollars; null
+        /// when a model has no price (never counted as 0).
         cost_usd: Option<f64>,
-        /// The tokens of the job and every subtask under it.
-        tree_usage: Usage,
-        /// What the tree's calls cost in US dollars; null when any model has no price.
+        /// One job only (absent in pages of jobs): the tokens of the job and every subtask
+        /// under it.
+        tree_usage: Option<Usage>,
+        /// One job only (absent in pages of jobs): what the tree's calls cost in US dollars;
+        /// null when any model has no price.
         tree_cost_usd: Option<f64>,
     }
 

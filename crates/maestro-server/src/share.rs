@@ -55,7 +55,7 @@ pub(crate) async fn job(
         "updated_at": s.updated_at.format(&time::format_description::well_known::Rfc3339).ok(),
         "result": s.result,
         "question": s.question,
-        "usage": job.spend.usage,
+        "usage": job.usage,
     })))
     .into_response())
 }

@@ -38,19 +38,20 @@ struct CreateArgs {
     /// The public model names it may call, comma-separated; default: every model.
     #[arg(long, value_delimiter = ',')]
     models: Vec<String>,
-    /// Its budget in US dollars per period (kept, not yet enforced).
+    /// Its budget in US dollars (per --period, else in all): each request reserves its worst
+    /// case first, so concurrent requests never pass it together.
     #[arg(long)]
     budget_usd: Option<f64>,
-    /// Its budget in tokens per period (kept, not yet enforced).
+    /// Its budget in tokens (per --period, else in all), reserved like --budget-usd.
     #[arg(long)]
     budget_tokens: Option<u64>,
     /// The budgets' period; default: the budgets are totals.
     #[arg(long, value_enum)]
     period: Option<Period>,
-    /// Requests per minute (kept, not yet enforced).
+    /// Requests per minute; past it a request gets 429 with Retry-After.
     #[arg(long)]
     rpm: Option<u64>,
-    /// Tokens per minute (kept, not yet enforced).
+    /// Tokens per minute (prompt and answer); past it a request gets 429 with Retry-After.
     #[arg(long)]
     tpm: Option<u64>,
     /// When it stops working (RFC 3339, e.g. 2027-01-01T00:00:00Z); default: never.

@@ -171,3 +171,142 @@ fn gateway_keys_are_printed_once_listed_without_the_key_and_revoked_by_id() {
         }
     }
 }
+
+fn with_upstream_key(project: &Project, args: &[&str]) -> std::process::Output {
+    project
+        .command(args)
+        .env("GW_TEST_KEY", UPSTREAM_KEY)
+        .output()
+        .unwrap()
+}
+
+/// A project whose configuration routes `team-model` to `upstream` with the upstream key read
+/// from `GW_TEST_KEY`; on PostgreSQL when `db` is given.
+fn gateway_project(upstream: &ScriptedLlm, db: Option<String>) -> Project {
+    let mut project = Project::new();
+    std::fs::write(
+        project.path().join(".maestro/config.yaml"),
+        format!(
+            "llm:\n  tool_mode: native\n\
+             gateway:\n  upstreams:\n    primary: {{kind: openai, base_url: \"{}\", api_key_env: GW_TEST_KEY}}\n\
+             \x20 models:\n    team-model:\n      - {{upstream: primary, model: some-model}}\n",
+            upstream.base_url()
+        ),
+    )
+    .unwrap();
+    project.db = db;
+    project
+}
+
+/// 100 concurrent requests, spread over `gateways`, on a key whose token budget fits ten: ten
+/// are served, ninety get a 429 that names the budget, the recorded usage stays within it, and
+/// neither key is in any log.
+async fn a_burst_over_gateway_processes_stays_within_the_keys_budget(
+    project: &Project,
+    upstream: &ScriptedLlm,
+    gateways: usize,
+) -> Vec<String> {
+    let out = with_upstream_key(
+        project,
+        &[
+            "gateway",
+            "keys",
+            "create",
+            "--name",
+            "team",
+            "--budget-tokens",
+            "180",
+            "--json",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let created: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let key = created["key"].as_str().unwrap().to_string();
+    let served: Vec<_> = (0..gateways)
+        .map(|_| project.gateway(&[("GW_TEST_KEY", UPSTREAM_KEY)]))
+        .collect();
+    let http = reqwest::Client::new();
+    // The prompt's estimate (8 tokens) and max_tokens (10) are what each answer spends.
+    let body = json!({"model": "team-model", "max_tokens": 10,
+        "messages": [{"role": "user", "content": "hi"}]});
+    let calls = (0..100).map(|i| {
+        let request = http
+            .post(served[i % gateways].url("/v1/chat/completions"))
+            .bearer_auth(&key)
+            .json(&body);
+        async move {
+            let answer = request.send().await.unwrap();
+            let status = answer.status().as_u16();
+            (status, answer.json::<Value>().await.unwrap())
+        }
+    });
+    let answers = futures::future::join_all(calls).await;
+    let ok = answers.iter().filter(|(s, _)| *s == 200).count();
+    assert_eq!(ok, 10, "{answers:?}");
+    for (status, body) in &answers {
+        if *status != 200 {
+            assert_eq!(*status, 429, "{body}");
+            assert_eq!(body["error"]["code"], "budget_exceeded", "{body}");
+            assert_eq!(body["error"]["budget"]["key"], "team", "{body}");
+        }
+    }
+    assert_eq!(upstream.requests().len(), 10);
+    let mut logs = Vec::new();
+    for gateway in served {
+        logs.push(gateway.stop().await);
+    }
+    let out = with_upstream_key(project, &["gateway", "usage", "--by", "key", "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let rows: Vec<Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let team = rows.iter().find(|r| r["key"] == "team").unwrap();
+    assert_eq!(team["requests"], 10);
+    let spent =
+        team["prompt_tokens"].as_u64().unwrap() + team["completion_tokens"].as_u64().unwrap();
+    assert!(spent <= 180, "{team}");
+    for log in &logs {
+        assert!(!log.contains(&key) && !log.contains(UPSTREAM_KEY), "{log}");
+    }
+    vec![key]
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_key_budget_holds_under_a_burst_through_the_gateway_process_on_sqlite() {
+    let upstream =
+        ScriptedLlm::start((0..100).map(|_| Turn::text("hello").with_usage(8, 10))).await;
+    let project = gateway_project(&upstream, None);
+    let keys =
+        a_burst_over_gateway_processes_stays_within_the_keys_budget(&project, &upstream, 1).await;
+    // Neither the virtual key nor the upstream's is in any file of the store.
+    for entry in std::fs::read_dir(project.path().join(".maestro")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_file() {
+            let bytes = std::fs::read(&path).unwrap();
+            for secret in keys.iter().map(String::as_str).chain([UPSTREAM_KEY]) {
+                assert!(
+                    !bytes.windows(secret.len()).any(|w| w == secret.as_bytes()),
+                    "{} holds a key",
+                    path.display()
+                );
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[cfg_attr(
+    no_postgres,
+    ignore = "PostgreSQL is not installed: apt-get install postgresql (scripts/prerequisites.sh)"
+)]
+async fn a_key_budget_holds_under_a_burst_through_two_gateway_processes_on_postgres() {
+    let cluster = tokio::task::spawn_blocking(maestro_testkit::PgCluster::start)
+        .await
+        .unwrap();
+    let upstream =
+        ScriptedLlm::start((0..100).map(|_| Turn::text("hello").with_usage(8, 10))).await;
+    let project = gateway_project(&upstream, Some(cluster.url()));
+    a_burst_over_gateway_processes_stays_within_the_keys_budget(&project, &upstream, 2).await;
+}

@@ -23,6 +23,9 @@ pub struct GatewayConfig {
     /// The longest a request may take at an upstream before its first byte, in seconds; a
     /// stream may then last as long as the upstream keeps sending.
     pub first_byte_timeout_secs: u64,
+    /// The answer cap (`max_tokens`) written into a chat request that has none when its key
+    /// has a budget, so that the reservation made for it bounds what it can spend.
+    pub default_max_tokens: u64,
 }
 
 impl Default for GatewayConfig {
@@ -34,6 +37,7 @@ impl Default for GatewayConfig {
             cooldown_secs: 30,
             connect_timeout_secs: 10,
             first_byte_timeout_secs: 600,
+            default_max_tokens: 4096,
         }
     }
 }

@@ -81,6 +81,43 @@ pub(crate) struct Inner {
     pub cooldown: Duration,
     pub first_byte_timeout: Duration,
     pub epoch: Instant,
+    /// The answer cap written into a budgeted request without one.
+    pub default_max_tokens: u64,
+    /// Each key's rate limiters on this node.
+    pub limits: crate::limits::Limits,
+    /// Gives back the budget reservations of requests that never finished.
+    pub sweeper: Mutex<Option<Sweeper>>,
+}
+
+/// The task that sweeps expired budget reservations every minute; stopped when the gateway is
+/// dropped.
+#[derive(Debug)]
+pub(crate) struct Sweeper(tokio::task::JoinHandle<()>);
+
+impl Drop for Sweeper {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+fn start_sweeper(store: Arc<dyn GatewayStore>) -> Sweeper {
+    Sweeper(tokio::spawn(async move {
+        let mut every = tokio::time::interval(Duration::from_secs(60));
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            every.tick().await;
+            match store.budget_sweep().await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(
+                    reservations = n,
+                    "gave back budget reservations whose requests never finished"
+                ),
+                Err(e) => {
+                    tracing::warn!(error = %e, "the gateway could not sweep expired budget reservations")
+                }
+            }
+        }
+    }))
 }
 
 impl Gateway {
@@ -177,11 +214,14 @@ impl Gateway {
                 prices,
                 metrics: Metrics::new(),
                 usage,
-                store: crate::auth::KeyStore(store),
+                store: crate::auth::KeyStore(store.clone()),
                 writer: Mutex::new(writer),
                 cooldown: Duration::from_secs(config.cooldown_secs),
                 first_byte_timeout: Duration::from_secs(config.first_byte_timeout_secs.max(1)),
                 epoch: Instant::now(),
+                default_max_tokens: config.default_max_tokens.max(1),
+                limits: crate::limits::Limits::default(),
+                sweeper: Mutex::new(store.clone().map(start_sweeper)),
             }),
         })
     }
@@ -237,6 +277,7 @@ impl Gateway {
     /// Stops taking usage records, writes those queued, and waits for the writer. Requests
     /// still in flight afterwards are not recorded.
     pub async fn close(&self) {
+        drop(self.inner.sweeper.lock().ok().and_then(|mut s| s.take()));
         let writer = self.inner.writer.lock().ok().and_then(|mut w| w.take());
         if let Some((stop, task)) = writer {
             let _ = stop.send(());

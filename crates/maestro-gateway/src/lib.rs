@@ -23,17 +23,22 @@
 //! See `docs/gateway.md`.
 
 mod auth;
+mod budget;
 mod config;
 mod errors;
 mod gateway;
 mod keys;
+mod limits;
 mod metrics;
 mod proxy;
 mod route;
 mod stream;
 mod usage;
 
+pub use budget::{BudgetDenied, BudgetLimits, Cap, Spend};
 pub use config::{ConfigCheck, GatewayConfig, RouteTarget, UpstreamConfig, UpstreamKind};
 pub use gateway::{Gateway, GatewayError, Price, Prices};
 pub use keys::{GatewayKey, KEY_PREFIX, key_hash, new_key};
-pub use usage::{GatewayStore, GatewayStoreError, StoreFuture, UsageRecord, UsageStatus};
+pub use usage::{
+    GatewayStore, GatewayStoreError, RateLimit, RateTake, StoreFuture, UsageRecord, UsageStatus,
+};

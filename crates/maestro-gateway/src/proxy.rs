@@ -11,11 +11,18 @@ use futures::StreamExt as _;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
+use crate::budget::{
+    Hold, RESERVATION_TTL, Spend, answer_cap, estimated_prompt_tokens, exhausted, key_budget,
+    micro_usd,
+};
 use crate::errors::error_response;
 use crate::gateway::{Gateway, Inner};
+use crate::keys::GatewayKey;
+use crate::limits::Admitted;
 use crate::metrics::{
     CostLabels, FailureLabels, LatencyLabels, NO_KEY, RequestLabels, TokenLabels, UNKNOWN_MODEL,
 };
+use crate::route::Route;
 use crate::route::millis_since;
 use crate::stream::MeteredStream;
 use crate::usage::{UsageRecord, UsageStatus};
@@ -91,6 +98,10 @@ pub(crate) struct Meter {
     pub movement: Option<String>,
     /// The upstream tried last, and the model sent to it.
     pub upstream: Option<(String, String)>,
+    /// The request's admission by its key's rate limits, to count its answer's tokens.
+    pub admitted: Option<Admitted>,
+    /// The reservation on its key's budget, to settle.
+    pub hold: Option<Hold>,
 }
 
 impl Meter {
@@ -113,6 +124,20 @@ impl Meter {
             .and_then(|m| inner.prices.get(m))
             .or_else(|| inner.prices.get(&self.model));
         let cost_usd = price.map(|p| p.cost_usd(prompt_tokens, completion_tokens));
+        let total = prompt_tokens.saturating_add(completion_tokens);
+        if let Some(admitted) = self.admitted.clone() {
+            admitted.finish(total, inner.store.0.clone());
+        }
+        if let Some(hold) = self.hold.clone() {
+            // The upstream did the work unless it refused or none answered; what a cut or
+            // abandoned answer spent is unknown without its usage, so it is charged in full.
+            let spent = !matches!(status, UsageStatus::Rejected | UsageStatus::Unavailable);
+            let actual = (total > 0).then(|| Spend {
+                tokens: total,
+                micro_usd: cost_usd.map_or(0, micro_usd),
+            });
+            hold.close(spent, actual);
+        }
         let metrics = &inner.metrics;
         let upstream_label = upstream.clone().unwrap_or_default();
         let key = self.key_name.clone().unwrap_or_else(|| NO_KEY.to_string());
@@ -291,6 +316,16 @@ async fn proxy(
             ),
         );
     }
+    let (admitted, hold) = match &key {
+        Some(key) => match admit(inner, key, endpoint, route, &model, &mut request).await {
+            Ok(admission) => admission,
+            Err(answer) => {
+                count_refused(inner);
+                return answer;
+            }
+        },
+        None => (None, None),
+    };
     let stream = endpoint == Endpoint::Chat
         && request
             .get("stream")
@@ -323,6 +358,8 @@ async fn proxy(
         job: header_text(headers, JOB_HEADER),
         movement: header_text(headers, MOVEMENT_HEADER),
         upstream: None,
+        admitted,
+        hold,
     };
     let mut failures: Vec<Failure> = Vec::new();
     for index in route.order(&inner.upstreams, millis_since(inner.epoch)) {
@@ -516,6 +553,81 @@ async fn proxy(
             inner.cooldown.as_secs()
         ),
     )
+}
+
+/// A keyed request's admission: its key's rate limits, then a reservation on its key's budget
+/// for the request's worst case, priced at the dearest target of its route (failover may reach
+/// any of them). Gives the answer to send instead when either refuses.
+async fn admit(
+    inner: &Inner,
+    key: &GatewayKey,
+    endpoint: Endpoint,
+    route: &Route,
+    model: &str,
+    request: &mut Map<String, Value>,
+) -> Result<(Option<Admitted>, Option<Hold>), Response> {
+    let now = now_ms();
+    let prompt = estimated_prompt_tokens(request);
+    let store = inner.store.0.as_ref();
+    let admitted = inner.limits.admit(key, prompt, store, now).await?;
+    let Some((budget, limits, resets)) = key_budget(key, now) else {
+        return Ok((admitted, None));
+    };
+    let Some(store) = store else {
+        return Ok((admitted, None));
+    };
+    let completion = match endpoint {
+        Endpoint::Chat => answer_cap(request, inner.default_max_tokens),
+        Endpoint::Embeddings => 0,
+    };
+    let mut micro = 0;
+    if limits.max_micro_usd.is_some() {
+        for target in &route.targets {
+            let Some(price) = inner
+                .prices
+                .get(&target.model)
+                .or_else(|| inner.prices.get(model))
+            else {
+                return Err(error_response(
+                    StatusCode::FORBIDDEN,
+                    "permission_error",
+                    "model_unpriced",
+                    format!(
+                        "the key {}… ({}) has a dollar budget, and the model {:?} that serves {model:?} has no price, so its cost cannot be bounded; set llm.models.{}.price in the gateway's configuration",
+                        key.prefix, key.name, target.model, target.model
+                    ),
+                ));
+            };
+            micro = micro.max(micro_usd(price.cost_usd(prompt, completion)));
+        }
+    }
+    let charge = Spend {
+        tokens: prompt.saturating_add(completion),
+        micro_usd: micro,
+    };
+    match store
+        .budget_reserve(&budget, limits, charge, RESERVATION_TTL)
+        .await
+    {
+        Ok(Ok(reservation)) => Ok((
+            admitted,
+            Some(Hold {
+                store: store.clone(),
+                reservation,
+                reserved: charge,
+            }),
+        )),
+        Ok(Err(denied)) => Err(exhausted(key, denied, resets)),
+        Err(e) => {
+            tracing::warn!(error = %e, "the gateway could not reserve from a key's budget");
+            Err(error_response(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "server_error",
+                "budget_unavailable",
+                "the gateway could not reserve the request's cost from the key's budget in its store; try again, and if it persists check the store (the gateway's log names the cause)".into(),
+            ))
+        }
+    }
 }
 
 fn first_byte(inner: &Inner, meter: &Meter) {

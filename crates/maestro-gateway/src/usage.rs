@@ -5,10 +5,12 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
+use crate::budget::{BudgetDenied, BudgetLimits, Spend};
 use crate::keys::GatewayKey;
 
 /// At most this many records go into one write.
@@ -112,6 +114,101 @@ pub trait GatewayStore: Send + Sync + 'static {
     /// Whether a key that is not revoked exists: then every request must present one.
     fn keys_exist(&self) -> StoreFuture<'_, bool> {
         Box::pin(async { Ok(false) })
+    }
+
+    /// One atomic operation on the budget ledger: creates the budget `budget` if missing, then
+    /// reserves `charge` from it only if spent + reserved + charge fits every cap of `limits`.
+    /// `Ok(Ok(id))` names the reservation; `Ok(Err(_))` says which cap did not fit, and nothing
+    /// was reserved. A reservation neither settled nor released within `ttl` goes back to the
+    /// budget at the next [`GatewayStore::budget_sweep`]. A store without a ledger fails.
+    fn budget_reserve<'a>(
+        &'a self,
+        budget: &'a str,
+        limits: BudgetLimits,
+        charge: Spend,
+        ttl: Duration,
+    ) -> StoreFuture<'a, Result<String, BudgetDenied>> {
+        let _ = (budget, limits, charge, ttl);
+        Box::pin(async { Err(no_ledger()) })
+    }
+
+    /// Closes the reservation as spent: `actual` is added to its budget's spent amounts.
+    /// Idempotent.
+    fn budget_settle<'a>(&'a self, reservation: &'a str, actual: Spend) -> StoreFuture<'a, ()> {
+        let _ = (reservation, actual);
+        Box::pin(async { Err(no_ledger()) })
+    }
+
+    /// Closes the reservation without spending. Idempotent.
+    fn budget_release<'a>(&'a self, reservation: &'a str) -> StoreFuture<'a, ()> {
+        let _ = reservation;
+        Box::pin(async { Err(no_ledger()) })
+    }
+
+    /// Gives back reservations past their time to live; returns how many.
+    fn budget_sweep(&self) -> StoreFuture<'_, u64> {
+        Box::pin(async { Ok(0) })
+    }
+
+    /// Whether several gateways may share this store (PostgreSQL): then rate limits are also
+    /// counted in the store, across nodes.
+    fn shared(&self) -> bool {
+        false
+    }
+
+    /// Counts `requests` and `tokens` for the key `key_id` in the minute starting at
+    /// `minute_ms`, in one atomic operation, only if the minute's requests stay within `rpm`
+    /// and its tokens so far are below `tpm`; otherwise counts nothing and says which limit
+    /// refused. A store that counts nothing admits everything.
+    fn rate_take<'a>(
+        &'a self,
+        key_id: &'a str,
+        minute_ms: i64,
+        take: RateTake,
+    ) -> StoreFuture<'a, Result<(), RateLimit>> {
+        let _ = (key_id, minute_ms, take);
+        Box::pin(async { Ok(Ok(())) })
+    }
+
+    /// Adds `tokens` to the key's count of the minute starting at `minute_ms` (an answer's
+    /// tokens, once known), whatever the limit.
+    fn rate_add_tokens<'a>(
+        &'a self,
+        key_id: &'a str,
+        minute_ms: i64,
+        tokens: u64,
+    ) -> StoreFuture<'a, ()> {
+        let _ = (key_id, minute_ms, tokens);
+        Box::pin(async { Ok(()) })
+    }
+}
+
+/// What [`GatewayStore::rate_take`] counts and the limits it keeps to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateTake {
+    /// Requests to count (1).
+    pub requests: u64,
+    /// Tokens to count now (the prompt's estimate).
+    pub tokens: u64,
+    /// Requests per minute, if limited.
+    pub rpm: Option<u64>,
+    /// Tokens per minute, if limited.
+    pub tpm: Option<u64>,
+}
+
+/// Which rate limit refused a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RateLimit {
+    /// Requests per minute.
+    Rpm,
+    /// Tokens per minute.
+    Tpm,
+}
+
+fn no_ledger() -> GatewayStoreError {
+    GatewayStoreError {
+        message: "this store keeps no budget ledger, so a key's budget cannot be enforced".into(),
+        source: None,
     }
 }
 

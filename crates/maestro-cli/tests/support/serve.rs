@@ -45,15 +45,33 @@ impl Project {
         self.spawn_serve(&all, env, true)
     }
 
+    /// `maestro gateway --bind 127.0.0.1:0` with the project's configuration and store, and
+    /// `env` set; returns once it listens.
+    pub(crate) fn gateway(&self, env: &[(&str, &str)]) -> Served {
+        self.spawn_listening(&["gateway"], &[], env, "gateway: listening on ")
+    }
+
     fn spawn_serve(&self, extra: &[&str], env: &[(&str, &str)], short_lease: bool) -> Served {
-        let mut cmd = self.command(&["serve"]);
+        let mut all: Vec<&str> = Vec::new();
+        if short_lease && !extra.contains(&"--lease-secs") && !extra.contains(&"--no-worker") {
+            all.extend(["--lease-secs", "3"]);
+        }
+        all.extend(extra);
+        self.spawn_listening(&["serve"], &all, env, "serve: listening on ")
+    }
+
+    fn spawn_listening(
+        &self,
+        command: &[&str],
+        extra: &[&str],
+        env: &[(&str, &str)],
+        listening: &str,
+    ) -> Served {
+        let mut cmd = self.command(command);
         if !extra.contains(&"--bind") {
             cmd.args(["--bind", "127.0.0.1:0"]);
         }
         cmd.envs(env.iter().copied());
-        if short_lease && !extra.contains(&"--lease-secs") && !extra.contains(&"--no-worker") {
-            cmd.args(["--lease-secs", "3"]);
-        }
         cmd.args(extra).stdout(Stdio::null()).stderr(Stdio::piped());
         let mut child = cmd.spawn().unwrap();
         let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
@@ -66,8 +84,12 @@ impl Project {
                 .unwrap();
             seen.push_str(&line);
             seen.push('\n');
-            if let Some(url) = line.strip_prefix("serve: listening on ") {
-                break url.trim().to_string();
+            if let Some(url) = line.strip_prefix(listening) {
+                break url
+                    .split_whitespace()
+                    .next()
+                    .unwrap_or_default()
+                    .to_string();
             }
             assert!(started.elapsed() < Duration::from_secs(30), "{seen}");
         };

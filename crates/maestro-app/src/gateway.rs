@@ -32,3 +32,210 @@ pub fn gateway(config: &Config, store: Option<Store>) -> Result<Gateway, Gateway
     let store = store.map(|s| Arc::new(s) as Arc<dyn GatewayStore>);
     Gateway::new(&config.gateway, prices, store)
 }
+
+/// A virtual key to make: what `maestro gateway keys create` and `POST /api/v1/gateway/keys`
+/// take.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewGatewayKey {
+    /// A name to tell the key apart (lists, usage, metrics).
+    pub name: String,
+    /// The public model names it may call; empty: every model.
+    #[serde(default)]
+    pub models: Vec<String>,
+    /// Its budget in US dollars, per `period` or in all.
+    #[serde(default)]
+    pub budget_usd: Option<f64>,
+    /// Its budget in tokens, per `period` or in all.
+    #[serde(default)]
+    pub budget_tokens: Option<u64>,
+    /// `day`, `week` or `month`; none: the budgets are totals.
+    #[serde(default)]
+    pub period: Option<String>,
+    /// Requests per minute.
+    #[serde(default)]
+    pub rpm: Option<u64>,
+    /// Tokens per minute.
+    #[serde(default)]
+    pub tpm: Option<u64>,
+    /// When it stops working, RFC 3339.
+    #[serde(default)]
+    pub expires: Option<String>,
+}
+
+/// Why a key could not be made or revoked.
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayKeyError {
+    /// A field has a value that cannot be used; the text names the field and the fix.
+    #[error("{field}: {message}")]
+    Invalid {
+        /// The field (`name`, `budget_usd`, …).
+        field: &'static str,
+        /// What is wrong and what to write instead.
+        message: String,
+    },
+    /// No key has the id.
+    #[error(
+        "no gateway key has the id {0:?}; `maestro gateway keys list` (or GET /api/v1/gateway/keys) shows the ids"
+    )]
+    NotFound(String),
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] maestro_store::StoreError),
+}
+
+fn positive(value: Option<u64>, field: &'static str) -> Result<Option<i64>, GatewayKeyError> {
+    match value {
+        None => Ok(None),
+        Some(0) => Err(GatewayKeyError::Invalid {
+            field,
+            message: "0 would allow nothing; give a positive number, or leave it out for no limit"
+                .into(),
+        }),
+        Some(n) => i64::try_from(n)
+            .map(Some)
+            .map_err(|_| GatewayKeyError::Invalid {
+                field,
+                message: format!("{n} is too large"),
+            }),
+    }
+}
+
+/// Makes a key and records it in the audit log as made by `actor` (its name and prefix, never
+/// the key). Returns the key, to show this once, and what the store keeps of it.
+pub async fn create_gateway_key_as(
+    store: &Store,
+    actor: &str,
+    new: NewGatewayKey,
+) -> Result<(String, GatewayKey), GatewayKeyError> {
+    let name = new.name.trim().to_string();
+    if name.is_empty() {
+        return Err(GatewayKeyError::Invalid {
+            field: "name",
+            message: "is empty; give the key a name to tell it apart, e.g. ci".into(),
+        });
+    }
+    let models: Vec<String> = new
+        .models
+        .iter()
+        .map(|m| m.trim().to_string())
+        .filter(|m| !m.is_empty())
+        .collect();
+    let budget_micro_usd = match new.budget_usd {
+        None => None,
+        Some(usd) if usd.is_finite() && usd > 0.0 && usd < 9.0e12 => {
+            Some((usd * 1_000_000.0).round() as i64)
+        }
+        Some(usd) => {
+            return Err(GatewayKeyError::Invalid {
+                field: "budget_usd",
+                message: format!("{usd} is not a positive amount of dollars; give e.g. 25"),
+            });
+        }
+    };
+    let period = match new.period.as_deref() {
+        None => None,
+        Some(p @ ("day" | "week" | "month")) => Some(p.to_string()),
+        Some(other) => {
+            return Err(GatewayKeyError::Invalid {
+                field: "period",
+                message: format!(
+                    "{other:?} is not a period; write day, week or month (or leave it out for totals)"
+                ),
+            });
+        }
+    };
+    let expires_at_ms = match &new.expires {
+        None => None,
+        Some(text) => {
+            let at =
+                time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339)
+                    .map_err(|_| GatewayKeyError::Invalid {
+                    field: "expires",
+                    message: format!(
+                        "{text:?} is not an RFC 3339 time; write e.g. 2027-01-01T00:00:00Z"
+                    ),
+                })?;
+            Some(i64::try_from(at.unix_timestamp_nanos() / 1_000_000).unwrap_or(i64::MAX))
+        }
+    };
+    let (secret, hash, prefix) = new_key();
+    let key = GatewayKey {
+        id: String::new(),
+        name,
+        hash,
+        prefix,
+        models: (!models.is_empty()).then_some(models),
+        budget_micro_usd,
+        budget_tokens: positive(new.budget_tokens, "budget_tokens")?,
+        period,
+        rpm: positive(new.rpm, "rpm")?,
+        tpm: positive(new.tpm, "tpm")?,
+        expires_at_ms,
+        created_at_ms: 0,
+        created_by: actor.to_string(),
+        revoked_at_ms: None,
+    };
+    let stored = store.insert_gateway_key(&key).await?;
+    store
+        .record_audit(
+            actor,
+            maestro_store::AuditAction::GatewayKeyCreated,
+            None,
+            Some(&format!(
+                "{} ({}…, id {})",
+                stored.name, stored.prefix, stored.id
+            )),
+        )
+        .await?;
+    Ok((secret, stored))
+}
+
+/// Revokes the key `id` (from then on the gateway answers it 401), recorded in the audit log as
+/// done by `actor`.
+pub async fn revoke_gateway_key_as(
+    store: &Store,
+    actor: &str,
+    id: &str,
+) -> Result<(), GatewayKeyError> {
+    if !store.revoke_gateway_key(id).await? {
+        return Err(GatewayKeyError::NotFound(id.to_string()));
+    }
+    store
+        .record_audit(
+            actor,
+            maestro_store::AuditAction::GatewayKeyRevoked,
+            None,
+            Some(&format!("id {id}")),
+        )
+        .await?;
+    Ok(())
+}
+
+/// A key as lists show it (never the key itself): `id`, `name`, `prefix`, `models`,
+/// `budget_usd`, `budget_tokens`, `period`, `rpm`, `tpm`, `expires_at`, `created_at`,
+/// `created_by`, `revoked_at`, and `state` (`active`, `expired` or `revoked`).
+pub fn gateway_key_view(key: &GatewayKey, now_ms: i64) -> serde_json::Value {
+    let state = if key.revoked_at_ms.is_some() {
+        "revoked"
+    } else if !key.is_usable(now_ms) {
+        "expired"
+    } else {
+        "active"
+    };
+    serde_json::json!({
+        "id": key.id, "name": key.name, "prefix": key.prefix, "models": key.models,
+        "budget_usd": key.budget_micro_usd.map(|m| m as f64 / 1_000_000.0),
+        "budget_tokens": key.budget_tokens, "period": key.period, "rpm": key.rpm,
+        "tpm": key.tpm, "expires_at": rfc3339(key.expires_at_ms),
+        "created_at": rfc3339(Some(key.created_at_ms)), "created_by": key.created_by,
+        "revoked_at": rfc3339(key.revoked_at_ms), "state": state,
+    })
+}
+
+/// Unix milliseconds as RFC 3339.
+pub fn rfc3339(ms: Option<i64>) -> Option<String> {
+    let at = time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms?) * 1_000_000).ok()?;
+    at.format(&time::format_description::well_known::Rfc3339)
+        .ok()
+}

@@ -72,8 +72,9 @@ pub use files::{
     job_files, read_job_file,
 };
 pub use gateway::{
-    Gateway, GatewayError, GatewayKey, KEY_PREFIX, UsageGroup, UsageTotal, gateway, key_hash,
-    new_key,
+    Gateway, GatewayError, GatewayKey, GatewayKeyError, KEY_PREFIX, NewGatewayKey, UsageGroup,
+    UsageTotal, create_gateway_key_as, gateway, gateway_key_view, key_hash, new_key,
+    revoke_gateway_key_as, rfc3339,
 };
 pub use hand::{
     ToolCallError, ToolCallRequest, ToolCallResult, ToolListing, call_tool, list_tools,

@@ -1,8 +1,7 @@
 //! `maestro gateway keys create|list|revoke`: the gateway's virtual keys. A key is printed once,
 //! when it is made; the store keeps only its SHA-256.
 
-use anyhow::{Context as _, bail};
-use maestro_app::GatewayKey;
+use anyhow::bail;
 use serde_json::json;
 
 use crate::flags::StoreArgs;
@@ -89,53 +88,12 @@ pub(crate) async fn run(args: KeysArgs) -> anyhow::Result<u8> {
     }
 }
 
-fn positive(value: Option<u64>, flag: &str) -> anyhow::Result<Option<i64>> {
-    match value {
-        None => Ok(None),
-        Some(0) => bail!(
-            "{flag} 0 would allow nothing; give a positive number, or leave {flag} out for no limit"
-        ),
-        Some(n) => Ok(Some(
-            i64::try_from(n).with_context(|| format!("{flag} {n} is too large"))?,
-        )),
-    }
-}
-
 async fn create_key(args: CreateArgs) -> anyhow::Result<u8> {
-    let name = args.name.trim().to_string();
-    if name.is_empty() {
-        bail!("--name is empty; give the key a name to tell it apart, e.g. --name ci");
-    }
-    let models: Vec<String> = args
-        .models
-        .iter()
-        .map(|m| m.trim().to_string())
-        .filter(|m| !m.is_empty())
-        .collect();
-    let budget_micro_usd = match args.budget_usd {
-        None => None,
-        Some(usd) if usd.is_finite() && usd > 0.0 && usd < 9.0e12 => {
-            Some((usd * 1_000_000.0).round() as i64)
-        }
-        Some(usd) => bail!(
-            "--budget-usd {usd} is not a positive amount of dollars; give e.g. --budget-usd 25"
-        ),
-    };
-    let expires_at_ms = match &args.expires {
-        Some(text) => Some(crate::gateway::parse_time(text, "--expires")?),
-        None => None,
-    };
-    let config = args.store.configuration()?;
-    let store = args.store.open(&config).await?;
-    let (secret, hash, prefix) = maestro_app::new_key();
-    let key = GatewayKey {
-        id: String::new(),
-        name,
-        hash,
-        prefix,
-        models: (!models.is_empty()).then_some(models),
-        budget_micro_usd,
-        budget_tokens: positive(args.budget_tokens, "--budget-tokens")?,
+    let new = maestro_app::NewGatewayKey {
+        name: args.name,
+        models: args.models,
+        budget_usd: args.budget_usd,
+        budget_tokens: args.budget_tokens,
         period: args.period.map(|p| {
             match p {
                 Period::Day => "day",
@@ -144,14 +102,20 @@ async fn create_key(args: CreateArgs) -> anyhow::Result<u8> {
             }
             .to_string()
         }),
-        rpm: positive(args.rpm, "--rpm")?,
-        tpm: positive(args.tpm, "--tpm")?,
-        expires_at_ms,
-        created_at_ms: 0,
-        created_by: crate::common::actor(),
-        revoked_at_ms: None,
+        rpm: args.rpm,
+        tpm: args.tpm,
+        expires: args.expires,
     };
-    let stored = store.insert_gateway_key(&key).await?;
+    let config = args.store.configuration()?;
+    let store = args.store.open(&config).await?;
+    let (secret, stored) =
+        match maestro_app::create_gateway_key_as(&store, &crate::common::actor(), new).await {
+            Ok(made) => made,
+            Err(maestro_app::GatewayKeyError::Invalid { field, message }) => {
+                bail!("--{} {message}", field.replace('_', "-"))
+            }
+            Err(e) => return Err(e.into()),
+        };
     if args.json {
         println!("{}", json!({"key": secret, "id": stored.id}));
     } else {
@@ -164,30 +128,14 @@ async fn create_key(args: CreateArgs) -> anyhow::Result<u8> {
     Ok(0)
 }
 
-fn time_text(ms: Option<i64>) -> Option<String> {
-    let ms = ms?;
-    let at = time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000).ok()?;
-    at.format(&time::format_description::well_known::Rfc3339)
-        .ok()
-}
-
 async fn list_keys(args: ListArgs) -> anyhow::Result<u8> {
     let config = args.store.configuration()?;
     let store = args.store.open_existing(&config).await?;
     let keys = store.gateway_keys().await?;
+    let now = time::OffsetDateTime::now_utc().unix_timestamp() * 1000;
     if args.json {
         for k in &keys {
-            println!(
-                "{}",
-                json!({
-                    "id": k.id, "name": k.name, "prefix": k.prefix, "models": k.models,
-                    "budget_usd": k.budget_micro_usd.map(|m| m as f64 / 1_000_000.0),
-                    "budget_tokens": k.budget_tokens, "period": k.period, "rpm": k.rpm,
-                    "tpm": k.tpm, "expires_at": time_text(k.expires_at_ms),
-                    "created_at": time_text(Some(k.created_at_ms)), "created_by": k.created_by,
-                    "revoked_at": time_text(k.revoked_at_ms),
-                })
-            );
+            println!("{}", maestro_app::gateway_key_view(k, now));
         }
         return Ok(0);
     }
@@ -195,7 +143,6 @@ async fn list_keys(args: ListArgs) -> anyhow::Result<u8> {
         "{:<36} {:<20} {:<10} {:<24} STATE",
         "ID", "NAME", "PREFIX", "MODELS"
     );
-    let now = time::OffsetDateTime::now_utc().unix_timestamp() * 1000;
     for k in &keys {
         let state = if k.revoked_at_ms.is_some() {
             "revoked"
@@ -219,12 +166,12 @@ async fn list_keys(args: ListArgs) -> anyhow::Result<u8> {
 async fn revoke_key(args: RevokeArgs) -> anyhow::Result<u8> {
     let config = args.store.configuration()?;
     let store = args.store.open_existing(&config).await?;
-    if !store.revoke_gateway_key(&args.id).await? {
-        bail!(
-            "no gateway key has the id {:?} in {}; `maestro gateway keys list` shows the ids",
-            args.id,
-            store.url()
-        );
+    match maestro_app::revoke_gateway_key_as(&store, &crate::common::actor(), &args.id).await {
+        Ok(()) => {}
+        Err(e @ maestro_app::GatewayKeyError::NotFound(_)) => {
+            bail!("{e} (in {})", store.url())
+        }
+        Err(e) => return Err(e.into()),
     }
     eprintln!("key {} revoked", args.id);
     Ok(0)

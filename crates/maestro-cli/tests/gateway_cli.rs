@@ -310,3 +310,112 @@ async fn a_key_budget_holds_under_a_burst_through_two_gateway_processes_on_postg
     let project = gateway_project(&upstream, Some(cluster.url()));
     a_burst_over_gateway_processes_stays_within_the_keys_budget(&project, &upstream, 2).await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn keys_are_made_listed_and_revoked_over_the_api_and_usage_reads_back() {
+    let upstream = ScriptedLlm::start((0..3).map(|_| Turn::text("hello").with_usage(8, 2))).await;
+    let project = gateway_project(&upstream, None);
+    let config = project.path().join(".maestro/config.yaml");
+    let text = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace("gateway:\n", "gateway:\n  enabled: true\n");
+    std::fs::write(&config, text).unwrap();
+    let served = project.serve_with_env(
+        &upstream.base_url(),
+        &["--no-worker"],
+        &[("GW_TEST_KEY", UPSTREAM_KEY)],
+    );
+    let (status, made) = served
+        .post(
+            "/api/v1/gateway/keys",
+            json!({"name": "api-key", "models": ["team-model"], "rpm": 60, "budget_tokens": 100000}),
+        )
+        .await;
+    assert_eq!(status, 201, "{made}");
+    let key = made["key"].as_str().unwrap().to_string();
+    let id = made["id"].as_str().unwrap().to_string();
+    assert!(key.starts_with("mk-"));
+    assert_eq!(made["state"], "active");
+    assert_eq!(made["budget_tokens"], 100000);
+
+    let (status, problem) = served
+        .post(
+            "/api/v1/gateway/keys",
+            json!({"name": "bad", "period": "year"}),
+        )
+        .await;
+    assert_eq!(status, 400, "{problem}");
+    assert_eq!(problem["field"], "period", "{problem}");
+
+    let (status, listed) = served.get("/api/v1/gateway/keys").await;
+    assert_eq!(status, 200);
+    assert_eq!(listed.as_array().unwrap().len(), 1);
+    assert_eq!(listed[0]["id"], id.as_str());
+    assert!(!listed.to_string().contains(&key), "{listed}");
+
+    let chat = |bearer: String| {
+        let request = served
+            .http
+            .post(served.url("/v1/chat/completions"))
+            .bearer_auth(bearer)
+            .json(&json!({"model": "team-model", "messages": [{"role": "user", "content": "hi"}]}));
+        async move { request.send().await.unwrap().status().as_u16() }
+    };
+    assert_eq!(chat(key.clone()).await, 200);
+
+    let response = served
+        .http
+        .delete(served.url(&format!("/api/v1/gateway/keys/{id}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 204);
+    let response = served
+        .http
+        .delete(served.url("/api/v1/gateway/keys/no-such-id"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 404);
+    assert_eq!(chat(key.clone()).await, 401);
+    let (_, listed) = served.get("/api/v1/gateway/keys").await;
+    assert_eq!(listed[0]["state"], "revoked");
+
+    // The usage writer batches; wait for the served request's record.
+    let mut usage = Value::Null;
+    for _ in 0..100 {
+        let (status, body) = served.get("/api/v1/usage?by=key").await;
+        assert_eq!(status, 200, "{body}");
+        if body["groups"].as_array().is_some_and(|g| !g.is_empty()) {
+            usage = body;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(usage["by"], "key");
+    assert_eq!(
+        usage["groups"][0],
+        json!({"key": "api-key", "model": null, "job": null, "requests": 1,
+            "prompt_tokens": 8, "completion_tokens": 2, "cost_usd": 0.0})
+    );
+    let (status, problem) = served.get("/api/v1/usage?by=colour").await;
+    assert_eq!(status, 400, "{problem}");
+    let (status, problem) = served.get("/api/v1/usage?from=yesterday").await;
+    assert_eq!(status, 400, "{problem}");
+    assert_eq!(problem["field"], "from");
+
+    let (_, audit) = served.get("/api/v1/admin/audit?order=newest").await;
+    let actions: Vec<&str> = audit["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["action"].as_str().unwrap())
+        .collect();
+    assert!(
+        actions.contains(&"gateway_key_created") && actions.contains(&"gateway_key_revoked"),
+        "{audit}"
+    );
+    assert!(!audit.to_string().contains(&key), "{audit}");
+    let log = served.stop().await;
+    assert!(!log.contains(&key) && !log.contains(UPSTREAM_KEY), "{log}");
+}

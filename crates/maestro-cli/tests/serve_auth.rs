@@ -449,7 +449,9 @@ async fn every_route_refuses_no_credentials_a_small_scope_and_another_users_job(
             checked += 1;
             assert_eq!(status, 401, "{method} {path} without credentials: {body}");
             let write = method != "get";
-            let admin = path.starts_with("/api/v1/admin");
+            let admin = path.starts_with("/api/v1/admin")
+                || path.starts_with("/api/v1/gateway/")
+                || path == "/api/v1/usage";
             if write || admin {
                 let (status, body) = call(&served, method, &url, Some(&reader), json!({})).await;
                 assert_eq!(status, 403, "{method} {path} with a read token: {body}");

@@ -198,6 +198,7 @@ impl Hold {
 pub(crate) fn exhausted(
     key: &GatewayKey,
     denied: BudgetDenied,
+    charge: Spend,
     resets_ms: Option<i64>,
 ) -> Response {
     let amount = |value: u64| match denied.cap {
@@ -234,10 +235,28 @@ pub(crate) fn exhausted(
         Some(at) => format!("it resets at {at}"),
         None => "it does not reset; ask for a larger budget or a new key".to_string(),
     };
-    let message = format!(
-        "the key {}… ({}) has no room left in its {what} for this request ({figures}); {when}",
-        key.prefix, key.name
-    );
+    let needed = match denied.cap {
+        Cap::Tokens => charge.tokens,
+        Cap::Usd => charge.micro_usd,
+    };
+    let message = if needed > denied.limit {
+        // Not even an unspent budget would take it: waiting does not help.
+        let worst = match denied.cap {
+            Cap::Tokens => format!("{needed} tokens"),
+            Cap::Usd => format!("${}", dollars(needed)),
+        };
+        format!(
+            "the request may spend up to {worst} (its prompt and its max_tokens, or the gateway's \
+             default_max_tokens when it sends none), more than the whole {what} of the key {}… \
+             ({}); send a smaller max_tokens",
+            key.prefix, key.name
+        )
+    } else {
+        format!(
+            "the key {}… ({}) has no room left in its {what} for this request ({figures}); {when}",
+            key.prefix, key.name
+        )
+    };
     let body = json!({"error": {
         "message": message,
         "type": "budget_exceeded",

@@ -617,7 +617,7 @@ async fn admit(
                 reserved: charge,
             }),
         )),
-        Ok(Err(denied)) => Err(exhausted(key, denied, resets)),
+        Ok(Err(denied)) => Err(exhausted(key, denied, charge, resets)),
         Err(e) => {
             tracing::warn!(error = %e, "the gateway could not reserve from a key's budget");
             Err(error_response(

@@ -99,8 +99,11 @@ impl FromRequestParts<ServerState> for Caller {
             .map(|p| p.as_str().to_string())
             .unwrap_or_default();
         // The scope a route needs, checked before its body is read: reads need `read`, writes
-        // `write`, and everything under /api/v1/admin `admin`.
-        let needed = if route.starts_with("/api/v1/admin") {
+        // `write`, and everything under /api/v1/admin, the gateway's keys and its usage `admin`.
+        let needed = if route.starts_with("/api/v1/admin")
+            || route.starts_with("/api/v1/gateway/")
+            || route == "/api/v1/usage"
+        {
             Scope::Admin
         } else if matches!(parts.method, Method::GET | Method::HEAD | Method::OPTIONS) {
             Scope::Read

@@ -10,6 +10,7 @@ mod error;
 mod events;
 mod extract;
 mod files;
+mod gateway;
 mod jobs;
 mod metrics;
 mod oidc;

@@ -22,6 +22,7 @@ use utoipa::OpenApi;
         (name = "config", description = "The configuration, changed at runtime"),
         (name = "auth", description = "Logging in and out, and who the caller is"),
         (name = "admin", description = "Users, API tokens and the audit log (admin scope)"),
+        (name = "gateway", description = "The LLM gateway's virtual keys and usage (admin scope)"),
         (name = "share", description = "Share links: one job, read-only, without credentials"),
         (name = "operations", description = "Health, readiness and metrics"),
     ),
@@ -282,6 +283,81 @@ pub(crate) mod schema {
         job_id: Option<String>,
         schedule_id: Option<String>,
         detail: Option<String>,
+    }
+
+    /// A gateway virtual key, without the key.
+    #[derive(ToSchema)]
+    pub(crate) struct GatewayKey {
+        id: String,
+        name: String,
+        /// The key's first characters, to recognise it.
+        prefix: String,
+        /// The public models it may call; absent: every model.
+        models: Option<Vec<String>>,
+        budget_usd: Option<f64>,
+        budget_tokens: Option<i64>,
+        /// `day`, `week` or `month`; absent: the budgets are totals.
+        period: Option<String>,
+        rpm: Option<i64>,
+        tpm: Option<i64>,
+        /// RFC 3339.
+        expires_at: Option<String>,
+        /// RFC 3339.
+        created_at: String,
+        created_by: String,
+        /// RFC 3339.
+        revoked_at: Option<String>,
+        /// `active`, `expired` or `revoked`.
+        state: String,
+    }
+
+    /// A new gateway key: `key`, shown this once, and what lists show of it.
+    #[derive(ToSchema)]
+    pub(crate) struct NewGatewayKey {
+        /// The key (`mk-…`): shown this once.
+        key: String,
+        id: String,
+        name: String,
+        prefix: String,
+        models: Option<Vec<String>>,
+        budget_usd: Option<f64>,
+        budget_tokens: Option<i64>,
+        period: Option<String>,
+        rpm: Option<i64>,
+        tpm: Option<i64>,
+        expires_at: Option<String>,
+        created_at: String,
+        created_by: String,
+        revoked_at: Option<String>,
+        state: String,
+    }
+
+    /// The gateway's usage summed by one grouping.
+    #[derive(ToSchema)]
+    pub(crate) struct GatewayUsage {
+        /// `key`, `model` or `job`.
+        by: String,
+        /// RFC 3339; absent: from the beginning.
+        from: Option<String>,
+        /// RFC 3339; absent: up to now.
+        to: Option<String>,
+        groups: Vec<GatewayUsageGroup>,
+    }
+
+    /// One group's usage.
+    #[derive(ToSchema)]
+    pub(crate) struct GatewayUsageGroup {
+        /// The key's name, grouped by key.
+        key: Option<String>,
+        /// The public model, grouped by model.
+        model: Option<String>,
+        /// The job, grouped by job.
+        job: Option<String>,
+        requests: u64,
+        prompt_tokens: u64,
+        completion_tokens: u64,
+        /// The cost of the priced requests.
+        cost_usd: f64,
     }
 
     /// A page of the audit log.

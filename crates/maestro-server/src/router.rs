@@ -15,7 +15,7 @@ use utoipa_axum::routes;
 use crate::error::ApiError;
 use crate::openapi::ApiDoc;
 use crate::state::ServerState;
-use crate::{access, events, files, jobs, ops, pieces, schedules, share, system};
+use crate::{access, events, files, gateway, jobs, ops, pieces, schedules, share, system};
 
 fn api() -> OpenApiRouter<ServerState> {
     OpenApiRouter::with_openapi(ApiDoc::openapi())
@@ -59,6 +59,9 @@ fn api() -> OpenApiRouter<ServerState> {
         .routes(routes!(access::tokens, access::create_token))
         .routes(routes!(access::revoke_token))
         .routes(routes!(access::audit))
+        .routes(routes!(gateway::keys, gateway::create_key))
+        .routes(routes!(gateway::revoke_key))
+        .routes(routes!(gateway::usage))
         .routes(routes!(ops::healthz))
         .routes(routes!(ops::readyz))
         .routes(routes!(ops::metrics))

@@ -590,13 +590,17 @@ pub enum AuditAction {
     PieceChanged,
     /// The configuration was changed.
     ConfigChanged,
+    /// A gateway virtual key was made (the detail names it and its prefix; never the key).
+    GatewayKeyCreated,
+    /// A gateway virtual key was revoked.
+    GatewayKeyRevoked,
     /// An action this build does not know, by its stored name.
     Unknown(String),
 }
 
 impl AuditAction {
     /// Every action this build knows (not [`AuditAction::Unknown`]).
-    pub const KNOWN: [AuditAction; 18] = [
+    pub const KNOWN: [AuditAction; 20] = [
         AuditAction::Submit,
         AuditAction::Cancel,
         AuditAction::Answer,
@@ -615,6 +619,8 @@ impl AuditAction {
         AuditAction::ShareRevoked,
         AuditAction::PieceChanged,
         AuditAction::ConfigChanged,
+        AuditAction::GatewayKeyCreated,
+        AuditAction::GatewayKeyRevoked,
     ];
 
     /// The name stored in the `action` column (an unknown action's own name).
@@ -638,6 +644,8 @@ impl AuditAction {
             AuditAction::ShareRevoked => "share_revoked",
             AuditAction::PieceChanged => "piece_changed",
             AuditAction::ConfigChanged => "config_changed",
+            AuditAction::GatewayKeyCreated => "gateway_key_created",
+            AuditAction::GatewayKeyRevoked => "gateway_key_revoked",
             AuditAction::Unknown(name) => name,
         }
     }

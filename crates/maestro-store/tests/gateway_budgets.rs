@@ -297,6 +297,30 @@ async fn a_budgeted_request_without_max_tokens_gets_the_default_cap(db: Db) {
     assert_eq!(upstream.requests()[0]["max_tokens"], 4096);
     let state = settled(&store, &format!("key:{}", key.id)).await;
     assert_eq!(state.spent.tokens, 18);
+
+    // A budget smaller than the default cap: the 429 says to send a smaller max_tokens.
+    let (small, _) = make_key(
+        &store,
+        "small",
+        Limits {
+            budget_tokens: Some(1_000),
+            ..NONE
+        },
+    )
+    .await;
+    let (status, answer) = call(
+        &http,
+        &served.base,
+        &small,
+        json!({"model": "team-model", "messages": prompt()}),
+    )
+    .await;
+    assert_eq!(status, 429, "{answer}");
+    let message = answer["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("up to 4104 tokens") && message.contains("send a smaller max_tokens"),
+        "{message}"
+    );
     served.gateway.close().await;
     served.server.abort();
 }

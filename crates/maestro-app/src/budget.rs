@@ -65,19 +65,31 @@ pub enum BudgetError {
     },
 }
 
-/// The guard for a run of `job` with `piece` under `config`: `None` when no cap applies.
+/// The guard for a run of `job` with `piece` under `config` (`None`: the piece is not chosen
+/// yet, for the classifier's call): `None` when no cap applies. The caps are the tightest of
+/// the configuration's, the piece's (`engine.pieces.<name>.budget`, and a maestro piece's own
+/// `budget:`) and the job tree's root's own.
 pub(crate) async fn guard_for(
     store: &Store,
     config: &Config,
     job: JobId,
-    piece: &str,
+    piece: Option<&maestro_piece::Piece>,
 ) -> Result<Option<StoreSpend>, BudgetError> {
     let tree = store
         .job_tree_budget(job)
         .await
         .map_err(|source| BudgetError::Store { job, source })?;
     let (root, own) = tree.unwrap_or((job, BudgetLimits::default()));
-    let caps = config.engine.budget_for(piece).tightest(settings_of(own));
+    let mut caps = config
+        .engine
+        .budget_for(piece.map_or("", |p| p.name.as_str()))
+        .tightest(settings_of(own));
+    if let Some(budget) = piece.and_then(|p| p.budget) {
+        caps = caps.tightest(BudgetSettings {
+            max_total_tokens: budget.max_total_tokens,
+            max_cost_usd: budget.max_cost_usd,
+        });
+    }
     if caps.is_empty() {
         return Ok(None);
     }

@@ -118,6 +118,9 @@ impl RunError {
     pub fn is_transient(&self) -> bool {
         match self {
             RunError::Model(ModelError::Unreachable { .. }) => true,
+            RunError::Piece(PieceError::Classify(maestro_engine::ClassifyError::Spend(
+                maestro_engine::SpendRefused::Unavailable(_),
+            ))) => true,
             RunError::Piece(PieceError::Classify(maestro_engine::ClassifyError::Llm(e))) => {
                 e.is_infrastructure()
             }
@@ -138,6 +141,12 @@ impl RunError {
             _ => crate::error_chain(self),
         };
         match self {
+            RunError::Piece(PieceError::Classify(maestro_engine::ClassifyError::Spend(
+                maestro_engine::SpendRefused::Exceeded { cap, .. },
+            ))) => EndReason::Budget(cap.clone()),
+            RunError::Piece(PieceError::Classify(maestro_engine::ClassifyError::Spend(
+                maestro_engine::SpendRefused::Unavailable(_),
+            ))) => EndReason::RecordError(text),
             RunError::Piece(PieceError::Classify(_))
             | RunError::Model(_)
             | RunError::Endpoint(_) => EndReason::LlmError(text),

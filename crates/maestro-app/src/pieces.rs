@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use maestro_engine::{Classified, ClassifyError, PieceSummary, classify};
+use maestro_engine::{Classified, ClassifyError, PieceSummary, classify_within};
 use maestro_llm::Provider;
 use maestro_piece::{Failed, LoadOptions, Piece, discover, load_file};
 
@@ -178,9 +178,20 @@ pub async fn classify_piece(
     task: &str,
     available: Available,
 ) -> Result<Chosen, PieceError> {
+    classify_piece_within(provider, model, task, available, None).await
+}
+
+/// [`classify_piece`] with its call reserved from the job's budget (`guard`) first.
+pub(crate) async fn classify_piece_within(
+    provider: &dyn Provider,
+    model: &str,
+    task: &str,
+    available: Available,
+    guard: Option<&dyn maestro_engine::SpendGuard>,
+) -> Result<Chosen, PieceError> {
     let pieces = available.pieces;
     let summaries: Vec<PieceSummary> = pieces.iter().map(|(_, p)| PieceSummary::from(p)).collect();
-    let choice = classify(provider, model, task, &summaries).await?;
+    let choice = classify_within(provider, model, task, &summaries, guard).await?;
     let (path, piece) = pieces
         .into_iter()
         .find(|(_, p)| p.name == choice.piece)

@@ -29,7 +29,7 @@ use crate::outcome::{RunError, RunOutcome, RunSummary};
 use crate::piece_store::{
     available_pieces_in, find_piece_in, stored_live_piece, stored_path, stored_piece_at,
 };
-use crate::pieces::{AUTO, classify_piece, load_piece};
+use crate::pieces::{AUTO, classify_piece_within, load_piece};
 use crate::store_log::{StopLatch, StoreLog};
 use crate::subtasks::StoreSubtasks;
 use crate::toolbox::{McpSelection, Toolbox};
@@ -162,11 +162,18 @@ async fn record_end(
         Err(error) => {
             let reason = error.end_reason();
             tracing::info!(job = %job_id, "failed: {reason}");
+            // A budget that refused a call before the run began (the classifier's) ends the job
+            // as a refusal during the run would.
+            let status = if matches!(reason, EndReason::Budget(_)) {
+                JobStatus::Exceeded
+            } else {
+                JobStatus::Failed
+            };
             let written = completer
                 .finish(
                     lease,
                     Outcome {
-                        status: JobStatus::Failed,
+                        status,
                         result: None,
                         reason: Some(reason.to_string()),
                     },
@@ -360,7 +367,17 @@ async fn prepare(
         let provider = ctx.models.client(&config)?;
         let available = available_pieces_in(&ctx.store, &dirs, &opts).await?;
         let versions = available.versions.clone();
-        let chosen = classify_piece(&*provider, &model, &job.task, available).await?;
+        // The classifier's call spends from the job's budget too; the piece, and so its own
+        // cap, is not known yet.
+        let guard = crate::budget::guard_for(&ctx.store, &config, job.id, None).await?;
+        let chosen = classify_piece_within(
+            &*provider,
+            &model,
+            &job.task,
+            available,
+            guard.as_ref().map(|g| g as &dyn maestro_engine::SpendGuard),
+        )
+        .await?;
         tracing::info!(job = %job.id, piece = %chosen.choice.piece, "classified: {}", chosen.choice.reason);
         live.note(format!(
             "piece: {} ({})",
@@ -514,7 +531,7 @@ async fn run_prepared(
     } = prepared;
     let engine_config = config.engine_config().map_err(RunError::Config)?;
     let provider: Arc<dyn Provider> = ctx.models.client(&config)?;
-    let spend = crate::budget::guard_for(&ctx.store, &config, claimed.job.id, &piece.name)
+    let spend = crate::budget::guard_for(&ctx.store, &config, claimed.job.id, Some(&piece))
         .await?
         .map(|guard| Arc::new(guard) as Arc<dyn maestro_engine::SpendGuard>);
     let answers = if first_claim(&claimed.lease) {

@@ -275,3 +275,48 @@ async fn a_resumed_run_does_not_charge_its_recorded_calls_again() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(second.requests().len(), 1);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_maestro_pieces_own_budget_caps_its_runs() {
+    let project = project();
+    std::fs::write(
+        project.path().join("pieces/capped.yaml"),
+        "name: capped\ndescription: reads within a budget\nmax_movements: 3\n\
+         initial_movement: read\nbudget: {max_total_tokens: 50000}\nmovements:\n  - name: read\n    \
+         edit: false\n    persona: You read.\n    instruction: \"{task}\"\n    allowed_tools: [Read]\n    \
+         rules: []\n",
+    )
+    .unwrap();
+    let server = ScriptedLlm::start(vec![
+        Turn::tool_call("Read", json!({"path": "missing.txt"})).with_usage(59_950, 50),
+        complete("never reached").with_usage(10, 10),
+    ])
+    .await;
+    let out = run(&project, &server, &["capped", "--task", "Read a file"]).await;
+    assert_eq!(out.status.code(), Some(5), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("exceeded (budget: max_total_tokens)"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(server.requests().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_classifiers_call_is_reserved_from_the_budget_too() {
+    let project = project();
+    // No call fits ten tokens: not even the classifier's, which is therefore never made.
+    let server = ScriptedLlm::start(vec![complete("never reached")]).await;
+    let out = run(
+        &project,
+        &server,
+        &["--task", "Read a file", "--max-total-tokens", "10"],
+    )
+    .await;
+    assert!(!out.status.success(), "{}", stderr(&out));
+    assert_eq!(server.requests().len(), 0, "{}", stderr(&out));
+    let all = jobs(&project).await;
+    assert_eq!(all[0]["status"], "exceeded", "{:?}", all[0]);
+    assert_eq!(all[0]["reason"], "budget: max_total_tokens", "{:?}", all[0]);
+    assert!(stderr(&out).contains("token cap"), "{}", stderr(&out));
+}

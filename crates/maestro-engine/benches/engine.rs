@@ -127,6 +127,7 @@ fn piece(movements: Vec<Movement>) -> Piece {
         keywords: vec![],
         required_mcp: vec![],
         model: None,
+        budget: None,
     }
 }
 

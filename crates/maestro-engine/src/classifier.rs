@@ -68,6 +68,9 @@ pub enum ClassifyError {
     /// The model call itself failed (endpoint unreachable, refused, timed out).
     #[error(transparent)]
     Llm(#[from] LlmError),
+    /// The job's budget has no room for the call, or could not be checked.
+    #[error("the classifier's call was not made: {0}")]
+    Spend(#[from] crate::SpendRefused),
 }
 
 const NONE: &str = "none";
@@ -78,6 +81,18 @@ pub async fn classify(
     model: &str,
     task: &str,
     pieces: &[PieceSummary],
+) -> Result<Classified, ClassifyError> {
+    classify_within(provider, model, task, pieces, None).await
+}
+
+/// [`classify`], its call reserved from `guard` first (the job's budget) and settled to what it
+/// spent: a call that does not fit is not made ([`ClassifyError::Spend`]).
+pub async fn classify_within(
+    provider: &dyn Provider,
+    model: &str,
+    task: &str,
+    pieces: &[PieceSummary],
+    guard: Option<&dyn crate::SpendGuard>,
 ) -> Result<Classified, ClassifyError> {
     if pieces.is_empty() {
         return Err(ClassifyError::NoPieces);
@@ -142,7 +157,33 @@ pub async fn classify(
         messages: request.messages.len(),
         tools: request.tools.len(),
     }];
-    let response = provider.chat(request, &|_| {}).await?;
+    let ticket = match guard {
+        Some(guard) => Some(
+            guard
+                .reserve(crate::spend::ask_for(
+                    CLASSIFIER_MOVEMENT,
+                    CallPurpose::Classifier,
+                    &request,
+                ))
+                .await?,
+        ),
+        None => None,
+    };
+    let response = match provider.chat(request, &|_| {}).await {
+        Ok(response) => {
+            if let (Some(guard), Some(ticket)) = (guard, ticket) {
+                let model = response.model.clone().unwrap_or_else(|| requested.clone());
+                guard.settle(ticket, model, response.usage).await;
+            }
+            response
+        }
+        Err(e) => {
+            if let (Some(guard), Some(ticket)) = (guard, ticket) {
+                guard.release(ticket).await;
+            }
+            return Err(e.into());
+        }
+    };
     calls.push(RunEvent::LlmResponse {
         movement: CLASSIFIER_MOVEMENT.to_string(),
         purpose: CallPurpose::Classifier,

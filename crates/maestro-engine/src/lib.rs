@@ -32,7 +32,7 @@ mod spend;
 mod state;
 mod subtasks;
 
-pub use classifier::{Classified, ClassifyError, PieceSummary, classify};
+pub use classifier::{Classified, ClassifyError, PieceSummary, classify, classify_within};
 pub use config::EngineConfig;
 pub use context::{ContextMeter, ContextThresholds};
 pub use control::{COMPLETE, TRANSITION, WRITE_REPORT};

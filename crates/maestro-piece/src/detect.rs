@@ -8,7 +8,7 @@
 //!    refuses the file, naming the keys of each generation.
 //! 5. A field only takt has means takt (see [`TAKT_TOP_KEYS`], [`TAKT_MOVEMENT_KEYS`],
 //!    [`TAKT_RULE_KEYS`]).
-//! 6. A field only maestro has means maestro (`triggers`, `required_mcp`, `model`,
+//! 6. A field only maestro has means maestro (`triggers`, `required_mcp`, `model`, `budget`,
 //!    `default_next`, …): takt-style values in such a file are then errors at their place.
 //! 7. A takt-style value means takt: `ai()`/`all()`/`any()` conditions, `COMPLETE`/`ABORT`
 //!    as a rule's `next`.
@@ -185,7 +185,7 @@ fn takt_movement(m: &Node, path: &str, signal: Signal) -> Option<String> {
 /// The first field only the maestro dialect has, with its position: used to explain a
 /// detection that probably went the wrong way.
 pub(crate) fn maestro_feature(root: &Node) -> Option<(String, Span)> {
-    for key in ["triggers", "required_mcp", "model"] {
+    for key in ["triggers", "required_mcp", "model", "budget"] {
         if let Some(span) = key_span(root, key) {
             return Some((key.to_owned(), span));
         }

@@ -37,6 +37,19 @@ pub struct Piece {
     pub required_mcp: Vec<String>,
     /// Preferred model, if the piece names one.
     pub model: Option<String>,
+    /// The piece's own cost caps (a maestro piece's top-level `budget:`), covering each job it
+    /// runs and every subtask under it.
+    #[serde(default)]
+    pub budget: Option<PieceBudget>,
+}
+
+/// A maestro piece's `budget: {max_total_tokens, max_cost_usd}`: either may be absent.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct PieceBudget {
+    /// The most tokens (prompt and completion together) a job tree may spend.
+    pub max_total_tokens: Option<u64>,
+    /// The most US dollars a job tree may spend, priced by `llm.models.<name>.price`.
+    pub max_cost_usd: Option<f64>,
 }
 
 impl Piece {

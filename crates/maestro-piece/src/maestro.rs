@@ -7,9 +7,9 @@ use crate::check::{
 };
 use crate::cx::{Cx, initial_movement, movement_items};
 use crate::facets::FacetKind;
-use crate::ir::{Condition, Dialect, Movement, Piece, Rule, SessionMode, Target};
+use crate::ir::{Condition, Dialect, Movement, Piece, PieceBudget, Rule, SessionMode, Target};
 use crate::names::{is_mcp_slug, is_piece_name, is_ssh_id, is_tool_name};
-use crate::yaml::{Node, join_index};
+use crate::yaml::{Node, ScalarKind, Value, join_index};
 
 pub(crate) const TOP_KEYS: &[&str] = &[
     "name",
@@ -19,6 +19,7 @@ pub(crate) const TOP_KEYS: &[&str] = &[
     "triggers",
     "required_mcp",
     "model",
+    "budget",
     "movements",
     "dialect",
 ];
@@ -62,6 +63,7 @@ pub(crate) fn load(cx: &mut Cx<'_>, top: &Fields<'_>) -> Option<Piece> {
     let keywords = read_triggers(cx, top);
     let required_mcp = read_required_mcp(cx, top);
     let model = top.optional_string(&mut cx.sink, "model");
+    let budget = read_budget(cx, top);
 
     let items = movement_items(&mut cx.sink, top, WHAT);
     let names = movement_names(cx, items);
@@ -89,7 +91,68 @@ pub(crate) fn load(cx: &mut Cx<'_>, top: &Fields<'_>) -> Option<Piece> {
         keywords,
         required_mcp,
         model,
+        budget,
     })
+}
+
+/// `budget: {max_total_tokens, max_cost_usd}`: each optional, each positive.
+fn read_budget(cx: &mut Cx<'_>, top: &Fields<'_>) -> Option<PieceBudget> {
+    let (node, path) = top.get("budget")?;
+    let budget = fields(
+        &mut cx.sink,
+        node,
+        &path,
+        "`budget`",
+        &["max_total_tokens", "max_cost_usd"],
+        Unknown::Error,
+    )?;
+    let mut out = PieceBudget::default();
+    if let Some((node, path)) = budget.get("max_total_tokens") {
+        let tokens = match &node.value {
+            Value::Scalar(s) => match s.kind() {
+                ScalarKind::Int(n) if n > 0 => u64::try_from(n).ok(),
+                _ => None,
+            },
+            _ => None,
+        };
+        match tokens {
+            Some(tokens) => out.max_total_tokens = Some(tokens),
+            None => cx.sink.error(
+                &path,
+                node.span,
+                "expected a positive whole number of tokens (prompt and answer together), e.g. `max_total_tokens: 200000`",
+            ),
+        }
+    }
+    if let Some((node, path)) = budget.get("max_cost_usd") {
+        let usd = match &node.value {
+            Value::Scalar(s) => match s.kind() {
+                ScalarKind::Int(n) => Some(n as f64),
+                ScalarKind::Float(f) => Some(f),
+                _ => None,
+            },
+            _ => None,
+        };
+        match usd {
+            Some(usd) if usd.is_finite() && usd > 0.0 => out.max_cost_usd = Some(usd),
+            _ => cx.sink.error(
+                &path,
+                node.span,
+                "expected a positive amount of US dollars, e.g. `max_cost_usd: 2.5` (priced by llm.models.<name>.price)",
+            ),
+        }
+    }
+    if budget.get("max_total_tokens").is_none() && budget.get("max_cost_usd").is_none() {
+        cx.sink.error(
+            &path,
+            node.span,
+            "`budget` sets no cap; give `max_total_tokens`, `max_cost_usd` or both, or remove it",
+        );
+    }
+    if out.max_total_tokens.is_none() && out.max_cost_usd.is_none() {
+        return None;
+    }
+    Some(out)
 }
 
 fn read_triggers(cx: &mut Cx<'_>, top: &Fields<'_>) -> Vec<String> {

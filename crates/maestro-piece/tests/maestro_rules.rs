@@ -566,3 +566,46 @@ movements:
         Some("You are a careful reader.")
     );
 }
+
+#[test]
+fn a_budget_is_read_and_each_bad_cap_is_named() {
+    let base = "name: p\ndescription: d\nmax_movements: 2\ninitial_movement: a\n";
+    let tail = "movements:\n  - name: a\n    edit: false\n    persona: p\n    instruction: i\n    allowed_tools: []\n    rules: []\n";
+    let loaded = valid(&format!(
+        "{base}budget: {{max_total_tokens: 200000, max_cost_usd: 2.5}}\n{tail}"
+    ));
+    assert_eq!(
+        loaded.piece.budget,
+        Some(maestro_piece::PieceBudget {
+            max_total_tokens: Some(200_000),
+            max_cost_usd: Some(2.5),
+        })
+    );
+    for (budget, path, says) in [
+        (
+            "{max_cost_usd: 0}",
+            "budget.max_cost_usd",
+            "positive amount of US dollars",
+        ),
+        (
+            "{max_total_tokens: -5}",
+            "budget.max_total_tokens",
+            "positive whole number",
+        ),
+        (
+            "{max_total_tokens: lots}",
+            "budget.max_total_tokens",
+            "positive whole number",
+        ),
+        ("{max_usd: 3}", "budget.max_usd", "max_usd"),
+        ("{}", "budget", "sets no cap"),
+    ] {
+        let found = errors(&format!("{base}budget: {budget}\n{tail}"));
+        let (_, line, message) = found
+            .iter()
+            .find(|(p, _, _)| p == path)
+            .unwrap_or_else(|| panic!("{budget}: no error at {path}: {found:?}"));
+        assert_eq!(*line, 5, "{budget}: {found:?}");
+        assert!(message.contains(says), "{budget}: {message}");
+    }
+}

@@ -93,6 +93,7 @@ pub(crate) fn piece(dialect: Dialect, movements: Vec<Movement>) -> Piece {
         keywords: vec![],
         required_mcp: vec![],
         model: None,
+        budget: None,
     }
 }
 

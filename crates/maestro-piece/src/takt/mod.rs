@@ -77,6 +77,7 @@ pub(crate) fn load(cx: &mut Cx<'_>, root: &Node) -> Option<Piece> {
         keywords: Vec::new(),
         required_mcp: Vec::new(),
         model: None,
+        budget: None,
     })
 }
 

@@ -293,6 +293,7 @@ fn load(cx: &mut Cx<'_>, root: &Node) -> Option<Piece> {
         keywords: Vec::new(),
         required_mcp: Vec::new(),
         model: None,
+        budget: None,
     })
 }
 

@@ -152,7 +152,7 @@ fn validate_dialect_flag_overrides_detection() {
     assert_eq!(line["dialect"], "maestro");
     assert_eq!(
         line["errors"][0]["message"],
-        "unknown field `piece_config` in a maestro piece; known: name, description, max_movements, initial_movement, triggers, required_mcp, model, movements, dialect"
+        "unknown field `piece_config` in a maestro piece; known: name, description, max_movements, initial_movement, triggers, required_mcp, model, budget, movements, dialect"
     );
 }
 

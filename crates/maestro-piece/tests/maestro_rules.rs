@@ -449,7 +449,7 @@ fn unknown_keys_are_errors() {
         vec![f(
             "max_iterations",
             4,
-            "unknown field `max_iterations` in a maestro piece; known: name, description, max_movements, initial_movement, triggers, required_mcp, model, movements, dialect"
+            "unknown field `max_iterations` in a maestro piece; known: name, description, max_movements, initial_movement, triggers, required_mcp, model, budget, movements, dialect"
         )]
     );
 }

@@ -2,7 +2,9 @@
 //! present a usable key as `Authorization: Bearer mk-…`; a key that names models may call only
 //! those.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::Response;
@@ -11,9 +13,68 @@ use crate::errors::error_response;
 use crate::keys::{GatewayKey, key_hash};
 use crate::usage::GatewayStore;
 
-/// The store keys are looked up in, if any.
-#[derive(Clone)]
-pub(crate) struct KeyStore(pub(crate) Option<Arc<dyn GatewayStore>>);
+/// How long a key looked up in the store (or found missing), and whether any key exists, is
+/// taken from memory: a revocation reaches every gateway within this time, and a busy gateway
+/// reads the store once per key per interval rather than once per request.
+const KEY_CACHE_TTL: Duration = Duration::from_secs(1);
+/// The most keys kept in memory; past it the cache starts again empty (clients sending many
+/// unknown keys cannot grow it).
+const KEY_CACHE_MAX: usize = 10_000;
+
+/// The store keys are looked up in, if any, with the lookups of the last second.
+pub(crate) struct KeyStore(pub(crate) Option<Arc<dyn GatewayStore>>, KeyCache);
+
+#[derive(Default)]
+struct KeyCache {
+    exist: Mutex<Option<(Instant, bool)>>,
+    by_hash: Mutex<HashMap<String, (Instant, Option<GatewayKey>)>>,
+}
+
+impl KeyStore {
+    pub(crate) fn new(store: Option<Arc<dyn GatewayStore>>) -> KeyStore {
+        KeyStore(store, KeyCache::default())
+    }
+
+    async fn keys_exist(
+        &self,
+        store: &Arc<dyn GatewayStore>,
+    ) -> Result<bool, crate::usage::GatewayStoreError> {
+        if let Some((at, exist)) = *lock(&self.1.exist)
+            && at.elapsed() < KEY_CACHE_TTL
+        {
+            return Ok(exist);
+        }
+        let exist = store.keys_exist().await?;
+        *lock(&self.1.exist) = Some((Instant::now(), exist));
+        Ok(exist)
+    }
+
+    async fn key_by_hash(
+        &self,
+        store: &Arc<dyn GatewayStore>,
+        hash: &str,
+    ) -> Result<Option<GatewayKey>, crate::usage::GatewayStoreError> {
+        if let Some((at, key)) = lock(&self.1.by_hash).get(hash)
+            && at.elapsed() < KEY_CACHE_TTL
+        {
+            return Ok(key.clone());
+        }
+        let key = store.key_by_hash(hash).await?;
+        let mut cache = lock(&self.1.by_hash);
+        if cache.len() >= KEY_CACHE_MAX {
+            cache.clear();
+        }
+        cache.insert(hash.to_string(), (Instant::now(), key.clone()));
+        Ok(key)
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    match mutex.lock() {
+        Ok(guard) => guard,
+        Err(poisoned) => poisoned.into_inner(),
+    }
+}
 
 impl std::fmt::Debug for KeyStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -46,6 +107,7 @@ pub(crate) async fn authenticate(
     headers: &HeaderMap,
     now_ms: i64,
 ) -> Result<Option<GatewayKey>, Response> {
+    let cache = store;
     let Some(store) = &store.0 else {
         return Ok(None);
     };
@@ -67,7 +129,7 @@ pub(crate) async fn authenticate(
         .map(str::trim)
         .filter(|v| !v.is_empty());
     let Some(presented) = presented else {
-        return if store.keys_exist().await.map_err(unavailable)? {
+        return if cache.keys_exist(store).await.map_err(unavailable)? {
             Err(unauthorized(
                 "this gateway requires a virtual key: send `Authorization: Bearer mk-…` (the \
                  OpenAI clients' api_key); `maestro gateway keys create --name NAME` makes one"
@@ -78,7 +140,7 @@ pub(crate) async fn authenticate(
         };
     };
     let hash = key_hash(presented);
-    match store.key_by_hash(&hash).await.map_err(unavailable)? {
+    match cache.key_by_hash(store, &hash).await.map_err(unavailable)? {
         Some(key) if key.revoked_at_ms.is_some() => Err(unauthorized(format!(
             "the key {}… ({}) was revoked; ask for a new one (`maestro gateway keys create`)",
             key.prefix, key.name
@@ -89,7 +151,7 @@ pub(crate) async fn authenticate(
         ))),
         Some(key) => Ok(Some(key)),
         None => {
-            if store.keys_exist().await.map_err(unavailable)? {
+            if cache.keys_exist(store).await.map_err(unavailable)? {
                 Err(unauthorized(
                     "the API key is not one of this gateway's virtual keys; use a key \
                      `maestro gateway keys create` printed"

@@ -214,7 +214,7 @@ impl Gateway {
                 prices,
                 metrics: Metrics::new(),
                 usage,
-                store: crate::auth::KeyStore(store.clone()),
+                store: crate::auth::KeyStore::new(store.clone()),
                 writer: Mutex::new(writer),
                 cooldown: Duration::from_secs(config.cooldown_secs),
                 first_byte_timeout: Duration::from_secs(config.first_byte_timeout_secs.max(1)),

@@ -67,6 +67,17 @@ struct UsageArgs {
     store: StoreArgs,
 }
 
+impl Args {
+    /// `maestro gateway usage` and `keys list`: they only read and print.
+    pub(crate) fn only_reads(&self) -> bool {
+        match &self.command {
+            Some(Command::Usage(_)) => true,
+            Some(Command::Keys(keys)) => keys.only_reads(),
+            None => false,
+        }
+    }
+}
+
 pub(crate) fn run(args: Args) -> anyhow::Result<u8> {
     match args.command {
         Some(Command::Usage(usage)) => crate::common::block_on(show_usage(usage)),

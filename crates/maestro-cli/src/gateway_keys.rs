@@ -80,6 +80,13 @@ struct RevokeArgs {
     store: StoreArgs,
 }
 
+impl KeysArgs {
+    /// `keys list`: it only reads and prints.
+    pub(crate) fn only_reads(&self) -> bool {
+        matches!(self.command, KeysCommand::List(_))
+    }
+}
+
 pub(crate) async fn run(args: KeysArgs) -> anyhow::Result<u8> {
     match args.command {
         KeysCommand::Create(create) => create_key(create).await,

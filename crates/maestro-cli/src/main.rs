@@ -76,6 +76,37 @@ enum Command {
     Gateway(Box<gateway::Args>),
 }
 
+/// Whether `command` only reads and prints (`maestro jobs list --json | head` is common): such a
+/// command stops quietly when its reader goes away, as `ls` does, instead of failing on the
+/// closed pipe. Commands that serve, run or talk to child processes over pipes keep Rust's
+/// default (a write to a closed pipe is an error they handle).
+fn prints_a_listing(command: &Command) -> bool {
+    match command {
+        Command::Validate(_)
+        | Command::Prompt(_)
+        | Command::Pieces(_)
+        | Command::Jobs(_)
+        | Command::Workers(_)
+        | Command::Schedules(_)
+        | Command::Users(_)
+        | Command::Tokens(_)
+        | Command::Config(_) => true,
+        Command::Gateway(args) => args.only_reads(),
+        _ => false,
+    }
+}
+
+/// Restores the default action of SIGPIPE (ending the process), which Rust's runtime sets to
+/// "ignore" so that every write to a closed pipe is an error.
+#[allow(unsafe_code)]
+fn stop_quietly_on_a_closed_pipe() {
+    // SAFETY: `signal` with SIG_DFL only changes this process's disposition of SIGPIPE; it is
+    // called before any other thread exists.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 /// mimalloc: a worker's runs allocate and free many small objects across a few threads, where
 /// glibc's allocator spent a quarter of the CPU of 1,000 concurrent runs (docs/benchmarks.md).
 #[global_allocator]
@@ -91,6 +122,9 @@ fn main() -> ExitCode {
         }
     };
     logs::install();
+    if prints_a_listing(&cli.command) {
+        stop_quietly_on_a_closed_pipe();
+    }
     let result = match cli.command {
         Command::Validate(args) => validate::run(args),
         Command::Prompt(args) => prompt::run(args),

@@ -422,3 +422,34 @@ movements:
         out.stdout
     );
 }
+
+/// `maestro validate … | head -1`: when the reader goes away, the command stops quietly (by
+/// SIGPIPE, as `ls` does) rather than panicking on the closed pipe.
+#[test]
+fn a_listing_whose_reader_went_away_stops_quietly() {
+    use std::os::unix::process::ExitStatusExt as _;
+    use std::process::Stdio;
+
+    let home = tempfile::tempdir().unwrap();
+    let bin = assert_cmd::cargo::cargo_bin("maestro");
+    let mut child = std::process::Command::new(bin)
+        .args(["validate", "--json"])
+        .arg(takt_pieces())
+        .env("HOME", home.path())
+        .current_dir(home.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The reader closes its end before the command writes a byte.
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(
+        out.status.signal(),
+        Some(libc::SIGPIPE),
+        "{:?}: {stderr}",
+        out.status
+    );
+}

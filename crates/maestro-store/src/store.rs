@@ -237,10 +237,16 @@ const MIGRATIONS: &[EmbeddedMigration] = &[
         sqlite: include_str!("../migrations/sqlite/0009_gateway.sql"),
         postgres: include_str!("../migrations/postgres/0009_gateway.sql"),
     },
+    EmbeddedMigration {
+        version: 10,
+        description: "knowledge base",
+        sqlite: include_str!("../migrations/sqlite/0010_knowledge.sql"),
+        postgres: include_str!("../migrations/postgres/0010_knowledge.sql"),
+    },
 ];
 
 /// The newest schema version this build knows.
-pub const SCHEMA_VERSION: i64 = 9;
+pub const SCHEMA_VERSION: i64 = 10;
 
 fn migrator(backend: Backend, up_to: i64) -> Migrator {
     let migrations = MIGRATIONS

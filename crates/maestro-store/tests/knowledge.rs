@@ -92,7 +92,7 @@ fn corpus(documents: usize, queries: usize) -> Corpus {
             .filter(|w| text.contains(w.as_str()))
             .cloned()
             .collect();
-        let mut words = vec![
+        let mut words = [
             topics[target][rng.below(4)].clone(),
             topics[target][rng.below(4)].clone(),
             rng.pick(&own_shared).to_string(),

@@ -29,6 +29,7 @@ mod budget;
 mod config;
 mod display;
 mod engine;
+mod knowledge;
 mod error;
 mod llm;
 mod load;
@@ -42,6 +43,7 @@ pub use config::{
 };
 pub use display::REDACTED;
 pub use engine::EngineSettings;
+pub use knowledge::KnowledgeConfig;
 pub use error::{ConfigError, Origin, Problem};
 pub use llm::{
     DEFAULT_ANTHROPIC_BASE_URL, DEFAULT_BASE_URL, LlmConfig, ModelOverrides, ModelPrice,

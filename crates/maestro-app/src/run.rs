@@ -528,7 +528,14 @@ async fn run_prepared(
                 source,
             })?
     };
-    let (registry, toolbox) = tools(ctx, &piece, &config, tag.as_ref()).await?;
+    let (mut registry, toolbox) = tools(ctx, &piece, &config, tag.as_ref()).await?;
+    // The knowledge tools act for the job's owner, so they are added per run.
+    let embedder = match config.knowledge.embedding_model {
+        Some(_) => Some(ctx.models.client(&config)?),
+        None => None,
+    };
+    let knowledge = crate::knowledge::Knowledge::with_client(ctx.store.clone(), &config, embedder);
+    crate::knowledge_tools::register(&mut registry, knowledge, claimed.job.owner.as_deref());
     let mut engine = Engine::new(provider, registry, engine_config);
     if let Some(key) = config.llm.api_key.clone() {
         engine = engine.with_secret(key);

@@ -29,8 +29,8 @@ mod budget;
 mod config;
 mod display;
 mod engine;
-mod knowledge;
 mod error;
+mod knowledge;
 mod llm;
 mod load;
 mod overlay;
@@ -43,8 +43,8 @@ pub use config::{
 };
 pub use display::REDACTED;
 pub use engine::EngineSettings;
-pub use knowledge::KnowledgeConfig;
 pub use error::{ConfigError, Origin, Problem};
+pub use knowledge::KnowledgeConfig;
 pub use llm::{
     DEFAULT_ANTHROPIC_BASE_URL, DEFAULT_BASE_URL, LlmConfig, ModelOverrides, ModelPrice,
     RetrySettings,

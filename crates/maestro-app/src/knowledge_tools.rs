@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use maestro_tools::{Registry, ToolContext, ToolOutput, TypedTool};
+use maestro_tools::{Registry, Tool, ToolContext, ToolOutput, TypedTool};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use tokio::io::AsyncReadExt;
@@ -24,14 +24,24 @@ pub const KNOWLEDGE_TOOLS: &[&str] = &[
 /// Registers the knowledge tools in `registry`, acting for `owner` (a job without an owner acts
 /// for [`LOCAL_ACTOR`]).
 pub(crate) fn register(registry: &mut Registry, knowledge: Knowledge, owner: Option<&str>) {
+    for tool in knowledge_tools(knowledge, owner) {
+        registry.register(tool);
+    }
+}
+
+/// The knowledge tools over `knowledge`, acting for `owner` (a job without an owner acts for
+/// [`LOCAL_ACTOR`]): they read `owner`'s and the shared collections and ingest into `owner`'s.
+pub fn knowledge_tools(knowledge: Knowledge, owner: Option<&str>) -> Vec<Arc<dyn Tool>> {
     let shared = Arc::new(Bound {
         knowledge,
         owner: owner.unwrap_or(LOCAL_ACTOR).to_string(),
     });
-    registry.register(Arc::new(IngestDocument(Arc::clone(&shared))));
-    registry.register(Arc::new(SearchKnowledge(Arc::clone(&shared))));
-    registry.register(Arc::new(ListDocuments(Arc::clone(&shared))));
-    registry.register(Arc::new(DeleteDocument(shared)));
+    vec![
+        Arc::new(IngestDocument(Arc::clone(&shared))),
+        Arc::new(SearchKnowledge(Arc::clone(&shared))),
+        Arc::new(ListDocuments(Arc::clone(&shared))),
+        Arc::new(DeleteDocument(shared)),
+    ]
 }
 
 /// The knowledge base and whom the tools act for.

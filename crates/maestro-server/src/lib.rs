@@ -11,6 +11,7 @@ mod events;
 mod extract;
 mod files;
 mod jobs;
+mod knowledge;
 mod metrics;
 mod oidc;
 mod openapi;

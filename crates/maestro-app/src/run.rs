@@ -739,7 +739,14 @@ async fn replay(
     let toolbox = Toolbox::build(&config, &McpSelection::for_piece(&piece))
         .await
         .map_err(RunError::Tools)?;
-    let engine = Engine::new(provider, toolbox.registry.clone(), engine_config);
+    // Offered as in the run, never called: a replay answers every tool call from the record.
+    let mut registry = toolbox.registry.clone();
+    crate::knowledge_tools::register(
+        &mut registry,
+        crate::knowledge::Knowledge::with_client(ctx.store.clone(), &config, None),
+        None,
+    );
+    let engine = Engine::new(provider, registry, engine_config);
     let answers = count(&history, |e| matches!(e, RunEvent::LlmResponse { .. }));
     let results = count(&history, |e| matches!(e, RunEvent::ToolResult { .. }));
     let scratch = std::env::temp_dir().join(format!("maestro-replay-{}", uuid::Uuid::now_v7()));

@@ -36,6 +36,8 @@ mod hand;
 mod handle;
 mod job_spend;
 mod jobs;
+mod knowledge;
+mod knowledge_tools;
 mod lease;
 mod lease_owner;
 mod listing;
@@ -84,6 +86,11 @@ pub use handle::{
     recorded_run, start,
 };
 pub use job_spend::{JobSpend, job_spend};
+pub use knowledge::{
+    DEFAULT_COLLECTION, DEFAULT_K, DocumentInfo, DocumentSource, IngestOutcome, IngestRequest,
+    Knowledge, KnowledgeError, MAX_K, SearchHit,
+};
+pub use knowledge_tools::{KNOWLEDGE_TOOLS, knowledge_tools};
 pub use listing::{
     Commented, JobDetail, JobPage, MAX_PAGE, NotReady, TreeSpend, check_ready, comment_on_job,
     job_comments, job_counts, job_detail, jobs_page,
@@ -92,6 +99,8 @@ pub use live::{LIVE_CAPACITY, Live, Subscription};
 /// Which side of a run a job's file is on.
 pub use maestro_piece::Piece;
 pub use maestro_store::FileKind;
+/// The owner of a shared knowledge collection.
+pub use maestro_store::SHARED_OWNER;
 pub use outcome::{RunError, RunOutcome, RunSummary};
 pub use run::recorded_piece;
 pub use runtime_config::{

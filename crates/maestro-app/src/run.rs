@@ -545,7 +545,14 @@ async fn run_prepared(
                 source,
             })?
     };
-    let (registry, toolbox) = tools(ctx, &piece, &config, tag.as_ref()).await?;
+    let (mut registry, toolbox) = tools(ctx, &piece, &config, tag.as_ref()).await?;
+    // The knowledge tools act for the job's owner, so they are added per run.
+    let embedder = match config.knowledge.embedding_model {
+        Some(_) => Some(ctx.models.client(&config)?),
+        None => None,
+    };
+    let knowledge = crate::knowledge::Knowledge::with_client(ctx.store.clone(), &config, embedder);
+    crate::knowledge_tools::register(&mut registry, knowledge, claimed.job.owner.as_deref());
     let mut engine = Engine::new(provider, registry, engine_config);
     if let Some(key) = config.llm.api_key.clone() {
         engine = engine.with_secret(key);
@@ -749,7 +756,14 @@ async fn replay(
     let toolbox = Toolbox::build(&config, &McpSelection::for_piece(&piece))
         .await
         .map_err(RunError::Tools)?;
-    let engine = Engine::new(provider, toolbox.registry.clone(), engine_config);
+    // Offered as in the run, never called: a replay answers every tool call from the record.
+    let mut registry = toolbox.registry.clone();
+    crate::knowledge_tools::register(
+        &mut registry,
+        crate::knowledge::Knowledge::with_client(ctx.store.clone(), &config, None),
+        None,
+    );
+    let engine = Engine::new(provider, registry, engine_config);
     let answers = count(&history, |e| matches!(e, RunEvent::LlmResponse { .. }));
     let results = count(&history, |e| matches!(e, RunEvent::ToolResult { .. }));
     let scratch = std::env::temp_dir().join(format!("maestro-replay-{}", uuid::Uuid::now_v7()));

@@ -104,6 +104,7 @@ pub fn tool_catalog(config: &Config) -> ToolCatalog {
         maestro_tools::catalog::tool_catalog(&config.tools, config.subtasks.max_depth > 0);
     maestro_tools_web::add_to_catalog(&mut catalog, &config.web);
     maestro_tools_ssh::add_to_catalog(&mut catalog, config.ssh.connections.len());
+    maestro_tools::catalog::available(&mut catalog, crate::knowledge_tools::KNOWLEDGE_TOOLS);
     catalog
 }
 
@@ -298,10 +299,13 @@ mod tests {
             maestro_tools::catalog::tool_catalog(&config.tools, config.subtasks.max_depth > 0);
         maestro_tools_web::add_to_catalog(&mut catalog, &config.web);
         maestro_tools_ssh::add_to_catalog(&mut catalog, 1);
+        maestro_tools::catalog::available(&mut catalog, crate::knowledge_tools::KNOWLEDGE_TOOLS);
+        // The knowledge tools need the store and are added per run, as the engine's are.
         let available: Vec<&str> = catalog
             .names()
             .filter(|n| catalog.get(n) == Some(&Availability::Available))
             .filter(|n| !ENGINE_TOOLS.contains(n))
+            .filter(|n| !crate::knowledge_tools::KNOWLEDGE_TOOLS.contains(n))
             .collect();
         assert_eq!(available, registered);
         let planned: Vec<&str> = catalog

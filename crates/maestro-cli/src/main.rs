@@ -7,6 +7,7 @@ mod flags;
 mod gateway;
 mod gateway_keys;
 mod jobs;
+mod knowledge;
 mod logs;
 mod pieces;
 mod progress;
@@ -74,6 +75,9 @@ enum Command {
     Config(config::Command),
     /// Run the LLM gateway alone (an OpenAI-compatible proxy at /v1), or read its usage.
     Gateway(Box<gateway::Args>),
+    /// Ingest, search, list and delete documents of the knowledge base.
+    #[command(subcommand)]
+    Knowledge(knowledge::Command),
 }
 
 /// Whether `command` only reads and prints (`maestro jobs list --json | head` is common): such a
@@ -142,6 +146,7 @@ fn main() -> ExitCode {
         Command::Tokens(cmd) => users::tokens(cmd),
         Command::Config(cmd) => config::run(cmd),
         Command::Gateway(args) => gateway::run(*args),
+        Command::Knowledge(cmd) => knowledge::run(cmd),
     };
     match result {
         Ok(code) => ExitCode::from(code),

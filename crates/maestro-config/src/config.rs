@@ -55,6 +55,8 @@ pub struct Config {
     /// `gateway:` — the LLM gateway: its upstreams and the model names it routes
     /// (`maestro gateway`, and `maestro serve` at `/v1` when enabled).
     pub gateway: GatewayConfig,
+    /// `knowledge:` — the knowledge base: chunk sizes, the embedding model, search limits.
+    pub knowledge: crate::knowledge::KnowledgeConfig,
     /// The project root: the directory holding the project's `.maestro/` (the current
     /// directory when there is none). Defaults that name project files start here.
     #[serde(skip)]

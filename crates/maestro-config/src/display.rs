@@ -36,6 +36,7 @@ impl Config {
             "auth": to_value(&self.auth),
             "files": to_value(&self.files),
             "gateway": to_value(&self.gateway),
+            "knowledge": to_value(&self.knowledge),
         })
     }
 

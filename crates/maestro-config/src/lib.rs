@@ -30,6 +30,7 @@ mod config;
 mod display;
 mod engine;
 mod error;
+mod knowledge;
 mod llm;
 mod load;
 mod overlay;
@@ -43,6 +44,7 @@ pub use config::{
 pub use display::REDACTED;
 pub use engine::EngineSettings;
 pub use error::{ConfigError, Origin, Problem};
+pub use knowledge::KnowledgeConfig;
 pub use llm::{
     DEFAULT_ANTHROPIC_BASE_URL, DEFAULT_BASE_URL, LlmConfig, ModelOverrides, ModelPrice,
     RetrySettings,

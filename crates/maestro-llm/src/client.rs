@@ -50,6 +50,26 @@ impl ModelClient {
         }
     }
 
+    /// One vector per text of `inputs`, from the endpoint's `/v1/embeddings` with `model`. The
+    /// Anthropic Messages API has no embeddings: that is an error saying so.
+    pub async fn embeddings(
+        &self,
+        model: &str,
+        inputs: &[String],
+    ) -> Result<Vec<Vec<f32>>, LlmError> {
+        match self {
+            ModelClient::OpenAi(client) => client.embeddings(model, inputs).await,
+            ModelClient::Anthropic(client) => Err(LlmError::Http {
+                status: 404,
+                message: format!(
+                    "{}: the Anthropic Messages API has no embeddings; set \
+                     `knowledge.embedding_model` only with an OpenAI-compatible endpoint",
+                    client.config().base_url
+                ),
+            }),
+        }
+    }
+
     /// The configuration this client was built from.
     pub fn config(&self) -> &OpenAiConfig {
         match self {

@@ -13,7 +13,7 @@ mod types;
 pub use client::{ModelClient, ProviderKind};
 pub use openai::{
     ConfigError, DEFAULT_CALL_TIMEOUT, DEFAULT_MAX_ANSWER_BYTES, DEFAULT_MAX_ANSWER_TOKENS,
-    OpenAiCompat, OpenAiConfig, RetryPolicy,
+    EMBEDDING_BATCH, OpenAiCompat, OpenAiConfig, RetryPolicy,
 };
 pub use types::{
     BoxFuture, ChatRequest, ChatResponse, LlmError, Message, Provider, ResponseSchema, StreamEvent,

@@ -5,6 +5,7 @@
 pub(crate) mod answer;
 mod config;
 mod context;
+mod embeddings;
 mod json_mode;
 pub(crate) mod retry;
 pub(crate) mod sse;
@@ -24,6 +25,7 @@ pub use config::{
     ConfigError, DEFAULT_CALL_TIMEOUT, DEFAULT_MAX_ANSWER_BYTES, DEFAULT_MAX_ANSWER_TOKENS,
     OpenAiConfig, RetryPolicy,
 };
+pub use embeddings::EMBEDDING_BATCH;
 
 use self::answer::RawAnswer;
 use self::context::Endpoints;

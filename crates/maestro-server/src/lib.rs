@@ -12,6 +12,7 @@ mod extract;
 mod files;
 mod gateway;
 mod jobs;
+mod knowledge;
 mod metrics;
 mod oidc;
 mod openapi;

@@ -17,6 +17,7 @@ use utoipa::OpenApi;
     tags(
         (name = "jobs", description = "Jobs, their events, comments and files"),
         (name = "schedules", description = "Schedules that fire jobs"),
+        (name = "knowledge", description = "The knowledge base: documents and hybrid search"),
         (name = "system", description = "Tools and workers"),
         (name = "pieces", description = "Pieces: the pieces directories' and the store's"),
         (name = "config", description = "The configuration, changed at runtime"),

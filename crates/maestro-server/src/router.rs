@@ -15,7 +15,9 @@ use utoipa_axum::routes;
 use crate::error::ApiError;
 use crate::openapi::ApiDoc;
 use crate::state::ServerState;
-use crate::{access, events, files, gateway, jobs, ops, pieces, schedules, share, system};
+use crate::{
+    access, events, files, gateway, jobs, knowledge, ops, pieces, schedules, share, system,
+};
 
 fn api() -> OpenApiRouter<ServerState> {
     OpenApiRouter::with_openapi(ApiDoc::openapi())
@@ -35,6 +37,9 @@ fn api() -> OpenApiRouter<ServerState> {
         ))
         .routes(routes!(schedules::pause))
         .routes(routes!(schedules::resume))
+        .routes(routes!(knowledge::list, knowledge::ingest))
+        .routes(routes!(knowledge::search))
+        .routes(routes!(knowledge::delete))
         .routes(routes!(pieces::list))
         .routes(routes!(pieces::validate))
         .routes(routes!(pieces::graph))

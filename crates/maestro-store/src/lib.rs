@@ -34,6 +34,7 @@ mod finish;
 mod gateway;
 mod gateway_keys;
 mod jobs;
+mod knowledge;
 mod leases;
 mod model;
 mod open;
@@ -58,6 +59,10 @@ pub use error::{StoreError, StoreResult};
 pub use events::EventBatch;
 pub use files::{FileKind, NewFile, StoredFile};
 pub use gateway::{UsageGroup, UsageTotal};
+pub use knowledge::{
+    ChunkHit, Ingested, KnowledgeScope, MAX_QUERY_TERMS, NewChunk, NewDocument, SHARED_OWNER,
+    StoredDocument, query_terms,
+};
 pub use model::{
     AuditAction, AuditEntry, Claimed, Classes, Comment, CommentKind, FailDisposition, Job, JobId,
     JobStatus, Lease, LeaseKey, NewEvent, NewJob, NewSchedule, Outcome, Schedule, StoredEvent,

@@ -243,10 +243,16 @@ const MIGRATIONS: &[EmbeddedMigration] = &[
         sqlite: include_str!("../migrations/sqlite/0010_gateway_rates.sql"),
         postgres: include_str!("../migrations/postgres/0010_gateway_rates.sql"),
     },
+    EmbeddedMigration {
+        version: 11,
+        description: "knowledge base",
+        sqlite: include_str!("../migrations/sqlite/0011_knowledge.sql"),
+        postgres: include_str!("../migrations/postgres/0011_knowledge.sql"),
+    },
 ];
 
 /// The newest schema version this build knows.
-pub const SCHEMA_VERSION: i64 = 10;
+pub const SCHEMA_VERSION: i64 = 11;
 
 fn migrator(backend: Backend, up_to: i64) -> Migrator {
     let migrations = MIGRATIONS

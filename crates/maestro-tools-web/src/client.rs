@@ -47,6 +47,17 @@ pub struct Fetched {
     pub content_type: Option<String>,
 }
 
+/// A response read whole by [`WebClient::get_bytes`].
+#[derive(Debug)]
+pub struct FetchedBytes {
+    /// The URL that answered, after redirects.
+    pub final_url: String,
+    /// The `Content-Type` header, lower-cased; `None` when absent or not plain ASCII.
+    pub content_type: Option<String>,
+    /// The body; `None` when it was larger than the limit.
+    pub body: Option<Vec<u8>>,
+}
+
 impl WebClient {
     /// A client with `config`'s limits and guard (`web.allow_private`, `web.allow_hosts`),
     /// resolving host names with `lookup` ([`SystemLookup`](super::SystemLookup) outside tests).
@@ -149,6 +160,28 @@ impl WebClient {
             response,
             final_url,
             content_type,
+        })
+    }
+
+    /// GETs `url` as [`WebClient::get`] does and reads its whole body, at most `limit` bytes
+    /// (and never more than `web.max_bytes`): `Ok(None)` when the body is larger. For callers
+    /// outside the web tools that need a document's bytes (the knowledge base).
+    pub async fn get_bytes(
+        &self,
+        url: &str,
+        limit: u64,
+        cancel: &CancellationToken,
+    ) -> Result<FetchedBytes, WebError> {
+        let Fetched {
+            response,
+            final_url,
+            content_type,
+        } = self.get(url, cancel).await?;
+        let (body, cut) = read_limited(self, response, limit.min(self.max_bytes), cancel).await?;
+        Ok(FetchedBytes {
+            final_url,
+            content_type,
+            body: (!cut).then_some(body),
         })
     }
 

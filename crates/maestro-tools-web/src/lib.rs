@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-pub use client::WebClient;
+pub use client::{FetchedBytes, WebClient};
 pub use error::WebError;
 pub use guard::{HostLookup, HostPolicy, SystemLookup};
 use maestro_tools::Tool;

@@ -48,9 +48,6 @@ pub const PLANNED_TOOLS: &[&str] = &[
     "BatchReviewTextWithLLM",
     "MergeReviewedResults",
     "BrowseWeb",
-    "SearchKnowledge",
-    "ListDocuments",
-    "IngestDocument",
 ];
 
 /// This crate's tools and the engine's, available or with the reason they are not under

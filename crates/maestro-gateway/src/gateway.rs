@@ -108,17 +108,14 @@ impl Gateway {
         let mut index = HashMap::new();
         let mut upstreams = Vec::new();
         for (name, upstream) in &config.upstreams {
-            if upstream.kind == UpstreamKind::Anthropic {
-                return Err(GatewayError::Config {
-                    field: format!("upstreams.{name}.kind"),
-                    message: "this build of the gateway speaks only to OpenAI-compatible upstreams".into(),
-                    fix: "use `kind: openai` (an OpenAI-compatible endpoint in front of the model), or remove the upstream".into(),
-                });
-            }
             let authorization = match &upstream.api_key {
                 Some(key) => {
-                    let mut value = HeaderValue::from_str(&format!("Bearer {}", key.expose()))
-                        .map_err(|_| GatewayError::Config {
+                    let text = match upstream.kind {
+                        UpstreamKind::Openai => format!("Bearer {}", key.expose()),
+                        UpstreamKind::Anthropic => key.expose().to_string(),
+                    };
+                    let mut value =
+                        HeaderValue::from_str(&text).map_err(|_| GatewayError::Config {
                             field: format!("upstreams.{name}.api_key_env"),
                             message: "the key holds characters an HTTP header cannot carry".into(),
                             fix:
@@ -131,11 +128,11 @@ impl Gateway {
                 None => None,
             };
             index.insert(name.clone(), upstreams.len());
-            upstreams.push(Upstream::new(
-                name.clone(),
-                &upstream.base_url,
-                authorization,
-            ));
+            let built = Upstream::new(name.clone(), &upstream.base_url, authorization);
+            upstreams.push(match upstream.kind {
+                UpstreamKind::Openai => built,
+                UpstreamKind::Anthropic => built.anthropic(upstream.max_tokens),
+            });
         }
         let mut routes = HashMap::new();
         for (public, targets) in &config.models {

@@ -11,6 +11,8 @@ use futures::StreamExt as _;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
+use crate::anthropic::Attempt;
+use crate::config::UpstreamKind;
 use crate::errors::error_response;
 use crate::gateway::{Gateway, Inner};
 use crate::metrics::{
@@ -35,7 +37,7 @@ pub(crate) enum Endpoint {
 }
 
 impl Endpoint {
-    fn path(self) -> &'static str {
+    pub(crate) fn path(self) -> &'static str {
         match self {
             Endpoint::Chat => "/chat/completions",
             Endpoint::Embeddings => "/embeddings",
@@ -100,9 +102,13 @@ impl Meter {
         inner: &Inner,
         status: UsageStatus,
         http_status: u16,
-        prompt_tokens: u64,
-        completion_tokens: u64,
+        counts: TokenCounts,
     ) {
+        let TokenCounts {
+            prompt_tokens,
+            completion_tokens,
+            ..
+        } = counts;
         let latency = self.started.elapsed();
         let (upstream, upstream_model) = match &self.upstream {
             Some((u, m)) => (Some(u.clone()), Some(m.clone())),
@@ -210,7 +216,7 @@ fn now_ms() -> i64 {
 }
 
 /// Why an attempt at one upstream failed over to the next.
-struct Failure {
+pub(crate) struct Failure {
     upstream: String,
     detail: String,
     status: Option<StatusCode>,
@@ -325,11 +331,28 @@ async fn proxy(
         upstream: None,
     };
     let mut failures: Vec<Failure> = Vec::new();
+    // Targets whose upstream cannot serve this endpoint at all, and why.
+    let mut unable: Vec<String> = Vec::new();
     for index in route.order(&inner.upstreams, millis_since(inner.epoch)) {
         let target = &route.targets[index];
         let upstream = &inner.upstreams[target.upstream];
         meter.upstream = Some((upstream.name.clone(), target.model.clone()));
         request.insert("model".into(), Value::String(target.model.clone()));
+        if upstream.kind == UpstreamKind::Anthropic {
+            let call = crate::anthropic::Call {
+                gateway,
+                endpoint,
+                upstream,
+                stream,
+                client_wants_usage,
+            };
+            match call.attempt(&request, &mut meter).await {
+                Attempt::Answered(response) => return response,
+                Attempt::Failed(failure) => failures.push(failure),
+                Attempt::Unable(why) => unable.push(why),
+            }
+            continue;
+        }
         let payload = match serde_json::to_vec(&request) {
             Ok(payload) => payload,
             Err(e) => {
@@ -471,13 +494,7 @@ async fn proxy(
         } else {
             (UsageStatus::Rejected, TokenCounts::default())
         };
-        meter.finish(
-            inner,
-            usage_status,
-            status.as_u16(),
-            counts.prompt_tokens,
-            counts.completion_tokens,
-        );
+        meter.finish(inner, usage_status, status.as_u16(), counts);
         let mut response = Response::new(Body::from(bytes));
         *response.status_mut() = status;
         if let Some(content_type) = content_type {
@@ -486,6 +503,19 @@ async fn proxy(
                 .insert(header::CONTENT_TYPE, content_type);
         }
         return response;
+    }
+    if failures.is_empty() && !unable.is_empty() {
+        meter.finish(inner, UsageStatus::Rejected, 400, TokenCounts::default());
+        return error_response(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            "endpoint_unsupported",
+            format!(
+                "the model {model:?} cannot serve {}: {}; route it to an OpenAI-compatible upstream that can",
+                endpoint.path(),
+                unable.join("; ")
+            ),
+        );
     }
     // Every upstream failed before answering.
     let all_busy = !failures.is_empty()
@@ -497,7 +527,12 @@ async fn proxy(
     } else {
         StatusCode::BAD_GATEWAY
     };
-    meter.finish(inner, UsageStatus::Unavailable, status.as_u16(), 0, 0);
+    meter.finish(
+        inner,
+        UsageStatus::Unavailable,
+        status.as_u16(),
+        TokenCounts::default(),
+    );
     let tried: Vec<String> = failures
         .iter()
         .map(|f| format!("{}: {}", f.upstream, f.detail))
@@ -518,7 +553,7 @@ async fn proxy(
     )
 }
 
-fn first_byte(inner: &Inner, meter: &Meter) {
+pub(crate) fn first_byte(inner: &Inner, meter: &Meter) {
     let upstream = meter
         .upstream
         .as_ref()
@@ -535,7 +570,7 @@ fn first_byte(inner: &Inner, meter: &Meter) {
 }
 
 /// Counts a failed attempt, starts the upstream's cool-down, and says what happened.
-fn fail(
+pub(crate) fn fail(
     inner: &Inner,
     upstream: &crate::route::Upstream,
     reason: &'static str,
@@ -561,7 +596,7 @@ fn fail(
 }
 
 /// A request error in words, with its causes (a refused connection says so).
-fn describe(error: &reqwest::Error) -> String {
+pub(crate) fn describe(error: &reqwest::Error) -> String {
     let mut text = error.to_string();
     let mut source = std::error::Error::source(error);
     while let Some(cause) = source {
@@ -572,7 +607,7 @@ fn describe(error: &reqwest::Error) -> String {
     text
 }
 
-fn timeout_text(limit: Duration) -> String {
+pub(crate) fn timeout_text(limit: Duration) -> String {
     format!(
         "no answer within {} s (gateway.first_byte_timeout_secs)",
         limit.as_secs()

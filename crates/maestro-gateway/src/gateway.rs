@@ -22,12 +22,19 @@ pub struct Price {
     pub input_per_mtok: f64,
     /// Dollars per million answer tokens.
     pub output_per_mtok: f64,
+    /// Dollars per million prompt tokens read from the upstream's cache; `None` prices them
+    /// as `input_per_mtok`.
+    pub cached_input_per_mtok: Option<f64>,
 }
 
 impl Price {
-    /// The cost of `prompt` and `completion` tokens.
-    pub fn cost_usd(&self, prompt: u64, completion: u64) -> f64 {
-        (prompt as f64 * self.input_per_mtok + completion as f64 * self.output_per_mtok)
+    /// The cost of `prompt` tokens (`cached` of them read from the upstream's cache) and
+    /// `completion` tokens.
+    pub fn cost_usd(&self, prompt: u64, cached: u64, completion: u64) -> f64 {
+        let cached = cached.min(prompt);
+        ((prompt - cached) as f64 * self.input_per_mtok
+            + cached as f64 * self.cached_input_per_mtok.unwrap_or(self.input_per_mtok)
+            + completion as f64 * self.output_per_mtok)
             / 1_000_000.0
     }
 }

@@ -109,6 +109,7 @@ impl Meter {
             completion_tokens,
             ..
         } = counts;
+        let cached_tokens = counts.cached_tokens();
         let latency = self.started.elapsed();
         let (upstream, upstream_model) = match &self.upstream {
             Some((u, m)) => (Some(u.clone()), Some(m.clone())),
@@ -118,7 +119,7 @@ impl Meter {
             .as_deref()
             .and_then(|m| inner.prices.get(m))
             .or_else(|| inner.prices.get(&self.model));
-        let cost_usd = price.map(|p| p.cost_usd(prompt_tokens, completion_tokens));
+        let cost_usd = price.map(|p| p.cost_usd(prompt_tokens, cached_tokens, completion_tokens));
         let metrics = &inner.metrics;
         let upstream_label = upstream.clone().unwrap_or_default();
         let key = self.key_name.clone().unwrap_or_else(|| NO_KEY.to_string());
@@ -198,6 +199,25 @@ pub(crate) struct TokenCounts {
     pub prompt_tokens: u64,
     #[serde(default)]
     pub completion_tokens: u64,
+    /// `prompt_tokens_details`, for the prompt tokens read from the upstream's cache.
+    #[serde(default)]
+    pub prompt_tokens_details: Option<PromptDetails>,
+}
+
+/// `usage.prompt_tokens_details` of an OpenAI answer.
+#[derive(Debug, Default, Clone, Copy, Deserialize)]
+pub(crate) struct PromptDetails {
+    #[serde(default)]
+    pub cached_tokens: Option<u64>,
+}
+
+impl TokenCounts {
+    /// Of the prompt tokens, those read from the upstream's cache.
+    pub(crate) fn cached_tokens(&self) -> u64 {
+        self.prompt_tokens_details
+            .and_then(|d| d.cached_tokens)
+            .unwrap_or(0)
+    }
 }
 
 fn header_text(headers: &HeaderMap, name: &str) -> Option<String> {

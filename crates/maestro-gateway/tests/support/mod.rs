@@ -81,6 +81,7 @@ pub(crate) async fn serve_config(config: GatewayConfig, priced: &[&str]) -> Serv
                 Price {
                     input_per_mtok: 1.0,
                     output_per_mtok: 2.0,
+                    cached_input_per_mtok: Some(0.5),
                 },
             )
         })

@@ -651,3 +651,28 @@ async fn the_openai_python_client_chats_streams_and_calls_tools_through_an_anthr
     );
     assert!(records[..5].iter().all(|r| r.cost_usd.is_some()));
 }
+
+#[test]
+fn max_tokens_is_refused_on_an_openai_upstream_and_when_zero() {
+    for (kind, max_tokens, expected) in [
+        (
+            "openai",
+            100,
+            "is read only for `kind: anthropic` upstreams",
+        ),
+        ("anthropic", 0, "must be at least 1"),
+    ] {
+        let config: maestro_gateway::GatewayConfig = serde_json::from_value(json!({
+            "upstreams": {"u": {"kind": kind, "base_url": "http://127.0.0.1:9", "max_tokens": max_tokens}},
+            "models": {"m": [{"upstream": "u", "model": "x"}]},
+        }))
+        .unwrap();
+        let checks = config.check();
+        assert_eq!(checks.len(), 1, "{checks:?}");
+        assert_eq!(
+            checks[0].field,
+            ["gateway", "upstreams", "u", "max_tokens"].map(String::from)
+        );
+        assert_eq!(checks[0].message, expected);
+    }
+}

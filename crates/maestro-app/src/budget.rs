@@ -140,6 +140,7 @@ impl SpendGuard for StoreSpend {
                 prompt_tokens: ask.prompt_tokens,
                 completion_tokens: answer,
                 total_tokens: ask.prompt_tokens + answer,
+                cached_prompt_tokens: 0,
                 estimated: true,
             };
             let micro = match (self.cost(&ask.model, &worst), self.limits.max_micro_usd) {

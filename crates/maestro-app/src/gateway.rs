@@ -24,6 +24,7 @@ pub fn gateway(config: &Config, store: Option<Store>) -> Result<Gateway, Gateway
                     Price {
                         input_per_mtok: p.input_per_mtok,
                         output_per_mtok: p.output_per_mtok,
+                        cached_input_per_mtok: p.cached_input_per_mtok,
                     },
                 )
             })

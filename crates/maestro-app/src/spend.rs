@@ -73,6 +73,7 @@ mod tests {
                 prompt_tokens: prompt,
                 completion_tokens: completion,
                 total_tokens: prompt + completion,
+                cached_prompt_tokens: 0,
                 estimated: false,
             },
             finish_reason: None,

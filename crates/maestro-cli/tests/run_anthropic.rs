@@ -127,7 +127,8 @@ async fn a_takt_piece_runs_on_the_anthropic_messages_api() {
         assert_eq!(response["model"], "claude-test-20250101", "{response}");
         assert_eq!(
             response["usage"],
-            json!({"prompt_tokens": 1200, "completion_tokens": 50, "total_tokens": 1250}),
+            json!({"prompt_tokens": 1200, "completion_tokens": 50, "total_tokens": 1250,
+                   "cached_prompt_tokens": 200}),
             "{response}"
         );
     }

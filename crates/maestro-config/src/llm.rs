@@ -144,9 +144,10 @@ pub struct ModelPrice {
     pub input_per_mtok: f64,
     /// Dollars per million answer tokens.
     pub output_per_mtok: f64,
-    /// Dollars per million prompt tokens served from the endpoint's cache; unset prices them
-    /// as `input_per_mtok`. (Calls are priced by the usage the endpoint reports: until it
-    /// reports cached tokens apart, every prompt token is priced as input.)
+    /// Dollars per million prompt tokens served from the endpoint's cache (the usage's
+    /// `cached_prompt_tokens`: OpenAI's `prompt_tokens_details.cached_tokens`, Anthropic's
+    /// `cache_read_input_tokens`); unset prices them as `input_per_mtok`. Tokens written to
+    /// Anthropic's cache (`cache_creation_input_tokens`) are priced as input.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cached_input_per_mtok: Option<f64>,
 }
@@ -154,7 +155,10 @@ pub struct ModelPrice {
 impl ModelPrice {
     /// The cost in US dollars of a call that used `usage`.
     pub fn cost_usd(&self, usage: &maestro_protocol::Usage) -> f64 {
-        (usage.prompt_tokens as f64 * self.input_per_mtok
+        let cached = usage.cached_prompt_tokens.min(usage.prompt_tokens);
+        let uncached = usage.prompt_tokens - cached;
+        (uncached as f64 * self.input_per_mtok
+            + cached as f64 * self.cached_input_per_mtok.unwrap_or(self.input_per_mtok)
             + usage.completion_tokens as f64 * self.output_per_mtok)
             / 1_000_000.0
     }

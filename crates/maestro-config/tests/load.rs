@@ -542,13 +542,21 @@ fn model_prices_are_read_and_a_call_is_priced_by_them() {
         prompt_tokens: 2_000_000,
         completion_tokens: 1_000_000,
         total_tokens: 3_000_000,
+        cached_prompt_tokens: 0,
         estimated: false,
     };
     assert_eq!(price.cost_usd(&usage), 2.5);
-    assert_eq!(
-        config.llm.price("cached").unwrap().cached_input_per_mtok,
-        Some(0.5)
-    );
+    let cached = config.llm.price("cached").unwrap();
+    assert_eq!(cached.cached_input_per_mtok, Some(0.5));
+    // 1.5 M of the 2 M prompt tokens came from the cache: 0.5 M at $2, 1.5 M at $0.5, 1 M
+    // answer tokens at $8.
+    let usage = maestro_protocol::Usage {
+        cached_prompt_tokens: 1_500_000,
+        ..usage
+    };
+    assert_eq!(cached.cost_usd(&usage), 1.0 + 0.75 + 8.0);
+    // Without a cached price, cached tokens are input tokens.
+    assert_eq!(price.cost_usd(&usage), 2.5);
     assert_eq!(config.llm.price("unpriced"), None);
 }
 

@@ -50,6 +50,7 @@ impl Provider for FixedModel {
                     prompt_tokens: 100,
                     completion_tokens: 10,
                     total_tokens: 110,
+                    cached_prompt_tokens: 0,
                     estimated: false,
                 },
                 finish_reason: Some("stop".into()),

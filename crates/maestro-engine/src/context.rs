@@ -92,6 +92,7 @@ mod tests {
             prompt_tokens: total,
             completion_tokens: 0,
             total_tokens: total,
+            cached_prompt_tokens: 0,
             estimated: false,
         }
     }

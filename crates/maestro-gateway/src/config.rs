@@ -69,6 +69,10 @@ pub struct UpstreamConfig {
     /// file, never shown.
     #[serde(skip)]
     pub api_key: Option<Secret>,
+    /// `anthropic` only: the `max_tokens` of a request that sets neither `max_tokens` nor
+    /// `max_completion_tokens` (the Messages API requires it); unset, 4096.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u64>,
 }
 
 /// One entry of `gateway.models.<public name>:` — an upstream model that serves the public
@@ -137,6 +141,22 @@ impl GatewayConfig {
                         }
                     }
                     .into(),
+                );
+            }
+            if upstream.max_tokens == Some(0) {
+                fail(
+                    path(&["upstreams", name, "max_tokens"]),
+                    "must be at least 1".into(),
+                    "give the number of answer tokens a request may use, or remove the field"
+                        .into(),
+                );
+            }
+            if upstream.max_tokens.is_some() && upstream.kind == UpstreamKind::Openai {
+                fail(
+                    path(&["upstreams", name, "max_tokens"]),
+                    "is read only for `kind: anthropic` upstreams".into(),
+                    "remove it; an OpenAI-compatible upstream takes the request's own max_tokens"
+                        .into(),
                 );
             }
             if upstream.api_key_env.as_deref() == Some("") {

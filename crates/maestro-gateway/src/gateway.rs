@@ -22,12 +22,19 @@ pub struct Price {
     pub input_per_mtok: f64,
     /// Dollars per million answer tokens.
     pub output_per_mtok: f64,
+    /// Dollars per million prompt tokens read from the upstream's cache; `None` prices them
+    /// as `input_per_mtok`.
+    pub cached_input_per_mtok: Option<f64>,
 }
 
 impl Price {
-    /// The cost of `prompt` and `completion` tokens.
-    pub fn cost_usd(&self, prompt: u64, completion: u64) -> f64 {
-        (prompt as f64 * self.input_per_mtok + completion as f64 * self.output_per_mtok)
+    /// The cost of `prompt` tokens (`cached` of them read from the upstream's cache) and
+    /// `completion` tokens.
+    pub fn cost_usd(&self, prompt: u64, cached: u64, completion: u64) -> f64 {
+        let cached = cached.min(prompt);
+        ((prompt - cached) as f64 * self.input_per_mtok
+            + cached as f64 * self.cached_input_per_mtok.unwrap_or(self.input_per_mtok)
+            + completion as f64 * self.output_per_mtok)
             / 1_000_000.0
     }
 }
@@ -145,17 +152,14 @@ impl Gateway {
         let mut index = HashMap::new();
         let mut upstreams = Vec::new();
         for (name, upstream) in &config.upstreams {
-            if upstream.kind == UpstreamKind::Anthropic {
-                return Err(GatewayError::Config {
-                    field: format!("upstreams.{name}.kind"),
-                    message: "this build of the gateway speaks only to OpenAI-compatible upstreams".into(),
-                    fix: "use `kind: openai` (an OpenAI-compatible endpoint in front of the model), or remove the upstream".into(),
-                });
-            }
             let authorization = match &upstream.api_key {
                 Some(key) => {
-                    let mut value = HeaderValue::from_str(&format!("Bearer {}", key.expose()))
-                        .map_err(|_| GatewayError::Config {
+                    let text = match upstream.kind {
+                        UpstreamKind::Openai => format!("Bearer {}", key.expose()),
+                        UpstreamKind::Anthropic => key.expose().to_string(),
+                    };
+                    let mut value =
+                        HeaderValue::from_str(&text).map_err(|_| GatewayError::Config {
                             field: format!("upstreams.{name}.api_key_env"),
                             message: "the key holds characters an HTTP header cannot carry".into(),
                             fix:
@@ -168,11 +172,11 @@ impl Gateway {
                 None => None,
             };
             index.insert(name.clone(), upstreams.len());
-            upstreams.push(Upstream::new(
-                name.clone(),
-                &upstream.base_url,
-                authorization,
-            ));
+            let built = Upstream::new(name.clone(), &upstream.base_url, authorization);
+            upstreams.push(match upstream.kind {
+                UpstreamKind::Openai => built,
+                UpstreamKind::Anthropic => built.anthropic(upstream.max_tokens),
+            });
         }
         let mut routes = HashMap::new();
         for (public, targets) in &config.models {

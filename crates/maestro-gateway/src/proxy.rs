@@ -11,10 +11,12 @@ use futures::StreamExt as _;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
+use crate::anthropic::Attempt;
 use crate::budget::{
     Hold, RESERVATION_TTL, Spend, answer_cap, estimated_prompt_tokens, exhausted, key_budget,
     micro_usd,
 };
+use crate::config::UpstreamKind;
 use crate::errors::error_response;
 use crate::gateway::{Gateway, Inner};
 use crate::keys::GatewayKey;
@@ -42,7 +44,7 @@ pub(crate) enum Endpoint {
 }
 
 impl Endpoint {
-    fn path(self) -> &'static str {
+    pub(crate) fn path(self) -> &'static str {
         match self {
             Endpoint::Chat => "/chat/completions",
             Endpoint::Embeddings => "/embeddings",
@@ -111,9 +113,14 @@ impl Meter {
         inner: &Inner,
         status: UsageStatus,
         http_status: u16,
-        prompt_tokens: u64,
-        completion_tokens: u64,
+        counts: TokenCounts,
     ) {
+        let TokenCounts {
+            prompt_tokens,
+            completion_tokens,
+            ..
+        } = counts;
+        let cached_tokens = counts.cached_tokens();
         let latency = self.started.elapsed();
         let (upstream, upstream_model) = match &self.upstream {
             Some((u, m)) => (Some(u.clone()), Some(m.clone())),
@@ -123,7 +130,7 @@ impl Meter {
             .as_deref()
             .and_then(|m| inner.prices.get(m))
             .or_else(|| inner.prices.get(&self.model));
-        let cost_usd = price.map(|p| p.cost_usd(prompt_tokens, completion_tokens));
+        let cost_usd = price.map(|p| p.cost_usd(prompt_tokens, cached_tokens, completion_tokens));
         let total = prompt_tokens.saturating_add(completion_tokens);
         if let Some(admitted) = self.admitted.clone() {
             admitted.finish(total, inner.store.0.clone());
@@ -217,6 +224,25 @@ pub(crate) struct TokenCounts {
     pub prompt_tokens: u64,
     #[serde(default)]
     pub completion_tokens: u64,
+    /// `prompt_tokens_details`, for the prompt tokens read from the upstream's cache.
+    #[serde(default)]
+    pub prompt_tokens_details: Option<PromptDetails>,
+}
+
+/// `usage.prompt_tokens_details` of an OpenAI answer.
+#[derive(Debug, Default, Clone, Copy, Deserialize)]
+pub(crate) struct PromptDetails {
+    #[serde(default)]
+    pub cached_tokens: Option<u64>,
+}
+
+impl TokenCounts {
+    /// Of the prompt tokens, those read from the upstream's cache.
+    pub(crate) fn cached_tokens(&self) -> u64 {
+        self.prompt_tokens_details
+            .and_then(|d| d.cached_tokens)
+            .unwrap_or(0)
+    }
 }
 
 fn header_text(headers: &HeaderMap, name: &str) -> Option<String> {
@@ -235,7 +261,7 @@ fn now_ms() -> i64 {
 }
 
 /// Why an attempt at one upstream failed over to the next.
-struct Failure {
+pub(crate) struct Failure {
     upstream: String,
     detail: String,
     status: Option<StatusCode>,
@@ -362,11 +388,28 @@ async fn proxy(
         hold,
     };
     let mut failures: Vec<Failure> = Vec::new();
+    // Targets whose upstream cannot serve this endpoint at all, and why.
+    let mut unable: Vec<String> = Vec::new();
     for index in route.order(&inner.upstreams, millis_since(inner.epoch)) {
         let target = &route.targets[index];
         let upstream = &inner.upstreams[target.upstream];
         meter.upstream = Some((upstream.name.clone(), target.model.clone()));
         request.insert("model".into(), Value::String(target.model.clone()));
+        if upstream.kind == UpstreamKind::Anthropic {
+            let call = crate::anthropic::Call {
+                gateway,
+                endpoint,
+                upstream,
+                stream,
+                client_wants_usage,
+            };
+            match call.attempt(&request, &mut meter).await {
+                Attempt::Answered(response) => return response,
+                Attempt::Failed(failure) => failures.push(failure),
+                Attempt::Unable(why) => unable.push(why),
+            }
+            continue;
+        }
         let payload = match serde_json::to_vec(&request) {
             Ok(payload) => payload,
             Err(e) => {
@@ -508,13 +551,7 @@ async fn proxy(
         } else {
             (UsageStatus::Rejected, TokenCounts::default())
         };
-        meter.finish(
-            inner,
-            usage_status,
-            status.as_u16(),
-            counts.prompt_tokens,
-            counts.completion_tokens,
-        );
+        meter.finish(inner, usage_status, status.as_u16(), counts);
         let mut response = Response::new(Body::from(bytes));
         *response.status_mut() = status;
         if let Some(content_type) = content_type {
@@ -523,6 +560,19 @@ async fn proxy(
                 .insert(header::CONTENT_TYPE, content_type);
         }
         return response;
+    }
+    if failures.is_empty() && !unable.is_empty() {
+        meter.finish(inner, UsageStatus::Rejected, 400, TokenCounts::default());
+        return error_response(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            "endpoint_unsupported",
+            format!(
+                "the model {model:?} cannot serve {}: {}; route it to an OpenAI-compatible upstream that can",
+                endpoint.path(),
+                unable.join("; ")
+            ),
+        );
     }
     // Every upstream failed before answering.
     let all_busy = !failures.is_empty()
@@ -534,7 +584,12 @@ async fn proxy(
     } else {
         StatusCode::BAD_GATEWAY
     };
-    meter.finish(inner, UsageStatus::Unavailable, status.as_u16(), 0, 0);
+    meter.finish(
+        inner,
+        UsageStatus::Unavailable,
+        status.as_u16(),
+        TokenCounts::default(),
+    );
     let tried: Vec<String> = failures
         .iter()
         .map(|f| format!("{}: {}", f.upstream, f.detail))
@@ -598,7 +653,7 @@ async fn admit(
                     ),
                 ));
             };
-            micro = micro.max(micro_usd(price.cost_usd(prompt, completion)));
+            micro = micro.max(micro_usd(price.cost_usd(prompt, 0, completion)));
         }
     }
     let charge = Spend {
@@ -630,7 +685,7 @@ async fn admit(
     }
 }
 
-fn first_byte(inner: &Inner, meter: &Meter) {
+pub(crate) fn first_byte(inner: &Inner, meter: &Meter) {
     let upstream = meter
         .upstream
         .as_ref()
@@ -647,7 +702,7 @@ fn first_byte(inner: &Inner, meter: &Meter) {
 }
 
 /// Counts a failed attempt, starts the upstream's cool-down, and says what happened.
-fn fail(
+pub(crate) fn fail(
     inner: &Inner,
     upstream: &crate::route::Upstream,
     reason: &'static str,
@@ -673,7 +728,7 @@ fn fail(
 }
 
 /// A request error in words, with its causes (a refused connection says so).
-fn describe(error: &reqwest::Error) -> String {
+pub(crate) fn describe(error: &reqwest::Error) -> String {
     let mut text = error.to_string();
     let mut source = std::error::Error::source(error);
     while let Some(cause) = source {
@@ -684,7 +739,7 @@ fn describe(error: &reqwest::Error) -> String {
     text
 }
 
-fn timeout_text(limit: Duration) -> String {
+pub(crate) fn timeout_text(limit: Duration) -> String {
     format!(
         "no answer within {} s (gateway.first_byte_timeout_secs)",
         limit.as_secs()

@@ -5,14 +5,21 @@ use std::time::Instant;
 
 use axum::http::HeaderValue;
 
+use crate::config::UpstreamKind;
+
 /// One model server.
 #[derive(Debug)]
 pub(crate) struct Upstream {
     pub name: String,
+    /// The API it speaks.
+    pub kind: UpstreamKind,
     /// The API root without a trailing `/`.
     pub base_url: String,
-    /// `Bearer <key>`, marked sensitive, when the upstream has a key.
+    /// The key's header value, marked sensitive, when the upstream has a key: `Bearer <key>`
+    /// for `openai` (sent as `Authorization`), the key itself for `anthropic` (`x-api-key`).
     pub authorization: Option<HeaderValue>,
+    /// `max_tokens` for a Messages request that sets none (`anthropic` only).
+    pub max_tokens: Option<u64>,
     /// Milliseconds since the gateway's epoch until which the upstream is passed over.
     cool_until_ms: AtomicU64,
 }
@@ -25,10 +32,20 @@ impl Upstream {
     ) -> Upstream {
         Upstream {
             name,
+            kind: UpstreamKind::Openai,
             base_url: base_url.trim_end_matches('/').to_string(),
             authorization,
+            max_tokens: None,
             cool_until_ms: AtomicU64::new(0),
         }
+    }
+
+    /// The same upstream speaking the Anthropic Messages API, with the `max_tokens` its
+    /// requests get when they set none.
+    pub(crate) fn anthropic(mut self, max_tokens: Option<u64>) -> Upstream {
+        self.kind = UpstreamKind::Anthropic;
+        self.max_tokens = max_tokens;
+        self
     }
 
     pub(crate) fn cooling(&self, now_ms: u64) -> bool {

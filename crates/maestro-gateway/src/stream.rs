@@ -60,13 +60,8 @@ impl MeteredStream {
     fn finish(&mut self, status: UsageStatus) {
         if !self.finished {
             self.finished = true;
-            self.meter.finish(
-                &self.gateway.inner,
-                status,
-                200,
-                self.counts.prompt_tokens,
-                self.counts.completion_tokens,
-            );
+            self.meter
+                .finish(&self.gateway.inner, status, 200, self.counts);
         }
     }
 
@@ -203,7 +198,7 @@ impl Drop for MeteredStream {
 }
 
 /// The length of the first complete event (its blank line included), if there is one.
-fn event_end(bytes: &[u8]) -> Option<usize> {
+pub(crate) fn event_end(bytes: &[u8]) -> Option<usize> {
     let mut i = 0;
     while i < bytes.len() {
         if bytes[i] == b'\n' {
@@ -219,7 +214,7 @@ fn event_end(bytes: &[u8]) -> Option<usize> {
 }
 
 /// The `data:` payload of an event (its first data line; the OpenAI servers send one).
-fn data_of(event: &[u8]) -> &[u8] {
+pub(crate) fn data_of(event: &[u8]) -> &[u8] {
     for line in event.split(|b| *b == b'\n') {
         if let Some(data) = line.strip_prefix(b"data:") {
             return data.trim_ascii();

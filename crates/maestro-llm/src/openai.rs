@@ -8,6 +8,7 @@ mod context;
 mod embeddings;
 mod json_mode;
 pub(crate) mod retry;
+pub(crate) mod send;
 pub(crate) mod sse;
 mod tool_modes;
 pub(crate) mod wire;
@@ -17,9 +18,7 @@ use std::fmt;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use reqwest::header::{
-    AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, RETRY_AFTER,
-};
+use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 
 pub use config::{
     ConfigError, DEFAULT_CALL_TIMEOUT, DEFAULT_MAX_ANSWER_BYTES, DEFAULT_MAX_ANSWER_TOKENS,
@@ -29,10 +28,8 @@ pub use embeddings::EMBEDDING_BATCH;
 
 use self::answer::RawAnswer;
 use self::context::Endpoints;
-use self::retry::{
-    Failure, Feature, classify_status, closed_before_answer, describe, parse_retry_after,
-    provider_message,
-};
+use self::retry::{Failure, Feature, describe};
+use self::send::{Sent, send};
 use self::tool_modes::ToolModeFile;
 use self::wire::{Shape, Transport};
 use crate::{BoxFuture, ChatRequest, ChatResponse, LlmError, Provider, StreamEvent, ToolMode};
@@ -374,58 +371,20 @@ impl OpenAiCompat {
         for (name, value) in headers {
             request = request.header(name.as_str(), header_value(value));
         }
-        let response = match tokio::time::timeout(
-            idle,
+        let response = send(
             request
                 .header(CONTENT_TYPE, "application/json")
-                .body(body.bytes.clone())
-                .send(),
+                .body(body.bytes.clone()),
+            &url,
+            idle,
+            self.limits(),
+            Sent {
+                stream_options: transport.stream_options,
+                stream: transport.stream,
+            },
+            |_, message| message,
         )
-        .await
-        {
-            Err(_) => {
-                return Err(retry(LlmError::Timeout(format!(
-                    "no answer from {url} within {} ms (idle_timeout)",
-                    idle.as_millis()
-                ))));
-            }
-            Ok(Err(e)) if e.is_builder() => {
-                return Err(Failure::Final(LlmError::Connect {
-                    url,
-                    message: describe(&e),
-                }));
-            }
-            Ok(Err(e)) => {
-                let error = LlmError::Connect {
-                    url,
-                    message: describe(&e),
-                };
-                if closed_before_answer(&e) {
-                    return Err(Failure::Resend(error));
-                }
-                return Err(retry(error));
-            }
-            Ok(Ok(response)) => response,
-        };
-        let status = response.status();
-        if !status.is_success() {
-            let retry_after = response
-                .headers()
-                .get(RETRY_AFTER)
-                .and_then(|v| v.to_str().ok())
-                .and_then(parse_retry_after);
-            let text = sse::read_body(response, idle, self.limits())
-                .await
-                .unwrap_or_default();
-            let sent_options = transport.stream && transport.stream_options;
-            return Err(classify_status(
-                status.as_u16(),
-                provider_message(&text),
-                retry_after,
-                sent_options,
-                transport.stream,
-            ));
-        }
+        .await?;
         // JSON mode answers are JSON, not prose for a reader: they are not streamed as text.
         let on_text = |text: &str| {
             if shape != Shape::JsonTools {

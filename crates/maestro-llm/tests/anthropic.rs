@@ -68,6 +68,7 @@ async fn a_streamed_text_answer_with_its_usage_and_model() {
             prompt_tokens: 132,
             completion_tokens: 5,
             total_tokens: 137,
+            cached_prompt_tokens: 100,
             estimated: false
         }
     );

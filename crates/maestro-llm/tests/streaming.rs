@@ -29,6 +29,7 @@ async fn streams_text_and_reports_each_delta() {
                 prompt_tokens: 12,
                 completion_tokens: 7,
                 total_tokens: 19,
+                cached_prompt_tokens: 0,
                 estimated: false
             },
             finish_reason: Some("stop".into()),
@@ -148,6 +149,7 @@ async fn non_streaming_config_sends_stream_false_and_reads_the_whole_answer() {
             prompt_tokens: 3,
             completion_tokens: 4,
             total_tokens: 7,
+            cached_prompt_tokens: 0,
             estimated: false
         }
     );

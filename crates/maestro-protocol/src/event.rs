@@ -520,6 +520,7 @@ mod tests {
                     prompt_tokens: 10,
                     completion_tokens: 2,
                     total_tokens: 12,
+                    cached_prompt_tokens: 0,
                     estimated: false,
                 },
                 finish_reason: Some("stop".into()),

@@ -45,6 +45,10 @@ pub struct ToolCall {
     pub arguments: String,
 }
 
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
 /// Token usage reported by (or estimated for) one model call.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {
@@ -54,6 +58,11 @@ pub struct Usage {
     pub completion_tokens: u64,
     /// Tokens of the request and the answer together.
     pub total_tokens: u64,
+    /// Of `prompt_tokens`, those the endpoint read from its prompt cache (OpenAI's
+    /// `usage.prompt_tokens_details.cached_tokens`, the Messages API's
+    /// `cache_read_input_tokens`); priced at `cached_input_per_mtok` where a price sets one.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cached_prompt_tokens: u64,
     /// True when the endpoint reported no usage and the figures are an estimate.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub estimated: bool,
@@ -65,6 +74,7 @@ impl Usage {
         self.prompt_tokens += other.prompt_tokens;
         self.completion_tokens += other.completion_tokens;
         self.total_tokens += other.total_tokens;
+        self.cached_prompt_tokens += other.cached_prompt_tokens;
         self.estimated |= other.estimated;
     }
 }
@@ -164,12 +174,14 @@ mod tests {
             prompt_tokens: 10,
             completion_tokens: 2,
             total_tokens: 12,
+            cached_prompt_tokens: 0,
             estimated: false,
         });
         total.add(&Usage {
             prompt_tokens: 5,
             completion_tokens: 1,
             total_tokens: 6,
+            cached_prompt_tokens: 0,
             estimated: true,
         });
         assert_eq!(
@@ -178,8 +190,32 @@ mod tests {
                 prompt_tokens: 15,
                 completion_tokens: 3,
                 total_tokens: 18,
+                cached_prompt_tokens: 0,
                 estimated: true
             }
         );
+    }
+
+    #[test]
+    fn cached_prompt_tokens_add_up_and_are_written_only_when_some_were_cached() {
+        let mut total = Usage::default();
+        for cached in [30, 0, 12] {
+            total.add(&Usage {
+                prompt_tokens: 100,
+                cached_prompt_tokens: cached,
+                ..Usage::default()
+            });
+        }
+        assert_eq!(total.cached_prompt_tokens, 42);
+        let written = serde_json::to_value(total).unwrap_or_default();
+        assert_eq!(written["cached_prompt_tokens"], 42);
+        let none = serde_json::to_value(Usage::default()).unwrap_or_default();
+        assert_eq!(none.get("cached_prompt_tokens"), None);
+        // Events written before the field read as none cached.
+        let old: Usage =
+            serde_json::from_str(r#"{"prompt_tokens":1,"completion_tokens":2,"total_tokens":3}"#)
+                .unwrap_or_default();
+        assert_eq!(old.cached_prompt_tokens, 0);
+        assert_eq!(old.total_tokens, 3);
     }
 }

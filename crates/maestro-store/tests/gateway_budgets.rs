@@ -124,6 +124,7 @@ async fn a_burst_never_passes_a_keys_budget(db: Db) {
         Price {
             input_per_mtok: 1.0,
             output_per_mtok: 1.0,
+            cached_input_per_mtok: None,
         },
     )]);
     let served = serve(&store, &upstream, prices).await;
@@ -206,6 +207,7 @@ async fn a_dollar_budget_per_day_refuses_with_its_reset_and_needs_prices(db: Db)
         Price {
             input_per_mtok: 10.0,
             output_per_mtok: 10.0,
+            cached_input_per_mtok: None,
         },
     )]);
     let served = serve(&store, &upstream, prices).await;

@@ -17,6 +17,7 @@ use serde_json::{Value, json};
 
 use crate::render::{self, Frame};
 use crate::scripted::{RecordedRequest, listen_loopback, lock, message_text};
+use crate::serving;
 use crate::turn::{Action, ScriptedCall, Turn};
 
 /// The `anthropic-version` the server expects, as the Messages API documents it.
@@ -130,11 +131,7 @@ impl ScriptedAnthropicBuilder {
             .route("/v1/models", axum::routing::get(models))
             .fallback(not_found)
             .with_state(shared.clone());
-        let task = tokio::spawn(async move {
-            if let Err(e) = axum::serve(listener, app).await {
-                eprintln!("ScriptedAnthropic server stopped: {e}");
-            }
-        });
+        let task = serving::spawn("ScriptedAnthropic", listener, app);
         ScriptedAnthropic { addr, shared, task }
     }
 }
@@ -246,40 +243,19 @@ fn api_error(status: StatusCode, kind: &str, message: &str) -> Response {
 impl Shared {
     fn record(&self, uri: &Uri, headers: &HeaderMap, body: &[u8]) -> Value {
         let body: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
-        let headers = headers
-            .iter()
-            .map(|(n, v)| {
-                (
-                    n.as_str().to_string(),
-                    String::from_utf8_lossy(v.as_bytes()).into_owned(),
-                )
-            })
-            .collect();
-        lock(&self.recorded).push(RecordedRequest {
-            path: uri.path().to_string(),
-            headers,
-            body: body.clone(),
-        });
+        lock(&self.recorded).push(serving::recorded(uri, headers, body.clone()));
         body
     }
 
     /// The first conditional turn whose needle occurs in the request's messages or system
     /// prompt, else the first unconditional turn.
     fn take_turn(&self, request: &Value) -> Option<Turn> {
-        let mut script = lock(&self.script);
-        let haystack = message_text(&json!({"messages": [
-            request.get("system").cloned().unwrap_or(Value::Null),
-            request.get("messages").cloned().unwrap_or(Value::Null),
-        ]}));
-        let position = script
-            .iter()
-            .position(|t| {
-                t.matcher
-                    .as_ref()
-                    .is_some_and(|needle| haystack.contains(needle.as_str()))
-            })
-            .or_else(|| script.iter().position(|t| t.matcher.is_none()))?;
-        script.remove(position)
+        serving::take_turn(&mut lock(&self.script), || {
+            message_text(&json!({"messages": [
+                request.get("system").cloned().unwrap_or(Value::Null),
+                request.get("messages").cloned().unwrap_or(Value::Null),
+            ]}))
+        })
     }
 }
 

@@ -13,6 +13,7 @@ pub mod oidc;
 mod postgres;
 mod render;
 mod scripted;
+mod serving;
 mod sshd;
 mod turn;
 mod workspace;

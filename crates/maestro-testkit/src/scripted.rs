@@ -16,6 +16,7 @@ use serde_json::{Map, Value, json};
 
 use crate::ask::Ask;
 use crate::render;
+use crate::serving;
 use crate::turn::Turn;
 
 /// A request as the server received it.
@@ -253,11 +254,7 @@ impl ScriptedLlmBuilder {
             inner: listener,
             shared: shared.clone(),
         };
-        let task = tokio::spawn(async move {
-            if let Err(e) = axum::serve(listener, app).await {
-                eprintln!("ScriptedLlm server stopped: {e}");
-            }
-        });
+        let task = serving::spawn("ScriptedLlm", listener, app);
         ScriptedLlm { addr, shared, task }
     }
 }
@@ -354,20 +351,7 @@ impl Shared {
     fn record(&self, uri: &Uri, headers: &HeaderMap, body: &[u8]) -> Value {
         let body: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
         if !self.options.forget_requests {
-            let headers = headers
-                .iter()
-                .map(|(n, v)| {
-                    (
-                        n.as_str().to_string(),
-                        String::from_utf8_lossy(v.as_bytes()).into_owned(),
-                    )
-                })
-                .collect();
-            lock(&self.recorded).push(RecordedRequest {
-                path: uri.path().to_string(),
-                headers,
-                body: body.clone(),
-            });
+            lock(&self.recorded).push(serving::recorded(uri, headers, body.clone()));
         }
         body
     }
@@ -414,24 +398,7 @@ impl Shared {
     /// The first conditional turn whose needle occurs in the request's messages, else the first
     /// unconditional turn.
     fn take_turn(&self, request: &Value) -> Option<Turn> {
-        let mut script = lock(&self.script);
-        // Without conditional turns the next turn is the first one: no need to gather the
-        // request's text.
-        if script.front().is_some_and(|t| t.matcher.is_none())
-            && !script.iter().any(|t| t.matcher.is_some())
-        {
-            return script.pop_front();
-        }
-        let haystack = message_text(request);
-        let position = script
-            .iter()
-            .position(|t| {
-                t.matcher
-                    .as_ref()
-                    .is_some_and(|needle| haystack.contains(needle.as_str()))
-            })
-            .or_else(|| script.iter().position(|t| t.matcher.is_none()))?;
-        script.remove(position)
+        serving::take_turn(&mut lock(&self.script), || message_text(request))
     }
 }
 

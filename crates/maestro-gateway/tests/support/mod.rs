@@ -68,7 +68,11 @@ impl Drop for Served {
 /// A gateway over `config` (the `gateway:` section as JSON), pricing `priced` models at $1 per
 /// million prompt tokens and $2 per million answer tokens.
 pub(crate) async fn serve(config: Value, priced: &[&str]) -> Served {
-    let config: GatewayConfig = serde_json::from_value(config).unwrap();
+    serve_config(serde_json::from_value(config).unwrap(), priced).await
+}
+
+/// [`serve`] for a configuration already read (its keys read, say).
+pub(crate) async fn serve_config(config: GatewayConfig, priced: &[&str]) -> Served {
     let prices: Prices = priced
         .iter()
         .map(|m| {
@@ -77,6 +81,7 @@ pub(crate) async fn serve(config: Value, priced: &[&str]) -> Served {
                 Price {
                     input_per_mtok: 1.0,
                     output_per_mtok: 2.0,
+                    cached_input_per_mtok: Some(0.5),
                 },
             )
         })

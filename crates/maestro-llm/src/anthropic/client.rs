@@ -5,14 +5,13 @@
 
 use std::time::Duration;
 
-use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
+use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use serde_json::Value;
 
 use super::translate::{self, StreamError, StreamTranslator};
 use crate::openai::answer::RawAnswer;
-use crate::openai::retry::{
-    Failure, classify_status, closed_before_answer, describe, parse_retry_after, provider_message,
-};
+use crate::openai::retry::{Failure, describe, provider_message};
+use crate::openai::send::{Sent, send};
 use crate::openai::sse::{self, Accumulator, Fold};
 use crate::openai::wire::{self, Shape, Transport};
 use crate::openai::{header_value, http_client, redact_error};
@@ -263,54 +262,19 @@ impl Anthropic {
         for (name, value) in &request.headers {
             http = http.header(name.as_str(), header_value(value));
         }
-        let sent = http
-            .header(CONTENT_TYPE, "application/json")
-            .body(body.clone())
-            .send();
-        let response = match tokio::time::timeout(idle, sent).await {
-            Err(_) => {
-                return Err(retry(LlmError::Timeout(format!(
-                    "no answer from {url} within {} ms (idle_timeout)",
-                    idle.as_millis()
-                ))));
-            }
-            Ok(Err(e)) if e.is_builder() => {
-                return Err(Failure::Final(LlmError::Connect {
-                    url,
-                    message: describe(&e),
-                }));
-            }
-            Ok(Err(e)) => {
-                let error = LlmError::Connect {
-                    url,
-                    message: describe(&e),
-                };
-                if closed_before_answer(&e) {
-                    return Err(Failure::Resend(error));
-                }
-                return Err(retry(error));
-            }
-            Ok(Ok(response)) => response,
-        };
-        let status = response.status();
-        if !status.is_success() {
-            let retry_after = response
-                .headers()
-                .get(RETRY_AFTER)
-                .and_then(|v| v.to_str().ok())
-                .and_then(parse_retry_after);
-            let text = sse::read_body(response, idle, self.limits())
-                .await
-                .unwrap_or_default();
-            let status = status.as_u16();
-            return Err(classify_status(
-                status,
-                explain(status, provider_message(&text)),
-                retry_after,
-                false,
-                false,
-            ));
-        }
+        let response = send(
+            http.header(CONTENT_TYPE, "application/json")
+                .body(body.clone()),
+            &url,
+            idle,
+            self.limits(),
+            Sent {
+                stream_options: false,
+                stream: false,
+            },
+            explain,
+        )
+        .await?;
         let on_text = |text: &str| on_event(StreamEvent::TextDelta(text.to_string()));
         let is_sse = response
             .headers()

@@ -300,10 +300,16 @@ pub(crate) fn parse_usage(value: &Value) -> Option<Usage> {
         .get("total_tokens")
         .and_then(Value::as_u64)
         .unwrap_or(prompt + completion);
+    let cached = value
+        .pointer("/prompt_tokens_details/cached_tokens")
+        .and_then(Value::as_u64)
+        .unwrap_or(0)
+        .min(prompt);
     Some(Usage {
         prompt_tokens: prompt,
         completion_tokens: completion,
         total_tokens: total,
+        cached_prompt_tokens: cached,
         estimated: false,
     })
 }
@@ -323,6 +329,7 @@ pub(crate) fn estimate_usage(prompt_chars: usize, answer: &RawAnswer) -> Usage {
         prompt_tokens: prompt,
         completion_tokens: completion,
         total_tokens: prompt + completion,
+        cached_prompt_tokens: 0,
         estimated: true,
     }
 }
@@ -445,6 +452,7 @@ mod tests {
                     prompt_tokens: 7,
                     completion_tokens: 3,
                     total_tokens: 10,
+                    cached_prompt_tokens: 0,
                     estimated: false
                 }),
                 finish_reason: Some("tool_calls".into()),

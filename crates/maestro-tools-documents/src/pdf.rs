@@ -258,13 +258,6 @@ impl ReadPdf {
                 out.push_str(&section);
             }
         }
-        if !cut.is_empty() {
-            let rest = show_ranges(&cut);
-            let _ = writeln!(
-                out,
-                "\n[cut: pages {rest} are not shown; call ReadPdf again with pages: \"{rest}\" to read on]"
-            );
-        }
         if out.len() > config.max_output_chars {
             let mut end = config.max_output_chars;
             while !out.is_char_boundary(end) {
@@ -273,6 +266,13 @@ impl ReadPdf {
             out.truncate(end);
             out.push_str(
                 "\n[cut: this page is longer than one answer holds; the rest of it is not shown]\n",
+            );
+        }
+        if !cut.is_empty() {
+            let rest = show_ranges(&cut);
+            let _ = writeln!(
+                out,
+                "\n[cut: pages {rest} are not shown; call ReadPdf again with pages: \"{rest}\" to read on]"
             );
         }
         Ok(out)

@@ -234,7 +234,7 @@ impl ReadPdf {
                 config,
                 ctx,
                 &format!(
-                    "pdftotext -q -enc UTF-8 -f {first} -l {last} {} - 2>&1",
+                    "pdftotext -q -raw -enc UTF-8 -f {first} -l {last} {} - 2>&1",
                     quote(&pdf.arg)
                 ),
                 &[],

@@ -85,6 +85,9 @@ pub(crate) fn read(bytes: &[u8], request: &Request) -> Result<String, ReadFailur
     Ok(out)
 }
 
+/// A block of cells: zero-based (row, column) of its first and last cell.
+type Span = ((u32, u32), (u32, u32));
+
 enum Rendered {
     Empty,
     /// The table and what follows it (what was cut, formulas without values).
@@ -94,7 +97,7 @@ enum Rendered {
 fn render(
     range: &Range<Data>,
     formulas: Option<&Range<String>>,
-    limits: Option<((u32, u32), (u32, u32))>,
+    limits: Option<Span>,
     budget: usize,
     sheet: &str,
 ) -> Rendered {
@@ -196,7 +199,7 @@ fn failure(e: calamine::Error) -> ReadFailure {
 }
 
 /// `A1:D20` (or `A1`) as zero-based ((row, col), (row, col)).
-fn parse_range(text: &str) -> Result<((u32, u32), (u32, u32)), ReadFailure> {
+fn parse_range(text: &str) -> Result<Span, ReadFailure> {
     let bad = || {
         ReadFailure::NotFound(format!(
             "range {text:?} is not a cell range; write it as A1:D20 (columns by letter, rows from 1)"

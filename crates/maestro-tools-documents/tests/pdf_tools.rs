@@ -33,6 +33,22 @@ async fn read_pdf_gives_each_page_its_number_and_names_scanned_pages() {
     any(no_document_writers, no_pdf_programs),
     ignore = "needs reportlab, poppler-utils and qpdf (scripts/prerequisites.sh)"
 )]
+async fn read_pdf_reads_two_columns_in_order_and_keeps_table_rows() {
+    let ws = workspace(&["columns"]);
+    let out = call(ws.path(), "ReadPdf", json!({"file_path": "columns.pdf"})).await;
+    assert!(out.ok, "{}", out.output);
+    assert_eq!(
+        out.output,
+        "Pages: 1\n\n## Page 1\n\nLeft column heading\nLeft sentence 1.\nLeft sentence 2.\nLeft sentence 3.\n\
+Right column starts\nRegion Sales\nNorth 120\nSouth 95\nRight sentence 1.\nRight sentence 2.\n"
+    );
+}
+
+#[tokio::test]
+#[cfg_attr(
+    any(no_document_writers, no_pdf_programs),
+    ignore = "needs reportlab, poppler-utils and qpdf (scripts/prerequisites.sh)"
+)]
 async fn read_pdf_reads_the_pages_asked_and_says_which_pages_read_on() {
     let ws = workspace(&["pdf"]);
     let out = call(

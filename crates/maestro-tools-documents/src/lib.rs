@@ -45,7 +45,7 @@ pub struct DocumentsConfig {
     pub max_file_bytes: u64,
     /// Bytes an Office package's parts may expand to in all (the zip-bomb cap).
     pub max_expanded_bytes: u64,
-    /// Characters of Markdown one call hands back to the model.
+    /// Bytes of Markdown one call hands back to the model.
     pub max_output_chars: usize,
     /// Workspace-relative directories `SplitPdf` may write (with `edit`), as `tools.writable_dirs`.
     pub writable_dirs: Vec<String>,
@@ -63,7 +63,8 @@ impl DocumentsConfig {
             timeout: tools.call_timeout.min(Duration::from_secs(60)),
             max_file_bytes: 100 * 1024 * 1024,
             max_expanded_bytes: 256 * 1024 * 1024,
-            max_output_chars: 60_000,
+            // Below the registry's own cap, so the tools cut first and say how to read on.
+            max_output_chars: tools.output_cap_bytes.saturating_sub(512).max(2_000),
             writable_dirs: tools.writable_dirs.clone(),
         }
     }

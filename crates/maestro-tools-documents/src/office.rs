@@ -62,36 +62,41 @@ async fn parse(
     reader::run(&config.reader, &request, bytes, config.timeout, &ctx.cancel).await
 }
 
-/// `text` from character `offset`, cut at `max` characters (at a line end when one is near),
-/// with a closing line saying what was left out and how to read on.
+/// `text` from byte `offset` (moved back to a character boundary), cut at `max` bytes (at a
+/// line end when one is near), with a closing line saying what was left out and how to read on.
 pub(crate) fn window(text: &str, offset: usize, max: usize, tool: &str) -> String {
-    let total = text.chars().count();
+    let total = text.len();
     if offset >= total && total > 0 {
         return format!(
-            "[offset {offset} is past the end: the document has {total} characters of Markdown]"
+            "[offset {offset} is past the end: the document has {total} bytes of Markdown]"
         );
     }
-    let rest: String = text.chars().skip(offset).collect();
-    if rest.chars().count() <= max {
-        if offset == 0 {
-            return rest;
-        }
-        return format!("[from character {offset} of {total}]\n{rest}");
+    let mut start = offset.min(total);
+    while !text.is_char_boundary(start) {
+        start -= 1;
     }
-    let mut shown: String = rest.chars().take(max).collect();
-    if let Some(nl) = shown.rfind('\n')
-        && nl > shown.len() / 2
+    let head = if start > 0 {
+        format!("[from byte {start} of {total}]\n")
+    } else {
+        String::new()
+    };
+    let rest = &text[start..];
+    if rest.len() <= max {
+        return format!("{head}{rest}");
+    }
+    let mut end = max;
+    while !rest.is_char_boundary(end) {
+        end -= 1;
+    }
+    if let Some(nl) = rest[..end].rfind('\n')
+        && nl > end / 2
     {
-        shown.truncate(nl + 1);
+        end = nl + 1;
     }
-    let end = offset + shown.chars().count();
+    let next = start + end;
     format!(
-        "{}{shown}\n[cut: characters {end} to {total} of the document's Markdown are not shown; call {tool} again with offset: {end} to read on]\n",
-        if offset > 0 {
-            format!("[from character {offset} of {total}]\n")
-        } else {
-            String::new()
-        }
+        "{head}{}\n[cut: bytes {next} to {total} of the document's Markdown are not shown; call {tool} again with offset: {next} to read on]\n",
+        &rest[..end]
     )
 }
 
@@ -103,7 +108,7 @@ pub(crate) struct ReadDocx(pub(crate) Arc<DocumentsConfig>);
 pub(crate) struct ReadDocxInput {
     /// path of the .docx file in the workspace
     file_path: String,
-    /// character of the Markdown to start at, to read on after a cut answer (default 0)
+    /// byte of the Markdown to start at, to read on after a cut answer (default 0)
     offset: Option<usize>,
 }
 
@@ -143,7 +148,7 @@ pub(crate) struct ReadPptx(pub(crate) Arc<DocumentsConfig>);
 pub(crate) struct ReadPptxInput {
     /// path of the .pptx file in the workspace
     file_path: String,
-    /// character of the Markdown to start at, to read on after a cut answer (default 0)
+    /// byte of the Markdown to start at, to read on after a cut answer (default 0)
     offset: Option<usize>,
 }
 

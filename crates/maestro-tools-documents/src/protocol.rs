@@ -26,7 +26,7 @@ pub(crate) struct Request {
     pub(crate) cpu_secs: u64,
     /// Bytes a package's parts may expand to in all.
     pub(crate) max_expanded_bytes: u64,
-    /// Characters of Markdown the answer may hold.
+    /// Bytes of Markdown the answer may hold.
     pub(crate) max_chars: usize,
 }
 

@@ -55,7 +55,7 @@ async fn read_docx_cuts_long_output_and_reads_on_from_the_offset() {
         first.output
     );
     let marker = first.output.lines().last().unwrap();
-    assert!(marker.starts_with("[cut: characters "), "{marker}");
+    assert!(marker.starts_with("[cut: bytes "), "{marker}");
     let offset: usize = marker
         .split("offset: ")
         .nth(1)
@@ -72,8 +72,7 @@ async fn read_docx_cuts_long_output_and_reads_on_from_the_offset() {
     .await;
     assert!(next.ok, "{}", next.output);
     assert!(
-        next.output
-            .starts_with(&format!("[from character {offset} of ")),
+        next.output.starts_with(&format!("[from byte {offset} of ")),
         "{}",
         next.output
     );

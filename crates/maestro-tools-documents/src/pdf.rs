@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use maestro_sandbox::{Command, Ending, RunAs};
 use maestro_tools::workspace_file::existing_file;
-use maestro_tools::{ToolContext, ToolOutput, TypedTool, Workspace};
+use maestro_tools::{ToolContext, ToolOutput, TypedTool, Workspace, WorkspaceKind};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use tokio::io::AsyncReadExt;
@@ -50,7 +50,11 @@ async fn program(
             root: &root,
             writable,
             line,
-            run_as: RunAs::SandboxUser,
+            // As Bash: in a folder the user named, files written keep their owner.
+            run_as: match (ctx.workspace_kind, ctx.edit) {
+                (WorkspaceKind::Named, true) => RunAs::RootOwner,
+                _ => RunAs::SandboxUser,
+            },
             timeout: config.timeout,
             cancel: &ctx.cancel,
         },

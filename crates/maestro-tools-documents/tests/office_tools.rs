@@ -345,7 +345,13 @@ async fn paths_outside_the_workspace_are_refused() {
         "../{}/secret.docx",
         outside.path().file_name().unwrap().to_str().unwrap()
     );
-    for tool in ["ReadDocx", "ReadExcel", "ReadPPTX"] {
+    for tool in [
+        "ReadDocx",
+        "ReadExcel",
+        "ReadPPTX",
+        "ReadPdf",
+        "PdfToImages",
+    ] {
         let out = call(ws.path(), tool, json!({"file_path": rel})).await;
         assert!(!out.ok);
         assert!(

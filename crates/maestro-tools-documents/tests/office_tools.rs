@@ -12,15 +12,12 @@ use pretty_assertions::assert_eq;
 use serde_json::json;
 use support::{call, call_with, config, ctx, workspace};
 
-const NEEDS_WRITERS: &str = "needs python-docx, openpyxl, python-pptx, reportlab and msoffcrypto-tool (scripts/prerequisites.sh)";
-
 #[tokio::test]
 #[cfg_attr(
     no_document_writers,
     ignore = "needs the Python document writers (scripts/prerequisites.sh)"
 )]
 async fn read_docx_keeps_headings_lists_tables_and_comments() {
-    let _ = NEEDS_WRITERS;
     let ws = workspace(&["docx"]);
     let out = call(ws.path(), "ReadDocx", json!({"file_path": "report.docx"})).await;
     assert!(out.ok, "{}", out.output);

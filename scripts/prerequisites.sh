@@ -2,7 +2,8 @@
 # Installs the system programs the test suite runs for real: bubblewrap (the Bash sandbox),
 # OpenSSH server (SSH tools), PostgreSQL (the store's second backend; the tests start their own
 # throwaway clusters with its initdb and pg_ctl), sqlite3 and make (Bash policy tests),
-# reference MCP servers, the official `openai` Python package (the gateway's test client), the
+# reference MCP servers, the official `openai` Python package (the gateway's test client),
+# poppler-utils and qpdf (the PDF tools) with the Python writers of the document tests, the
 # npm packages of the test OpenID Connect provider (crates/maestro-testkit/oidc), and Debian's
 # Chromium with chromedriver plus axe-core (crates/maestro-testkit/axe) for the web UI's browser
 # tests. Idempotent; quick when all is present.
@@ -23,6 +24,9 @@ command -v npm >/dev/null || need_apt+=(npm)
 # The web UI's browser tests (maestro_testkit::Browser) drive Debian's Chromium over WebDriver.
 [ -x /usr/bin/chromium ] || need_apt+=(chromium)
 [ -x /usr/bin/chromedriver ] || need_apt+=(chromium-driver)
+# The PDF tools run poppler-utils (pdfinfo, pdftotext, pdftoppm) and qpdf in the sandbox.
+command -v pdftotext >/dev/null || need_apt+=(poppler-utils)
+command -v qpdf >/dev/null || need_apt+=(qpdf)
 if [ ${#need_apt[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -qq
@@ -39,6 +43,17 @@ python3 -c 'import mcp' 2>/dev/null \
 # The official OpenAI client, which the gateway's tests drive the gateway with (pinned).
 python3 -c 'import openai, sys; sys.exit(openai.__version__ != "3.51.0")' 2>/dev/null \
   || python3 -m pip install -q --disable-pip-version-check 'openai==3.51.0'
+# The writers the document tools' tests make their Word, Excel, PowerPoint and PDF files with,
+# and msoffcrypto-tool to encrypt them as Office does (pinned).
+python3 - <<'PY' 2>/dev/null \
+  || python3 -m pip install -q --disable-pip-version-check 'python-docx==1.2.0' 'openpyxl==3.1.5' \
+    'python-pptx==1.0.2' 'reportlab==4.2.5' 'msoffcrypto-tool==5.4.2'
+import sys
+from importlib.metadata import version
+pins = {"python-docx": "1.2.0", "openpyxl": "3.1.5", "python-pptx": "1.0.2",
+        "reportlab": "4.2.5", "msoffcrypto-tool": "5.4.2"}
+sys.exit(any(version(name) != pin for name, pin in pins.items()))
+PY
 MCP_FS=/opt/maestro-test/node_modules/.bin/mcp-server-filesystem
 if [ ! -x "$MCP_FS" ]; then
   command -v npm >/dev/null || { apt-get update -qq && apt-get install -y -qq nodejs npm >/dev/null; }

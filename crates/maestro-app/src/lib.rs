@@ -127,6 +127,12 @@ pub use jobs::{
     answer_job, cancel_job, exit_code, follow_events, list_jobs, live_workers, show_job, submit,
     wait_job,
 };
+/// The reader child of the document tools: the `maestro` binary runs [`document_reader_main`]
+/// when its first argument is [`DOCUMENT_READER_ARG`] (the tools re-execute it to parse an
+/// untrusted file outside the worker, under limits).
+pub use maestro_tools_documents::{
+    READER_ARG as DOCUMENT_READER_ARG, reader_main as document_reader_main,
+};
 pub use models::{
     ModelError, check_served, client, endpoint_unreachable, ensure_served, no_endpoint,
     served_model, tool_mode_cache,

@@ -1,6 +1,7 @@
 //! The full tool set, built from the loaded configuration: the built-in tools of `maestro-tools`
 //! (`tools:`), the web tools of `maestro-tools-web` (`web:`), the SSH tools of
-//! `maestro-tools-ssh` (`ssh:`) and the tools of the MCP servers (`maestro-tools-mcp`, `mcp:`).
+//! `maestro-tools-ssh` (`ssh:`), the document tools of `maestro-tools-documents` (limits from
+//! `tools:`) and the tools of the MCP servers (`maestro-tools-mcp`, `mcp:`).
 //! This is the one place tools are assembled: `maestro run`, `maestro tools` and the workers all
 //! build their registry here, so a tool called by hand behaves as it does in a run, and the
 //! catalogue pieces are validated against ([`tool_catalog`]) names the same tools.
@@ -105,7 +106,17 @@ pub fn tool_catalog(config: &Config) -> ToolCatalog {
     maestro_tools_web::add_to_catalog(&mut catalog, &config.web);
     maestro_tools_ssh::add_to_catalog(&mut catalog, config.ssh.connections.len());
     maestro_tools::catalog::available(&mut catalog, crate::knowledge_tools::KNOWLEDGE_TOOLS);
+    maestro_tools_documents::add_to_catalog(&mut catalog);
     catalog
+}
+
+/// The document tools under `config`: their reader child is this process's own executable
+/// (`maestro __document-reader`), their limits those of `tools:`.
+fn document_tools(config: &Config) -> Vec<Arc<dyn maestro_tools::Tool>> {
+    maestro_tools_documents::tools(maestro_tools_documents::DocumentsConfig::from_tools(
+        &config.tools,
+        maestro_tools_documents::ReaderCommand::current_exe(),
+    ))
 }
 
 /// The options pieces load with under `config`: the facet directories of the project (the
@@ -194,6 +205,9 @@ impl Toolbox {
         }
         let connections = config.ssh.registry().map_err(ToolboxError::Ssh)?;
         for tool in maestro_tools_ssh::tools(Arc::new(connections), None) {
+            registry.register(tool);
+        }
+        for tool in document_tools(config) {
             registry.register(tool);
         }
         let selected = McpConfig {
@@ -293,6 +307,9 @@ mod tests {
         {
             registry.register(tool);
         }
+        for tool in document_tools(&config) {
+            registry.register(tool);
+        }
         let mut registered: Vec<String> = registry.list().into_iter().map(|s| s.name).collect();
         registered.sort();
         let mut catalog =
@@ -301,6 +318,7 @@ mod tests {
         maestro_tools_ssh::add_to_catalog(&mut catalog, 1);
         maestro_tools::catalog::available(&mut catalog, crate::knowledge_tools::KNOWLEDGE_TOOLS);
         // The knowledge tools need the store and are added per run, as the engine's are.
+        maestro_tools_documents::add_to_catalog(&mut catalog);
         let available: Vec<&str> = catalog
             .names()
             .filter(|n| catalog.get(n) == Some(&Availability::Available))

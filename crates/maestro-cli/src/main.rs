@@ -117,6 +117,13 @@ fn stop_quietly_on_a_closed_pipe() {
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
+    // The document tools' reader child (hidden: not a command anyone types). It parses one
+    // untrusted file under its own limits, before anything else starts.
+    let mut args = std::env::args_os().skip(1);
+    if args.next().as_deref() == Some(std::ffi::OsStr::new(maestro_app::DOCUMENT_READER_ARG)) {
+        let rest: Vec<String> = args.map(|a| a.to_string_lossy().into_owned()).collect();
+        return maestro_app::document_reader_main(&rest);
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {

@@ -18,8 +18,9 @@ pub const META_TOOLS: &[&str] = &["ReadToolDoc", "ListSkills", "ReadSkill"];
 /// Tools that run with the workspace to themselves (see `workspace::lock`).
 const EXCLUSIVE_TOOLS: &[&str] = &["Bash"];
 
-/// Tools that change files; offered only to movements with `edit: true`.
-pub const EDIT_TOOLS: &[&str] = &["Write", "Edit"];
+/// Tools that change files; offered only to movements with `edit: true` (`SplitPdf`, of
+/// `maestro-tools-documents`, writes new PDFs for the user).
+pub const EDIT_TOOLS: &[&str] = &["Write", "Edit", "SplitPdf"];
 
 /// All tools known to this process. Cheap to clone (tools are shared).
 ///

@@ -89,6 +89,18 @@ async fn serve(store: &Store, upstream: &ScriptedLlm, prices: Prices) -> Served 
     }
 }
 
+/// `some-model` at `usd` per million tokens, prompt and answer alike.
+fn per_mtok(usd: f64) -> Prices {
+    Prices::from([(
+        "some-model".to_string(),
+        Price {
+            input_per_mtok: usd,
+            output_per_mtok: usd,
+            cached_input_per_mtok: None,
+        },
+    )])
+}
+
 async fn call(http: &reqwest::Client, base: &str, key: &str, body: Value) -> (u16, Value) {
     let answer = http
         .post(format!("{base}/v1/chat/completions"))
@@ -119,15 +131,7 @@ async fn a_burst_never_passes_a_keys_budget(db: Db) {
     // prompt's estimate and its max_tokens), so the budget of 180 fits ten.
     let upstream =
         ScriptedLlm::start((0..100).map(|_| Turn::text("hello").with_usage(8, 10))).await;
-    let prices = Prices::from([(
-        "some-model".to_string(),
-        Price {
-            input_per_mtok: 1.0,
-            output_per_mtok: 1.0,
-            cached_input_per_mtok: None,
-        },
-    )]);
-    let served = serve(&store, &upstream, prices).await;
+    let served = serve(&store, &upstream, per_mtok(1.0)).await;
     let (secret, key) = make_key(
         &store,
         "team",
@@ -202,15 +206,7 @@ async fn a_dollar_budget_per_day_refuses_with_its_reset_and_needs_prices(db: Db)
     let upstream = ScriptedLlm::start((0..4).map(|_| Turn::text("hello").with_usage(8, 10))).await;
     // 8 prompt tokens at $10/M and 100 answer tokens at $10/M: a request reserves $0.00108;
     // the answer spends 18 tokens, $0.00018.
-    let prices = Prices::from([(
-        "some-model".to_string(),
-        Price {
-            input_per_mtok: 10.0,
-            output_per_mtok: 10.0,
-            cached_input_per_mtok: None,
-        },
-    )]);
-    let served = serve(&store, &upstream, prices).await;
+    let served = serve(&store, &upstream, per_mtok(10.0)).await;
     let (secret, key) = make_key(
         &store,
         "daily",

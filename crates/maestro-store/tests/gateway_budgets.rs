@@ -459,26 +459,18 @@ async fn a_shared_store_counts_rate_limits_across_gateways(db: Db) {
         rpm: Some(2),
         tpm: None,
     };
+    let mut taken = Vec::new();
+    for _ in 0..3 {
+        taken.push(
+            store
+                .gateway_rate_take(&stored.id, minute, take)
+                .await
+                .unwrap(),
+        );
+    }
     assert_eq!(
-        store
-            .gateway_rate_take(&stored.id, minute, take)
-            .await
-            .unwrap(),
-        Ok(())
-    );
-    assert_eq!(
-        store
-            .gateway_rate_take(&stored.id, minute, take)
-            .await
-            .unwrap(),
-        Ok(())
-    );
-    assert_eq!(
-        store
-            .gateway_rate_take(&stored.id, minute, take)
-            .await
-            .unwrap(),
-        Err(maestro_gateway::RateLimit::Rpm)
+        taken,
+        [Ok(()), Ok(()), Err(maestro_gateway::RateLimit::Rpm)]
     );
     for served in [a, b] {
         served.gateway.close().await;

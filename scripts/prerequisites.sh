@@ -27,6 +27,8 @@ command -v npm >/dev/null || need_apt+=(npm)
 # The PDF tools run poppler-utils (pdfinfo, pdftotext, pdftoppm) and qpdf in the sandbox.
 command -v pdftotext >/dev/null || need_apt+=(poppler-utils)
 command -v qpdf >/dev/null || need_apt+=(qpdf)
+# `maestro sandbox setup` builds the sandbox's Python environment with Debian's python3 -m venv.
+{ [ -x /usr/bin/python3 ] && /usr/bin/python3 -c 'import ensurepip, venv' 2>/dev/null; } || need_apt+=(python3 python3-venv)
 if [ ${#need_apt[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -qq

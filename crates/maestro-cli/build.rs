@@ -22,6 +22,8 @@ fn main() {
     maestro_buildcheck::check_oidc_provider();
     // The web UI tests drive a real Chromium (and inject axe-core).
     maestro_buildcheck::check_chromium();
+    // `maestro sandbox setup` needs a python3 the sandbox sees, with venv.
+    maestro_buildcheck::check_python_venv();
     println!("cargo:rerun-if-env-changed=MAESTRO_NO_RELR");
     println!("cargo:rerun-if-env-changed=MAESTRO_NO_CODE_ORDER");
     let var = |name: &str| std::env::var(name).unwrap_or_default();

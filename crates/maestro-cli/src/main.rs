@@ -14,6 +14,7 @@ mod progress;
 mod prompt;
 mod replay;
 mod run;
+mod sandbox;
 mod schedules;
 mod serve;
 mod term;
@@ -78,6 +79,9 @@ enum Command {
     /// Ingest, search, list and delete documents of the knowledge base.
     #[command(subcommand)]
     Knowledge(knowledge::Command),
+    /// Build and inspect the Python environment sandboxed commands run (`maestro sandbox setup`).
+    #[command(subcommand)]
+    Sandbox(sandbox::Command),
 }
 
 /// Whether `command` only reads and prints (`maestro jobs list --json | head` is common): such a
@@ -154,6 +158,7 @@ fn main() -> ExitCode {
         Command::Config(cmd) => config::run(cmd),
         Command::Gateway(args) => gateway::run(*args),
         Command::Knowledge(cmd) => knowledge::run(cmd),
+        Command::Sandbox(cmd) => sandbox::run(cmd),
     };
     match result {
         Ok(code) => ExitCode::from(code),

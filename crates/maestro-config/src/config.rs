@@ -139,7 +139,7 @@ impl WorkerProfile {
 
 /// `safety:` — the sandbox switch and the limits of sandboxed commands. Each key, when set,
 /// wins over its `tools.` twin (see [`Config::tools_config`]).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SafetyConfig {
     /// Which sandbox `Bash` commands run in (`auto`, `always`, `off`, `unsafe_no_sandbox`);
@@ -157,12 +157,23 @@ pub struct SafetyConfig {
     pub sandbox_uid: Option<u32>,
     /// Host gid sandboxed commands run as when Maestro runs as root (default 65534).
     pub sandbox_gid: Option<u32>,
+    /// The requirements file `maestro sandbox setup` installs into the sandbox's Python
+    /// environment (default: the built-in list: numpy, pandas, matplotlib, openpyxl,
+    /// python-docx, pypdf).
+    pub python_requirements: Option<PathBuf>,
+    /// Where `maestro sandbox setup` builds that environment, whose `python3` sandboxed
+    /// commands then run (default `.maestro/python`; without a finished environment there,
+    /// they get the system's `python3`).
+    pub python_env: Option<PathBuf>,
 }
 
 impl SafetyConfig {
     /// Writes every key that is set over its `tools.` twin.
     pub fn apply(&self, tools: &mut ToolsConfig) {
-        let s = *self;
+        let s = self;
+        if let Some(v) = s.python_env.clone() {
+            tools.python_env = Some(v);
+        }
         if let Some(v) = s.bash_sandbox {
             tools.bash_sandbox = v;
         }

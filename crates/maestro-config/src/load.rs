@@ -299,6 +299,8 @@ const PATH_FIELDS: &[&[&str]] = &[
     &["tools", "extra_pieces_dirs", "*"],
     &["tools", "skills_dirs", "*"],
     &["tools", "docs_dir"],
+    &["safety", "python_requirements"],
+    &["safety", "python_env"],
     &["mcp", "servers", "*", "cwd"],
     &["ssh", "connections", "*", "auth", "key"],
 ];
@@ -351,4 +353,9 @@ pub(crate) fn absolutize(config: &mut Config, root: &Path) {
     tools.extra_pieces_dirs.iter_mut().for_each(fix);
     tools.skills_dirs.iter_mut().for_each(fix);
     tools.docs_dir.iter_mut().for_each(fix);
+    let safety = &mut config.safety;
+    fix(safety
+        .python_env
+        .get_or_insert_with(|| PathBuf::from(".maestro/python")));
+    safety.python_requirements.iter_mut().for_each(fix);
 }

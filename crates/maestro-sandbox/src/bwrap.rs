@@ -55,6 +55,7 @@ pub(crate) const ETC_ENTRIES: &[&str] = &[
     "os-release",
     "debian_version",
     "ssl",
+    "fonts",
     "python3",
     "python3.11",
     "python3.12",
@@ -76,6 +77,8 @@ pub(crate) struct Extras<'a> {
     pub tmp_size: Option<u64>,
     /// Descriptors holding seccomp programs for `--add-seccomp-fd`.
     pub seccomp_fds: &'a [std::os::fd::RawFd],
+    /// A Python environment bound read-only at its own path, its `bin/` first on `PATH`.
+    pub python_env: Option<&'a Path>,
 }
 
 /// The argv that runs `program_argv` in the sandbox with `root` mounted at `/workspace`.
@@ -130,6 +133,10 @@ pub(crate) fn argv(
         push(&["--size", &size.to_string()]);
     }
     push(&["--tmpfs", "/tmp"]);
+    if let Some(env) = extras.python_env {
+        let env = env.to_string_lossy().into_owned();
+        push(&["--ro-bind", &env, &env]);
+    }
     for fd in extras.seccomp_fds {
         push(&["--add-seccomp-fd", &fd.to_string()]);
     }
@@ -147,7 +154,7 @@ pub(crate) fn argv(
     // The sandbox's root is a tmpfs bwrap builds; make it read-only so nothing but `/tmp` and
     // the writable workspace directories takes writes.
     push(&["--remount-ro", "/", "--chdir", SANDBOX_WORKSPACE]);
-    for (k, v) in sandbox_env(SANDBOX_WORKSPACE) {
+    for (k, v) in sandbox_env(SANDBOX_WORKSPACE, "/tmp", extras.python_env) {
         push(&["--setenv", &k, &v]);
     }
     push(&["--"]);
@@ -155,14 +162,34 @@ pub(crate) fn argv(
     a
 }
 
-/// The whole environment a command gets: no API keys, tokens or host paths.
-pub(crate) fn sandbox_env(home: &str) -> Vec<(String, String)> {
-    vec![
-        ("PATH".to_string(), SANDBOX_PATH.to_string()),
+/// The whole environment a command gets: no API keys, tokens or host paths. With a Python
+/// environment, its `bin/` comes first on `PATH` and matplotlib keeps its cache in `/tmp` (the
+/// home directory is read-only).
+pub(crate) fn sandbox_env(
+    home: &str,
+    tmp: &str,
+    python_env: Option<&Path>,
+) -> Vec<(String, String)> {
+    let path = match python_env {
+        Some(env) => format!("{}:{SANDBOX_PATH}", env.join("bin").display()),
+        None => SANDBOX_PATH.to_string(),
+    };
+    let mut env = vec![
+        ("PATH".to_string(), path),
         ("HOME".to_string(), home.to_string()),
         ("LANG".to_string(), "C.UTF-8".to_string()),
-        ("TMPDIR".to_string(), "/tmp".to_string()),
+        ("TMPDIR".to_string(), tmp.to_string()),
+        // Font and other caches (matplotlib's fontconfig) in the writable temporary directory.
+        ("XDG_CACHE_HOME".to_string(), format!("{tmp}/.cache")),
         ("TERM".to_string(), "dumb".to_string()),
         ("PYTHONDONTWRITEBYTECODE".to_string(), "1".to_string()),
-    ]
+    ];
+    if let Some(env_dir) = python_env {
+        env.push((
+            "VIRTUAL_ENV".to_string(),
+            env_dir.to_string_lossy().into_owned(),
+        ));
+        env.push(("MPLCONFIGDIR".to_string(), format!("{tmp}/.matplotlib")));
+    }
+    env
 }

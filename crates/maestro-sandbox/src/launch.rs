@@ -62,6 +62,7 @@ pub(crate) fn prepare<'a>(
         run_as,
         timeout,
         cancel,
+        python_env,
     } = command;
     let memory = config.memory_mb.saturating_mul(MIB);
     let cgroups = CommandCgroups::create(config.max_processes, Some(memory));
@@ -142,6 +143,7 @@ pub(crate) fn prepare<'a>(
                 bwrap::Extras {
                     tmp_size: Some(config.tmp_mb.saturating_mul(MIB)),
                     seccomp_fds: &setup.inherit,
+                    python_env,
                 },
             );
             keep._seccomp = fds.into();
@@ -156,17 +158,17 @@ pub(crate) fn prepare<'a>(
             if confinement == Confinement::Landlock {
                 let mut reach = landlock_fs::system_reach(bwrap::ETC_ENTRIES, bwrap::ROOT_LINKS);
                 reach.read.push(root.to_path_buf());
+                reach.read.extend(python_env.map(Path::to_path_buf));
                 reach.write.extend(writable.iter().cloned());
                 reach.write.push(scratch.clone());
                 setup.landlock = Some(landlock_fs::ruleset_fd(&reach)?);
                 setup.seccomp = Some(seccomp::filters(Network::UnixOnly)?);
             }
-            let mut env = bwrap::sandbox_env(&shown_root.to_string_lossy());
-            for (k, v) in &mut env {
-                if k == "TMPDIR" {
-                    *v = scratch.to_string_lossy().into_owned();
-                }
-            }
+            let env = bwrap::sandbox_env(
+                &shown_root.to_string_lossy(),
+                &scratch.to_string_lossy(),
+                python_env,
+            );
             // With a view the child changes into it after mounting it (a working directory
             // set before would be the empty directory underneath).
             let cwd = if view.is_some() {

@@ -17,6 +17,7 @@ mod landlock_fs;
 mod launch;
 mod policy;
 mod process;
+mod python_env;
 mod seccomp;
 mod setid;
 
@@ -35,6 +36,10 @@ pub use policy::{
     check as check_command, is_package_install,
 };
 pub use process::{Ending, Finished};
+pub use python_env::{
+    DEFAULT_REQUIREMENTS as DEFAULT_PYTHON_REQUIREMENTS, EnvInfo, PythonEnv, PythonEnvError,
+    ReadyEnv, SetupOutcome,
+};
 pub use setid::clear as clear_setid;
 
 /// Where the confined directory appears inside the bubblewrap sandbox.
@@ -113,6 +118,9 @@ pub struct Command<'a> {
     pub timeout: Duration,
     /// Stops the command and everything it started.
     pub cancel: &'a CancellationToken,
+    /// A finished Python environment ([`PythonEnv::ready`]) mounted read-only at its own path,
+    /// its `bin/` first on `PATH`, so `python3` is its interpreter; `None`: the system's.
+    pub python_env: Option<&'a Path>,
 }
 
 /// Why a command could not be run.
@@ -355,6 +363,7 @@ async fn run_probe(config: &SandboxConfig, confinement: Confinement) -> Result<(
             line: "true",
             run_as: RunAs::SandboxUser,
             timeout: Duration::from_secs(10),
+            python_env: None,
             cancel: &cancel,
         };
         let job = launch::prepare(config, confinement, command)?;

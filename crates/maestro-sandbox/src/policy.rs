@@ -14,9 +14,10 @@ use super::command_line::{SimpleCommand, SyntaxError, Word, parse};
 use super::exec_capable::{self, ExecRefusal, Wrapped};
 
 /// Printed when a command would install packages at run time.
-pub const INSTALL_REFUSED: &str = "runtime package installs are not allowed; the sandbox has no \
-    network and the image is fixed. Use the tools and Python packages already installed, or ask \
-    the operator to add the package to the runtime image";
+pub const INSTALL_REFUSED: &str = "runtime package installs are not allowed: the sandbox has no \
+    network and its Python environment is read-only. Use the tools and Python packages already \
+    installed, or ask the operator to add the package to the file `safety.python_requirements` \
+    names and run `maestro sandbox setup`";
 
 /// The programs `Bash` may run when neither the movement nor the configuration says otherwise:
 /// reading, searching and transforming text, moving files around inside the workspace, archives,

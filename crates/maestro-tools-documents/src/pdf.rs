@@ -57,6 +57,7 @@ async fn program(
             },
             timeout: config.timeout,
             cancel: &ctx.cancel,
+            python_env: None,
         },
     )
     .await

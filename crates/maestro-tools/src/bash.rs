@@ -96,6 +96,10 @@ pub async fn run_bash(
     // Checked before (a file that arrived by other means; handing the directories to the
     // sandbox user would clear the bits silently) and after the command.
     let mut cleared = maestro_sandbox::clear_setid(&writable);
+    let python = config
+        .python_env
+        .as_ref()
+        .and_then(|dir| maestro_sandbox::PythonEnv::new(dir).ready());
     let command = maestro_sandbox::Command {
         root: ws.root(),
         writable: &writable,
@@ -108,6 +112,7 @@ pub async fn run_bash(
         },
         timeout,
         cancel: &ctx.cancel,
+        python_env: python.as_ref().map(|env| env.path.as_path()),
     };
     let finished = maestro_sandbox::run(&config.sandbox(), confinement, command).await;
     cleared.extend(maestro_sandbox::clear_setid(&writable));

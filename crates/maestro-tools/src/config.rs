@@ -60,6 +60,10 @@ pub struct ToolsConfig {
     /// Directory of `<Tool>.md` files read before the embedded tool docs (for operators who
     /// document their own tools).
     pub docs_dir: Option<PathBuf>,
+    /// Where `maestro sandbox setup` builds the Python environment `Bash` mounts
+    /// (`safety.python_env`); a finished one there gives sandboxed commands its `python3`.
+    #[serde(skip)]
+    pub python_env: Option<PathBuf>,
     /// The tool names `CreatePiece`/`UpdatePiece` check a piece's `allowed_tools` against. It
     /// depends on more than this section (web search, SSH connections), so whoever assembles the
     /// tools sets it (`maestro-app`'s toolbox); `None` checks against this crate's
@@ -92,6 +96,7 @@ impl Default for ToolsConfig {
             extra_pieces_dirs: Vec::new(),
             skills_dirs: Vec::new(),
             docs_dir: None,
+            python_env: None,
             tool_catalog: None,
         }
     }

@@ -24,6 +24,9 @@ fn main() {
     maestro_buildcheck::check_chromium();
     // `maestro sandbox setup` needs a python3 the sandbox sees, with venv.
     maestro_buildcheck::check_python_venv();
+    // The knowledge base's PDF and Office tests make their files with the Python writers.
+    maestro_buildcheck::check_document_writers();
+    maestro_buildcheck::check_pdf_programs();
     println!("cargo:rerun-if-env-changed=MAESTRO_NO_RELR");
     println!("cargo:rerun-if-env-changed=MAESTRO_NO_CODE_ORDER");
     let var = |name: &str| std::env::var(name).unwrap_or_default();

@@ -29,7 +29,9 @@ pub async fn list_tools(config: &Config) -> Result<ToolListing, ToolboxError> {
         .into_iter()
         .filter_map(|(server, status)| status.err().map(|reason| (server, reason.to_string())))
         .collect();
-    let specs = toolbox.registry.list();
+    let mut specs = toolbox.registry.list();
+    // Built per run for the job's owner, over the store: listed here without one.
+    specs.extend(crate::knowledge_tools::knowledge_tool_specs());
     toolbox.shutdown().await;
     Ok(ToolListing { specs, unavailable })
 }

@@ -12,6 +12,7 @@ use maestro_store::{
     ChunkHit, KnowledgeScope, NewChunk, NewDocument, SHARED_OWNER, Store, StoreError,
     StoredDocument,
 };
+use maestro_tools_documents::DocumentsConfig;
 use maestro_tools_web::{SystemLookup, WebClient, WebError};
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
@@ -33,8 +34,9 @@ pub enum KnowledgeError {
     Store(#[from] StoreError),
     /// The document is of a format the knowledge base does not read.
     #[error(
-        "{source_name}: the knowledge base reads markdown (.md), text (.txt) and HTML (.html) \
-         documents, not {what}; convert it to one of those first"
+        "{source_name}: the knowledge base reads markdown (.md), text (.txt), HTML (.html), PDF, \
+         Word (.docx), PowerPoint (.pptx) and spreadsheet (.xlsx, .xls, .ods, .csv) documents, \
+         not {what}; convert it to one of those first"
     )]
     Format {
         /// The file or URL.
@@ -61,6 +63,15 @@ pub enum KnowledgeError {
         /// Why.
         #[source]
         source: maestro_knowledge::ExtractError,
+    },
+    /// A PDF or Office document could not be read (corrupt, encrypted, past the limits).
+    #[error("{source_name} cannot be read")]
+    Document {
+        /// The file or URL.
+        source_name: String,
+        /// Why.
+        #[source]
+        source: maestro_tools_documents::DocError,
     },
     /// The document has no text.
     #[error("{0} has no text to ingest")]
@@ -222,6 +233,49 @@ pub struct Knowledge {
     web: WebClient,
     max_web_bytes: u64,
     embedder: Option<(Arc<ModelClient>, String)>,
+    /// How PDFs and Office documents are read: the document tools' readers and limits.
+    documents: Arc<DocumentsConfig>,
+}
+
+/// How one document's bytes become text.
+#[derive(Debug, Clone)]
+enum Reader {
+    /// Markdown, text or HTML, read here.
+    Builtin(Format),
+    /// A PDF or Office document, read by the document tools' readers outside this process;
+    /// the string is its extension.
+    Document(String),
+}
+
+/// The reader for a file named `name`, by its extension.
+fn reader_for_path(name: &str) -> Option<Reader> {
+    let path = std::path::Path::new(name);
+    if let Some(format) = maestro_knowledge::format_for_path(path) {
+        return Some(Reader::Builtin(format));
+    }
+    let ext = path.extension()?.to_str()?.to_ascii_lowercase();
+    maestro_tools_documents::INDEXABLE
+        .contains(&ext.as_str())
+        .then_some(Reader::Document(ext))
+}
+
+/// The reader for a web response's `Content-Type`.
+fn reader_for_content_type(content_type: &str) -> Option<Reader> {
+    if let Some(format) = Format::for_content_type(content_type) {
+        return Some(Reader::Builtin(format));
+    }
+    let mime = content_type.split(';').next().unwrap_or("").trim();
+    let ext = match mime {
+        "application/pdf" => "pdf",
+        "application/vnd.openxmlformats-officedocument.wordprocessingml.document" => "docx",
+        "application/vnd.openxmlformats-officedocument.presentationml.presentation" => "pptx",
+        "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet" => "xlsx",
+        "application/vnd.ms-excel" => "xls",
+        "application/vnd.oasis.opendocument.spreadsheet" => "ods",
+        "text/csv" => "csv",
+        _ => return None,
+    };
+    Some(Reader::Document(ext.to_string()))
 }
 
 impl std::fmt::Debug for Knowledge {
@@ -274,6 +328,10 @@ impl Knowledge {
             web: WebClient::new(&config.web, Arc::new(SystemLookup)),
             max_web_bytes: config.web.max_bytes,
             embedder,
+            documents: Arc::new(DocumentsConfig::from_tools(
+                &config.tools,
+                maestro_tools_documents::ReaderCommand::current_exe(),
+            )),
         }
     }
 
@@ -310,14 +368,13 @@ impl Knowledge {
                         limit_mb: self.settings.max_document_mb,
                     });
                 }
-                let format = maestro_knowledge::format_for_path(std::path::Path::new(&name))
-                    .ok_or_else(|| KnowledgeError::Format {
-                        what: match std::path::Path::new(&name).extension() {
-                            Some(ext) => format!(".{} files", ext.to_string_lossy()),
-                            None => "files without an extension".to_string(),
-                        },
-                        source_name: name.clone(),
-                    })?;
+                let format = reader_for_path(&name).ok_or_else(|| KnowledgeError::Format {
+                    what: match std::path::Path::new(&name).extension() {
+                        Some(ext) => format!(".{} files", ext.to_string_lossy()),
+                        None => "files without an extension".to_string(),
+                    },
+                    source_name: name.clone(),
+                })?;
                 (name, bytes, format)
             }
             DocumentSource::Url(url) => {
@@ -341,10 +398,10 @@ impl Knowledge {
                 let by_type = fetched
                     .content_type
                     .as_deref()
-                    .and_then(Format::for_content_type);
-                let by_path = url::Url::parse(&fetched.final_url).ok().and_then(|u| {
-                    maestro_knowledge::format_for_path(std::path::Path::new(u.path()))
-                });
+                    .and_then(reader_for_content_type);
+                let by_path = url::Url::parse(&fetched.final_url)
+                    .ok()
+                    .and_then(|u| reader_for_path(u.path()));
                 let format = by_type.or(by_path).ok_or_else(|| KnowledgeError::Format {
                     source_name: url.clone(),
                     what: fetched
@@ -366,13 +423,28 @@ impl Knowledge {
                 created: false,
             });
         }
-        let extracted: Extracted =
-            maestro_knowledge::extract(format, &bytes).map_err(|source| {
-                KnowledgeError::Extract {
+        let extracted: Extracted = match format {
+            Reader::Builtin(format) => maestro_knowledge::extract(format, &bytes),
+            Reader::Document(ext) => {
+                let markdown = maestro_tools_documents::markdown_for_index(
+                    &self.documents,
+                    &format!("document.{ext}"),
+                    bytes,
+                    cancel,
+                )
+                .await
+                .map_err(|source| KnowledgeError::Document {
                     source_name: name.clone(),
                     source,
-                }
-            })?;
+                })?
+                .unwrap_or_default();
+                maestro_knowledge::extract(Format::Markdown, markdown.as_bytes())
+            }
+        }
+        .map_err(|source| KnowledgeError::Extract {
+            source_name: name.clone(),
+            source,
+        })?;
         let chunks = maestro_knowledge::chunk(
             &extracted.sections,
             ChunkOptions {

@@ -44,6 +44,20 @@ pub fn knowledge_tools(knowledge: Knowledge, owner: Option<&str>) -> Vec<Arc<dyn
     ]
 }
 
+/// The knowledge tools' specs (name, description, input schema), for listings made without a
+/// store (`maestro tools list`).
+pub fn knowledge_tool_specs() -> Vec<maestro_protocol::ToolSpec> {
+    fn spec<T: TypedTool>() -> maestro_protocol::ToolSpec {
+        maestro_tools::input::spec_for::<T::Input>(T::NAME, T::DESCRIPTION)
+    }
+    vec![
+        spec::<IngestDocument>(),
+        spec::<SearchKnowledge>(),
+        spec::<ListDocuments>(),
+        spec::<DeleteDocument>(),
+    ]
+}
+
 /// The knowledge base and whom the tools act for.
 #[derive(Debug)]
 struct Bound {
@@ -82,7 +96,7 @@ struct IngestDocument(Arc<Bound>);
 impl TypedTool for IngestDocument {
     type Input = IngestInput;
     const NAME: &'static str = "IngestDocument";
-    const DESCRIPTION: &'static str = "Add a workspace file (md, txt, html) or a URL to the knowledge base, cut into chunks on its headings or pages; the same content again is a no-op.";
+    const DESCRIPTION: &'static str = "Add a workspace file (md, txt, html, pdf, docx, pptx, xlsx, xls, ods, csv) or a URL to the knowledge base, cut into chunks on its headings or pages; the same content again is a no-op.";
 
     async fn run(&self, ctx: &ToolContext, input: IngestInput) -> ToolOutput {
         let is_url = input.source.starts_with("http://") || input.source.starts_with("https://");

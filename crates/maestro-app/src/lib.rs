@@ -90,7 +90,7 @@ pub use knowledge::{
     DEFAULT_COLLECTION, DEFAULT_K, DocumentInfo, DocumentSource, IngestOutcome, IngestRequest,
     Knowledge, KnowledgeError, MAX_K, SearchHit,
 };
-pub use knowledge_tools::{KNOWLEDGE_TOOLS, knowledge_tools};
+pub use knowledge_tools::{KNOWLEDGE_TOOLS, knowledge_tool_specs, knowledge_tools};
 pub use listing::{
     Commented, JobDetail, JobPage, MAX_PAGE, NotReady, TreeSpend, check_ready, comment_on_job,
     job_comments, job_counts, job_detail, jobs_page,

@@ -243,3 +243,48 @@ pub fn check_python_venv() {
         );
     }
 }
+
+/// Marks the build `no_document_writers` when `python3` cannot import the writers the document
+/// tests make their files with (python-docx, openpyxl, python-pptx, reportlab,
+/// msoffcrypto-tool), so those tests show as ignored (`bash scripts/prerequisites.sh` installs
+/// them).
+pub fn check_document_writers() {
+    println!("cargo::rustc-check-cfg=cfg(no_document_writers)");
+    println!("cargo::rerun-if-env-changed=PATH");
+    let writers = std::process::Command::new("python3")
+        .args(["-c", "import docx, openpyxl, pptx, reportlab, msoffcrypto"])
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !writers {
+        println!("cargo::rustc-cfg=no_document_writers");
+        println!(
+            "cargo::warning=the Python document writers are not installed \
+             (scripts/prerequisites.sh): the document tests will be ignored"
+        );
+    }
+}
+
+/// Marks the build `no_pdf_programs` when poppler-utils or qpdf are missing, so the PDF tests
+/// show as ignored (`bash scripts/prerequisites.sh` installs them).
+pub fn check_pdf_programs() {
+    println!("cargo::rustc-check-cfg=cfg(no_pdf_programs)");
+    println!("cargo::rerun-if-env-changed=PATH");
+    let programs = ["pdftotext", "pdfinfo", "pdftoppm", "qpdf"]
+        .iter()
+        .all(|p| {
+            std::process::Command::new(p)
+                .arg("-v")
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .status()
+                .is_ok()
+        });
+    if !programs {
+        println!("cargo::rustc-cfg=no_pdf_programs");
+        println!(
+            "cargo::warning=poppler-utils or qpdf is not installed (scripts/prerequisites.sh): \
+             the PDF tests will be ignored"
+        );
+    }
+}

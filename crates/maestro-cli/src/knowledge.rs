@@ -11,8 +11,8 @@ use crate::term::printable;
 
 #[derive(Debug, clap::Subcommand)]
 pub(crate) enum Command {
-    /// Add a file (md, txt, html) or an http(s) URL to the knowledge base; the same content
-    /// again is a no-op. Prints the document's id (and `unchanged` when it was there already).
+    /// Add a file (md, txt, html, pdf, docx, pptx, xlsx, xls, ods, csv) or an http(s) URL to
+    /// the knowledge base; the same content again is a no-op. Prints the document's id (and `unchanged` when it was there already).
     Ingest {
         /// A file path or an `http://` / `https://` URL.
         source: String,

@@ -114,3 +114,110 @@ async fn knowledge_commands_ingest_search_list_and_delete() {
         1
     );
 }
+
+/// Writes the documents `make_documents.py` (the document tools' test writers) makes for
+/// `what` into `dir`.
+fn make_documents(dir: &std::path::Path, what: &[&str]) {
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../maestro-tools-documents/tests/fixtures/make_documents.py");
+    let status = std::process::Command::new("python3")
+        .arg(&script)
+        .arg(dir)
+        .args(what)
+        .status()
+        .unwrap();
+    assert!(status.success(), "{} failed", script.display());
+}
+
+#[tokio::test]
+#[cfg_attr(
+    any(no_document_writers, no_pdf_programs),
+    ignore = "needs the Python document writers, poppler-utils and qpdf (scripts/prerequisites.sh)"
+)]
+async fn pdfs_and_office_documents_are_ingested_by_page_and_heading() {
+    let project = Project::new();
+    make_documents(project.path(), &["pdf", "docx", "xlsx", "pptx", "locked"]);
+
+    // A PDF: a chunk per page, each found with its page.
+    let pdf = lines(&ok(&project, &["knowledge", "ingest", "report.pdf", "--json"]).await);
+    assert_eq!(pdf[0]["created"], true, "{pdf:?}");
+    assert_eq!(pdf[0]["document"]["chunk_count"], 3, "{pdf:?}");
+    let hits = lines(
+        &ok(
+            &project,
+            &[
+                "knowledge",
+                "search",
+                "body text of page 2",
+                "-k",
+                "1",
+                "--json",
+            ],
+        )
+        .await,
+    );
+    assert_eq!(hits[0]["location"], "Page 2", "{hits:?}");
+    assert!(
+        hits[0]["text"].as_str().unwrap().contains("Chapter 2"),
+        "{hits:?}"
+    );
+    // The same bytes again: nothing is done.
+    let again = lines(&ok(&project, &["knowledge", "ingest", "report.pdf", "--json"]).await);
+    assert_eq!(again[0]["created"], false);
+    assert_eq!(again[0]["document"]["id"], pdf[0]["document"]["id"]);
+
+    // Word, Excel and PowerPoint keep their headings, sheets and slides as locations.
+    let docx = lines(&ok(&project, &["knowledge", "ingest", "report.docx", "--json"]).await);
+    assert_eq!(docx[0]["document"]["title"], "Quarterly Report", "{docx:?}");
+    let hits = lines(
+        &ok(
+            &project,
+            &[
+                "knowledge",
+                "search",
+                "northern figure region sales",
+                "--json",
+            ],
+        )
+        .await,
+    );
+    let docx_id = docx[0]["document"]["id"].as_str().unwrap();
+    let hit = hits
+        .iter()
+        .find(|h| h["document_id"] == docx_id)
+        .unwrap_or_else(|| panic!("no hit in the docx: {hits:?}"));
+    assert!(
+        hit["text"].as_str().unwrap().contains("| North | 120 |"),
+        "{hit}"
+    );
+    ok(&project, &["knowledge", "ingest", "book.xlsx"]).await;
+    let hits = lines(
+        &ok(
+            &project,
+            &[
+                "knowledge",
+                "search",
+                "Prepared by finance",
+                "-k",
+                "1",
+                "--json",
+            ],
+        )
+        .await,
+    );
+    assert!(
+        hits[0]["location"].as_str().unwrap().contains("Notes"),
+        "{hits:?}"
+    );
+
+    // An encrypted workbook is refused with the reason, and nothing is stored.
+    let out = project
+        .maestro(&["knowledge", "ingest", "locked.xlsx"])
+        .await;
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(err.contains("locked.xlsx cannot be read"), "{err}");
+    assert!(err.contains("encrypted"), "{err}");
+    let listed = lines(&ok(&project, &["knowledge", "list", "--json"]).await);
+    assert_eq!(listed.len(), 3, "{listed:?}");
+}

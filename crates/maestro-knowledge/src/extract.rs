@@ -1,11 +1,10 @@
 //! Documents to text with their structure: each [`Section`] is a run of text under one heading
 //! (markdown, HTML) or on one page (plain text with form feeds), and carries where it is.
 //!
-//! The built-in formats are markdown, plain text and HTML ([`Format`]). Other formats (PDF,
-//! Word, spreadsheets, slides) come from a documents crate through an [`Extractor`]: it says
-//! which file extensions it reads and gives back the same [`Extracted`] sections (a page per
-//! section for a PDF, a sheet or a slide per section for the others), so that chunking, storage
-//! and search do not change.
+//! The formats read here are markdown, plain text and HTML ([`Format`]). PDFs and Office
+//! documents are read by the document tools' readers, outside the process (`maestro-app`'s
+//! knowledge base), into markdown whose headings mark pages, slides and sheets, which is then
+//! read here as markdown, so chunking, storage and search do not change.
 
 use std::path::Path;
 
@@ -76,18 +75,6 @@ pub enum ExtractError {
     /// The HTML converter failed.
     #[error("the HTML could not be converted to text")]
     Html(#[source] std::io::Error),
-    /// An [`Extractor`] failed.
-    #[error("{0}")]
-    Other(String),
-}
-
-/// A reader of another document format (the extension point for office documents): it names
-/// the file extensions it reads and turns a file's bytes into sections.
-pub trait Extractor: Send + Sync {
-    /// The lower-case extensions it reads, without the dot (`pdf`, `docx`).
-    fn extensions(&self) -> &[&str];
-    /// The document's text in sections (one per page, sheet or slide where the format has them).
-    fn extract(&self, bytes: &[u8]) -> Result<Extracted, ExtractError>;
 }
 
 /// Reads `bytes` in the built-in `format`.

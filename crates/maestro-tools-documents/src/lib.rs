@@ -8,6 +8,7 @@
 mod child;
 mod docx;
 mod error;
+mod index;
 mod markdown;
 mod office;
 mod package;
@@ -23,6 +24,7 @@ use std::time::Duration;
 
 pub use child::{READER_ARG, reader_main};
 pub use error::DocError;
+pub use index::{INDEXABLE, markdown_for_index};
 use maestro_tools::catalog::{ToolCatalog, available};
 use maestro_tools::{SandboxConfig, Tool, ToolsConfig};
 pub use protocol::ReadFailure;

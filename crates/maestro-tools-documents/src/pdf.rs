@@ -133,6 +133,30 @@ async fn open(
     })
 }
 
+/// The text of every page of the workspace PDF `file_path`, in order (an empty string for a page
+/// without a text layer).
+pub(crate) async fn page_texts(
+    config: &DocumentsConfig,
+    ctx: &ToolContext,
+    file_path: &str,
+) -> Result<Vec<String>, DocError> {
+    let pdf = open(config, ctx, file_path, "IngestDocument").await?;
+    let mut sandbox_config = config.clone();
+    // The whole text at once: the output cap is the index's, not one answer's.
+    sandbox_config.max_output_chars = sandbox_config.max_output_chars.max(4 * 1024 * 1024);
+    let text = program(
+        &sandbox_config,
+        ctx,
+        &format!("pdftotext -q -raw -enc UTF-8 {} - 2>&1", quote(&pdf.arg)),
+        &[],
+    )
+    .await
+    .map_err(classify)?;
+    let mut pages: Vec<String> = text.split('\u{c}').map(str::to_string).collect();
+    pages.resize(pdf.pages as usize, String::new());
+    Ok(pages)
+}
+
 /// A failed poppler or qpdf program as a file error: a password, a damaged file.
 fn classify(e: DocError) -> DocError {
     let DocError::Program(output) = e else {

@@ -45,15 +45,16 @@ python3 -c 'import mcp' 2>/dev/null \
 # The official OpenAI client, which the gateway's tests drive the gateway with (pinned).
 python3 -c 'import openai, sys; sys.exit(openai.__version__ != "3.51.0")' 2>/dev/null \
   || python3 -m pip install -q --disable-pip-version-check 'openai==3.51.0'
-# The writers the document tools' tests make their Word, Excel, PowerPoint and PDF files with,
+# The writers the document tools' tests make their Word, Excel (xlsx, xls), OpenDocument,
+# PowerPoint and PDF files with,
 # and msoffcrypto-tool to encrypt them as Office does (pinned).
 python3 - <<'PY' 2>/dev/null \
   || python3 -m pip install -q --disable-pip-version-check 'python-docx==1.2.0' 'openpyxl==3.1.5' \
-    'python-pptx==1.0.2' 'reportlab==4.2.5' 'msoffcrypto-tool==5.4.2'
+    'python-pptx==1.0.2' 'reportlab==4.2.5' 'msoffcrypto-tool==5.4.2' 'xlwt==1.3.0' 'odfpy==1.4.1'
 import sys
 from importlib.metadata import version
 pins = {"python-docx": "1.2.0", "openpyxl": "3.1.5", "python-pptx": "1.0.2",
-        "reportlab": "4.2.5", "msoffcrypto-tool": "5.4.2"}
+        "reportlab": "4.2.5", "msoffcrypto-tool": "5.4.2", "xlwt": "1.3.0", "odfpy": "1.4.1"}
 sys.exit(any(version(name) != pin for name, pin in pins.items()))
 PY
 MCP_FS=/opt/maestro-test/node_modules/.bin/mcp-server-filesystem

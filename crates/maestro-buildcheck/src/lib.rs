@@ -246,13 +246,16 @@ pub fn check_python_venv() {
 
 /// Marks the build `no_document_writers` when `python3` cannot import the writers the document
 /// tests make their files with (python-docx, openpyxl, python-pptx, reportlab,
-/// msoffcrypto-tool), so those tests show as ignored (`bash scripts/prerequisites.sh` installs
-/// them).
+/// msoffcrypto-tool, xlwt, odfpy), so those tests show as ignored
+/// (`bash scripts/prerequisites.sh` installs them).
 pub fn check_document_writers() {
     println!("cargo::rustc-check-cfg=cfg(no_document_writers)");
     println!("cargo::rerun-if-env-changed=PATH");
     let writers = std::process::Command::new("python3")
-        .args(["-c", "import docx, openpyxl, pptx, reportlab, msoffcrypto"])
+        .args([
+            "-c",
+            "import docx, openpyxl, pptx, reportlab, msoffcrypto, xlwt, odf",
+        ])
         .stderr(std::process::Stdio::null())
         .status()
         .is_ok_and(|s| s.success());

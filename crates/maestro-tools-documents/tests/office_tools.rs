@@ -407,3 +407,38 @@ async fn a_reader_that_hangs_is_killed_at_the_time_limit() {
     }
     assert!(gone, "the reader {pid} is still running");
 }
+
+#[tokio::test]
+#[cfg_attr(
+    no_document_writers,
+    ignore = "needs the Python document writers (scripts/prerequisites.sh)"
+)]
+async fn read_excel_reads_excel_97_and_opendocument_sheets_with_their_dates() {
+    let ws = workspace(&["legacy"]);
+    let xls = call(ws.path(), "ReadExcel", json!({"file_path": "old.xls"})).await;
+    assert!(xls.ok, "{}", xls.output);
+    let expected = "Sheets:\n\
+- \"Ledger\": 3 rows x 3 columns, cells A1:C3\n\
+- \"Empty\": 0 rows x 0 columns\n\n\
+## Sheet: Ledger\n\n\
+|  | A | B | C |\n\
+| --- | --- | --- | --- |\n\
+| 1 | Item | Amount | Paid |\n\
+| 2 | Rent | 1200 | 2023-01-31 |\n\
+| 3 | Power | 87.5 | 2023-02-28 |\n\n\
+## Sheet: Empty\n\n\
+(no cells in this range)\n";
+    assert_eq!(xls.output, expected);
+
+    let ods = call(ws.path(), "ReadExcel", json!({"file_path": "plan.ods"})).await;
+    assert!(ods.ok, "{}", ods.output);
+    let expected = "Sheets:\n\
+- \"Plan\": 3 rows x 3 columns, cells A1:C3\n\n\
+## Sheet: Plan\n\n\
+|  | A | B | C |\n\
+| --- | --- | --- | --- |\n\
+| 1 | Task | Hours | Due |\n\
+| 2 | Design | 12.5 | 2024-05-01 |\n\
+| 3 | Build | 40 | 2024-06-15 |\n";
+    assert_eq!(ods.output, expected);
+}

@@ -50,11 +50,13 @@ python3 -c 'import openai, sys; sys.exit(openai.__version__ != "3.51.0")' 2>/dev
 # and msoffcrypto-tool to encrypt them as Office does (pinned).
 python3 - <<'PY' 2>/dev/null \
   || python3 -m pip install -q --disable-pip-version-check 'python-docx==1.2.0' 'openpyxl==3.1.5' \
-    'python-pptx==1.0.2' 'reportlab==4.2.5' 'msoffcrypto-tool==5.4.2' 'xlwt==1.3.0' 'odfpy==1.4.1'
+    'python-pptx==1.0.2' 'reportlab==4.2.5' 'msoffcrypto-tool==5.4.2' 'xlwt==1.3.0' 'odfpy==1.4.1' \
+    'pypandoc-binary==1.17'
 import sys
 from importlib.metadata import version
 pins = {"python-docx": "1.2.0", "openpyxl": "3.1.5", "python-pptx": "1.0.2",
-        "reportlab": "4.2.5", "msoffcrypto-tool": "5.4.2", "xlwt": "1.3.0", "odfpy": "1.4.1"}
+        "reportlab": "4.2.5", "msoffcrypto-tool": "5.4.2", "xlwt": "1.3.0", "odfpy": "1.4.1",
+        "pypandoc-binary": "1.17"}
 sys.exit(any(version(name) != pin for name, pin in pins.items()))
 PY
 MCP_FS=/opt/maestro-test/node_modules/.bin/mcp-server-filesystem

@@ -246,7 +246,7 @@ pub fn check_python_venv() {
 
 /// Marks the build `no_document_writers` when `python3` cannot import the writers the document
 /// tests make their files with (python-docx, openpyxl, python-pptx, reportlab,
-/// msoffcrypto-tool, xlwt, odfpy), so those tests show as ignored
+/// msoffcrypto-tool, xlwt, odfpy, pypandoc-binary), so those tests show as ignored
 /// (`bash scripts/prerequisites.sh` installs them).
 pub fn check_document_writers() {
     println!("cargo::rustc-check-cfg=cfg(no_document_writers)");
@@ -254,7 +254,7 @@ pub fn check_document_writers() {
     let writers = std::process::Command::new("python3")
         .args([
             "-c",
-            "import docx, openpyxl, pptx, reportlab, msoffcrypto, xlwt, odf",
+            "import docx, openpyxl, pptx, reportlab, msoffcrypto, xlwt, odf, pypandoc",
         ])
         .stderr(std::process::Stdio::null())
         .status()

@@ -42,10 +42,12 @@ pub(crate) fn read(bytes: &[u8], max_expanded: u64) -> Result<String, ReadFailur
     };
     let mut out = String::new();
     blocks(&cx, body, &mut out);
+    let (numbered, footnotes) = number_footnotes(&out, footnotes);
+    out = numbered;
     if !footnotes.is_empty() {
         out.push_str("\n## Footnotes\n\n");
-        for (id, text) in &footnotes {
-            let _ = writeln!(out, "[^{id}]: {text}");
+        for (number, text) in &footnotes {
+            let _ = writeln!(out, "[^{number}]: {text}");
         }
     }
     if !comments.is_empty() {
@@ -268,6 +270,57 @@ impl Numbering {
 }
 
 /// Footnotes (or endnotes) by id, without the separator notes Word writes.
+/// Footnotes numbered 1, 2, … in the order the text refers to them, as Word shows them (the
+/// ids in the file are internal and often start elsewhere): `text` with its `[^id]` markers
+/// renumbered, and the notes in that order (notes the text never refers to come last).
+fn number_footnotes(text: &str, notes: Vec<(String, String)>) -> (String, Vec<(usize, String)>) {
+    if notes.is_empty() {
+        return (text.to_string(), Vec::new());
+    }
+    let mut order: Vec<String> = Vec::new();
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find("[^") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let id_len = after
+            .find(']')
+            .filter(|&n| n > 0 && after[..n].bytes().all(|b| b.is_ascii_digit() || b == b'-'));
+        match id_len {
+            Some(n) if notes.iter().any(|(id, _)| id == &after[..n]) => {
+                let id = &after[..n];
+                let number = match order.iter().position(|seen| seen == id) {
+                    Some(i) => i + 1,
+                    None => {
+                        order.push(id.to_string());
+                        order.len()
+                    }
+                };
+                let _ = write!(out, "[^{number}]");
+                rest = &after[n + 1..];
+            }
+            _ => {
+                out.push_str("[^");
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    let mut numbered: Vec<(usize, String)> = Vec::new();
+    let mut unreferenced = Vec::new();
+    for (id, note) in notes {
+        match order.iter().position(|seen| *seen == id) {
+            Some(i) => numbered.push((i + 1, note)),
+            None => unreferenced.push(note),
+        }
+    }
+    numbered.sort_by_key(|(n, _)| *n);
+    for note in unreferenced {
+        numbered.push((numbered.len() + 1, note));
+    }
+    (out, numbered)
+}
+
 fn notes(root: Option<&Element>, name: &str) -> Vec<(String, String)> {
     let Some(root) = root else { return Vec::new() };
     root.elements()

@@ -442,3 +442,20 @@ async fn read_excel_reads_excel_97_and_opendocument_sheets_with_their_dates() {
 | 3 | Build | 40 | 2024-06-15 |\n";
     assert_eq!(ods.output, expected);
 }
+
+#[tokio::test]
+#[cfg_attr(
+    no_document_writers,
+    ignore = "needs the Python document writers (scripts/prerequisites.sh)"
+)]
+async fn read_docx_gives_footnotes_at_their_markers_and_at_the_end() {
+    let ws = workspace(&["footnotes"]);
+    let out = call(ws.path(), "ReadDocx", json!({"file_path": "notes.docx"})).await;
+    assert!(out.ok, "{}", out.output);
+    // pandoc numbers its footnotes from 9 inside the file; they read as Word shows them.
+    assert_eq!(
+        out.output,
+        "## Sources\n\nThe claim needs a source.[^1] Another sentence follows.[^2]\n\n\
+## Footnotes\n\n[^1]: Smith, 2020, page 4.\n[^2]: See the appendix.\n"
+    );
+}

@@ -33,10 +33,11 @@ pub struct Registry {
     config: Arc<ToolsConfig>,
 }
 
-/// A tool with the spec it had when it was registered.
+/// A tool with the spec it had when it was registered. The spec is shared, so that copying
+/// the list (a run registering its own tools) copies pointers, not schemas.
 #[derive(Clone)]
 struct Registered {
-    spec: ToolSpec,
+    spec: Arc<ToolSpec>,
     tool: Arc<dyn Tool>,
 }
 
@@ -73,7 +74,7 @@ impl Registry {
 
     /// Adds a tool; a tool with the same name replaces the earlier one.
     pub fn register(&mut self, tool: Arc<dyn Tool>) {
-        let spec = tool.spec();
+        let spec = Arc::new(tool.spec());
         let tools = Arc::make_mut(&mut self.tools);
         tools.retain(|t| t.spec.name != spec.name);
         tools.push(Registered { spec, tool });
@@ -81,7 +82,7 @@ impl Registry {
 
     /// Every registered tool's spec, in registration order.
     pub fn list(&self) -> Vec<ToolSpec> {
-        self.tools.iter().map(|t| t.spec.clone()).collect()
+        self.tools.iter().map(|t| ToolSpec::clone(&t.spec)).collect()
     }
 
     fn names(&self) -> Vec<&str> {
@@ -99,7 +100,7 @@ impl Registry {
 
     /// The spec of the tool `name`, as built when it was registered.
     pub fn spec(&self, name: &str) -> Option<&ToolSpec> {
-        self.find(name).map(|t| &t.spec)
+        self.find(name).map(|t| &*t.spec)
     }
 
     /// What a movement is offered: the tools named in `allowed_tools` (exact names, `mcp__*` for
@@ -109,7 +110,7 @@ impl Registry {
         self.tools
             .iter()
             .filter(|t| is_offered(&t.spec.name, allowed_tools, edit))
-            .map(|t| t.spec.clone())
+            .map(|t| ToolSpec::clone(&t.spec))
             .collect()
     }
 

@@ -170,12 +170,16 @@ impl BrowseWeb {
             self.check_url(url).await?;
         }
         let mut guard = self.session.lock().await;
+        if guard.as_mut().is_some_and(|s| !s.alive()) {
+            tracing::warn!("BrowseWeb: Chromium exited; the next call with `url` starts it again");
+            *guard = None;
+        }
         let has_page = guard.as_ref().is_some_and(|s| s.page.is_some());
         if input.url.is_none() && !has_page {
             return Err(BrowseError::Url(
                 "no page is open in this run: a run's first BrowseWeb call must pass `url`, and a \
                  run resumed on another worker or after a restart has lost the page it had; pass \
-                 `url` to open the page again"
+                 `url` to open the page again (a browser that crashed has lost it too)"
                     .to_string(),
             ));
         }
@@ -184,6 +188,7 @@ impl BrowseWeb {
             empty => empty.insert(Session::launch(&self.settings, self.policy.clone()).await?),
         };
         session.take_refusals();
+        session.take_dialogs();
         let downloads = downloads_dir(&ctx.workspace)?;
         let before = list(&downloads);
         session.download_to(&downloads).await?;
@@ -241,6 +246,9 @@ impl BrowseWeb {
             } else {
                 notes.push(format!("Downloaded {shown}."));
             }
+        }
+        for message in session.take_dialogs() {
+            notes.push(format!("The page showed a dialog, accepted: {message:?}."));
         }
         let refusals = session.take_refusals();
         drop(guard);

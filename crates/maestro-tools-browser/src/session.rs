@@ -7,7 +7,9 @@ use std::time::Duration;
 use chromiumoxide::cdp::browser_protocol::browser::{
     SetDownloadBehaviorBehavior, SetDownloadBehaviorParams,
 };
-use chromiumoxide::cdp::browser_protocol::page::CaptureScreenshotFormat;
+use chromiumoxide::cdp::browser_protocol::page::{
+    CaptureScreenshotFormat, EventJavascriptDialogOpening, HandleJavaScriptDialogParams,
+};
 use chromiumoxide::page::ScreenshotParams;
 use chromiumoxide::{Browser, BrowserConfig, Page};
 use futures::StreamExt;
@@ -20,6 +22,8 @@ use crate::proxy::{GuardProxy, ProxyPolicy, Refusal};
 const WINDOW: (u32, u32) = (1280, 900);
 /// How often a condition is polled while waiting.
 const POLL: Duration = Duration::from_millis(100);
+/// Longest wait for a page to finish loading after an action.
+const SETTLE: Duration = Duration::from_secs(10);
 
 /// Chromium's switches (without their leading `--`) besides the profile, the proxy and the heap limit: no network of its
 /// own (no QUIC, no DNS prefetch, no background requests, WebRTC only through the proxy), no
@@ -55,6 +59,10 @@ pub(crate) struct Session {
     handler: tokio::task::JoinHandle<()>,
     /// The page the run is on; `None` until the first navigation.
     pub(crate) page: Option<Page>,
+    /// Accepts the page's `alert`, `confirm` and `prompt` dialogs, which would stall it.
+    dialogs: Option<tokio::task::JoinHandle<()>>,
+    /// The dialogs' messages since the last call.
+    dialog_texts: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
     proxy: GuardProxy,
     profile: tempfile::TempDir,
 }
@@ -73,6 +81,9 @@ impl Drop for Session {
     /// removed under a running browser would be written to again and left behind.
     fn drop(&mut self) {
         self.handler.abort();
+        if let Some(dialogs) = &self.dialogs {
+            dialogs.abort();
+        }
         if let Some(child) = self.browser.get_mut_child() {
             let _ = child.inner.start_kill();
             for _ in 0..100 {
@@ -165,9 +176,18 @@ impl Session {
             browser,
             handler,
             page: None,
+            dialogs: None,
+            dialog_texts: std::sync::Arc::default(),
             proxy,
             profile,
         })
+    }
+
+    /// Whether Chromium is still running (it may have crashed or been killed).
+    pub(crate) fn alive(&mut self) -> bool {
+        self.browser
+            .get_mut_child()
+            .is_some_and(|child| matches!(child.inner.try_wait(), Ok(None)))
     }
 
     /// The guard's refusals since the last call.
@@ -199,8 +219,32 @@ impl Session {
             .new_page("about:blank")
             .await
             .map_err(BrowseError::cdp)?;
+        let mut opened = page
+            .event_listener::<EventJavascriptDialogOpening>()
+            .await
+            .map_err(BrowseError::cdp)?;
+        let texts = std::sync::Arc::clone(&self.dialog_texts);
+        let answering = page.clone();
+        self.dialogs = Some(tokio::spawn(async move {
+            while let Some(dialog) = opened.next().await {
+                if let Ok(mut list) = texts.lock() {
+                    list.push(dialog.message.clone());
+                }
+                let _ = answering
+                    .execute(HandleJavaScriptDialogParams::new(true))
+                    .await;
+            }
+        }));
         self.page = Some(page.clone());
         Ok(page)
+    }
+
+    /// The messages of the dialogs the page opened (and that were accepted) since the last call.
+    pub(crate) fn take_dialogs(&self) -> Vec<String> {
+        self.dialog_texts
+            .lock()
+            .map(|mut list| std::mem::take(&mut *list))
+            .unwrap_or_default()
     }
 
     /// Closes pages beyond `max` (pop-ups, new tabs), never the run's own; how many it closed.
@@ -236,8 +280,13 @@ pub(crate) async fn goto(page: &Page, url: &str) -> Result<(), BrowseError> {
     Ok(())
 }
 
-/// Waits until the document has loaded (a click or `back` may have started a navigation).
+/// Waits until the document has loaded (a click or `back` may have started a navigation), at
+/// most [`SETTLE`]: a page whose last image never arrives is still read as it is.
 pub(crate) async fn settle(page: &Page) {
+    let _ = tokio::time::timeout(SETTLE, loaded(page)).await;
+}
+
+async fn loaded(page: &Page) {
     tokio::time::sleep(POLL).await;
     loop {
         let state = page

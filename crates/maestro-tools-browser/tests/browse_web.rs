@@ -104,6 +104,12 @@ async fn start() -> Server {
         .route("/data", get(record))
         .route("/report.csv", get(report))
         .route(
+            "/alert",
+            get(|| async {
+                Html("<!doctype html><body><script>alert('Cookies!')</script><h1>After the alert</h1></body>")
+            }),
+        )
+        .route(
             "/to-metadata",
             get(|| async { Redirect::temporary("http://169.254.169.254/latest/meta-data/") }),
         )
@@ -372,6 +378,24 @@ async fn every_request_of_the_page_to_a_private_address_is_refused_by_the_guard(
         Vec::<String>::new(),
         "another port of the machine"
     );
+}
+
+#[tokio::test]
+#[cfg_attr(
+    no_chromium,
+    ignore = "needs /usr/bin/chromium: scripts/prerequisites.sh"
+)]
+async fn a_dialog_is_accepted_and_named_instead_of_stalling_the_page() {
+    let server = start().await;
+    let ws = tempfile::tempdir().unwrap();
+    let registry = registry(&server);
+    let out = browse(&registry, ws.path(), json!({"url": server.url("/alert")})).await;
+    let text = ok(&out);
+    assert!(
+        text.contains("The page showed a dialog, accepted: \"Cookies!\"."),
+        "{text}"
+    );
+    assert!(text.contains("# After the alert"), "{text}");
 }
 
 #[tokio::test]

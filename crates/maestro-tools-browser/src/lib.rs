@@ -194,6 +194,7 @@ impl BrowseWeb {
         session.download_to(&downloads).await?;
         let page = session.page().await?;
         let mut notes = Vec::new();
+        let mut screenshots = Vec::new();
         if let Some(url) = &input.url {
             session::goto(&page, url).await?;
         }
@@ -225,6 +226,7 @@ impl BrowseWeb {
                         "Screenshot saved to {shown} ({} bytes, PNG); ReadImage can show it.",
                         png.len()
                     ));
+                    screenshots.push(path);
                 }
                 Action::Back(true) => session::back(&page).await?,
                 Action::Back(false) => {}
@@ -239,7 +241,11 @@ impl BrowseWeb {
             ));
         }
         let (url, title, html) = session::snapshot(&page).await?;
-        for file in list(&downloads).difference(&before) {
+        let after = list(&downloads);
+        let new_files = after
+            .difference(&before)
+            .filter(|f| !screenshots.iter().any(|s| s.file_name() == f.file_name()));
+        for file in new_files {
             let shown = display(&ctx.workspace, file);
             if shown.ends_with(".crdownload") {
                 notes.push(format!("A download is still in progress: {shown}."));

@@ -212,6 +212,10 @@ async fn drives_a_page_and_keeps_it_open_between_calls() {
         text.contains("Screenshot saved to input/greeted.png"),
         "{text}"
     );
+    assert!(
+        !text.contains("Downloaded"),
+        "a screenshot is not a download: {text}"
+    );
     let png = std::fs::File::open(ws.path().join("input/greeted.png")).unwrap();
     let mut reader = png::Decoder::new(std::io::BufReader::new(png))
         .read_info()
@@ -265,7 +269,11 @@ async fn drives_a_page_and_keeps_it_open_between_calls() {
         json!({"actions": [{"click": "#file"}]}),
     )
     .await;
-    ok(&out);
+    let text = ok(&out);
+    assert!(
+        !text.contains("greeted"),
+        "earlier screenshots are not downloads: {text}"
+    );
     let report = ws.path().join("input/report.csv");
     for _ in 0..50 {
         if report.exists() {

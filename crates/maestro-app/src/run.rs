@@ -553,6 +553,9 @@ async fn run_prepared(
     };
     let knowledge = crate::knowledge::Knowledge::with_client(ctx.store.clone(), &config, embedder);
     crate::knowledge_tools::register(&mut registry, knowledge, claimed.job.owner.as_deref());
+    // The run's own browser: started on its first BrowseWeb call, closed (its profile removed)
+    // when the run's registry is dropped. A resumed run starts without one.
+    registry.register(maestro_tools_browser::browse_web(&config.web));
     let mut engine = Engine::new(provider, registry, engine_config);
     if let Some(key) = config.llm.api_key.clone() {
         engine = engine.with_secret(key);

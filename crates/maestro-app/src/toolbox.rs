@@ -1,7 +1,8 @@
 //! The full tool set, built from the loaded configuration: the built-in tools of `maestro-tools`
 //! (`tools:`), the web tools of `maestro-tools-web` (`web:`), the SSH tools of
 //! `maestro-tools-ssh` (`ssh:`), the document tools of `maestro-tools-documents` (limits from
-//! `tools:`) and the tools of the MCP servers (`maestro-tools-mcp`, `mcp:`).
+//! `tools:`), `BrowseWeb` of `maestro-tools-browser` (`web:`, `web.browser:`) and the tools of the
+//! MCP servers (`maestro-tools-mcp`, `mcp:`).
 //! This is the one place tools are assembled: `maestro run`, `maestro tools` and the workers all
 //! build their registry here, so a tool called by hand behaves as it does in a run, and the
 //! catalogue pieces are validated against ([`tool_catalog`]) names the same tools.
@@ -107,6 +108,7 @@ pub fn tool_catalog(config: &Config) -> ToolCatalog {
     maestro_tools_ssh::add_to_catalog(&mut catalog, config.ssh.connections.len());
     maestro_tools::catalog::available(&mut catalog, crate::knowledge_tools::KNOWLEDGE_TOOLS);
     maestro_tools_documents::add_to_catalog(&mut catalog);
+    maestro_tools_browser::add_to_catalog(&mut catalog);
     catalog
 }
 
@@ -210,6 +212,9 @@ impl Toolbox {
         for tool in document_tools(config) {
             registry.register(tool);
         }
+        // A run replaces this one with its own (`run.rs`): the browser and its page belong to
+        // one run. This one serves `maestro tools` and is closed with the toolbox.
+        registry.register(maestro_tools_browser::browse_web(&config.web));
         let selected = McpConfig {
             servers: config
                 .mcp
@@ -310,6 +315,7 @@ mod tests {
         for tool in document_tools(&config) {
             registry.register(tool);
         }
+        registry.register(maestro_tools_browser::browse_web(&config.web));
         let mut registered: Vec<String> = registry.list().into_iter().map(|s| s.name).collect();
         registered.sort();
         let mut catalog =
@@ -319,6 +325,7 @@ mod tests {
         maestro_tools::catalog::available(&mut catalog, crate::knowledge_tools::KNOWLEDGE_TOOLS);
         // The knowledge tools need the store and are added per run, as the engine's are.
         maestro_tools_documents::add_to_catalog(&mut catalog);
+        maestro_tools_browser::add_to_catalog(&mut catalog);
         let available: Vec<&str> = catalog
             .names()
             .filter(|n| catalog.get(n) == Some(&Availability::Available))
@@ -348,7 +355,8 @@ mod tests {
         assert!(why("SshExec").contains("ssh.connections"));
         assert!(why("CreatePiece").contains("tools.pieces_dir"));
         assert!(why("SpawnSubTask").contains("subtasks.max_depth"));
-        assert!(why("BrowseWeb").contains("does not have it yet"));
+        assert!(why("ReadImage").contains("does not have it yet"));
+        assert_eq!(catalog.get("BrowseWeb"), Some(&Availability::Available));
         assert_eq!(catalog.get("Read"), Some(&Availability::Available));
         assert_eq!(catalog.get("WebFetch"), Some(&Availability::Available));
     }

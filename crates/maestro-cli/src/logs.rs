@@ -10,8 +10,9 @@ use tracing_subscriber::fmt::MakeWriter;
 
 /// The filter used when neither variable is set.
 /// Warnings, plus which sandbox `Bash` chose (logged once per process), which an operator must
-/// always be able to see.
-const DEFAULT_FILTER: &str = "warn,maestro::sandbox=info";
+/// always be able to see. The CDP client under BrowseWeb warns of every browser event newer than
+/// its protocol tables; only its errors are shown.
+const DEFAULT_FILTER: &str = "warn,maestro::sandbox=info,chromiumoxide=error";
 
 /// The live progress display, while one is drawn: log lines are printed through it.
 static DISPLAY: Mutex<Option<indicatif::MultiProgress>> = Mutex::new(None);

@@ -109,6 +109,7 @@ async fn mcp_tools_are_listed_and_called_and_their_servers_stopped() {
         "WebFetch",
         "DownloadFile",
         "WebSearch",
+        "BrowseWeb",
         "SshExec",
         "SshUpload",
         "SshDownload",

@@ -32,7 +32,8 @@ pub struct Config {
     /// `tools:` — the built-in tools: the `Bash` sandbox and its limits, writable directories,
     /// output caps, piece and skill directories.
     pub tools: ToolsConfig,
-    /// `web:` — what `WebFetch`, `DownloadFile` and `WebSearch` may reach, and their limits.
+    /// `web:` — what `WebFetch`, `DownloadFile`, `WebSearch` and `BrowseWeb` may reach, and their
+    /// limits.
     pub web: WebConfig,
     /// `mcp:` — the MCP servers whose tools agents may use.
     pub mcp: McpConfig,

@@ -148,7 +148,7 @@ fn not_text(url: &str, what: &str) -> WebError {
     }
 }
 
-fn html_to_markdown(html: &str) -> Result<String, WebError> {
+pub(crate) fn html_to_markdown(html: &str) -> Result<String, WebError> {
     let converter = htmd::HtmlToMarkdown::builder()
         .skip_tags(vec![
             "script", "style", "noscript", "template", "svg", "iframe", "object", "embed", "head",

@@ -42,6 +42,8 @@ pub struct WebConfig {
     pub timeout_secs: u64,
     /// The search provider; without one WebSearch answers that it is not configured.
     pub search: Option<SearchProvider>,
+    /// `BrowseWeb`'s headless Chromium (`web.browser`); the guard above applies to it too.
+    pub browser: BrowserSettings,
 }
 
 impl Default for WebConfig {
@@ -53,6 +55,7 @@ impl Default for WebConfig {
             max_output_chars: 60_000,
             timeout_secs: 30,
             search: None,
+            browser: BrowserSettings::default(),
         }
     }
 }
@@ -71,6 +74,37 @@ pub struct SearchProvider {
     /// Base URL of a SearXNG instance with the JSON format enabled, e.g. `http://searx.lan:8080`.
     /// Its host is trusted by WebSearch (the operator chose it), not by the other web tools.
     pub searxng_url: String,
+}
+
+/// `web.browser:` in the configuration: `BrowseWeb`'s headless Chromium and its limits.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BrowserSettings {
+    /// The Chromium program (Debian's `chromium` package installs `/usr/bin/chromium`).
+    pub chromium: String,
+    /// Time limit of one BrowseWeb call (navigation and every action), in seconds.
+    pub timeout_secs: u64,
+    /// Pages (tabs and pop-ups) a run's browser may keep open; newer ones are closed.
+    pub max_pages: usize,
+    /// JavaScript heap limit of each page, in MiB (V8's `--max-old-space-size`).
+    pub max_heap_mb: u64,
+}
+
+impl Default for BrowserSettings {
+    fn default() -> Self {
+        BrowserSettings {
+            chromium: "/usr/bin/chromium".to_string(),
+            timeout_secs: 60,
+            max_pages: 4,
+            max_heap_mb: 512,
+        }
+    }
+}
+
+/// Turns an HTML page into readable markdown, as `WebFetch` does (scripts, styles and the head
+/// left out, runs of blank lines folded).
+pub fn html_to_markdown(html: &str) -> Result<String, WebError> {
+    fetch::html_to_markdown(html)
 }
 
 /// The three web tools, resolving names with the system resolver.

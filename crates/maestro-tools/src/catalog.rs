@@ -42,7 +42,6 @@ pub const PLANNED_TOOLS: &[&str] = &[
     "AnnotateImage",
     "BatchReviewTextWithLLM",
     "MergeReviewedResults",
-    "BrowseWeb",
 ];
 
 /// This crate's tools and the engine's, available or with the reason they are not under

@@ -420,18 +420,24 @@ impl Store {
         terms: &[String],
     ) -> StoreResult<Vec<f64>> {
         let params = 1 + usize::from(scope.collection.is_some());
+        let clause = scope_clause(scope, 1);
+        // Each word's count is its own subquery, so that it is answered from the GIN index (a
+        // bitmap of the chunks with the word), and N comes from the documents' chunk counts: a
+        // filter evaluated on every chunk's `tsv` would read the whole table for each search.
         let counts: Vec<String> = (0..terms.len())
             .map(|i| {
                 format!(
-                    "COUNT(*) FILTER (WHERE c.tsv @@ to_tsquery('english', ${})) AS t{i}",
+                    "(SELECT COUNT(*) FROM {FROM_CHUNKS} \
+                      WHERE c.tsv @@ to_tsquery('english', ${}) AND {clause}) AS t{i}",
                     params + 1 + i
                 )
             })
             .collect();
         let sql = format!(
-            "SELECT COUNT(*) AS n, {} FROM {FROM_CHUNKS} WHERE {}",
+            "SELECT (SELECT COALESCE(SUM(d.chunk_count), 0) FROM knowledge_documents d \
+                     JOIN knowledge_collections k ON k.id = d.collection_id WHERE {clause})::BIGINT \
+                     AS n, {}",
             counts.join(", "),
-            scope_clause(scope, 1)
         );
         let mut q = sqlx::query::<Any>(sqlx::AssertSqlSafe(sql)).bind(scope.reader.clone());
         if let Some(name) = &scope.collection {

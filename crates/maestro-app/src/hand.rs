@@ -29,7 +29,10 @@ pub async fn list_tools(config: &Config) -> Result<ToolListing, ToolboxError> {
         .into_iter()
         .filter_map(|(server, status)| status.err().map(|reason| (server, reason.to_string())))
         .collect();
-    let specs = toolbox.registry.list();
+    let mut specs = toolbox.registry.list();
+    // The engine's own tools that every run has (they call the run's model, so they are
+    // offered in runs only, not called by hand).
+    specs.push(maestro_engine::review_spec());
     toolbox.shutdown().await;
     Ok(ToolListing { specs, unavailable })
 }
@@ -115,6 +118,12 @@ pub async fn call_tool(
         .find(|slug| tool.starts_with(&format!("mcp__{slug}__")));
     let output = match server.map(|s| toolbox.ensure_required(std::slice::from_ref(s))) {
         Some(Err(missing)) => ToolOutput::error(missing.to_string()),
+        _ if maestro_tools::catalog::RUN_TOOLS.contains(&tool.as_str()) => {
+            ToolOutput::error(format!(
+                "`{tool}` calls the run's model, so it runs only inside a run: name it in a \
+                 movement's `allowed_tools` and run the piece"
+            ))
+        }
         _ if toolbox.registry.get(tool).is_none() => {
             ToolOutput::error(unknown_tool(tool, &toolbox.registry, config, request.edit))
         }

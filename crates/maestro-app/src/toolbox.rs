@@ -280,7 +280,7 @@ impl Toolbox {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use maestro_piece::Availability;
-    use maestro_tools::catalog::{ENGINE_TOOLS, PLANNED_TOOLS};
+    use maestro_tools::catalog::{ENGINE_TOOLS, PLANNED_TOOLS, RUN_TOOLS};
     use maestro_tools_ssh::SshRegistry;
     use maestro_tools_web::{SearchProvider, WebConfig};
 
@@ -322,7 +322,7 @@ mod tests {
         let available: Vec<&str> = catalog
             .names()
             .filter(|n| catalog.get(n) == Some(&Availability::Available))
-            .filter(|n| !ENGINE_TOOLS.contains(n))
+            .filter(|n| !ENGINE_TOOLS.contains(n) && !RUN_TOOLS.contains(n))
             .filter(|n| !crate::knowledge_tools::KNOWLEDGE_TOOLS.contains(n))
             .collect();
         assert_eq!(available, registered);

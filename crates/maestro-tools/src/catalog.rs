@@ -35,12 +35,15 @@ const SKILLS_TOOLS: &[&str] = &["ListSkills", "ReadSkill"];
 /// Tools the engine itself provides to a run that is a job (not in this crate's registry).
 pub const ENGINE_TOOLS: &[&str] = &["SpawnSubTask"];
 
+/// Tools the engine itself provides to every run, whatever the job system: they call the
+/// run's own model (not in this crate's registry).
+pub const RUN_TOOLS: &[&str] = &["BatchReviewTextWithLLM"];
+
 /// Tools the Maestro specification names that this version does not implement yet.
 pub const PLANNED_TOOLS: &[&str] = &[
     "InstallSkill",
     "ReadImage",
     "AnnotateImage",
-    "BatchReviewTextWithLLM",
     "MergeReviewedResults",
     "BrowseWeb",
 ];
@@ -95,6 +98,7 @@ pub fn names_only() -> ToolCatalog {
     available(&mut catalog, PIECE_WRITING_TOOLS);
     available(&mut catalog, SKILLS_TOOLS);
     available(&mut catalog, ENGINE_TOOLS);
+    available(&mut catalog, RUN_TOOLS);
     unavailable(
         &mut catalog,
         PLANNED_TOOLS,

@@ -24,6 +24,7 @@ const BUILTIN_TOOLS: &[&str] = &[
     "ListPieces",
     "GetPiece",
     "ReadToolDoc",
+    "MergeReviewedResults",
 ];
 
 /// The pieces tools that write, which need `tools.pieces_dir`.
@@ -40,13 +41,7 @@ pub const ENGINE_TOOLS: &[&str] = &["SpawnSubTask"];
 pub const RUN_TOOLS: &[&str] = &["BatchReviewTextWithLLM"];
 
 /// Tools the Maestro specification names that this version does not implement yet.
-pub const PLANNED_TOOLS: &[&str] = &[
-    "InstallSkill",
-    "ReadImage",
-    "AnnotateImage",
-    "MergeReviewedResults",
-    "BrowseWeb",
-];
+pub const PLANNED_TOOLS: &[&str] = &["InstallSkill", "ReadImage", "AnnotateImage", "BrowseWeb"];
 
 /// This crate's tools and the engine's, available or with the reason they are not under
 /// `tools` (and `subtasks`: `subtasks.max_depth` above 0), plus the planned ones.

@@ -21,6 +21,7 @@ pub mod input;
 pub mod pieces;
 mod registry;
 pub mod regular_file;
+pub mod review;
 pub mod skills;
 mod tool;
 mod workspace;

@@ -292,6 +292,7 @@ mod tests {
     fn the_catalog_names_every_registered_tool() {
         let mut config = Config::default();
         config.tools.skills_dirs = vec!["skills".into()];
+        config.tools.skills_install_dir = Some("installed-skills".into());
         config.tools.pieces_dir = Some("pieces".into());
         config.web.search = Some(SearchProvider {
             searxng_url: "http://127.0.0.1:1".into(),

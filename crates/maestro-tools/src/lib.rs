@@ -23,6 +23,7 @@ mod registry;
 pub mod regular_file;
 pub mod review;
 pub mod skills;
+pub mod skills_install;
 mod tool;
 mod workspace;
 pub mod workspace_file;

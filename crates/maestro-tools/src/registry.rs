@@ -19,8 +19,15 @@ pub const META_TOOLS: &[&str] = &["ReadToolDoc", "ListSkills", "ReadSkill"];
 const EXCLUSIVE_TOOLS: &[&str] = &["Bash"];
 
 /// Tools that change files; offered only to movements with `edit: true` (`SplitPdf`, of
-/// `maestro-tools-documents`, writes new PDFs for the user; `MergeReviewedResults` a report).
-pub const EDIT_TOOLS: &[&str] = &["Write", "Edit", "SplitPdf", "MergeReviewedResults"];
+/// `maestro-tools-documents`, writes new PDFs for the user; `MergeReviewedResults` a report;
+/// `InstallSkill` a skill every later run reads).
+pub const EDIT_TOOLS: &[&str] = &[
+    "Write",
+    "Edit",
+    "SplitPdf",
+    "MergeReviewedResults",
+    "InstallSkill",
+];
 
 /// All tools known to this process. Cheap to clone (tools are shared).
 ///

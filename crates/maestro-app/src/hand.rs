@@ -32,6 +32,9 @@ pub async fn list_tools(config: &Config) -> Result<ToolListing, ToolboxError> {
     let mut specs = toolbox.registry.list();
     // Built per run for the job's owner, over the store: listed here without one.
     specs.extend(crate::knowledge_tools::knowledge_tool_specs());
+    // The engine's own tools that every run has (they call the run's model, so they are
+    // offered in runs only, not called by hand).
+    specs.push(maestro_engine::review_spec());
     toolbox.shutdown().await;
     Ok(ToolListing { specs, unavailable })
 }
@@ -117,6 +120,12 @@ pub async fn call_tool(
         .find(|slug| tool.starts_with(&format!("mcp__{slug}__")));
     let output = match server.map(|s| toolbox.ensure_required(std::slice::from_ref(s))) {
         Some(Err(missing)) => ToolOutput::error(missing.to_string()),
+        _ if maestro_tools::catalog::RUN_TOOLS.contains(&tool.as_str()) => {
+            ToolOutput::error(format!(
+                "`{tool}` calls the run's model, so it runs only inside a run: name it in a \
+                 movement's `allowed_tools` and run the piece"
+            ))
+        }
         _ if toolbox.registry.get(tool).is_none() => {
             ToolOutput::error(unknown_tool(tool, &toolbox.registry, config, request.edit))
         }

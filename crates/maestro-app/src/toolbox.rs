@@ -285,7 +285,7 @@ impl Toolbox {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use maestro_piece::Availability;
-    use maestro_tools::catalog::{ENGINE_TOOLS, PLANNED_TOOLS};
+    use maestro_tools::catalog::{ENGINE_TOOLS, PLANNED_TOOLS, RUN_TOOLS};
     use maestro_tools_ssh::SshRegistry;
     use maestro_tools_web::{SearchProvider, WebConfig};
 
@@ -297,6 +297,7 @@ mod tests {
     fn the_catalog_names_every_registered_tool() {
         let mut config = Config::default();
         config.tools.skills_dirs = vec!["skills".into()];
+        config.tools.skills_install_dir = Some("installed-skills".into());
         config.tools.pieces_dir = Some("pieces".into());
         config.web.search = Some(SearchProvider {
             searxng_url: "http://127.0.0.1:1".into(),
@@ -329,7 +330,7 @@ mod tests {
         let available: Vec<&str> = catalog
             .names()
             .filter(|n| catalog.get(n) == Some(&Availability::Available))
-            .filter(|n| !ENGINE_TOOLS.contains(n))
+            .filter(|n| !ENGINE_TOOLS.contains(n) && !RUN_TOOLS.contains(n))
             .filter(|n| !crate::knowledge_tools::KNOWLEDGE_TOOLS.contains(n))
             .collect();
         assert_eq!(available, registered);

@@ -32,6 +32,8 @@ pub struct EngineSettings {
     pub frontmatter_retries: u32,
     /// Tool calls run from one answer; the rest are refused with a message to the model.
     pub max_tool_calls_per_answer: u32,
+    /// The most chunks one `BatchReviewTextWithLLM` call reviews at once.
+    pub review_max_concurrency: usize,
     /// The most tokens a job and its subtasks may use together; none: no cap.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_total_tokens: Option<u64>,
@@ -58,6 +60,7 @@ impl Default for EngineSettings {
             control_reminders: engine.control_reminders,
             frontmatter_retries: engine.frontmatter_retries,
             max_tool_calls_per_answer: engine.max_tool_calls_per_answer,
+            review_max_concurrency: engine.review_max_concurrency,
             max_total_tokens: None,
             max_cost_usd: None,
             pieces: std::collections::BTreeMap::new(),
@@ -99,6 +102,7 @@ impl EngineSettings {
         config.control_reminders = self.control_reminders;
         config.frontmatter_retries = self.frontmatter_retries;
         config.max_tool_calls_per_answer = self.max_tool_calls_per_answer;
+        config.review_max_concurrency = self.review_max_concurrency;
         config
     }
 }
@@ -128,6 +132,7 @@ mod tests {
             control_reminders: 5,
             frontmatter_retries: 6,
             max_tool_calls_per_answer: 8,
+            review_max_concurrency: 3,
             max_total_tokens: None,
             max_cost_usd: None,
             pieces: Default::default(),
@@ -148,6 +153,7 @@ mod tests {
                 control_reminders: 5,
                 frontmatter_retries: 6,
                 max_tool_calls_per_answer: 8,
+                review_max_concurrency: 3,
             }
         );
     }

@@ -298,6 +298,7 @@ const PATH_FIELDS: &[&[&str]] = &[
     &["tools", "pieces_dir"],
     &["tools", "extra_pieces_dirs", "*"],
     &["tools", "skills_dirs", "*"],
+    &["tools", "skills_install_dir"],
     &["tools", "docs_dir"],
     &["safety", "python_requirements"],
     &["safety", "python_env"],
@@ -352,6 +353,7 @@ pub(crate) fn absolutize(config: &mut Config, root: &Path) {
     tools.pieces_dir.iter_mut().for_each(fix);
     tools.extra_pieces_dirs.iter_mut().for_each(fix);
     tools.skills_dirs.iter_mut().for_each(fix);
+    tools.skills_install_dir.iter_mut().for_each(fix);
     tools.docs_dir.iter_mut().for_each(fix);
     let safety = &mut config.safety;
     fix(safety

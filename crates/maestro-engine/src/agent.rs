@@ -22,6 +22,7 @@ use crate::event::{CallPurpose, ContextLevel, ReminderKind, RunEvent};
 use crate::outcome::last_tag;
 use crate::prompt;
 use crate::recorded::{self, ToolRecord};
+use crate::review::{self, BATCH_REVIEW};
 use crate::subtasks::{self, SPAWN_SUBTASK, SpawnArgs, SpawnRequest, SubtaskError};
 
 /// How a turn of the model ended.
@@ -73,6 +74,9 @@ impl<'a> Agent<'a> {
         tools.extend(control::control_tools(run.piece.dialect, movement));
         if run.subtasks.is_some() && movement.allowed_tools.iter().any(|t| t == SPAWN_SUBTASK) {
             tools.push(subtasks::spawn_spec());
+        }
+        if movement.allowed_tools.iter().any(|t| t == BATCH_REVIEW) {
+            tools.push(review::review_spec());
         }
         Agent {
             run,
@@ -490,6 +494,9 @@ impl<'a> Agent<'a> {
     async fn run_registry_tool(&self, call: &ToolCall) -> Result<ToolOutput, EngineError> {
         if call.name == SPAWN_SUBTASK && self.tools.iter().any(|t| t.name == SPAWN_SUBTASK) {
             return self.spawn_subtask(call).await;
+        }
+        if call.name == BATCH_REVIEW && self.tools.iter().any(|t| t.name == BATCH_REVIEW) {
+            return review::run_review(self.run, self.name(), call).await;
         }
         let ctx = ToolContext {
             workspace: self.run.record.workspace.clone(),

@@ -36,6 +36,9 @@ pub struct EngineConfig {
     pub frontmatter_retries: u32,
     /// Tool calls run from one answer; the model is told the rest were not run.
     pub max_tool_calls_per_answer: u32,
+    /// The most chunks one `BatchReviewTextWithLLM` call reviews at once (its `concurrency`
+    /// may ask for fewer, never more).
+    pub review_max_concurrency: usize,
 }
 
 impl EngineConfig {
@@ -56,6 +59,7 @@ impl EngineConfig {
             control_reminders: 2,
             frontmatter_retries: 2,
             max_tool_calls_per_answer: 32,
+            review_max_concurrency: 8,
         }
     }
 }

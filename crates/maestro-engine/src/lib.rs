@@ -26,6 +26,7 @@ mod outcome;
 mod prompt;
 mod record;
 mod recorded;
+mod review;
 mod run;
 mod runner;
 mod spend;
@@ -50,6 +51,7 @@ pub use outcome::{
 };
 pub use record::{RunRecord, new_run_id};
 pub use recorded::{Divergence, ReplayMode};
+pub use review::{BATCH_REVIEW, ReviewArgs, review_spec};
 pub use run::{Engine, RunEnd, RunReport, RunSpec};
 pub use spend::{SpendAsk, SpendFuture, SpendGuard, SpendRefused, SpendTicket};
 pub use state::{PieceIdentity, RunPhase, RunState};

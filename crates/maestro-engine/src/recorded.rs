@@ -459,6 +459,9 @@ pub(crate) fn safe_to_repeat(tool: &str, edit: bool) -> bool {
         "SQLite" => !edit,
         // A spawn is keyed by the call: repeated, it finds the child it made.
         crate::subtasks::SPAWN_SUBTASK => true,
+        // Each chunk's call is keyed by the chunk: repeated, it reuses the recorded answers,
+        // calls only the chunks without one, and writes its JSONL whole again.
+        crate::review::BATCH_REVIEW => true,
         _ => false,
     }
 }

@@ -421,6 +421,9 @@ pub enum CallPurpose {
     AiConditions,
     /// The piece classifier choosing a piece.
     Classifier,
+    /// One chunk of a `BatchReviewTextWithLLM` call; its `movement` is
+    /// `<movement>/review:<chunk key>`, so each chunk's call is matched on its own in a resume.
+    Review,
 }
 
 /// Which call picks a takt movement's rule in `judge_request`.

@@ -102,6 +102,27 @@ struct Shared {
     connections: AtomicUsize,
     /// When each chat request arrived and when its answer began, in the order the answers began.
     timings: Mutex<Vec<Timing>>,
+    /// Chat requests received whose answer has not begun yet.
+    in_flight: AtomicUsize,
+    /// The most chat requests ever in flight at once.
+    peak_in_flight: AtomicUsize,
+}
+
+/// Counts a chat request as in flight until it is dropped (its answer began, or it failed).
+struct InFlight(Arc<Shared>);
+
+impl InFlight {
+    fn enter(shared: &Arc<Shared>) -> InFlight {
+        let now = shared.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        shared.peak_in_flight.fetch_max(now, Ordering::SeqCst);
+        InFlight(Arc::clone(shared))
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// When the server received a chat request (its body read) and when it began to answer it (the
@@ -241,6 +262,8 @@ impl ScriptedLlmBuilder {
             sent: render::SentBytes::default(),
             connections: AtomicUsize::new(0),
             timings: Mutex::default(),
+            in_flight: AtomicUsize::new(0),
+            peak_in_flight: AtomicUsize::new(0),
         });
         let app = Router::new()
             .route("/v1/chat/completions", post(chat))
@@ -333,6 +356,13 @@ impl ScriptedLlm {
     /// with `forget_requests` (two timestamps a request).
     pub fn take_timings(&self) -> Vec<Timing> {
         std::mem::take(&mut *lock(&self.shared.timings))
+    }
+
+    /// The most chat requests the server held at once, each counted from its arrival until
+    /// its answer began (a turn's delay included): a bound on how many calls a client had in
+    /// flight together.
+    pub fn peak_in_flight(&self) -> usize {
+        self.shared.peak_in_flight.load(Ordering::SeqCst)
     }
 
     /// How many turns are left in the script.
@@ -456,6 +486,7 @@ async fn chat(
     body: Bytes,
 ) -> Response {
     let received = std::time::SystemTime::now();
+    let _in_flight = InFlight::enter(&shared);
     let ask = shared.read_ask(&uri, &headers, &body);
     let options = &shared.options;
     let stream = ask.stream;

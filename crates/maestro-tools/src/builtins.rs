@@ -5,7 +5,7 @@ use std::sync::Arc;
 use crate::checklist::{CheckItem, CreateChecklist, GetChecklist};
 use crate::config::ToolsConfig;
 use crate::pieces::{CreatePiece, GetPiece, ListPieces, UpdatePiece};
-use crate::{Tool, bash, core, data, docs, skills};
+use crate::{Tool, bash, core, data, docs, review, skills, skills_install};
 
 /// Every built-in tool of this crate, configured by `config`.
 pub(crate) fn builtin_tools(config: &Arc<ToolsConfig>) -> Vec<Arc<dyn Tool>> {
@@ -38,12 +38,17 @@ pub(crate) fn builtin_tools(config: &Arc<ToolsConfig>) -> Vec<Arc<dyn Tool>> {
             writer: None,
         }),
         Arc::new(docs::ReadToolDocTool { config: c() }),
+        Arc::new(review::MergeReviewedResults { config: c() }),
     ];
     // The skills tools are meta tools (offered to every movement), so they exist only where
     // there are skills to offer.
-    if !config.skills_dirs.is_empty() {
+    if !config.skill_dirs().is_empty() {
         tools.push(Arc::new(skills::ListSkills { config: c() }));
         tools.push(Arc::new(skills::ReadSkill { config: c() }));
+    }
+    // Installing writes where every later run reads: only where the configuration says so.
+    if config.skills_install_dir.is_some() {
+        tools.push(Arc::new(skills_install::InstallSkill { config: c() }));
     }
     tools
 }

@@ -24,6 +24,7 @@ const BUILTIN_TOOLS: &[&str] = &[
     "ListPieces",
     "GetPiece",
     "ReadToolDoc",
+    "MergeReviewedResults",
 ];
 
 /// The pieces tools that write, which need `tools.pieces_dir`.
@@ -32,17 +33,18 @@ const PIECE_WRITING_TOOLS: &[&str] = &["CreatePiece", "UpdatePiece"];
 /// The skills tools, which exist only with `tools.skills_dirs`.
 const SKILLS_TOOLS: &[&str] = &["ListSkills", "ReadSkill"];
 
+/// The tool that installs skills, which exists only with `tools.skills_install_dir`.
+const INSTALL_TOOLS: &[&str] = &["InstallSkill"];
+
 /// Tools the engine itself provides to a run that is a job (not in this crate's registry).
 pub const ENGINE_TOOLS: &[&str] = &["SpawnSubTask"];
 
+/// Tools the engine itself provides to every run, whatever the job system: they call the
+/// run's own model (not in this crate's registry).
+pub const RUN_TOOLS: &[&str] = &["BatchReviewTextWithLLM"];
+
 /// Tools the Maestro specification names that this version does not implement yet.
-pub const PLANNED_TOOLS: &[&str] = &[
-    "InstallSkill",
-    "ReadImage",
-    "AnnotateImage",
-    "BatchReviewTextWithLLM",
-    "MergeReviewedResults",
-];
+pub const PLANNED_TOOLS: &[&str] = &["ReadImage", "AnnotateImage"];
 
 /// This crate's tools and the engine's, available or with the reason they are not under
 /// `tools` (and `subtasks`: `subtasks.max_depth` above 0), plus the planned ones.
@@ -55,7 +57,15 @@ pub fn tool_catalog(tools: &ToolsConfig, subtasks: bool) -> ToolCatalog {
             "no writable pieces directory is configured; set `tools.pieces_dir` in .maestro/config.yaml",
         );
     }
-    if tools.skills_dirs.is_empty() {
+    if tools.skills_install_dir.is_none() {
+        unavailable(
+            &mut catalog,
+            INSTALL_TOOLS,
+            "installing skills is off; set `tools.skills_install_dir` in .maestro/config.yaml \
+             (docs/security.md says what that allows)",
+        );
+    }
+    if tools.skill_dirs().is_empty() {
         unavailable(
             &mut catalog,
             SKILLS_TOOLS,
@@ -93,7 +103,9 @@ pub fn names_only() -> ToolCatalog {
     available(&mut catalog, BUILTIN_TOOLS);
     available(&mut catalog, PIECE_WRITING_TOOLS);
     available(&mut catalog, SKILLS_TOOLS);
+    available(&mut catalog, INSTALL_TOOLS);
     available(&mut catalog, ENGINE_TOOLS);
+    available(&mut catalog, RUN_TOOLS);
     unavailable(
         &mut catalog,
         PLANNED_TOOLS,

@@ -57,6 +57,9 @@ pub struct ToolsConfig {
     pub extra_pieces_dirs: Vec<PathBuf>,
     /// Directories holding skills: `<dir>/<name>.md` or `<dir>/<name>/SKILL.md`.
     pub skills_dirs: Vec<PathBuf>,
+    /// Where `InstallSkill` installs skills (and where `ListSkills`/`ReadSkill` also look);
+    /// `None` (the default) leaves `InstallSkill` off.
+    pub skills_install_dir: Option<PathBuf>,
     /// Directory of `<Tool>.md` files read before the embedded tool docs (for operators who
     /// document their own tools).
     pub docs_dir: Option<PathBuf>,
@@ -95,6 +98,7 @@ impl Default for ToolsConfig {
             pieces_dir: None,
             extra_pieces_dirs: Vec::new(),
             skills_dirs: Vec::new(),
+            skills_install_dir: None,
             docs_dir: None,
             python_env: None,
             tool_catalog: None,
@@ -103,6 +107,13 @@ impl Default for ToolsConfig {
 }
 
 impl ToolsConfig {
+    /// Every directory skills are found in: `skills_dirs`, then `skills_install_dir`.
+    pub fn skill_dirs(&self) -> Vec<PathBuf> {
+        let mut dirs = self.skills_dirs.clone();
+        dirs.extend(self.skills_install_dir.iter().cloned());
+        dirs
+    }
+
     /// The limits and the confinement `Bash` hands the sandbox.
     pub fn sandbox(&self) -> SandboxConfig {
         SandboxConfig {

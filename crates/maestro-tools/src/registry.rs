@@ -19,8 +19,15 @@ pub const META_TOOLS: &[&str] = &["ReadToolDoc", "ListSkills", "ReadSkill"];
 const EXCLUSIVE_TOOLS: &[&str] = &["Bash"];
 
 /// Tools that change files; offered only to movements with `edit: true` (`SplitPdf`, of
-/// `maestro-tools-documents`, writes new PDFs for the user).
-pub const EDIT_TOOLS: &[&str] = &["Write", "Edit", "SplitPdf"];
+/// `maestro-tools-documents`, writes new PDFs for the user; `MergeReviewedResults` a report;
+/// `InstallSkill` a skill every later run reads).
+pub const EDIT_TOOLS: &[&str] = &[
+    "Write",
+    "Edit",
+    "SplitPdf",
+    "MergeReviewedResults",
+    "InstallSkill",
+];
 
 /// All tools known to this process. Cheap to clone (tools are shared).
 ///
@@ -82,7 +89,10 @@ impl Registry {
 
     /// Every registered tool's spec, in registration order.
     pub fn list(&self) -> Vec<ToolSpec> {
-        self.tools.iter().map(|t| ToolSpec::clone(&t.spec)).collect()
+        self.tools
+            .iter()
+            .map(|t| ToolSpec::clone(&t.spec))
+            .collect()
     }
 
     fn names(&self) -> Vec<&str> {

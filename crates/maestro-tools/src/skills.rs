@@ -157,7 +157,7 @@ impl TypedTool for ReadSkill {
 }
 
 fn list(config: &ToolsConfig) -> ToolOutput {
-    let skills = find_skills(&config.skills_dirs);
+    let skills = find_skills(&config.skill_dirs());
     if skills.is_empty() {
         return ToolOutput::ok("no skills are available");
     }
@@ -172,7 +172,7 @@ fn list(config: &ToolsConfig) -> ToolOutput {
 }
 
 fn read(config: &ToolsConfig, ws: &Workspace, name: &str) -> ToolOutput {
-    let skills = find_skills(&config.skills_dirs);
+    let skills = find_skills(&config.skill_dirs());
     let Some(skill) = skills.iter().find(|s| s.name == name) else {
         return ToolOutput::error(format!(
             "no skill named `{name}`; available: {}",

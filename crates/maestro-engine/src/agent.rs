@@ -135,7 +135,7 @@ impl<'a> Agent<'a> {
                 message: message.clone(),
             })
             .await?;
-        self.messages.push(Message::User { content: message });
+        self.messages.push(Message::user(message));
         Ok(())
     }
 

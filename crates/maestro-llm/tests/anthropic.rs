@@ -37,9 +37,7 @@ fn ask(text: &str) -> ChatRequest {
             Message::System {
                 content: "Be brief.".into(),
             },
-            Message::User {
-                content: text.into(),
-            },
+            Message::user(text),
         ],
         ..ChatRequest::default()
     }

@@ -8,6 +8,8 @@
 mod child;
 mod docx;
 mod error;
+mod image;
+mod image_tools;
 mod markdown;
 mod office;
 mod package;
@@ -49,6 +51,8 @@ pub struct DocumentsConfig {
     pub max_output_chars: usize,
     /// Workspace-relative directories `SplitPdf` may write (with `edit`), as `tools.writable_dirs`.
     pub writable_dirs: Vec<String>,
+    /// The longest side of an image ReadImage shows the model (`tools.image_max_side`).
+    pub image_max_side: u32,
 }
 
 impl DocumentsConfig {
@@ -66,6 +70,7 @@ impl DocumentsConfig {
             // Below the registry's own cap, so the tools cut first and say how to read on.
             max_output_chars: tools.output_cap_bytes.saturating_sub(512).max(2_000),
             writable_dirs: tools.writable_dirs.clone(),
+            image_max_side: tools.image_max_side,
         }
     }
 }
@@ -79,7 +84,9 @@ pub fn tools(config: DocumentsConfig) -> Vec<Arc<dyn Tool>> {
         Arc::new(office::ReadPptx(Arc::clone(&config))),
         Arc::new(pdf::ReadPdf(Arc::clone(&config))),
         Arc::new(pdf::PdfToImages(Arc::clone(&config))),
-        Arc::new(pdf::SplitPdf(config)),
+        Arc::new(pdf::SplitPdf(Arc::clone(&config))),
+        Arc::new(image_tools::ReadImage(Arc::clone(&config))),
+        Arc::new(image_tools::AnnotateImage(config)),
     ]
 }
 
@@ -91,6 +98,8 @@ pub const TOOLS: &[&str] = &[
     "ReadPPTX",
     "PdfToImages",
     "SplitPdf",
+    "ReadImage",
+    "AnnotateImage",
 ];
 
 /// Adds the document tools to the piece validator's `catalog` (they need no configuration).

@@ -38,8 +38,6 @@ pub const ENGINE_TOOLS: &[&str] = &["SpawnSubTask"];
 /// Tools the Maestro specification names that this version does not implement yet.
 pub const PLANNED_TOOLS: &[&str] = &[
     "InstallSkill",
-    "ReadImage",
-    "AnnotateImage",
     "BatchReviewTextWithLLM",
     "MergeReviewedResults",
     "BrowseWeb",

@@ -458,7 +458,7 @@ impl Streams {
 pub(crate) fn safe_to_repeat(tool: &str, edit: bool) -> bool {
     match tool {
         "Read" | "Glob" | "Grep" | "WebFetch" | "WebSearch" | "GetChecklist" | "ListPieces"
-        | "GetPiece" | "ReadToolDoc" | "ReadSkill" | "ListSkills" => true,
+        | "GetPiece" | "ReadToolDoc" | "ReadSkill" | "ListSkills" | "ReadImage" => true,
         // Without `edit`, SQLite opens the database read-only.
         "SQLite" => !edit,
         // A spawn is keyed by the call: repeated, it finds the child it made.

@@ -269,7 +269,9 @@ async fn annotate_image_writes_only_with_edit_and_inside_a_writable_folder() {
     let read_only = call(dir.path(), "AnnotateImage", input("output/a.png")).await;
     assert!(!read_only.ok);
     assert!(
-        read_only.output.contains("needs `edit: true`"),
+        read_only.output.starts_with(
+            "`AnnotateImage` is not available in this movement (it cannot edit files)"
+        ),
         "{}",
         read_only.output
     );

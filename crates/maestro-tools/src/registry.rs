@@ -20,7 +20,7 @@ const EXCLUSIVE_TOOLS: &[&str] = &["Bash"];
 
 /// Tools that change files; offered only to movements with `edit: true` (`SplitPdf`, of
 /// `maestro-tools-documents`, writes new PDFs for the user).
-pub const EDIT_TOOLS: &[&str] = &["Write", "Edit", "SplitPdf"];
+pub const EDIT_TOOLS: &[&str] = &["Write", "Edit", "SplitPdf", "AnnotateImage"];
 
 /// All tools known to this process. Cheap to clone (tools are shared).
 ///

@@ -527,12 +527,10 @@ fn http_floor(bencher: Bencher) {
                                 Message::System {
                                     content: "You plan. ".repeat(30),
                                 },
-                                Message::User {
-                                    content: format!(
-                                        "Plan job {i}. {}",
-                                        "Some context. ".repeat(20)
-                                    ),
-                                },
+                                Message::user(format!(
+                                    "Plan job {i}. {}",
+                                    "Some context. ".repeat(20)
+                                )),
                             ];
                             for _ in 0..3 {
                                 let request = ChatRequest {

@@ -586,6 +586,7 @@ mod tests {
                     output_chars: 3_000,
                     truncated: false,
                     output: None,
+                    images: vec![],
                 },
             ),
             Event(

@@ -120,7 +120,7 @@ fn tool_failures_exit_one_with_the_error() {
         (code, out["error"].as_str().unwrap()),
         (
             1,
-            "unknown tool `Nope`; the tools you can call here are: Read, Glob, Grep, Bash, SQLite, CreateChecklist, CheckItem, GetChecklist, ListPieces, GetPiece, ReadToolDoc, WebFetch, DownloadFile, ReadDocx, ReadExcel, ReadPPTX, ReadPdf, PdfToImages, BrowseWeb; with --edit also Write, Edit, MergeReviewedResults, SplitPdf"
+            "unknown tool `Nope`; the tools you can call here are: Read, Glob, Grep, Bash, SQLite, CreateChecklist, CheckItem, GetChecklist, ListPieces, GetPiece, ReadToolDoc, WebFetch, DownloadFile, ReadDocx, ReadExcel, ReadPPTX, ReadPdf, PdfToImages, ReadImage, BrowseWeb; with --edit also Write, Edit, MergeReviewedResults, SplitPdf, AnnotateImage"
         )
     );
     let (code, out) = call(ws, &["Read", "--input", "{not json"]);
@@ -158,7 +158,7 @@ fn unknown_tools_list_what_this_configuration_can_call() {
         (code, out["error"].as_str().unwrap()),
         (
             1,
-            "unknown tool `WebSerch`; did you mean `WebSearch`? the tools you can call here are: Read, Write, Edit, Glob, Grep, Bash, SQLite, CreateChecklist, CheckItem, GetChecklist, ListPieces, GetPiece, CreatePiece, UpdatePiece, ReadToolDoc, MergeReviewedResults, WebFetch, DownloadFile, WebSearch, ReadDocx, ReadExcel, ReadPPTX, ReadPdf, PdfToImages, SplitPdf, BrowseWeb; and the tools of the MCP servers calc (`maestro tools list` names them)"
+            "unknown tool `WebSerch`; did you mean `WebSearch`? the tools you can call here are: Read, Write, Edit, Glob, Grep, Bash, SQLite, CreateChecklist, CheckItem, GetChecklist, ListPieces, GetPiece, CreatePiece, UpdatePiece, ReadToolDoc, MergeReviewedResults, WebFetch, DownloadFile, WebSearch, ReadDocx, ReadExcel, ReadPPTX, ReadPdf, PdfToImages, SplitPdf, ReadImage, AnnotateImage, BrowseWeb; and the tools of the MCP servers calc (`maestro tools list` names them)"
         )
     );
 }

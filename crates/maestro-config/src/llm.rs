@@ -134,6 +134,11 @@ pub struct ModelOverrides {
     /// What this model's tokens cost; unset leaves the cost of its calls unknown.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub price: Option<ModelPrice>,
+    /// `false` for a model that cannot take images: it reads each image's description (size,
+    /// format and a note) instead. Unset sends images and relies on the endpoint, whose
+    /// refusal (HTTP 400 naming images) the client remembers.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vision: Option<bool>,
 }
 
 /// `llm.models.<name>.price:` — US dollars per million tokens.
@@ -213,6 +218,11 @@ impl LlmConfig {
         }
         if let Some(tokens) = self.effective_context_length() {
             config = config.with_context_length(tokens);
+        }
+        for (model, overrides) in &self.models {
+            if overrides.vision == Some(false) {
+                config = config.with_text_only_model(model.clone());
+            }
         }
         config
     }

@@ -261,7 +261,7 @@ fn per_model_overrides_apply_to_the_configured_model_only() {
     dirs.project_file(
         "llm:\n  model: qwen2.5-coder\n  tool_mode: native\n  context_length: 32768\n  idle_timeout_secs: 30\n\
          \x20 retry: {max_attempts: 2, initial_ms: 10, max_ms: 20, jitter: 0}\n  models:\n\
-         \x20   qwen2.5-coder: {tool_mode: json, context_length: 8192}\n    other: {tool_mode: native}\n",
+         \x20   qwen2.5-coder: {tool_mode: json, context_length: 8192}\n    other: {tool_mode: native, vision: false}\n",
     );
     let (config, _) = dirs.load(&[]).unwrap();
     assert_eq!(
@@ -270,9 +270,12 @@ fn per_model_overrides_apply_to_the_configured_model_only() {
             tool_mode: Some(ToolMode::Json),
             context_length: Some(8192),
             price: None,
+            vision: None,
         }
     );
+    assert_eq!(config.llm.models["other"].vision, Some(false));
     let client = config.llm.to_openai_config();
+    assert_eq!(client.text_only_models, vec!["other".to_string()]);
     assert_eq!(
         (client.tool_mode, client.context_length),
         (ToolMode::Json, Some(8192))

@@ -8,9 +8,12 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use maestro_llm::{ChatRequest, ChatResponse, LlmError, Message, ResponseSchema, ToolMode};
+use maestro_llm::{
+    ChatRequest, ChatResponse, ImagePart, LlmError, Message, ResponseSchema, ToolMode,
+};
 use maestro_piece::{Dialect, Movement, Target};
-use maestro_protocol::{RunStatus, ToolCall, ToolSpec};
+use maestro_protocol::{ImageRef, RunStatus, ToolCall, ToolSpec};
+use maestro_tools::attach::ToolImage;
 use maestro_tools::regular_file::{self, Access, Create};
 use maestro_tools::{ToolContext, ToolOutput};
 
@@ -19,6 +22,7 @@ use crate::control::{self, ControlCall};
 use crate::ctx::RunCtx;
 use crate::error::EngineError;
 use crate::event::{CallPurpose, ContextLevel, ReminderKind, RunEvent};
+use crate::images;
 use crate::outcome::last_tag;
 use crate::prompt;
 use crate::recorded::{self, ToolRecord};
@@ -45,6 +49,12 @@ pub(crate) enum TurnEnd {
     IterationsExhausted,
 }
 
+/// An image a tool result shows: attached by the tool just now, or named by the record.
+enum ShownImage {
+    New(ToolImage),
+    Recorded(ImageRef),
+}
+
 /// One movement's conversation and its bookkeeping.
 pub(crate) struct Agent<'a> {
     run: &'a RunCtx,
@@ -60,6 +70,10 @@ pub(crate) struct Agent<'a> {
     /// A JSON Schema the next answers must follow (`response_format`), when the movement offers
     /// no tools. Set by the graph dialect after an answer with invalid frontmatter.
     answer_schema: Option<ResponseSchema>,
+    /// User messages with the images this turn's tool results showed: sent after every tool
+    /// message of the turn, since a `tool` message cannot carry an image and the tool messages
+    /// must follow their assistant turn unbroken.
+    shown_images: Vec<Message>,
 }
 
 impl<'a> Agent<'a> {
@@ -88,6 +102,7 @@ impl<'a> Agent<'a> {
             reports_written: BTreeSet::new(),
             report_reminder_sent: false,
             answer_schema: None,
+            shown_images: Vec::new(),
         }
     }
 
@@ -139,7 +154,7 @@ impl<'a> Agent<'a> {
                 message: message.clone(),
             })
             .await?;
-        self.messages.push(Message::User { content: message });
+        self.messages.push(Message::user(message));
         Ok(())
     }
 
@@ -273,6 +288,7 @@ impl<'a> Agent<'a> {
                 }
                 end = self.run_tool_call(call).await?;
             }
+            self.messages.append(&mut self.shown_images);
             if let Some(end) = end {
                 return Ok(end);
             }
@@ -372,6 +388,7 @@ impl<'a> Agent<'a> {
             })
             .await?;
         let mut end = None;
+        let mut images = Vec::new();
         let output =
             match control::parse_control(&self.tools, self.movement, &call.name, &call.arguments) {
                 Some(Ok(ControlCall::WriteReport { name, content })) => {
@@ -393,9 +410,14 @@ impl<'a> Agent<'a> {
                     self.end_turn(&mut end, TurnEnd::Complete { status, result })
                 }
                 Some(Err(refused)) => ToolOutput::error(refused.to_string()),
-                None => self.recorded_or_run(call, replayed).await?,
+                None => {
+                    let (output, shown) = self.recorded_or_run(call, replayed).await?;
+                    images = shown;
+                    output
+                }
             };
         let output = maestro_tools::input::bounded_error(output);
+        let (parts, references, missing) = self.images_shown(images).await?;
         self.run
             .emit(RunEvent::ToolResult {
                 movement,
@@ -405,6 +427,7 @@ impl<'a> Agent<'a> {
                 output_chars: output.output.chars().count(),
                 truncated: output.truncated,
                 output: Some(self.run.redact(&output.output)),
+                images: references,
             })
             .await?;
         let content = if output.ok {
@@ -416,7 +439,60 @@ impl<'a> Agent<'a> {
             tool_call_id: call.id.clone(),
             content,
         });
+        if !parts.is_empty() || !missing.is_empty() {
+            let mut content = format!(
+                "The image{} the `{}` call {} showed:",
+                if parts.len() == 1 { "" } else { "s" },
+                call.name,
+                call.id
+            );
+            for why in missing {
+                content.push('\n');
+                content.push_str(&why);
+            }
+            self.shown_images.push(Message::User {
+                content,
+                images: parts,
+            });
+        }
         Ok(end)
+    }
+
+    /// The images a tool result showed, as message parts and as the record names them; images
+    /// of a recorded result are read back from beside the record, and one that cannot be is
+    /// named in the third list instead (the model is told to call the tool again).
+    async fn images_shown(
+        &self,
+        images: Vec<ShownImage>,
+    ) -> Result<(Vec<ImagePart>, Vec<ImageRef>, Vec<String>), EngineError> {
+        let mut parts = Vec::new();
+        let mut references = Vec::new();
+        let mut missing = Vec::new();
+        for image in images {
+            match image {
+                ShownImage::New(image) => {
+                    let (part, reference, kept) = images::keep(&self.run.record.dir, image);
+                    if let Err(why) = kept {
+                        self.run
+                            .emit(RunEvent::Warning {
+                                movement: Some(self.name().to_string()),
+                                message: why,
+                            })
+                            .await?;
+                    }
+                    parts.push(part);
+                    references.push(reference);
+                }
+                ShownImage::Recorded(reference) => {
+                    match images::load(&self.run.record.dir, &reference) {
+                        Ok(part) => parts.push(part),
+                        Err(why) => missing.push(why),
+                    }
+                    references.push(reference);
+                }
+            }
+        }
+        Ok((parts, references, missing))
     }
 
     /// Accepts a control tool that ends the movement, unless a required report is missing and
@@ -438,7 +514,7 @@ impl<'a> Agent<'a> {
         &self,
         call: &ToolCall,
         replayed: bool,
-    ) -> Result<ToolOutput, EngineError> {
+    ) -> Result<(ToolOutput, Vec<ShownImage>), EngineError> {
         let Some(record) = self.run.journal.recorded() else {
             return self.run_registry_tool(call).await;
         };
@@ -455,11 +531,14 @@ impl<'a> Agent<'a> {
                         })
                         .await?;
                 }
-                Ok(ToolOutput {
-                    ok: done.ok,
-                    output: done.output,
-                    truncated: done.truncated,
-                })
+                Ok((
+                    ToolOutput {
+                        ok: done.ok,
+                        output: done.output,
+                        truncated: done.truncated,
+                    },
+                    done.images.into_iter().map(ShownImage::Recorded).collect(),
+                ))
             }
             ToolRecord::Diverged(d) => Err(EngineError::Diverged(d)),
             ToolRecord::InFlight if self.run.verifying() => {
@@ -485,18 +564,24 @@ impl<'a> Agent<'a> {
                         ),
                     })
                     .await?;
-                Ok(ToolOutput::error(recorded::INTERRUPTED))
+                Ok((ToolOutput::error(recorded::INTERRUPTED), Vec::new()))
             }
             ToolRecord::InFlight => self.run_registry_tool(call).await,
         }
     }
 
-    async fn run_registry_tool(&self, call: &ToolCall) -> Result<ToolOutput, EngineError> {
+    async fn run_registry_tool(
+        &self,
+        call: &ToolCall,
+    ) -> Result<(ToolOutput, Vec<ShownImage>), EngineError> {
         if call.name == SPAWN_SUBTASK && self.tools.iter().any(|t| t.name == SPAWN_SUBTASK) {
-            return self.spawn_subtask(call).await;
+            return Ok((self.spawn_subtask(call).await?, Vec::new()));
         }
         if call.name == BATCH_REVIEW && self.tools.iter().any(|t| t.name == BATCH_REVIEW) {
-            return review::run_review(self.run, self.name(), call).await;
+            return Ok((
+                review::run_review(self.run, self.name(), call).await?,
+                Vec::new(),
+            ));
         }
         let ctx = ToolContext {
             workspace: self.run.record.workspace.clone(),
@@ -508,16 +593,13 @@ impl<'a> Agent<'a> {
             scratch: Arc::clone(&self.run.scratch),
         };
         let before = self.run.scratch_snapshot();
-        let output = self
-            .run
-            .tools
-            .execute_allowed(
-                &ctx,
-                &self.movement.allowed_tools,
-                &call.name,
-                &call.arguments,
-            )
-            .await;
+        let (output, images) = maestro_tools::attach::collect(self.run.tools.execute_allowed(
+            &ctx,
+            &self.movement.allowed_tools,
+            &call.name,
+            &call.arguments,
+        ))
+        .await;
         let after = self.run.scratch_snapshot();
         if after != before {
             self.run
@@ -527,7 +609,7 @@ impl<'a> Agent<'a> {
                 })
                 .await?;
         }
-        Ok(output)
+        Ok((output, images.into_iter().map(ShownImage::New).collect()))
     }
 
     /// Spawns a child run through the host, keyed by this call so that a spawn repeated after

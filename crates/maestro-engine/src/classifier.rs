@@ -134,7 +134,7 @@ pub async fn classify_within(
                 content: "You route tasks to the workflow (piece) best suited to them. Reply only with the JSON object asked for."
                     .into(),
             },
-            Message::User { content: user },
+            Message::user(user),
         ],
         tools: Default::default(),
         response_schema: Some(ResponseSchema {

@@ -169,7 +169,7 @@ async fn ask(
             Message::System {
                 content: JUDGE_SYSTEM.into(),
             },
-            Message::User { content: user },
+            Message::user(user),
         ],
         tools: Default::default(),
         response_schema: Some(ResponseSchema {

@@ -18,6 +18,7 @@ mod cycle;
 mod end_reason;
 mod error;
 mod event;
+mod images;
 mod journal;
 mod judge;
 mod log;

@@ -69,6 +69,8 @@ pub(crate) struct RecordedTool {
     pub truncated: bool,
     /// The checklist as the call left it, when it changed it.
     pub scratch: Option<RunScratch>,
+    /// The images the result showed the model, by hash.
+    pub images: Vec<maestro_protocol::ImageRef>,
 }
 
 /// What the record holds for a tool call that was just matched.
@@ -398,6 +400,7 @@ impl Recorded {
                     ok,
                     truncated,
                     output: Some(output),
+                    images,
                     ..
                 } if id == call_id => {
                     return ToolRecord::Done(RecordedTool {
@@ -405,6 +408,7 @@ impl Recorded {
                         output: output.clone(),
                         truncated: *truncated,
                         scratch,
+                        images: images.clone(),
                     });
                 }
                 other => {
@@ -454,7 +458,7 @@ impl Streams {
 pub(crate) fn safe_to_repeat(tool: &str, edit: bool) -> bool {
     match tool {
         "Read" | "Glob" | "Grep" | "WebFetch" | "WebSearch" | "GetChecklist" | "ListPieces"
-        | "GetPiece" | "ReadToolDoc" | "ReadSkill" | "ListSkills" => true,
+        | "GetPiece" | "ReadToolDoc" | "ReadSkill" | "ListSkills" | "ReadImage" => true,
         // Without `edit`, SQLite opens the database read-only.
         "SQLite" => !edit,
         // A spawn is keyed by the call: repeated, it finds the child it made.

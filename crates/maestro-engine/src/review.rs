@@ -422,14 +422,12 @@ pub(crate) async fn run_review(
                     Message::System {
                         content: SYSTEM.to_string(),
                     },
-                    Message::User {
-                        content: format!(
-                            "Instruction: {instruction}\n\nPart {} of {total} ({}):\n<<<\n{}\n>>>",
-                            index + 1,
-                            chunk.location,
-                            chunk.text
-                        ),
-                    },
+                    Message::user(format!(
+                        "Instruction: {instruction}\n\nPart {} of {total} ({}):\n<<<\n{}\n>>>",
+                        index + 1,
+                        chunk.location,
+                        chunk.text
+                    )),
                 ],
                 tools: Arc::from(Vec::new()),
                 response_schema: None,

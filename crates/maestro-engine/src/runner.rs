@@ -352,7 +352,7 @@ async fn run_visit(
     });
     let messages = match (asked, answer) {
         (Some(mut conversation), Some(text)) => {
-            conversation.push(Message::User { content: text });
+            conversation.push(Message::user(text));
             conversation
         }
         _ => session_messages(run, movement, first),
@@ -538,18 +538,14 @@ fn session_messages(
             .ok()
             .and_then(|s| s.get(&movement.name).cloned())
     {
-        earlier.push(Message::User {
-            content: first.user,
-        });
+        earlier.push(Message::user(first.user));
         return earlier;
     }
     vec![
         Message::System {
             content: first.system,
         },
-        Message::User {
-            content: first.user,
-        },
+        Message::user(first.user),
     ]
 }
 

@@ -60,13 +60,23 @@ pub trait SpendGuard: Send + Sync {
     fn release(&self, ticket: SpendTicket) -> SpendFuture<'_, ()>;
 }
 
-/// The estimated tokens of a conversation and the tools offered with it: 4 characters a token.
+/// The estimated tokens of a conversation and the tools offered with it: 4 characters a token,
+/// and each image as [`maestro_llm::estimated_image_tokens`] says (one token per 750 pixels,
+/// at least 85).
 pub(crate) fn estimated_tokens(messages: &[Message], tools: &[ToolSpec]) -> u64 {
+    let image_tokens: u64 = messages
+        .iter()
+        .flat_map(|m| match m {
+            Message::User { images, .. } => images.as_slice(),
+            _ => &[],
+        })
+        .map(|image| maestro_llm::estimated_image_tokens(image.width, image.height))
+        .sum();
     let chars: usize = messages
         .iter()
         .map(|m| match m {
             Message::System { content }
-            | Message::User { content }
+            | Message::User { content, .. }
             | Message::Tool { content, .. } => content.len(),
             Message::Assistant {
                 content,
@@ -84,7 +94,7 @@ pub(crate) fn estimated_tokens(messages: &[Message], tools: &[ToolSpec]) -> u64 
             .iter()
             .map(|t| t.description.len() + t.input_schema.to_string().len())
             .sum::<usize>();
-    (chars / 4) as u64
+    (chars / 4) as u64 + image_tokens
 }
 
 /// What a guard is asked about `request`.

@@ -7,10 +7,12 @@
 
 pub mod anthropic;
 mod client;
+mod image;
 mod openai;
 mod types;
 
 pub use client::{ModelClient, ProviderKind};
+pub use image::{ImagePart, describe_images, estimated_image_tokens};
 pub use openai::{
     ConfigError, DEFAULT_CALL_TIMEOUT, DEFAULT_MAX_ANSWER_BYTES, DEFAULT_MAX_ANSWER_TOKENS,
     EMBEDDING_BATCH, OpenAiCompat, OpenAiConfig, RetryPolicy,

@@ -52,7 +52,7 @@ const SIDE_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// let llm = OpenAiCompat::new(OpenAiConfig::new("http://127.0.0.1:8088/v1"))?;
 /// let request = ChatRequest {
 ///     model: "local".into(),
-///     messages: vec![Message::User { content: "Say hi.".into() }],
+///     messages: vec![Message::user("Say hi.")],
 ///     ..ChatRequest::default()
 /// };
 /// let answer = llm.chat(request, &|event| eprintln!("{event:?}")).await?;
@@ -79,6 +79,9 @@ struct Learned {
     /// Models looked up in the tool-mode file already.
     tool_mode_file_read: std::collections::HashSet<String>,
     context_lengths: HashMap<String, u64>,
+    /// Models the endpoint refused images for (HTTP 400 naming images): they get the images'
+    /// descriptions from then on.
+    text_only: std::collections::HashSet<String>,
     /// Models whose context length the endpoint did not tell, and when it was asked: not asked
     /// again for [`UNKNOWN_CONTEXT_KEPT`], so that runs sharing the client do not each spend
     /// a request on it.
@@ -268,11 +271,40 @@ impl OpenAiCompat {
             && message.to_ascii_lowercase().contains("tool")
     }
 
+    /// True when `model` is known not to take images: configured so
+    /// ([`OpenAiConfig::text_only_models`], `llm.models.<name>.vision: false`) or refused by the
+    /// endpoint earlier.
+    pub fn is_text_only(&self, model: &str) -> bool {
+        self.config.text_only_models.iter().any(|m| m == model)
+            || self.learned().text_only.contains(model)
+    }
+
+    /// An HTTP 400 that names images, for a request that carries some: the endpoint's model
+    /// does not take them (llama.cpp without a projector, vLLM or Ollama serving a text model,
+    /// OpenAI's "image_url is only supported by certain models").
+    fn refuses_images(request: &ChatRequest, error: &LlmError) -> bool {
+        let LlmError::Http {
+            status: 400,
+            message,
+        } = error
+        else {
+            return false;
+        };
+        let message = message.to_ascii_lowercase();
+        crate::image::has_images(&request.messages)
+            && ["image", "vision", "multimodal", "multi-modal"]
+                .iter()
+                .any(|word| message.contains(word))
+    }
+
     async fn run(
         &self,
-        request: ChatRequest,
+        mut request: ChatRequest,
         on_event: &(dyn Fn(StreamEvent) + Send + Sync),
     ) -> Result<ChatResponse, LlmError> {
+        if crate::image::has_images(&request.messages) && self.is_text_only(&request.model) {
+            request.messages = crate::describe_images(&request.messages);
+        }
         let mut shape = self.shape(&request);
         let policy = self.config.retry;
         let mut attempt = 1u32;
@@ -293,6 +325,14 @@ impl OpenAiCompat {
                 }
                 Err(failure) => failure,
             };
+            if let Failure::Final(error) = &failure
+                && Self::refuses_images(&request, error)
+            {
+                tracing::warn!(model = %request.model, %error, "the endpoint refused images; sending their descriptions from now on");
+                self.learned().text_only.insert(request.model.clone());
+                request.messages = crate::describe_images(&request.messages);
+                continue;
+            }
             if let Failure::Final(error) = &failure
                 && self.refuses_native_tools(shape, error)
             {

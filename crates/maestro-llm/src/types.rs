@@ -23,6 +23,10 @@ pub enum Message {
     User {
         /// The turn's text.
         content: String,
+        /// Images shown with the text, in order (a ReadImage result, a person's upload). Empty
+        /// for a text-only turn, which then travels as a plain string, as it always did.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        images: Vec<crate::ImagePart>,
     },
     /// A turn of the model.
     Assistant {
@@ -39,6 +43,16 @@ pub enum Message {
         /// The tool's output as the model reads it.
         content: String,
     },
+}
+
+impl Message {
+    /// A text-only user turn.
+    pub fn user(content: impl Into<String>) -> Message {
+        Message::User {
+            content: content.into(),
+            images: Vec::new(),
+        }
+    }
 }
 
 pub use maestro_protocol::ToolMode;

@@ -37,9 +37,7 @@ fn ask(text: &str) -> ChatRequest {
             Message::System {
                 content: "Be brief.".into(),
             },
-            Message::User {
-                content: text.into(),
-            },
+            Message::user(text),
         ],
         ..ChatRequest::default()
     }
@@ -380,5 +378,38 @@ async fn a_silent_stream_times_out_and_an_endless_one_hits_the_answer_cap() {
         LlmError::AnswerTooLarge {
             limit: "50 tokens (llm.max_answer_tokens)".into()
         }
+    );
+}
+
+#[tokio::test]
+async fn an_image_part_is_sent_as_a_base64_image_block() {
+    let server = ScriptedAnthropic::builder()
+        .api_key(KEY)
+        .turns([Turn::text("A square.")])
+        .start()
+        .await;
+    let pixels = b"\x89PNG\r\n\x1a\n pretend pixels".to_vec();
+    let request = ChatRequest {
+        model: "claude-test".into(),
+        messages: vec![Message::User {
+            content: "What is it?".into(),
+            images: vec![maestro_llm::ImagePart::new(
+                "image/png",
+                4,
+                4,
+                pixels.clone(),
+            )],
+        }],
+        ..ChatRequest::default()
+    };
+    client(&server).chat(request, &|_| {}).await.unwrap();
+    use base64::Engine as _;
+    assert_eq!(
+        server.requests()[0]["messages"],
+        json!([{"role": "user", "content": [
+            {"type": "text", "text": "What is it?"},
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                "data": base64::engine::general_purpose::STANDARD.encode(&pixels)}},
+        ]}])
     );
 }

@@ -10,9 +10,7 @@ use pretty_assertions::assert_eq;
 fn ask() -> ChatRequest {
     ChatRequest {
         model: "some-model".into(),
-        messages: vec![Message::User {
-            content: "hi".into(),
-        }],
+        messages: vec![Message::user("hi")],
         ..ChatRequest::default()
     }
 }

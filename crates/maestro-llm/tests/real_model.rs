@@ -41,9 +41,7 @@ fn chat(text: &str) -> ChatRequest {
             Message::System {
                 content: "You are a helpful assistant.".into(),
             },
-            Message::User {
-                content: text.into(),
-            },
+            Message::user(text),
         ],
         temperature: Some(0.0),
         max_tokens: Some(48),

@@ -157,6 +157,10 @@ pub enum RunEvent {
         /// instead of running the tool again.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         output: Option<String>,
+        /// Images the result showed the model (ReadImage), by hash; a resumed run reads their
+        /// bytes back from beside the record and sends the same request again.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        images: Vec<crate::ImageRef>,
     },
     /// A judge or `ai()` call is about to pick a rule.
     JudgeRequest {

@@ -17,7 +17,7 @@ pub use event::{
     RunEvent,
 };
 pub use secret::Secret;
-pub use values::{ChecklistItem, Dialect, RunScratch, SubtaskOutcome, ToolMode};
+pub use values::{ChecklistItem, Dialect, ImageRef, RunScratch, SubtaskOutcome, ToolMode};
 
 use serde::{Deserialize, Serialize};
 

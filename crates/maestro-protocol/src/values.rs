@@ -67,6 +67,21 @@ impl std::str::FromStr for Dialect {
     }
 }
 
+/// An image a tool result showed the model, as the run's record names it: by the SHA-256 of its
+/// bytes, which the run keeps once beside the record (`images/<sha256>` in the run directory).
+/// Never a `data:` URL.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImageRef {
+    /// The SHA-256 of the encoded image, in lowercase hex.
+    pub sha256: String,
+    /// Its media type, e.g. `image/png`.
+    pub media_type: String,
+    /// Width in pixels.
+    pub width: u32,
+    /// Height in pixels.
+    pub height: u32,
+}
+
 /// One checklist item (CreateChecklist / CheckItem / GetChecklist).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct ChecklistItem {

@@ -40,9 +40,15 @@ pub fn reader_main(args: &[String]) -> ExitCode {
         eprintln!("{READER_ARG}: cannot read the file from stdin ({e})");
         return ExitCode::from(2);
     }
-    let answer = match read(&bytes, &request) {
-        Ok(markdown) => Response::Markdown(tidy(&markdown)),
-        Err(failure) => Response::Failed(failure),
+    let answer = match (&request.kind, &request.image) {
+        (Kind::Image, Some(job)) => match crate::image::run(&bytes, job, request.memory_mb) {
+            Ok(image) => Response::Image(Box::new(image)),
+            Err(failure) => Response::Failed(failure),
+        },
+        _ => match read(&bytes, &request) {
+            Ok(markdown) => Response::Markdown(tidy(&markdown)),
+            Err(failure) => Response::Failed(failure),
+        },
     };
     drop(bytes);
     let mut out = std::io::stdout().lock();
@@ -62,6 +68,9 @@ pub(crate) fn read(bytes: &[u8], request: &Request) -> Result<String, ReadFailur
         Kind::Pptx => crate::pptx::read(bytes, request.max_expanded_bytes),
         Kind::Spreadsheet => crate::sheet::read(bytes, request),
         Kind::Csv => crate::sheet::read_csv(bytes, request),
+        Kind::Image => Err(ReadFailure::WrongType(
+            "an image request without its job; this is a bug in Maestro".into(),
+        )),
     }
 }
 

@@ -56,6 +56,7 @@ pub async fn markdown_for_index(
         cpu_secs: config.cpu_secs,
         max_expanded_bytes: config.max_expanded_bytes,
         max_chars: MAX_INDEX_MARKDOWN,
+        image: None,
     };
     reader::run(&config.reader, &request, bytes, config.timeout, cancel)
         .await

@@ -8,6 +8,8 @@
 mod child;
 mod docx;
 mod error;
+mod image;
+mod image_tools;
 mod index;
 mod markdown;
 mod office;
@@ -51,6 +53,8 @@ pub struct DocumentsConfig {
     pub max_output_chars: usize,
     /// Workspace-relative directories `SplitPdf` may write (with `edit`), as `tools.writable_dirs`.
     pub writable_dirs: Vec<String>,
+    /// The longest side of an image ReadImage shows the model (`tools.image_max_side`).
+    pub image_max_side: u32,
 }
 
 impl DocumentsConfig {
@@ -68,6 +72,7 @@ impl DocumentsConfig {
             // Below the registry's own cap, so the tools cut first and say how to read on.
             max_output_chars: tools.output_cap_bytes.saturating_sub(512).max(2_000),
             writable_dirs: tools.writable_dirs.clone(),
+            image_max_side: tools.image_max_side,
         }
     }
 }
@@ -81,7 +86,9 @@ pub fn tools(config: DocumentsConfig) -> Vec<Arc<dyn Tool>> {
         Arc::new(office::ReadPptx(Arc::clone(&config))),
         Arc::new(pdf::ReadPdf(Arc::clone(&config))),
         Arc::new(pdf::PdfToImages(Arc::clone(&config))),
-        Arc::new(pdf::SplitPdf(config)),
+        Arc::new(pdf::SplitPdf(Arc::clone(&config))),
+        Arc::new(image_tools::ReadImage(Arc::clone(&config))),
+        Arc::new(image_tools::AnnotateImage(config)),
     ]
 }
 
@@ -93,6 +100,8 @@ pub const TOOLS: &[&str] = &[
     "ReadPPTX",
     "PdfToImages",
     "SplitPdf",
+    "ReadImage",
+    "AnnotateImage",
 ];
 
 /// Adds the document tools to the piece validator's `catalog` (they need no configuration).

@@ -58,6 +58,7 @@ async fn parse(
         cpu_secs: config.cpu_secs,
         max_expanded_bytes: config.max_expanded_bytes,
         max_chars: config.max_output_chars,
+        image: None,
     };
     reader::run(&config.reader, &request, bytes, config.timeout, &ctx.cancel).await
 }

@@ -28,6 +28,9 @@ pub(crate) struct Request {
     pub(crate) max_expanded_bytes: u64,
     /// Bytes of Markdown the answer may hold.
     pub(crate) max_chars: usize,
+    /// What to do with an image ([`Kind::Image`]).
+    #[serde(default)]
+    pub(crate) image: Option<crate::image::ImageJob>,
 }
 
 /// The readers the child has.
@@ -39,6 +42,8 @@ pub(crate) enum Kind {
     /// xlsx, xlsm, xlsb, xls or ods (calamine decides by content).
     Spreadsheet,
     Csv,
+    /// PNG or JPEG, for ReadImage and AnnotateImage ([`Request::image`] says which).
+    Image,
 }
 
 /// Why a file could not be read, as the child reports it.
@@ -70,6 +75,8 @@ pub(crate) enum Response {
     Markdown(String),
     /// Why it could not be read.
     Failed(ReadFailure),
+    /// The image made ([`Kind::Image`]).
+    Image(Box<crate::image::ImageAnswer>),
 }
 
 /// Whether `bytes` is an encrypted Office Open XML package: a compound file holding an

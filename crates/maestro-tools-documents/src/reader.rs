@@ -41,6 +41,23 @@ pub(crate) async fn run(
     timeout: Duration,
     cancel: &CancellationToken,
 ) -> Result<String, DocError> {
+    match exchange(command, request, bytes, timeout, cancel).await? {
+        Response::Markdown(text) => Ok(text),
+        Response::Image(_) => Err(DocError::BadAnswer(
+            "an image where Markdown was asked for".into(),
+        )),
+        Response::Failed(failure) => Err(DocError::Read(failure)),
+    }
+}
+
+/// Runs the child on `bytes` and returns its answer, whatever it is.
+pub(crate) async fn exchange(
+    command: &ReaderCommand,
+    request: &Request,
+    bytes: Vec<u8>,
+    timeout: Duration,
+    cancel: &CancellationToken,
+) -> Result<Response, DocError> {
     let json = serde_json::to_string(request).map_err(DocError::Request)?;
     let mut child = tokio::process::Command::new(&command.program)
         .args(&command.args)
@@ -97,11 +114,8 @@ pub(crate) async fn run(
     let status = status.map_err(DocError::Wait)?;
     let stderr = String::from_utf8_lossy(&err).trim().to_string();
     if status.success() {
-        return match serde_json::from_slice::<Response>(&out) {
-            Ok(Response::Markdown(text)) => Ok(text),
-            Ok(Response::Failed(failure)) => Err(DocError::Read(failure)),
-            Err(e) => Err(DocError::BadAnswer(e.to_string())),
-        };
+        return serde_json::from_slice::<Response>(&out)
+            .map_err(|e| DocError::BadAnswer(e.to_string()));
     }
     use std::os::unix::process::ExitStatusExt as _;
     Err(match status.signal() {

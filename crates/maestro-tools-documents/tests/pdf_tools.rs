@@ -207,7 +207,7 @@ async fn split_pdf_writes_each_range_as_a_pdf_only_with_edit_and_in_a_writable_f
     assert!(!refused.ok);
     assert_eq!(
         refused.output,
-        "`SplitPdf` is not available in this movement (it cannot edit files); the tools you can call are: ReadDocx, ReadExcel, ReadPPTX, ReadPdf, PdfToImages"
+        "`SplitPdf` is not available in this movement (it cannot edit files); the tools you can call are: ReadDocx, ReadExcel, ReadPPTX, ReadPdf, PdfToImages, ReadImage"
     );
     assert!(!ws.path().join("output").exists());
 

@@ -44,7 +44,7 @@ pub const ENGINE_TOOLS: &[&str] = &["SpawnSubTask"];
 pub const RUN_TOOLS: &[&str] = &["BatchReviewTextWithLLM"];
 
 /// Tools the Maestro specification names that this version does not implement yet.
-pub const PLANNED_TOOLS: &[&str] = &["ReadImage", "AnnotateImage"];
+pub const PLANNED_TOOLS: &[&str] = &[];
 
 /// This crate's tools and the engine's, available or with the reason they are not under
 /// `tools` (and `subtasks`: `subtasks.max_depth` above 0), plus the planned ones.

@@ -24,6 +24,9 @@ pub struct ToolsConfig {
     pub writable_dirs: Vec<String>,
     /// Maximum bytes of tool output handed back to the model.
     pub output_cap_bytes: usize,
+    /// The longest side, in pixels, of an image ReadImage shows the model (`tools.image_max_side`,
+    /// default 1568): a larger image is shrunk to it, keeping its proportions.
+    pub image_max_side: u32,
     /// `Bash` time limit when the call gives none.
     #[serde(with = "millis", rename = "bash_default_timeout_ms")]
     pub bash_default_timeout: Duration,
@@ -85,6 +88,7 @@ impl Default for ToolsConfig {
                 .collect(),
             writable_dirs: vec!["output".to_string()],
             output_cap_bytes: 30_000,
+            image_max_side: 1568,
             bash_default_timeout: Duration::from_secs(120),
             bash_max_timeout: Duration::from_secs(600),
             call_timeout: Duration::from_secs(120),

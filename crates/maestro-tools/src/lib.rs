@@ -9,6 +9,7 @@
 //!
 //! This crate knows nothing of runs.
 
+pub mod attach;
 pub mod bash;
 mod builtins;
 pub mod catalog;

@@ -19,12 +19,13 @@ pub const META_TOOLS: &[&str] = &["ReadToolDoc", "ListSkills", "ReadSkill"];
 const EXCLUSIVE_TOOLS: &[&str] = &["Bash"];
 
 /// Tools that change files; offered only to movements with `edit: true` (`SplitPdf`, of
-/// `maestro-tools-documents`, writes new PDFs for the user; `MergeReviewedResults` a report;
-/// `InstallSkill` a skill every later run reads).
+/// `maestro-tools-documents`, writes new PDFs for the user, `AnnotateImage` an annotated copy;
+/// `MergeReviewedResults` a report; `InstallSkill` a skill every later run reads).
 pub const EDIT_TOOLS: &[&str] = &[
     "Write",
     "Edit",
     "SplitPdf",
+    "AnnotateImage",
     "MergeReviewedResults",
     "InstallSkill",
 ];

@@ -67,7 +67,7 @@ const SIDE_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// let llm = Anthropic::new(config)?;
 /// let request = ChatRequest {
 ///     model: "claude-sonnet-4-5".into(),
-///     messages: vec![Message::User { content: "Say hi.".into() }],
+///     messages: vec![Message::user("Say hi.")],
 ///     ..ChatRequest::default()
 /// };
 /// let answer = llm.chat(request, &|event| eprintln!("{event:?}")).await?;

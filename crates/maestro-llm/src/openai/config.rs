@@ -70,6 +70,11 @@ pub struct OpenAiConfig {
     /// Ask for a streamed (SSE) answer. The client falls back to a plain answer by itself when
     /// the endpoint rejects streaming, and remembers that.
     pub stream: bool,
+    /// Models that cannot take images (`llm.models.<name>.vision: false`): their requests carry
+    /// each image's description instead ([`ImagePart::description`](crate::ImagePart::description)).
+    /// A model the endpoint refuses images for (HTTP 400 naming images) is treated so from then
+    /// on without being listed here.
+    pub text_only_models: Vec<String>,
     /// Further headers sent with every request (e.g. `OpenAI-Organization`, `api-key`). Values
     /// are secrets: they are redacted from errors like the API key.
     pub extra_headers: Vec<(String, Secret)>,
@@ -94,6 +99,7 @@ impl OpenAiConfig {
             context_length: None,
             stream: true,
             extra_headers: Vec::new(),
+            text_only_models: Vec::new(),
         }
     }
 
@@ -154,6 +160,12 @@ impl OpenAiConfig {
     /// Asks for a streamed answer or a plain one ([`OpenAiConfig::stream`]).
     pub fn with_stream(mut self, stream: bool) -> Self {
         self.stream = stream;
+        self
+    }
+
+    /// Marks `model` as unable to take images ([`OpenAiConfig::text_only_models`]).
+    pub fn with_text_only_model(mut self, model: impl Into<String>) -> Self {
+        self.text_only_models.push(model.into());
         self
     }
 

@@ -85,10 +85,15 @@ fn addendum(tools: &[ToolSpec]) -> String {
 pub(crate) fn messages(messages: &[Message], tools: &[ToolSpec]) -> Vec<Value> {
     let mut out: Vec<(&'static str, String)> = Vec::new();
     let mut names: Vec<(&str, &str)> = Vec::new();
+    // Images by the index their message would take in `out` (before merging).
+    let mut shown: Vec<(usize, &crate::ImagePart)> = Vec::new();
     for message in messages {
         let (role, content) = match message {
             Message::System { content } => ("system", content.clone()),
-            Message::User { content } => ("user", content.clone()),
+            Message::User { content, images } => {
+                shown.extend(images.iter().map(|image| (out.len(), image)));
+                ("user", content.clone())
+            }
             Message::Assistant {
                 content,
                 tool_calls,
@@ -117,8 +122,12 @@ pub(crate) fn messages(messages: &[Message], tools: &[ToolSpec]) -> Vec<Value> {
                 ("user", format!("Result of the `{name}` call:\n{content}"))
             }
         };
+        let next = out.len();
         match out.last_mut() {
             Some((last_role, last)) if *last_role == role => {
+                for image in shown.iter_mut().filter(|(at, _)| *at == next) {
+                    image.0 = next - 1;
+                }
                 last.push_str("\n\n");
                 last.push_str(&content);
             }
@@ -133,8 +142,22 @@ pub(crate) fn messages(messages: &[Message], tools: &[ToolSpec]) -> Vec<Value> {
         }
         None => out.insert(0, ("system", addendum)),
     }
+    let system_added = usize::from(!out.iter().any(|(role, _)| *role == "system"));
     out.into_iter()
-        .map(|(role, content)| json!({"role": role, "content": content}))
+        .enumerate()
+        .map(|(i, (role, content))| {
+            let images: Vec<Value> = shown
+                .iter()
+                .filter(|(at, _)| at + system_added == i)
+                .map(|(_, image)| json!({"type": "image_url", "image_url": {"url": image.data_url()}}))
+                .collect();
+            if images.is_empty() {
+                return json!({"role": role, "content": content});
+            }
+            let mut parts = vec![json!({"type": "text", "text": content})];
+            parts.extend(images);
+            json!({"role": role, "content": parts})
+        })
         .collect()
 }
 
@@ -270,9 +293,7 @@ mod tests {
             Message::System {
                 content: "You are terse.".into(),
             },
-            Message::User {
-                content: "Read a.rs".into(),
-            },
+            Message::user("Read a.rs"),
             Message::Assistant {
                 content: String::new(),
                 tool_calls: vec![ToolCall {
@@ -285,9 +306,7 @@ mod tests {
                 tool_call_id: "c1".into(),
                 content: "fn main() {}".into(),
             },
-            Message::User {
-                content: "Now summarise.".into(),
-            },
+            Message::user("Now summarise."),
         ];
         let sent = messages(&history, &[read_tool()]);
         assert_eq!(sent.len(), 4);

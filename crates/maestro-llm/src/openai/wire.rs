@@ -58,7 +58,8 @@ pub(crate) fn body(
         Shape::Plain | Shape::NativeTools | Shape::Schema => {
             let messages: Vec<WireMessage<'_>> =
                 request.messages.iter().map(WireMessage::from).collect();
-            field(&mut out, "messages", &messages)?
+            field(&mut out, "messages", &messages)? - data_url_chars(&request.messages)
+                + image_chars(&request.messages)
         }
     };
     match shape {
@@ -116,6 +117,31 @@ pub(crate) fn body(
     })
 }
 
+/// The length of the `data:` URLs of the images in `messages`: text on the wire that a usage
+/// estimate does not count as text.
+fn data_url_chars(messages: &[Message]) -> usize {
+    images(messages)
+        .map(|image| {
+            "data:;base64,".len() + image.media_type.len() + image.data.len().div_ceil(3) * 4
+        })
+        .sum()
+}
+
+/// What the images in `messages` count as in a usage estimate (four characters a token; see
+/// [`crate::estimated_image_tokens`]).
+fn image_chars(messages: &[Message]) -> usize {
+    images(messages)
+        .map(|image| crate::estimated_image_tokens(image.width, image.height) as usize * 4)
+        .sum()
+}
+
+fn images(messages: &[Message]) -> impl Iterator<Item = &crate::ImagePart> {
+    messages.iter().flat_map(|m| match m {
+        Message::User { images, .. } => images.as_slice(),
+        _ => &[],
+    })
+}
+
 /// Appends `"key":value` to the object being written in `out` (opening it, or after a comma),
 /// and returns the length of the value's text.
 fn field(out: &mut Vec<u8>, key: &str, value: &impl serde::Serialize) -> Result<usize, LlmError> {
@@ -144,10 +170,31 @@ struct WireMessage<'a> {
     role: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     tool_call_id: Option<&'a str>,
-    /// `null` for an assistant message that only calls tools.
-    content: Option<&'a str>,
+    /// `null` for an assistant message that only calls tools; a list of parts for a user
+    /// message with images.
+    content: Option<WireContent<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     tool_calls: Option<Vec<WireCall<'a>>>,
+}
+
+/// A message's content: a plain string, or text and image parts.
+#[derive(serde::Serialize)]
+#[serde(untagged)]
+enum WireContent<'a> {
+    Text(&'a str),
+    Parts(Vec<WirePart<'a>>),
+}
+
+#[derive(serde::Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum WirePart<'a> {
+    Text { text: &'a str },
+    ImageUrl { image_url: WireImageUrl },
+}
+
+#[derive(serde::Serialize)]
+struct WireImageUrl {
+    url: String,
 }
 
 #[derive(serde::Serialize)]
@@ -183,12 +230,29 @@ impl<'a> From<&'a Message> for WireMessage<'a> {
         let plain = |role, content: &'a String| WireMessage {
             role,
             tool_call_id: None,
-            content: Some(content),
+            content: Some(WireContent::Text(content)),
             tool_calls: None,
         };
         match message {
             Message::System { content } => plain("system", content),
-            Message::User { content } => plain("user", content),
+            Message::User { content, images } if images.is_empty() => plain("user", content),
+            Message::User { content, images } => {
+                let mut parts = Vec::with_capacity(images.len() + 1);
+                if !content.is_empty() {
+                    parts.push(WirePart::Text { text: content });
+                }
+                parts.extend(images.iter().map(|image| WirePart::ImageUrl {
+                    image_url: WireImageUrl {
+                        url: image.data_url(),
+                    },
+                }));
+                WireMessage {
+                    role: "user",
+                    tool_call_id: None,
+                    content: Some(WireContent::Parts(parts)),
+                    tool_calls: None,
+                }
+            }
             Message::Assistant {
                 content,
                 tool_calls,
@@ -199,7 +263,7 @@ impl<'a> From<&'a Message> for WireMessage<'a> {
             } => WireMessage {
                 role: "assistant",
                 tool_call_id: None,
-                content: (!content.is_empty()).then_some(content.as_str()),
+                content: (!content.is_empty()).then_some(WireContent::Text(content)),
                 tool_calls: Some(
                     tool_calls
                         .iter()
@@ -220,7 +284,7 @@ impl<'a> From<&'a Message> for WireMessage<'a> {
             } => WireMessage {
                 role: "tool",
                 tool_call_id: Some(tool_call_id),
-                content: Some(content),
+                content: Some(WireContent::Text(content)),
                 tool_calls: None,
             },
         }
@@ -363,9 +427,7 @@ mod tests {
             Message::System {
                 content: "sys".into(),
             },
-            Message::User {
-                content: "é \"quoted\"\n".into(),
-            },
+            Message::user("é \"quoted\"\n"),
             Message::Assistant {
                 content: String::new(),
                 tool_calls: vec![ToolCall {
@@ -409,9 +471,7 @@ mod tests {
             input_schema: json!({"type": "object", "properties": {"path": {"type": "string"}}})
                 .into(),
         };
-        let ask = vec![Message::User {
-            content: "hi".into(),
-        }];
+        let ask = vec![Message::user("hi")];
         let plain = body(&request(ask.clone(), vec![]), Shape::Plain, STREAM).unwrap();
         let sent = body(
             &request(ask, vec![tool]),

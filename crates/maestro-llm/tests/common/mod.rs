@@ -38,9 +38,7 @@ pub(crate) fn ask(text: &str) -> ChatRequest {
             Message::System {
                 content: "Be brief.".into(),
             },
-            Message::User {
-                content: text.into(),
-            },
+            Message::user(text),
         ],
         ..ChatRequest::default()
     }

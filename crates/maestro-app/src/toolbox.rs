@@ -205,6 +205,12 @@ impl Toolbox {
         for tool in maestro_tools_web::tools(config.web.clone()) {
             registry.register(tool);
         }
+        if registry.config().skills_install_dir.is_some() {
+            // Over the workspace-only InstallSkill: archives may also come from a URL, fetched
+            // through the web tools' guard.
+            let tools = Arc::clone(registry.config());
+            registry.register(maestro_tools_web::install_skill_tool(&config.web, tools));
+        }
         let connections = config.ssh.registry().map_err(ToolboxError::Ssh)?;
         for tool in maestro_tools_ssh::tools(Arc::new(connections), None) {
             registry.register(tool);

@@ -11,6 +11,7 @@ mod download;
 mod error;
 mod fetch;
 pub mod guard;
+mod install_skill;
 mod search;
 
 use std::sync::Arc;
@@ -21,6 +22,7 @@ use serde::{Deserialize, Serialize};
 pub use client::{FetchedBytes, WebClient};
 pub use error::WebError;
 pub use guard::{HostLookup, HostPolicy, SystemLookup};
+pub use install_skill::InstallSkillWithUrls;
 use maestro_tools::Tool;
 use maestro_tools::catalog::{ToolCatalog, available, unavailable};
 
@@ -142,4 +144,25 @@ pub fn add_to_catalog(catalog: &mut ToolCatalog, config: &WebConfig) {
             "no search provider is configured; set `web.search.searxng_url` in .maestro/config.yaml",
         );
     }
+}
+
+/// `InstallSkill` over `tools` (`tools.skills_install_dir`) that also takes `http(s)://` URLs,
+/// fetched through the guard under `config`'s limits; register it over the workspace-only one.
+pub fn install_skill_tool(
+    config: &WebConfig,
+    tools: Arc<maestro_tools::ToolsConfig>,
+) -> Arc<dyn Tool> {
+    install_skill_tool_with_lookup(config, tools, Arc::new(SystemLookup))
+}
+
+/// [`install_skill_tool`] with a custom resolver (tests map names to loopback with it).
+pub fn install_skill_tool_with_lookup(
+    config: &WebConfig,
+    tools: Arc<maestro_tools::ToolsConfig>,
+    lookup: Arc<dyn HostLookup>,
+) -> Arc<dyn Tool> {
+    Arc::new(InstallSkillWithUrls::new(
+        tools,
+        WebClient::new(config, lookup),
+    ))
 }

@@ -30,8 +30,8 @@ const MAX_SKILL_MD: u64 = 1024 * 1024;
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct InstallSkillInput {
-    /// The skill in the workspace: a folder holding `SKILL.md`, or a `.zip`, `.tar.gz` or
-    /// `.tgz` archive of one (fetch one from the web into input/ with DownloadFile first).
+    /// The skill: a folder holding `SKILL.md` in the workspace, or a `.zip`, `.tar.gz` or
+    /// `.tgz` archive of one, in the workspace or at an `http(s)://` URL.
     pub source: String,
 }
 

@@ -362,7 +362,8 @@ mod tests {
         assert!(why("SshExec").contains("ssh.connections"));
         assert!(why("CreatePiece").contains("tools.pieces_dir"));
         assert!(why("SpawnSubTask").contains("subtasks.max_depth"));
-        assert!(why("ReadImage").contains("does not have it yet"));
+        assert!(why("InstallSkill").contains("tools.skills_install_dir"));
+        assert_eq!(catalog.get("ReadImage"), Some(&Availability::Available));
         assert_eq!(catalog.get("BrowseWeb"), Some(&Availability::Available));
         assert_eq!(catalog.get("Read"), Some(&Availability::Available));
         assert_eq!(catalog.get("WebFetch"), Some(&Availability::Available));

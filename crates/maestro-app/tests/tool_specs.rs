@@ -85,7 +85,7 @@ async fn every_schema_is_an_object_whose_required_fields_parse() {
     let skills = tempfile::tempdir().unwrap();
     let b = everything(skills.path()).await;
     let specs = b.registry.list();
-    assert_eq!(specs.len(), 30, "{:?}", specs.iter().map(|s| &s.name));
+    assert_eq!(specs.len(), 33, "{:?}", specs.iter().map(|s| &s.name));
     for spec in &specs {
         let schema = &spec.input_schema;
         assert_eq!(schema["type"], "object", "{}: {schema}", spec.name);

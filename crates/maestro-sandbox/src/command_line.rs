@@ -247,7 +247,10 @@ impl Parser {
             return Err(SyntaxError::NoRedirectTarget(prev.to_string()));
         }
         if op.ends_with('&') {
-            // `>&2`, `2>&1`, `>&-`: a descriptor, not a file, when digits or `-` follow.
+            // `>&2`, `2>&1`, `>&-`: a descriptor, not a file, when digits or `-` follow and the
+            // token ends there. Anything else joined to them (`>&1x`, `>&1#`) makes one word,
+            // a file name, as the shell reads it (a `#` inside a word starts no comment).
+            let start = self.pos;
             let mut digits = String::new();
             while let Some(c) = self.peek(0) {
                 if c.is_ascii_digit() || (c == '-' && digits.is_empty()) {
@@ -257,10 +260,15 @@ impl Parser {
                     break;
                 }
             }
-            if !digits.is_empty() {
+            let token_ends = matches!(
+                self.peek(0),
+                None | Some(' ' | '\t' | '\n' | ';' | '&' | '|' | '<' | '>' | '(' | ')')
+            );
+            if !digits.is_empty() && token_ends {
                 current.redirects.push(Redirect { op, target: None });
                 return Ok(());
             }
+            self.pos = start;
         }
         // Skip blanks between the operator and its target.
         while matches!(self.peek(0), Some(' ' | '\t')) {

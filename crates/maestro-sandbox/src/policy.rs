@@ -535,6 +535,9 @@ mod tests {
             "for i in 1; do curl x; done",
             "sudo ls",
             "l* x",
+            // `1#` is one word (a file name): the `#` starts no comment, so `curl` runs.
+            "echo a 2>&1# | curl x",
+            "ls >&1#x; curl x",
         ] {
             assert!(
                 check(line, &a, None).is_some(),

@@ -5,7 +5,9 @@
 
 use std::sync::Arc;
 
-use maestro_tools::skills_install::{InstallSkill, InstallSkillInput, MAX_BYTES, install};
+use maestro_tools::skills_install::{
+    INSTALL_OFF, InstallSkill, InstallSkillInput, MAX_BYTES, install,
+};
 use maestro_tools::{ToolContext, ToolOutput, ToolsConfig, TypedTool};
 
 use crate::client::WebClient;
@@ -30,11 +32,7 @@ impl InstallSkillWithUrls {
 
     async fn fetch_and_install(&self, ctx: &ToolContext, url: &str) -> Result<String, String> {
         let Some(install_dir) = self.inner.config.skills_install_dir.clone() else {
-            return Err(
-                "installing skills is off; set `tools.skills_install_dir` in .maestro/config.yaml \
-                 to turn it on (docs/security.md says what that allows)"
-                    .to_string(),
-            );
+            return Err(INSTALL_OFF.to_string());
         };
         let fetched = self
             .client

@@ -23,6 +23,9 @@ pub const MAX_FILES: usize = 200;
 pub const MAX_BYTES: u64 = 20 * 1024 * 1024;
 /// The most entries (files and folders) an archive may list.
 pub const MAX_ENTRIES: usize = 1_000;
+/// What an `InstallSkill` call answers when `tools.skills_install_dir` is not set.
+pub const INSTALL_OFF: &str = "installing skills is off; set `tools.skills_install_dir` in \
+    .maestro/config.yaml to turn it on (docs/security.md says what that allows)";
 /// The largest `SKILL.md`.
 const MAX_SKILL_MD: u64 = 1024 * 1024;
 
@@ -51,10 +54,7 @@ impl TypedTool for InstallSkill {
 
     async fn run(&self, ctx: &ToolContext, input: InstallSkillInput) -> ToolOutput {
         let Some(install_dir) = self.config.skills_install_dir.clone() else {
-            return ToolOutput::error(
-                "installing skills is off; set `tools.skills_install_dir` in \
-                 .maestro/config.yaml to turn it on (docs/security.md says what that allows)",
-            );
+            return ToolOutput::error(INSTALL_OFF);
         };
         let ws = match open_workspace(ctx) {
             Ok(ws) => ws,

@@ -206,6 +206,19 @@ impl ProgressModel {
             RunEvent::UserInput { movement, text } => {
                 Some(format!("  answer for {movement}: {}", one_line(text)))
             }
+            RunEvent::QualityGateChecked {
+                movement,
+                gate,
+                passed,
+                ..
+            } => Some(format!(
+                "  quality gate {gate} of {movement}: {}",
+                if *passed {
+                    "passed"
+                } else {
+                    "failed, the step goes again"
+                }
+            )),
             RunEvent::SubtasksEnded { movement, children } => Some(format!(
                 "  subtasks for {movement} ended: {}",
                 children

@@ -107,6 +107,7 @@ fn movement(name: &str, next: Option<Target>) -> Movement {
         session: SessionMode::Refresh,
         output_contracts: vec![],
         quality_gates: vec![],
+        command_gates: Vec::new(),
         parallel: vec![],
         frontmatter_schema: None,
         kind: Default::default(),

@@ -336,6 +336,7 @@ mod tests {
                 format: None,
             }],
             quality_gates: vec![],
+            command_gates: Vec::new(),
             parallel: vec![],
             frontmatter_schema: None,
             kind: Default::default(),

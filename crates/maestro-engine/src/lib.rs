@@ -18,6 +18,7 @@ mod cycle;
 mod end_reason;
 mod error;
 mod event;
+mod gates;
 mod images;
 mod journal;
 mod judge;

@@ -97,6 +97,16 @@ impl Ended {
         )
     }
 
+    /// A command quality gate failed: the movement goes round again with the failure as its
+    /// answer.
+    pub(crate) fn gate_failed(movement: &str, feedback: String) -> Self {
+        Ended::new(
+            feedback,
+            OutcomeSource::QualityGate,
+            Step::Go(Target::Movement(movement.to_string())),
+        )
+    }
+
     /// The step a chosen rule leads to.
     pub(crate) fn by_rule(
         movement: &Movement,

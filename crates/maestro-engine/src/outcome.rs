@@ -278,6 +278,7 @@ mod tests {
             session: SessionMode::Continue,
             output_contracts: vec![],
             quality_gates: vec![],
+            command_gates: Vec::new(),
             parallel: vec![],
             frontmatter_schema: None,
             kind: Default::default(),

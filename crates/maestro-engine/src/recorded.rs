@@ -344,6 +344,17 @@ impl Recorded {
         }
     }
 
+    /// The outcome of `movement`'s next command quality gate (`passed`, `output`), when the
+    /// record holds it: a resumed or replayed run does not run the command again.
+    pub(crate) fn quality_gate(&self, movement: &str) -> Option<(bool, String)> {
+        let mut streams = self.inner.lock().ok()?;
+        streams.skip_passive(movement);
+        match &streams.by_movement.get(movement)?.front()?.event {
+            RunEvent::QualityGateChecked { passed, output, .. } => Some((*passed, output.clone())),
+            _ => None,
+        }
+    }
+
     /// How the subtasks `movement` waited for ended, when the record holds it.
     pub(crate) fn subtasks_ended(&self, movement: &str) -> Option<Vec<SubtaskOutcome>> {
         let mut streams = self.inner.lock().ok()?;

@@ -17,6 +17,7 @@ use crate::cycle::repeating_cycle;
 use crate::end_reason::EndReason;
 use crate::error::{EngineError, InternalError, UnrunnablePiece};
 use crate::event::RunEvent;
+use crate::gates;
 use crate::judge::decide_rule;
 use crate::movement::{self, Ended, Step};
 use crate::prompt::{self, Visit};
@@ -359,6 +360,12 @@ async fn run_visit(
     };
     let (mut ended, messages) = movement::visit(run, movement, messages).await?;
     wait_or_fall_back(run, movement, parent, &mut ended).await?;
+    if parent.is_none()
+        && gated(&ended.step)
+        && let Some(feedback) = gates::check(run, movement).await?
+    {
+        ended = Ended::gate_failed(&movement.name, feedback);
+    }
     // A visit that parks (a question, or subtasks to wait for) keeps its conversation to go
     // on with.
     let asks = matches!(
@@ -446,13 +453,38 @@ async fn run_parallel(run: &Arc<RunCtx>, parent: &Movement) -> Result<Ended, Eng
         })
         .collect::<Vec<_>>()
         .join("\n\n");
-    let mut ended = match decide_rule(run, parent, &combined, Some(&sub_results)).await? {
-        Some((index, via)) => Ended::by_rule(parent, combined, via, index),
-        None => Ended::no_rule_matched(combined),
+    // A sub-movement's failing command gate sends the whole parallel movement round again.
+    let mut failed_gate = None;
+    for (sub, result) in parent.parallel.iter().zip(&results) {
+        if result.as_ref().is_some_and(|r| gated(&r.step))
+            && let Some(feedback) = gates::check(run, sub).await?
+        {
+            failed_gate = Some(format!(
+                "Parallel sub-step quality gate failed: {}\n\n{feedback}",
+                sub.name
+            ));
+            break;
+        }
+    }
+    let mut ended = match failed_gate {
+        Some(feedback) => Ended::gate_failed(&parent.name, feedback),
+        None => match decide_rule(run, parent, &combined, Some(&sub_results)).await? {
+            Some((index, via)) => Ended::by_rule(parent, combined, via, index),
+            None => Ended::no_rule_matched(combined),
+        },
     };
     wait_or_fall_back(run, parent, Some(&parent.name), &mut ended).await?;
     record_finished(run, parent, None, &ended, None).await?;
     Ok(ended)
+}
+
+/// Whether a visit that ended this way has its command quality gates run: it ended on a rule
+/// (TAKT checks gates before it resolves the transition), not on a question, a wait or an error.
+fn gated(step: &Step) -> bool {
+    match step {
+        Step::Go(Target::Ask | Target::WaitSubtasks) | Step::Finish { .. } => false,
+        Step::Go(_) | Step::Matched(_) => true,
+    }
 }
 
 /// `WAIT_SUBTASKS` waits when the run is a top-level movement's with subtasks pending; otherwise

@@ -276,6 +276,7 @@ impl RunState {
             | RunEvent::ToolModeChanged { .. }
             | RunEvent::CycleWarning { .. }
             | RunEvent::LoopDetected { .. }
+            | RunEvent::QualityGateChecked { .. }
             | RunEvent::Warning { .. } => {}
         }
     }

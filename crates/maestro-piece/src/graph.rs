@@ -169,6 +169,7 @@ fn read_role(cx: &mut Cx<'_>, name: &str, node: &Node, path: &str) -> Option<Mov
         session: SessionMode::Continue,
         output_contracts: Vec::new(),
         quality_gates: Vec::new(),
+        command_gates: Vec::new(),
         parallel: Vec::new(),
         frontmatter_schema,
         kind: Default::default(),

@@ -127,8 +127,14 @@ pub struct Movement {
     pub session: SessionMode,
     /// The reports the movement must write before it ends.
     pub output_contracts: Vec<OutputContract>,
-    /// Checks the model is told to make before it finishes (takt `quality_gates`).
+    /// Checks the model is told to make before it finishes (takt `quality_gates` written as
+    /// text).
     pub quality_gates: Vec<String>,
+    /// Shell checks the engine runs in the sandbox after the movement ends (TAKT workflows'
+    /// `quality_gates` entries with `type: command`); a failing one sends the movement round
+    /// again with the failure as its previous response.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub command_gates: Vec<CommandGate>,
     /// Non-empty for a parallel parent: the sub-movements run concurrently and the parent's
     /// `all()` / `any()` rules aggregate their outcomes.
     pub parallel: Vec<Movement>,
@@ -284,6 +290,19 @@ pub struct OutputContract {
     pub label: Option<String>,
     /// The report format text (resolved from `report_formats` or inline).
     pub format: Option<Facet>,
+}
+
+/// A `type: command` quality gate: a shell command that must exit 0 once the movement ends.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommandGate {
+    /// The gate's name, as failures name it.
+    pub name: String,
+    /// The shell command, run by the sandbox's shell.
+    pub command: String,
+    /// The directory it runs in, relative to the workspace (`.` when omitted).
+    pub cwd: String,
+    /// How long it may run, in milliseconds (TAKT's default: 300,000).
+    pub timeout_ms: u64,
 }
 
 /// A takt loop monitor: counts cycles through `cycle` and runs `judge` at `threshold`.

@@ -40,8 +40,8 @@ pub use catalog::{Availability, ToolCatalog};
 pub use detect::{Detection, detect_dialect};
 pub use diagnostic::{Diagnostic, Severity, render_diagnostics};
 pub use ir::{
-    Condition, Dialect, Facet, LoopMonitor, Movement, OutputContract, Piece, PieceBudget, Rule,
-    SessionMode, StepKind, Target,
+    CommandGate, Condition, Dialect, Facet, LoopMonitor, Movement, OutputContract, Piece,
+    PieceBudget, Rule, SessionMode, StepKind, Target,
 };
 pub use load::{Failed, Loaded, discover, load_bytes, load_file, load_str};
 pub use options::LoadOptions;

@@ -354,6 +354,7 @@ fn read_movement(cx: &mut Cx<'_>, item: &Node, path: &str, known: &[&str]) -> Op
         session: SessionMode::default(),
         output_contracts: Vec::new(),
         quality_gates: Vec::new(),
+        command_gates: Vec::new(),
         parallel: Vec::new(),
         frontmatter_schema: None,
         kind: Default::default(),

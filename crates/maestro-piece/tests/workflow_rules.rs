@@ -594,3 +594,53 @@ fn the_workflow_default_capabilities_must_resolve() {
         "unknown capability preset `web`",
     );
 }
+
+#[test]
+fn a_command_gate_whose_cwd_leaves_the_workspace_is_an_error_and_a_good_one_is_kept() {
+    let text = "\
+name: gated
+initial_step: implement
+steps:
+  - name: implement
+    persona: coder
+    instruction: Build it.
+    quality_gates:
+      - Keep it small.
+      - type: command
+        name: tests
+        command: cargo test
+        cwd: ../elsewhere
+        timeout_ms: 60000
+    rules:
+      - condition: Done
+        next: COMPLETE
+";
+    let path = PathBuf::from("gated.yaml");
+    let errors = load_str(text, &path, &LoadOptions::default())
+        .unwrap_err()
+        .errors;
+    let line = line_of(text, "cwd: ../elsewhere");
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.path == "steps[0].quality_gates[1].cwd"
+                && e.line == line
+                && e.message.contains("leaves the workspace")),
+        "{errors:?}"
+    );
+    let good = text.replace("cwd: ../elsewhere", "cwd: crates/app");
+    let piece = load_str(&good, &path, &LoadOptions::default())
+        .unwrap()
+        .piece;
+    let step = &piece.movements[0];
+    assert_eq!(step.quality_gates, vec!["Keep it small.".to_string()]);
+    assert_eq!(
+        step.command_gates,
+        vec![maestro_piece::CommandGate {
+            name: "tests".into(),
+            command: "cargo test".into(),
+            cwd: "crates/app".into(),
+            timeout_ms: 60_000,
+        }]
+    );
+}

@@ -315,6 +315,20 @@ pub enum RunEvent {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reason: Option<EndReason>,
     },
+    /// A TAKT workflow's command quality gate ran once the movement ended: a failing one sends
+    /// the movement round again with `output` (the failure) as its previous response.
+    QualityGateChecked {
+        /// The movement the gate belongs to.
+        movement: String,
+        /// The gate's `name`.
+        gate: String,
+        /// The command as written.
+        command: String,
+        /// Whether it exited with status 0.
+        passed: bool,
+        /// What it printed (the last 1,000 characters, secrets removed), with its exit status.
+        output: String,
+    },
     /// A person answered the question the run ended with (`maestro jobs answer`): the movement
     /// that asked goes on in the same conversation, the answer its next user message, and
     /// `{user_inputs}` holds every answer so far.
@@ -360,6 +374,7 @@ impl RunEvent {
             | RunEvent::LoopWarning { movement, .. }
             | RunEvent::CycleWarning { movement, .. }
             | RunEvent::UserInput { movement, .. }
+            | RunEvent::QualityGateChecked { movement, .. }
             | RunEvent::SubtasksEnded { movement, .. }
             | RunEvent::MovementFinished { movement, .. } => Some(movement),
             RunEvent::Warning { movement, .. } | RunEvent::ScratchUpdated { movement, .. } => {
@@ -398,6 +413,7 @@ impl RunEvent {
             RunEvent::RunFinished { .. } => "run_finished",
             RunEvent::RunResumed { .. } => "run_resumed",
             RunEvent::UserInput { .. } => "user_input",
+            RunEvent::QualityGateChecked { .. } => "quality_gate_checked",
             RunEvent::SubtasksEnded { .. } => "subtasks_ended",
         }
     }
@@ -490,6 +506,8 @@ pub enum OutcomeSource {
     AiCondition,
     /// Takt: the judge call picking a rule by number.
     Judge,
+    /// TAKT workflows: a command quality gate failed, so the movement goes round again.
+    QualityGate,
     /// Graph: the answer's frontmatter `$status` chose the edge.
     Frontmatter,
     /// No rule matched, the context ran out, or a bound was hit.

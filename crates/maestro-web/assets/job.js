@@ -20,6 +20,7 @@ const VIA = {
   ai_condition: "ai() conditions",
   judge: "the judge",
   frontmatter: "the frontmatter status",
+  quality_gate: "a failed quality gate",
   engine: "the engine",
 };
 
@@ -250,6 +251,9 @@ class Timeline {
         break;
       case "user_input":
         line("answer", h("strong", {}, "Answer: "), rec.text);
+        break;
+      case "quality_gate_checked":
+        line(rec.passed ? "muted" : "warning", `Quality gate “${rec.gate}” `, rec.passed ? "passed" : "failed: the step goes again");
         break;
       case "subtasks_ended":
         line("muted", "Subtasks ended: ", rec.children.map((c) => `${c.title} (${c.status})`).join(", "));

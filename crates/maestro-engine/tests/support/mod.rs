@@ -72,6 +72,7 @@ pub(crate) fn mv(name: &str, rules: Vec<Rule>) -> Movement {
         session: SessionMode::Refresh,
         output_contracts: vec![],
         quality_gates: vec![],
+        command_gates: Vec::new(),
         parallel: vec![],
         frontmatter_schema: None,
         kind: Default::default(),

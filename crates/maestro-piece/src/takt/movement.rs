@@ -409,6 +409,7 @@ fn read_body(
         session: SessionMode::default(),
         output_contracts: Vec::new(),
         quality_gates: Vec::new(),
+        command_gates: Vec::new(),
         parallel: Vec::new(),
         frontmatter_schema: None,
         kind: Default::default(),

@@ -13,7 +13,9 @@ use crate::check::{
 };
 use crate::cx::Cx;
 use crate::facets::FacetKind;
-use crate::ir::{Condition, Facet, Movement, OutputContract, Rule, SessionMode, StepKind, Target};
+use crate::ir::{
+    CommandGate, Condition, Facet, Movement, OutputContract, Rule, SessionMode, StepKind, Target,
+};
 use crate::takt::movement::{DEFAULT_TOOLS, many_facets, single_facet};
 use crate::yaml::{Node, ScalarKind, Span, Value, join_index, join_key};
 
@@ -285,6 +287,7 @@ fn empty_movement() -> Movement {
         session: SessionMode::default(),
         output_contracts: Vec::new(),
         quality_gates: Vec::new(),
+        command_gates: Vec::new(),
         parallel: Vec::new(),
         frontmatter_schema: None,
         kind: StepKind::Agent,
@@ -767,7 +770,7 @@ fn read_agent(cx: &mut Cx<'_>, s: &Fields<'_>, path: &str, scope: &Scope, sub: b
         movement.output_contracts = output_contracts(cx, n, &p);
     }
     if let Some((n, p)) = s.get("quality_gates") {
-        movement.quality_gates = quality_gates(cx, n, &p);
+        (movement.quality_gates, movement.command_gates) = quality_gates(cx, n, &p);
     }
     if let Some((n, p)) = s.get("structured_output") {
         structured_output(cx, n, &p, scope);
@@ -1048,13 +1051,14 @@ fn output_contracts(cx: &mut Cx<'_>, node: &Node, path: &str) -> Vec<OutputContr
     out
 }
 
-/// String gates are directives for the model; `type: command` gates are shell checks run
-/// after the step, kept as a directive naming the command.
-fn quality_gates(cx: &mut Cx<'_>, node: &Node, path: &str) -> Vec<String> {
+/// String gates are directives for the model; `type: command` gates are shell checks the
+/// engine runs after the step (TAKT shows only the string gates to the model).
+fn quality_gates(cx: &mut Cx<'_>, node: &Node, path: &str) -> (Vec<String>, Vec<CommandGate>) {
     let Some(items) = list(&mut cx.sink, node, path, "a list of quality gates") else {
-        return Vec::new();
+        return (Vec::new(), Vec::new());
     };
     let mut out = Vec::new();
+    let mut commands = Vec::new();
     for (i, item) in items.iter().enumerate() {
         let ip = join_index(path, i);
         if let Some(text) = item.as_str() {
@@ -1083,22 +1087,48 @@ fn quality_gates(cx: &mut Cx<'_>, node: &Node, path: &str) -> Vec<String> {
                 ),
             );
         }
-        g.required_string(&mut cx.sink, "name", "a command quality gate");
-        if let Some(command) = g.required_string(&mut cx.sink, "command", "a command quality gate")
-        {
-            let cwd = g
-                .optional_string(&mut cx.sink, "cwd")
-                .unwrap_or_else(|| ".".into());
-            out.push(format!(
-                "Run `{command}` in `{cwd}` before you finish; it must exit with status 0."
-            ));
+        let name = g.required_string(&mut cx.sink, "name", "a command quality gate");
+        let command = g.required_string(&mut cx.sink, "command", "a command quality gate");
+        let cwd = g.optional_string(&mut cx.sink, "cwd");
+        if let Some((n, p)) = &g.get("cwd") {
+            let text = n.as_str().unwrap_or_default();
+            if std::path::Path::new(text).is_absolute()
+                || std::path::Path::new(text)
+                    .components()
+                    .any(|c| matches!(c, std::path::Component::ParentDir))
+            {
+                cx.sink.error(
+                    p,
+                    n.span,
+                    format!(
+                        "the gate's `cwd` `{text}` leaves the workspace; give a directory inside it, relative to its root"
+                    ),
+                );
+            }
         }
+        let mut timeout_ms = DEFAULT_GATE_TIMEOUT_MS;
         if let Some((n, p)) = g.get("timeout_ms") {
             crate::check::positive(&mut cx.sink, n, &p);
+            if let Value::Scalar(s) = &n.value
+                && let Ok(ms) = s.text.parse::<u64>()
+            {
+                timeout_ms = ms;
+            }
+        }
+        if let (Some(name), Some(command)) = (name, command) {
+            commands.push(CommandGate {
+                name,
+                command,
+                cwd: cwd.unwrap_or_else(|| ".".into()),
+                timeout_ms,
+            });
         }
     }
-    out
+    (out, commands)
 }
+
+/// TAKT's default time limit for a command gate: five minutes.
+const DEFAULT_GATE_TIMEOUT_MS: u64 = 300_000;
 
 fn structured_output(cx: &mut Cx<'_>, node: &Node, path: &str, scope: &Scope) {
     let Some(so) = fields(

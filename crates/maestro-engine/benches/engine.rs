@@ -108,6 +108,7 @@ fn movement(name: &str, next: Option<Target>) -> Movement {
         output_contracts: vec![],
         quality_gates: vec![],
         command_gates: Vec::new(),
+        companions: Vec::new(),
         parallel: vec![],
         frontmatter_schema: None,
         kind: Default::default(),

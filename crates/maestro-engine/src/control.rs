@@ -337,6 +337,7 @@ mod tests {
             }],
             quality_gates: vec![],
             command_gates: Vec::new(),
+            companions: Vec::new(),
             parallel: vec![],
             frontmatter_schema: None,
             kind: Default::default(),

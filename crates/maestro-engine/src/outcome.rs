@@ -279,6 +279,7 @@ mod tests {
             output_contracts: vec![],
             quality_gates: vec![],
             command_gates: Vec::new(),
+            companions: Vec::new(),
             parallel: vec![],
             frontmatter_schema: None,
             kind: Default::default(),

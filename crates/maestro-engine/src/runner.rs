@@ -345,6 +345,13 @@ async fn run_visit(
         *prompt_log = write_prompt_log(run, &preview, movement, &first).await?;
     }
     run.emit_queued(started)?;
+    if !movement.companions.is_empty() && answer.is_none() {
+        run.emit(RunEvent::Warning {
+            movement: Some(movement.name.clone()),
+            message: companions_not_run(movement),
+        })
+        .await?;
+    }
     let asked = answer.as_ref().and_then(|_| {
         run.asked
             .lock()
@@ -476,6 +483,22 @@ async fn run_parallel(run: &Arc<RunCtx>, parent: &Movement) -> Result<Ended, Eng
     wait_or_fall_back(run, parent, Some(&parent.name), &mut ended).await?;
     record_finished(run, parent, None, &ended, None).await?;
     Ok(ended)
+}
+
+/// Why a step's companion reviewers do not run: TAKT runs them only when its `runtime.yaml`
+/// sets `companion.enabled: true`, off by default, and their follow-up loop has no bound of its
+/// own; Maestro keeps to that default.
+fn companions_not_run(movement: &Movement) -> String {
+    format!(
+        "the companion reviewers of `{}` ({}) are not run: TAKT runs companions only when its runtime.yaml sets `companion.enabled: true` (off by default), and Maestro keeps that default; the step runs without them (see docs/dialects.md, \"TAKT workflows\")",
+        movement.name,
+        movement
+            .companions
+            .iter()
+            .map(|c| format!("`{c}`"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
 }
 
 /// Whether a visit that ended this way has its command quality gates run: it ended on a rule

@@ -170,6 +170,7 @@ fn read_role(cx: &mut Cx<'_>, name: &str, node: &Node, path: &str) -> Option<Mov
         output_contracts: Vec::new(),
         quality_gates: Vec::new(),
         command_gates: Vec::new(),
+        companions: Vec::new(),
         parallel: Vec::new(),
         frontmatter_schema,
         kind: Default::default(),

@@ -135,6 +135,10 @@ pub struct Movement {
     /// again with the failure as its previous response.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub command_gates: Vec<CommandGate>,
+    /// TAKT workflows' companion reviewers declared on the step (fixed, pool and moderator
+    /// names). Maestro does not run them, as TAKT does not by default; a run records a warning.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub companions: Vec<String>,
     /// Non-empty for a parallel parent: the sub-movements run concurrently and the parent's
     /// `all()` / `any()` rules aggregate their outcomes.
     pub parallel: Vec<Movement>,

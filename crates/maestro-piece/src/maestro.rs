@@ -355,6 +355,7 @@ fn read_movement(cx: &mut Cx<'_>, item: &Node, path: &str, known: &[&str]) -> Op
         output_contracts: Vec::new(),
         quality_gates: Vec::new(),
         command_gates: Vec::new(),
+        companions: Vec::new(),
         parallel: Vec::new(),
         frontmatter_schema: None,
         kind: Default::default(),

@@ -73,6 +73,7 @@ pub(crate) fn mv(name: &str, rules: Vec<Rule>) -> Movement {
         output_contracts: vec![],
         quality_gates: vec![],
         command_gates: Vec::new(),
+        companions: Vec::new(),
         parallel: vec![],
         frontmatter_schema: None,
         kind: Default::default(),

@@ -410,6 +410,7 @@ fn read_body(
         output_contracts: Vec::new(),
         quality_gates: Vec::new(),
         command_gates: Vec::new(),
+        companions: Vec::new(),
         parallel: Vec::new(),
         frontmatter_schema: None,
         kind: Default::default(),

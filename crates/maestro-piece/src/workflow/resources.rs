@@ -467,11 +467,13 @@ pub(super) fn capabilities(
 
 /// Checks a companion selection (`[a, b]` or `{fixed, pool, moderator}`): every name must be
 /// a companion definition, and at most three reviewers run together.
-pub(super) fn companions(cx: &mut Cx<'_>, node: &Node, path: &str, layers: &Layers) {
-    let check = |cx: &mut Cx<'_>, n: &Node, p: &str| {
+pub(super) fn companions(cx: &mut Cx<'_>, node: &Node, path: &str, layers: &Layers) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut check = |cx: &mut Cx<'_>, n: &Node, p: &str| {
         let Some(name) = string(&mut cx.sink, n, p) else {
             return;
         };
+        names.push(name.to_owned());
         match layers.find("companions", name, &[".yaml", ".yml"]) {
             Some(found) => {
                 let parsed = crate::yaml::parse(&found.text);
@@ -544,7 +546,7 @@ pub(super) fn companions(cx: &mut Cx<'_>, node: &Node, path: &str, layers: &Laye
                 &["fixed", "pool", "moderator"],
                 Unknown::Error,
             ) else {
-                return;
+                return names;
             };
             let mut count = 0;
             for key in ["fixed", "pool"] {
@@ -577,4 +579,5 @@ pub(super) fn companions(cx: &mut Cx<'_>, node: &Node, path: &str, layers: &Laye
             ),
         ),
     }
+    names
 }

@@ -288,6 +288,7 @@ fn empty_movement() -> Movement {
         output_contracts: Vec::new(),
         quality_gates: Vec::new(),
         command_gates: Vec::new(),
+        companions: Vec::new(),
         parallel: Vec::new(),
         frontmatter_schema: None,
         kind: StepKind::Agent,
@@ -788,7 +789,7 @@ fn read_agent(cx: &mut Cx<'_>, s: &Fields<'_>, path: &str, scope: &Scope, sub: b
         promotion(cx, n, &p);
     }
     if let Some((n, p)) = s.get("companion") {
-        resources::companions(cx, n, &p, &scope.layers);
+        movement.companions = resources::companions(cx, n, &p, &scope.layers);
     }
     if let Some((n, p)) = s.get("concurrency") {
         crate::check::positive(&mut cx.sink, n, &p);

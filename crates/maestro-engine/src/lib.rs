@@ -31,6 +31,7 @@ mod recorded;
 mod review;
 mod run;
 mod runner;
+mod scope;
 mod spend;
 mod state;
 mod subtasks;

@@ -16,6 +16,8 @@ pub(crate) struct Visit<'a> {
     pub loop_warning: Option<String>,
     pub report_dir: String,
     pub max_carried_chars: usize,
+    /// `{review_scope}`, computed for a movement that uses it.
+    pub review_scope: Option<String>,
 }
 
 /// The system and first user message for a visit.
@@ -44,6 +46,7 @@ pub(crate) fn first_messages(piece: &Piece, state: &RunState, visit: &Visit<'_>)
         loop_warning: visit.loop_warning.clone(),
         edge_prompt: state.edge_prompt.clone(),
         max_carried_chars: visit.max_carried_chars,
+        review_scope: visit.review_scope.clone(),
     };
     assemble(piece, visit.movement, &ctx)
 }

@@ -21,6 +21,7 @@ use crate::gates;
 use crate::judge::decide_rule;
 use crate::movement::{self, Ended, Step};
 use crate::prompt::{self, Visit};
+use crate::scope;
 use crate::state::RunState;
 
 /// How the run ends.
@@ -339,6 +340,11 @@ async fn run_visit(
         loop_warning,
         report_dir: run.record.reports_dir().display().to_string(),
         max_carried_chars: run.config.max_carried_chars,
+        review_scope: if scope::wanted(movement) {
+            Some(scope::review_scope(run).await)
+        } else {
+            None
+        },
     };
     let first = prompt::first_messages(&run.piece, &preview, &visit);
     if let RunEvent::MovementStarted { prompt_log, .. } = &mut started {

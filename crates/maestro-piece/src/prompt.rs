@@ -338,4 +338,22 @@ mod tests {
             "fix the bug 3/10 done 2 the plan (report x.md has not been written yet) {Question 1} {"
         );
     }
+
+    #[test]
+    fn workflow_names_of_the_counters_and_the_review_scope_fill_in_a_run() {
+        let mut ctx = PromptContext {
+            max_movements: 12,
+            movement_iteration: 2,
+            ..PromptContext::default()
+        };
+        assert_eq!(
+            render_template("{step_iteration}/{max_steps} {review_scope}", &ctx),
+            "2/12 {review_scope}"
+        );
+        ctx.review_scope = Some("- src/lib.rs".into());
+        assert_eq!(
+            render_template("scope: {review_scope}", &ctx),
+            "scope: - src/lib.rs"
+        );
+    }
 }

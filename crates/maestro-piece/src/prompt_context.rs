@@ -35,6 +35,9 @@ pub struct PromptContext {
     /// Carried text (previous answer, knowledge, reports) is cut at this many characters,
     /// with a note saying where the full copy is. 0 means no limit.
     pub max_carried_chars: usize,
+    /// TAKT's `{review_scope}`: the files the task changed in the workspace, as text. `None`
+    /// (where no run computes it, as in `maestro prompt`) leaves the variable as written.
+    pub review_scope: Option<String>,
 }
 
 impl Default for PromptContext {
@@ -54,6 +57,7 @@ impl Default for PromptContext {
             loop_warning: None,
             edge_prompt: None,
             max_carried_chars: 40_000,
+            review_scope: None,
         }
     }
 }

@@ -6,8 +6,9 @@ use serde_json::{Map, Value};
 use crate::prompt_context::{PromptContext, cut};
 
 /// Fills takt template variables: `{task}`, `{previous_response}`, `{iteration}`,
-/// `{max_movements}`, `{movement_iteration}`, `{report_dir}`, `{report:<file>}`,
-/// `{user_inputs}` and `{cycle_count}`. Anything else in braces (`{Question 1}` in an
+/// `{max_movements}` (`{max_steps}` in TAKT workflows), `{movement_iteration}`
+/// (`{step_iteration}`), `{report_dir}`, `{report:<file>}`, `{user_inputs}`, `{cycle_count}`
+/// and, in a run, `{review_scope}`. Anything else in braces (`{Question 1}` in an
 /// example) is left as it is.
 pub fn render_template(template: &str, ctx: &PromptContext) -> String {
     let mut out = String::with_capacity(template.len());
@@ -48,8 +49,9 @@ fn variable(name: &str, ctx: &PromptContext) -> Option<String> {
             None => "(no previous response)".to_owned(),
         },
         "iteration" => ctx.iteration.to_string(),
-        "max_movements" => ctx.max_movements.to_string(),
-        "movement_iteration" => ctx.movement_iteration.to_string(),
+        "max_movements" | "max_steps" => ctx.max_movements.to_string(),
+        "movement_iteration" | "step_iteration" => ctx.movement_iteration.to_string(),
+        "review_scope" => ctx.review_scope.clone()?,
         "report_dir" => ctx.report_dir.clone(),
         "user_inputs" => {
             if ctx.user_inputs.is_empty() {

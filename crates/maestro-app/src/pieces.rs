@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use maestro_engine::{Classified, ClassifyError, PieceSummary, classify_within};
 use maestro_llm::Provider;
-use maestro_piece::{Failed, LoadOptions, Piece, discover, load_file};
+use maestro_piece::{Failed, LoadOptions, Piece, discover, load_file, load_str};
 
 /// The piece name that asks the classifier to choose.
 pub const AUTO: &str = "auto";
@@ -26,7 +26,7 @@ pub enum PieceError {
     },
     /// Neither a file nor a piece name found in the pieces directories.
     #[error(
-        "no piece file or piece named `{given}` (searched {}); known pieces: {}",
+        "no piece file or piece named `{given}` (searched {}, and TAKT v0.60's builtin workflows); known pieces: {}",
         searched.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", "),
         if known.is_empty() { "none".to_string() } else { known.join(", ") }
     )]
@@ -138,7 +138,8 @@ fn searched_dirs(dirs: &[PathBuf], opts: &LoadOptions) -> Vec<PathBuf> {
 }
 
 /// The piece `given` names: a file path, or the `name` (or file stem) of a piece in `dirs`
-/// or in TAKT's workflow directories.
+/// or in TAKT's workflow directories, else one of TAKT v0.60's builtin workflows Maestro
+/// ships (those TAKT lists: not the internal ones, which are only called).
 pub fn find_piece(given: &str, dirs: &[PathBuf], opts: &LoadOptions) -> Result<Found, PieceError> {
     let path = Path::new(given);
     if path.is_file() {
@@ -162,6 +163,25 @@ pub fn find_piece(given: &str, dirs: &[PathBuf], opts: &LoadOptions) -> Result<F
             skipped,
             version: None,
         });
+    }
+    // Last, TAKT v0.60's builtin workflows shipped inside Maestro, as TAKT finds its own.
+    if let Some(builtin) = maestro_piece::builtin_workflows()
+        .into_iter()
+        .find(|w| w.name == given)
+    {
+        return match load_str(builtin.text, &builtin.path, opts) {
+            Ok(loaded) => Ok(Found {
+                piece: loaded.piece,
+                path: builtin.path,
+                skipped,
+                version: None,
+            }),
+            Err(failed) => Err(PieceError::Invalid {
+                path: builtin.path,
+                source_text: builtin.text.to_owned(),
+                diagnostics: Box::new(failed),
+            }),
+        };
     }
     Err(PieceError::NotFound {
         given: given.to_string(),
@@ -336,6 +356,38 @@ movements:
             }
             other => panic!("expected NotFound, got {other:?}"),
         }
+    }
+
+    /// TAKT's builtin workflows run by name, after every directory; an internal one (only
+    /// called) does not, and a project workflow of the same name wins.
+    #[test]
+    fn a_builtin_workflow_is_found_by_name_last() {
+        let project = tempfile::tempdir().unwrap();
+        let opts = LoadOptions {
+            project_dir: Some(project.path().to_owned()),
+            takt_user_dir: Some(project.path().join("no-user")),
+            ..LoadOptions::default()
+        };
+        let dirs = [project.path().join("pieces")];
+        let found = find_piece("default-mini", &dirs, &opts).unwrap();
+        assert_eq!(
+            found.path,
+            std::path::PathBuf::from("builtin:takt-v0.60/en/workflows/default-mini.yaml")
+        );
+        assert_eq!(found.piece.name, "default-mini");
+        match find_piece("development-core", &dirs, &opts) {
+            Err(PieceError::NotFound { .. }) => {}
+            other => panic!("an internal workflow ran by name: {other:?}"),
+        }
+        let mine = project.path().join(".takt/workflows");
+        std::fs::create_dir_all(&mine).unwrap();
+        std::fs::write(
+            mine.join("default-mini.yaml"),
+            "name: default-mini\nmax_steps: 3\ninitial_step: work\nsteps:\n  - name: work\n    persona: coder\n    instruction: Do it.\n    rules:\n      - condition: done\n        next: COMPLETE\n",
+        )
+        .unwrap();
+        let found = find_piece("default-mini", &dirs, &opts).unwrap();
+        assert_eq!(found.path, mine.join("default-mini.yaml"));
     }
 
     #[test]

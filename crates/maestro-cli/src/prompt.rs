@@ -9,7 +9,7 @@ use maestro_piece::{Dialect, load_str, render_diagnostics};
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
-    /// The piece file.
+    /// The piece file, or the name of a TAKT v0.60 builtin workflow.
     #[arg(value_name = "PIECE")]
     pub piece: PathBuf,
     /// The movement (or parallel sub-movement) to show.
@@ -28,9 +28,27 @@ pub(crate) struct Args {
 
 pub(crate) fn run(args: Args) -> anyhow::Result<u8> {
     let opts = crate::common::load_options(args.dialect, &args.facets_dirs);
-    let source = std::fs::read_to_string(&args.piece)
-        .with_context(|| format!("cannot read {}", args.piece.display()))?;
-    let piece = match load_str(&source, &args.piece, &opts) {
+    // Not a file: one of TAKT's builtin workflows by name, as `maestro run` finds them.
+    let builtin = (!args.piece.is_file())
+        .then(|| {
+            maestro_piece::builtin_workflows()
+                .into_iter()
+                .find(|w| args.piece.as_os_str() == w.name)
+        })
+        .flatten();
+    let (source, path) = match builtin {
+        Some(w) => (w.text.to_owned(), w.path),
+        None => (
+            std::fs::read_to_string(&args.piece).with_context(|| {
+                format!(
+                    "cannot read {} (give a piece file, or the name of a TAKT builtin workflow: `maestro pieces` lists them)",
+                    args.piece.display()
+                )
+            })?,
+            args.piece.clone(),
+        ),
+    };
+    let piece = match load_str(&source, &path, &opts) {
         Ok(loaded) => loaded.piece,
         Err(failed) => {
             eprint!("{}", render_diagnostics(&source, &failed.errors));

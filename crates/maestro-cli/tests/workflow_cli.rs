@@ -94,3 +94,39 @@ fn pieces_lists_the_projects_takt_workflows() {
     assert_eq!(listed.len(), 1, "{stdout}");
     assert!(listed[0].contains(" takt "), "{stdout}");
 }
+
+#[test]
+fn pieces_lists_the_builtin_workflows_a_user_may_run_and_prompt_shows_one() {
+    let empty = tempfile::tempdir().unwrap();
+    let (code, stdout, stderr) = run(maestro(empty.path()).args(["pieces", "--json"]));
+    assert_eq!(code, 0, "{stderr}");
+    let rows: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let backend = rows
+        .iter()
+        .find(|r| r["name"] == "backend")
+        .unwrap_or_else(|| panic!("{stdout}"));
+    assert_eq!(
+        backend["file"],
+        "builtin:takt-v0.60/en/workflows/backend.yaml"
+    );
+    assert_eq!(backend["dialect"], "takt");
+    // Internal workflows are only called, as in TAKT's own list.
+    assert!(
+        !rows.iter().any(|r| r["name"] == "development-core"),
+        "{stdout}"
+    );
+    // A builtin runs by name: `maestro prompt` finds it the way `maestro run` does.
+    let (code, stdout, stderr) = run(maestro(empty.path()).args([
+        "prompt",
+        "audit-unit",
+        "--movement",
+        "plan",
+        "--task",
+        "Add a flag.",
+    ]));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("Add a flag."), "{stdout}");
+}

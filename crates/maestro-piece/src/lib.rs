@@ -45,4 +45,5 @@ pub use ir::{
 };
 pub use load::{Failed, Loaded, discover, load_bytes, load_file, load_str};
 pub use options::LoadOptions;
+pub use takt_builtins::{BuiltinWorkflow, builtin_workflows};
 pub use template::{MissingField, render_edge_prompt};

@@ -38,6 +38,62 @@ pub(crate) fn origin(rel: &str) -> PathBuf {
     PathBuf::from(format!("{ORIGIN}/{LANG}/{rel}"))
 }
 
+/// A TAKT v0.60 builtin workflow shipped inside Maestro, which a user may run by name.
+#[derive(Debug, Clone)]
+pub struct BuiltinWorkflow {
+    /// The workflow's name (its file name without `.yaml`), as `maestro run NAME` takes it.
+    pub name: &'static str,
+    /// Its `description`.
+    pub description: String,
+    /// How many top-level steps it has.
+    pub steps: usize,
+    /// The origin a loaded copy reports (`builtin:takt-v0.60/en/workflows/NAME.yaml`).
+    pub path: PathBuf,
+    /// The file's text, to load with [`crate::load_str`] and `path`.
+    pub text: &'static str,
+}
+
+/// The builtin workflows a user may run by name, in name order: all of them but those TAKT
+/// hides because they only serve as called workflows (`subworkflow.visibility: internal`).
+pub fn builtin_workflows() -> Vec<BuiltinWorkflow> {
+    let prefix = format!("{LANG}/workflows/");
+    embedded::FILES
+        .iter()
+        .filter_map(|(path, text)| {
+            let file = path.strip_prefix(prefix.as_str())?;
+            let name = file.strip_suffix(".yaml")?;
+            if name.contains('/') {
+                return None;
+            }
+            let root = crate::yaml::parse(text).root?;
+            let internal = root
+                .get("subworkflow")
+                .and_then(|s| s.get("visibility"))
+                .and_then(crate::yaml::Node::as_str)
+                == Some("internal");
+            if internal {
+                return None;
+            }
+            let description = root
+                .get("description")
+                .and_then(crate::yaml::Node::as_str)
+                .unwrap_or_default()
+                .to_owned();
+            let steps = match root.get("steps").map(|s| &s.value) {
+                Some(crate::yaml::Value::Seq(items)) => items.len(),
+                _ => 0,
+            };
+            Some(BuiltinWorkflow {
+                name,
+                description,
+                steps,
+                path: origin(&format!("workflows/{file}")),
+                text,
+            })
+        })
+        .collect()
+}
+
 /// Every builtin file below `dir` (e.g. `workflows`), directly in it, as (file name, text).
 #[cfg(test)]
 pub(crate) fn files_in(dir: &str) -> impl Iterator<Item = (&'static str, &'static str)> {
@@ -75,5 +131,26 @@ mod tests {
                 .iter()
                 .any(|(p, t)| *p == "LICENSE" && t.contains("MIT License"))
         );
+    }
+
+    #[test]
+    fn the_runnable_workflows_leave_out_the_internal_ones_and_load() {
+        let runnable = builtin_workflows();
+        let names: Vec<&str> = runnable.iter().map(|w| w.name).collect();
+        assert!(names.contains(&"backend"), "{names:?}");
+        assert!(names.contains(&"default-mini"), "{names:?}");
+        // development-core is only called (`visibility: internal`).
+        assert!(!names.contains(&"development-core"), "{names:?}");
+        let internal = files_in("workflows")
+            .filter(|(_, text)| text.contains("visibility: internal"))
+            .count();
+        assert!(internal > 0);
+        assert_eq!(runnable.len() + internal, 64);
+        let backend = runnable.iter().find(|w| w.name == "backend").unwrap();
+        assert_eq!(backend.steps, 1);
+        assert!(backend.description.starts_with("Backend workflow"));
+        let loaded = crate::load_str(backend.text, &backend.path, &crate::LoadOptions::default())
+            .unwrap_or_else(|f| panic!("{f}"));
+        assert_eq!(loaded.piece.name, "backend");
     }
 }

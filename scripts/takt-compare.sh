@@ -21,7 +21,9 @@
 # (crates/maestro-cli/benches/takt_compare.rs), which scripts the same answers.
 #
 # Environment: TAKT_COMPARE_WORKFLOWS (default "compound-eye,backend"); SKIP_MAESTRO=1 or
-# SKIP_TAKT=1 run one side only; TAKT_COMPARE_BIN measures another build of `maestro`.
+# SKIP_TAKT=1 run one side only; TAKT_COMPARE_BIN measures another build of `maestro`;
+# TAKT_COMPARE_PROFILE=debug runs Maestro's side from the debug build (`cargo test --bench`),
+# which is quicker to build than the release one and slower to run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -181,9 +183,11 @@ if [ "${SKIP_TAKT:-}" != 1 ]; then
 fi
 
 if [ "${SKIP_MAESTRO:-}" != 1 ]; then
-	echo "Maestro (cargo bench -p maestro-cli --bench takt_compare), $RUNS runs each (after one not counted)"
+	cargo_cmd=(cargo bench -q -p maestro-cli --bench takt_compare)
+	[ "${TAKT_COMPARE_PROFILE:-release}" = debug ] && cargo_cmd=(cargo test -q -p maestro-cli --bench takt_compare)
+	echo "Maestro (${cargo_cmd[*]}), $RUNS runs each (after one not counted)"
 	TAKT_COMPARE_WORKFLOWS="$WORKFLOWS" TAKT_COMPARE_RUNS="$RUNS" \
-		cargo bench -q -p maestro-cli --bench takt_compare 2>"$WORK/bench.err" || {
+		"${cargo_cmd[@]}" 2>"$WORK/bench.err" || {
 		status=1
 		tail -20 "$WORK/bench.err" >&2
 	}

@@ -206,6 +206,14 @@ impl ProgressModel {
             RunEvent::UserInput { movement, text } => {
                 Some(format!("  answer for {movement}: {}", one_line(text)))
             }
+            RunEvent::WorkflowCallStarted {
+                movement, workflow, ..
+            } => Some(format!("↳ {movement} calls workflow {workflow}")),
+            RunEvent::WorkflowCallReturned {
+                movement,
+                workflow,
+                result,
+            } => Some(format!("↲ {workflow} returned {result} to {movement}")),
             RunEvent::SubtasksEnded { movement, children } => Some(format!(
                 "  subtasks for {movement} ended: {}",
                 children

@@ -444,3 +444,20 @@ steps:
         e.message
     );
 }
+
+#[test]
+fn the_piece_hash_covers_every_called_workflow() {
+    let (dir, piece) = workflows(&[("parent", &PARENT.replace("MAX", "10")), ("child", CHILD)]);
+    let parent = dir.path().join("workflows/parent.yaml");
+    assert_eq!(load(&parent).hash, piece.hash, "the hash is stable");
+    std::fs::write(
+        dir.path().join("workflows/child.yaml"),
+        CHILD.replace("Check it.", "Check it twice."),
+    )
+    .unwrap();
+    assert_ne!(
+        load(&parent).hash,
+        piece.hash,
+        "a resume must see that a called workflow changed"
+    );
+}

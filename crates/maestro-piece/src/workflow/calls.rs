@@ -6,8 +6,6 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use sha2::{Digest, Sha256};
-
 use super::layers::{Layers, is_bare_name};
 use crate::check::Sink;
 use crate::cx::Cx;
@@ -83,7 +81,7 @@ pub(super) fn load(
     match (piece, errors.first()) {
         (Some(mut piece), None) => {
             piece.source = callee.path.clone();
-            piece.hash = hex::encode(Sha256::digest(callee.text.as_bytes()));
+            piece.hash = super::tree_hash(&callee.text, &piece);
             Ok(piece)
         }
         (_, first) => Err(match first {

@@ -21,6 +21,30 @@ use crate::yaml::{Node, Value, join_index, join_key};
 use expand::{Fragments, Param};
 use layers::Layers;
 
+/// Hex SHA-256 of `source`, and of every workflow its `workflow_call` steps load (their own
+/// hashes cover their calls): a run's record tells when any file of the call tree changed.
+pub(crate) fn tree_hash(source: &str, piece: &Piece) -> String {
+    use sha2::{Digest, Sha256};
+    let mut hasher = Sha256::new();
+    hasher.update(source.as_bytes());
+    let mut called = false;
+    for m in piece
+        .movements
+        .iter()
+        .flat_map(|m| std::iter::once(m).chain(&m.parallel))
+    {
+        if let crate::ir::StepKind::WorkflowCall(call) = &m.kind {
+            called = true;
+            hasher.update(b"\0");
+            hasher.update(call.callee.hash.as_bytes());
+        }
+    }
+    if !called {
+        return hex::encode(Sha256::digest(source.as_bytes()));
+    }
+    hex::encode(hasher.finalize())
+}
+
 /// Top-level keys that make a file a TAKT workflow.
 pub(crate) const WORKFLOW_KEYS: &[&str] =
     &["steps", "initial_step", "max_steps", "workflow_config"];

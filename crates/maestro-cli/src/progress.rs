@@ -219,6 +219,14 @@ impl ProgressModel {
                     "failed, the step goes again"
                 }
             )),
+            RunEvent::WorkflowCallStarted {
+                movement, workflow, ..
+            } => Some(format!("↳ {movement} calls workflow {workflow}")),
+            RunEvent::WorkflowCallReturned {
+                movement,
+                workflow,
+                result,
+            } => Some(format!("↲ {workflow} returned {result} to {movement}")),
             RunEvent::SubtasksEnded { movement, children } => Some(format!(
                 "  subtasks for {movement} ended: {}",
                 children

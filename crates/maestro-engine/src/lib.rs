@@ -34,6 +34,7 @@ mod runner;
 mod scope;
 mod spend;
 mod state;
+mod steps;
 mod subtasks;
 
 pub use classifier::{Classified, ClassifyError, PieceSummary, classify, classify_within};
@@ -58,6 +59,7 @@ pub use review::{BATCH_REVIEW, ReviewArgs, review_spec};
 pub use run::{Engine, RunEnd, RunReport, RunSpec};
 pub use spend::{SpendAsk, SpendFuture, SpendGuard, SpendRefused, SpendTicket};
 pub use state::{PieceIdentity, RunPhase, RunState};
+pub use steps::frame::CallFrame;
 pub use subtasks::{
     HostFuture, SPAWN_SUBTASK, SpawnArgs, SpawnRequest, SpawnedSubtask, SubtaskError, SubtaskHost,
     SubtaskOutcome,

@@ -20,7 +20,9 @@ pub fn eligible_rules(movement: &Movement, interactive: bool) -> Vec<(usize, &Ru
 /// The last `[MOVEMENT_NAME:N]` tag in `answer` (case-insensitive, the name as written in the
 /// piece, upper-cased), as the 1-based rule number. Tags outside `1..=rule_count` are ignored.
 pub fn last_tag(movement_name: &str, answer: &str, rule_count: usize) -> Option<usize> {
-    let name: Vec<char> = movement_name.chars().flat_map(char::to_uppercase).collect();
+    let name: Vec<char> = maestro_piece::prompt::tag_name(movement_name)
+        .chars()
+        .collect();
     answer
         .match_indices('[')
         .rev()

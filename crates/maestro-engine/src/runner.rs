@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use maestro_llm::Message;
-use maestro_piece::{Dialect, Movement, SessionMode, Target};
+use maestro_piece::{Dialect, Movement, Piece, SessionMode, StepKind, Target};
 use maestro_protocol::RunStatus;
 use tokio::task::JoinSet;
 
@@ -23,6 +23,7 @@ use crate::movement::{self, Ended, Step};
 use crate::prompt::{self, Visit};
 use crate::scope;
 use crate::state::RunState;
+use crate::steps::workflow_call;
 
 /// How the run ends.
 #[derive(Debug, Clone, PartialEq)]
@@ -36,7 +37,11 @@ pub(crate) struct Finish {
 /// agent (in the movement or one of its parallel sub-movements), or a `when(…)` rule.
 fn unsupported(due: &Movement) -> Result<(), UnrunnablePiece> {
     for m in std::iter::once(due).chain(&due.parallel) {
-        if !m.kind.is_agent() {
+        // A top-level workflow_call runs (`steps::workflow_call`); one inside a parallel
+        // step does not yet.
+        let runs = m.kind.is_agent()
+            || (std::ptr::eq(m, due) && matches!(m.kind, StepKind::WorkflowCall(_)));
+        if !runs {
             return Err(UnrunnablePiece::UnsupportedStep {
                 movement: m.name.clone(),
                 kind: m.kind.name(),
@@ -54,10 +59,22 @@ fn unsupported(due: &Movement) -> Result<(), UnrunnablePiece> {
     Ok(())
 }
 
-/// Runs movements until the run reaches a terminal status.
+/// Runs movements until the run reaches a terminal status; a called workflow's end goes
+/// back to its caller (`steps::workflow_call`).
 pub(crate) async fn drive(run: &Arc<RunCtx>) -> Result<Finish, EngineError> {
     loop {
+        let finish = drive_workflow(run).await?;
+        if let Some(finish) = workflow_call::returned(run, finish).await? {
+            return Ok(finish);
+        }
+    }
+}
+
+/// Runs the movements of the workflow the run is in until it ends.
+async fn drive_workflow(run: &Arc<RunCtx>) -> Result<Finish, EngineError> {
+    loop {
         let state = run.journal.state();
+        let piece = workflow_call::current(&run.piece, &state)?;
         let Some(next) = state.next.clone() else {
             return Err(InternalError::NoMovementDue.into());
         };
@@ -77,10 +94,10 @@ pub(crate) async fn drive(run: &Arc<RunCtx>) -> Result<Finish, EngineError> {
                 reason: Some(EndReason::MaxMovements),
             });
         }
-        let Some(due) = run.piece.movements.iter().find(|m| m.name == next) else {
+        let Some(due) = piece.movements.iter().find(|m| m.name == next) else {
             return Err(UnrunnablePiece::UnknownMovement {
                 movement: next,
-                piece: run.piece.name.clone(),
+                piece: piece.name.clone(),
             }
             .into());
         };
@@ -89,13 +106,13 @@ pub(crate) async fn drive(run: &Arc<RunCtx>) -> Result<Finish, EngineError> {
         let due_checks = if state.answered {
             None
         } else {
-            Some(due_monitor(run, &state, &next))
+            Some(due_monitor(&piece, &state, &next))
         };
         let (movement, cycle_count, loop_warning) = match due_checks {
             None => (due, 0, None),
             Some(monitor) => match monitor {
                 Some(index) => {
-                    let monitor = &run.piece.loop_monitors[index];
+                    let monitor = &piece.loop_monitors[index];
                     let count = state.cycle_count(index);
                     run.emit(RunEvent::LoopMonitorTriggered {
                         monitor: index,
@@ -156,10 +173,13 @@ pub(crate) async fn drive(run: &Arc<RunCtx>) -> Result<Finish, EngineError> {
                 }
             },
         };
-        let ended = if movement.is_parallel() {
-            run_parallel(run, movement).await?
+        let ended = if let StepKind::WorkflowCall(call) = &movement.kind {
+            workflow_call::enter(run, &state, movement, call).await?;
+            continue;
+        } else if movement.is_parallel() {
+            run_parallel(run, &piece, movement).await?
         } else {
-            run_visit(run, movement, None, cycle_count, loop_warning).await?
+            run_visit(run, &piece, movement, None, cycle_count, loop_warning).await?
         };
         if let Some(finish) = finish_of(&ended) {
             // A question that has its answer: the movement goes on in its conversation.
@@ -257,8 +277,8 @@ async fn check_cycle(
 
 /// The loop monitor due before `next` runs: `next` belongs to its cycle and the cycle has
 /// completed `threshold` times.
-fn due_monitor(run: &RunCtx, state: &RunState, next: &str) -> Option<usize> {
-    run.piece
+fn due_monitor(piece: &Piece, state: &RunState, next: &str) -> Option<usize> {
+    piece
         .loop_monitors
         .iter()
         .enumerate()
@@ -275,7 +295,9 @@ fn finish_of(ended: &Ended) -> Option<Finish> {
     };
     match &ended.step {
         Step::Go(Target::Movement(_)) | Step::Matched(_) => None,
-        Step::Go(Target::Complete) => Some(finish(RunStatus::Completed, None)),
+        // A `return:` label ends a called workflow; its caller routes on the label, which the
+        // movement's `movement_finished` records (`steps::workflow_call::returned`).
+        Step::Go(Target::Complete | Target::Return(_)) => Some(finish(RunStatus::Completed, None)),
         Step::Go(Target::Abort) => Some(finish(RunStatus::Aborted, Some(EndReason::AbortRule))),
         Step::Go(Target::Ask) => Some(finish(RunStatus::NeedsUserInput, Some(EndReason::Ask))),
         Step::Go(Target::WaitSubtasks) => Some(finish(RunStatus::WaitingSubtasks, None)),
@@ -309,6 +331,7 @@ fn next_label(step: &Step) -> String {
 /// One visit of a non-parallel movement (top-level, or a sub-movement of `parent`).
 async fn run_visit(
     run: &RunCtx,
+    piece: &Piece,
     movement: &Movement,
     parent: Option<&str>,
     cycle_count: u32,
@@ -346,7 +369,7 @@ async fn run_visit(
             None
         },
     };
-    let first = prompt::first_messages(&run.piece, &preview, &visit);
+    let first = prompt::first_messages(piece, &preview, &visit);
     if let RunEvent::MovementStarted { prompt_log, .. } = &mut started {
         *prompt_log = write_prompt_log(run, &preview, movement, &first).await?;
     }
@@ -406,7 +429,11 @@ async fn run_visit(
 
 /// A parallel movement: its sub-movements run concurrently, then the parent's rules read their
 /// results (`all()` / `any()` first).
-async fn run_parallel(run: &Arc<RunCtx>, parent: &Movement) -> Result<Ended, EngineError> {
+async fn run_parallel(
+    run: &Arc<RunCtx>,
+    piece: &Arc<Piece>,
+    parent: &Movement,
+) -> Result<Ended, EngineError> {
     let state = run.journal.state();
     run.emit_queued(RunEvent::MovementStarted {
         movement: parent.name.clone(),
@@ -418,12 +445,13 @@ async fn run_parallel(run: &Arc<RunCtx>, parent: &Movement) -> Result<Ended, Eng
     let mut tasks = JoinSet::new();
     for (index, sub) in parent.parallel.iter().enumerate() {
         let run = Arc::clone(run);
+        let piece = Arc::clone(piece);
         let sub = sub.clone();
         let parent_name = parent.name.clone();
         tasks.spawn(async move {
             (
                 index,
-                run_visit(&run, &sub, Some(&parent_name), 0, None).await,
+                run_visit(&run, &piece, &sub, Some(&parent_name), 0, None).await,
             )
         });
     }

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::end_reason::EndReason;
 use crate::event::{EventRecord, RunEvent};
+use crate::steps::frame::{self, CallFrame};
 use crate::subtasks::{self, SPAWN_SUBTASK, SpawnedSubtask};
 
 /// Where a run stands.
@@ -107,9 +108,21 @@ pub struct RunState {
     pub run_dir: String,
     /// The root the tools work in, as `run_started` recorded it.
     pub workspace: String,
-    /// The cycle of each loop monitor of the piece.
+    /// The cycle of each loop monitor of the piece (of the called workflow, inside a call).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub monitors: Vec<Vec<String>>,
+    /// TAKT workflow calls in progress, outermost first. Inside a call, `next`, `current`,
+    /// `consecutive`, `history` and the loop-monitor counts are the called workflow's; each
+    /// frame keeps its caller's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub calls: Vec<CallFrame>,
+    /// TAKT workflow calls entered so far in the run.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub calls_entered: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl RunState {
@@ -265,6 +278,15 @@ impl RunState {
                     self.subtasks.push(spawned);
                 }
             }
+            RunEvent::WorkflowCallStarted {
+                movement,
+                workflow,
+                initial_step,
+                loop_monitors,
+                vars,
+                ..
+            } => frame::enter(self, movement, workflow, initial_step, loop_monitors, vars),
+            RunEvent::WorkflowCallReturned { .. } => frame::leave(self),
             RunEvent::LlmRequest { .. }
             | RunEvent::LlmRetry { .. }
             | RunEvent::ToolCall { .. }

@@ -36,31 +36,6 @@ steps:
 }
 
 #[tokio::test]
-async fn a_run_reaching_a_workflow_call_ends_naming_the_step_kind() {
-    let piece = workflow(
-        "  - name: develop
-    kind: workflow_call
-    call: development-core
-    rules:
-      - condition: COMPLETE
-        next: COMPLETE
-      - condition: ABORT
-        next: ABORT
-",
-    );
-    let ran = run(piece, vec![Turn::text("Here is the plan.\n[PLAN:1]")]).await;
-    ran.assert_record_is_sound();
-    assert_eq!(ran.requests().len(), 1, "the call step makes no model call");
-    let (status, reason) = ran.status();
-    assert_eq!(status, "failed");
-    let reason = reason.unwrap();
-    assert!(
-        reason.contains("step `develop` is a TAKT `workflow_call` step, which Maestro validates but cannot run yet"),
-        "{reason}"
-    );
-}
-
-#[tokio::test]
 async fn a_run_reaching_a_when_predicate_ends_naming_it() {
     let piece = workflow(
         "  - name: develop

@@ -162,8 +162,8 @@ pub enum StepKind {
     #[default]
     Agent,
     /// `kind: workflow_call`: runs another workflow (`call`, `args`, `vars`) and routes on the
-    /// label it returns.
-    WorkflowCall(serde_json::Value),
+    /// label it returns; the called workflow is loaded with its arguments at load time.
+    WorkflowCall(Box<WorkflowCall>),
     /// `parallel: {fixed, pool, selection}`: a selector picks pool items each round.
     DynamicParallel(serde_json::Value),
     /// `team_leader`: the agent splits the task into parts that run as child runs.
@@ -172,6 +172,21 @@ pub enum StepKind {
     Arpeggio(serde_json::Value),
     /// `kind: system` / `mode: system`: engine-side inputs and effects, no model call.
     System(serde_json::Value),
+}
+
+/// A `kind: workflow_call` step, resolved when the calling workflow loads: the called
+/// workflow with the call's `args` substituted into its `subworkflow.params` (and its own
+/// calls resolved the same way), so a run never reads a workflow file again.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkflowCall {
+    /// The validated step definition, positions removed and parameters substituted.
+    pub definition: serde_json::Value,
+    /// The called workflow, loaded with the call's arguments.
+    pub callee: Piece,
+    /// The call's scalar `vars`, as text; they are inherited by nested calls, which override
+    /// a key by declaring it again, and `{var:name}` renders them in prompts.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub vars: std::collections::BTreeMap<String, String>,
 }
 
 impl StepKind {
@@ -258,6 +273,9 @@ pub enum Target {
     Ask,
     /// Wait for spawned subtasks (maestro `WAIT_SUBTASKS`).
     WaitSubtasks,
+    /// TAKT workflows: end the called workflow with this label of its `subworkflow.returns`
+    /// (`return: <label>`); the calling step's rules route on it.
+    Return(String),
 }
 
 impl Target {
@@ -281,6 +299,7 @@ impl Target {
             Target::Abort => "ABORT",
             Target::Ask => "ASK",
             Target::WaitSubtasks => "WAIT_SUBTASKS",
+            Target::Return(label) => label,
         }
     }
 }

@@ -41,7 +41,7 @@ pub use detect::{Detection, detect_dialect};
 pub use diagnostic::{Diagnostic, Severity, render_diagnostics};
 pub use ir::{
     CommandGate, Condition, Dialect, Facet, LoopMonitor, Movement, OutputContract, Piece,
-    PieceBudget, Rule, SessionMode, StepKind, Target,
+    PieceBudget, Rule, SessionMode, StepKind, Target, WorkflowCall,
 };
 pub use load::{Failed, Loaded, discover, load_bytes, load_file, load_str};
 pub use options::LoadOptions;

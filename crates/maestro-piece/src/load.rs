@@ -4,8 +4,6 @@
 
 use std::path::{Path, PathBuf};
 
-use sha2::{Digest, Sha256};
-
 use crate::check::{Sink, Unknown, fields};
 use crate::cx::Cx;
 use crate::detect::detect;
@@ -158,7 +156,7 @@ pub fn load_str(source: &str, origin: &Path, opts: &LoadOptions) -> Result<Loade
     match piece {
         Some(mut piece) if errors.is_empty() => {
             piece.source = origin.to_owned();
-            piece.hash = hex::encode(Sha256::digest(source.as_bytes()));
+            piece.hash = crate::workflow::tree_hash(source, &piece);
             Ok(Loaded { piece, warnings })
         }
         _ => Err(Failed {

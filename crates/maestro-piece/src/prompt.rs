@@ -180,9 +180,14 @@ fn graph_statuses(movement: &Movement) -> Vec<String> {
         .collect()
 }
 
-/// The movement's name as used in takt tags: upper case.
+/// The movement's name as used in takt tags: upper case. A step of a called TAKT workflow,
+/// named by the call stack (`develop/plan`), tags with its own name (`PLAN`), as in TAKT.
 pub fn tag_name(movement: &str) -> String {
-    movement.to_uppercase()
+    movement
+        .rsplit('/')
+        .next()
+        .unwrap_or(movement)
+        .to_uppercase()
 }
 
 fn condition_text(c: &Condition) -> String {

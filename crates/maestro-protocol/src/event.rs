@@ -352,6 +352,37 @@ pub enum RunEvent {
         /// The last recorded `seq` the run resumed from.
         after_seq: u64,
     },
+    /// TAKT workflows: a `workflow_call` step entered the workflow it calls. The called
+    /// workflow's steps follow as movements named by the call stack (`develop/plan`), until
+    /// `workflow_call_returned`. The call step makes no model call and uses no iteration.
+    WorkflowCallStarted {
+        /// The calling step, named by the call stack (`develop`, `develop/implement`).
+        movement: String,
+        /// The called workflow's name.
+        workflow: String,
+        /// The called workflow's first step, named by the call stack.
+        initial_step: String,
+        /// Calls entered so far in the run, this one included.
+        invocation: u32,
+        /// The calling steps from the root down, this one last (`["develop", "implement"]`).
+        stack: Vec<String>,
+        /// The called workflow's loop monitors' cycles, named by the call stack.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        loop_monitors: Vec<Vec<String>>,
+        /// The `vars` the called workflow sees: the caller's, overridden by this call's.
+        #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+        vars: std::collections::BTreeMap<String, String>,
+    },
+    /// TAKT workflows: the called workflow ended and hands its result to the calling step,
+    /// whose rules route on it (the `movement_finished` of the calling step follows).
+    WorkflowCallReturned {
+        /// The calling step, named by the call stack.
+        movement: String,
+        /// The called workflow's name.
+        workflow: String,
+        /// How it ended: `COMPLETE`, `ABORT`, or a label of its `subworkflow.returns`.
+        result: String,
+    },
 }
 
 impl RunEvent {
@@ -376,6 +407,8 @@ impl RunEvent {
             | RunEvent::UserInput { movement, .. }
             | RunEvent::QualityGateChecked { movement, .. }
             | RunEvent::SubtasksEnded { movement, .. }
+            | RunEvent::WorkflowCallStarted { movement, .. }
+            | RunEvent::WorkflowCallReturned { movement, .. }
             | RunEvent::MovementFinished { movement, .. } => Some(movement),
             RunEvent::Warning { movement, .. } | RunEvent::ScratchUpdated { movement, .. } => {
                 movement.as_deref()
@@ -415,6 +448,8 @@ impl RunEvent {
             RunEvent::UserInput { .. } => "user_input",
             RunEvent::QualityGateChecked { .. } => "quality_gate_checked",
             RunEvent::SubtasksEnded { .. } => "subtasks_ended",
+            RunEvent::WorkflowCallStarted { .. } => "workflow_call_started",
+            RunEvent::WorkflowCallReturned { .. } => "workflow_call_returned",
         }
     }
 }
@@ -512,6 +547,9 @@ pub enum OutcomeSource {
     Frontmatter,
     /// No rule matched, the context ran out, or a bound was hit.
     Engine,
+    /// TAKT workflows: the result a called workflow returned chose the `workflow_call`
+    /// step's rule.
+    Returned,
 }
 
 /// An event with its envelope: `{"seq":1,"ts":"…","type":"run_started",…}`.

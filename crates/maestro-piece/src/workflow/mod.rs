@@ -21,6 +21,30 @@ use crate::yaml::{Node, Value, join_index, join_key};
 use expand::{Fragments, Param};
 use layers::Layers;
 
+/// Hex SHA-256 of `source`, and of every workflow its `workflow_call` steps load (their own
+/// hashes cover their calls): a run's record tells when any file of the call tree changed.
+pub(crate) fn tree_hash(source: &str, piece: &Piece) -> String {
+    use sha2::{Digest, Sha256};
+    let mut hasher = Sha256::new();
+    hasher.update(source.as_bytes());
+    let mut called = false;
+    for m in piece
+        .movements
+        .iter()
+        .flat_map(|m| std::iter::once(m).chain(&m.parallel))
+    {
+        if let crate::ir::StepKind::WorkflowCall(call) = &m.kind {
+            called = true;
+            hasher.update(b"\0");
+            hasher.update(call.callee.hash.as_bytes());
+        }
+    }
+    if !called {
+        return hex::encode(Sha256::digest(source.as_bytes()));
+    }
+    hex::encode(hasher.finalize())
+}
+
 /// Top-level keys that make a file a TAKT workflow.
 pub(crate) const WORKFLOW_KEYS: &[&str] =
     &["steps", "initial_step", "max_steps", "workflow_config"];
@@ -116,7 +140,7 @@ pub(crate) fn generation(root: &Node) -> Generation {
 pub(crate) fn load_takt(cx: &mut Cx<'_>, root: &Node) -> Option<Piece> {
     match generation(root) {
         Generation::Piece => crate::takt::load(cx, root),
-        Generation::Workflow => load(cx, root),
+        Generation::Workflow => load_with(cx, root, None),
         Generation::Mixed { workflow, piece } => {
             let first = piece
                 .iter()
@@ -174,9 +198,18 @@ pub(crate) struct Scope {
     /// `facet_pools`' keys.
     pub pools: Vec<String>,
     pub layers: Layers,
+    /// The workflows on the call chain that loads this one, the root first and this one
+    /// last: a `workflow_call` to one of them is a cycle.
+    pub chain: Vec<String>,
 }
 
-fn load(cx: &mut Cx<'_>, root: &Node) -> Option<Piece> {
+/// Loads a workflow: the root of a load (`call` is `None`), or a called workflow with the
+/// call's arguments in place of its parameters' defaults.
+pub(crate) fn load_with(
+    cx: &mut Cx<'_>,
+    root: &Node,
+    call: Option<calls::CallInput>,
+) -> Option<Piece> {
     const WHAT: &str = "a TAKT workflow";
     check_top_keys(cx, root);
     let top = fields(&mut cx.sink, root, "", WHAT, &all_top_keys(), Unknown::Warn)?;
@@ -186,7 +219,18 @@ fn load(cx: &mut Cx<'_>, root: &Node) -> Option<Piece> {
     let description = top
         .optional_string(&mut cx.sink, "description")
         .unwrap_or_default();
-    let (callable, returns, params) = read_subworkflow(cx, &top);
+    let (callable, returns, mut params) = read_subworkflow(cx, &top);
+    let chain = match call {
+        Some(call) => {
+            for (key, value) in call.args {
+                if let Some(param) = params.get_mut(&key) {
+                    param.value = Some(value);
+                }
+            }
+            call.chain
+        }
+        None => name.iter().cloned().collect(),
+    };
     let max_movements = read_max_steps(cx, &top);
     if let Some((_, p)) = top.get("workflow_config") {
         read_workflow_config(cx, &top, &p);
@@ -272,6 +316,7 @@ fn load(cx: &mut Cx<'_>, root: &Node) -> Option<Piece> {
         schemas,
         pools,
         layers,
+        chain,
     };
     let movements = items
         .iter()

@@ -15,6 +15,7 @@ use crate::cx::Cx;
 use crate::facets::FacetKind;
 use crate::ir::{
     CommandGate, Condition, Facet, Movement, OutputContract, Rule, SessionMode, StepKind, Target,
+    WorkflowCall,
 };
 use crate::takt::movement::{DEFAULT_TOOLS, many_facets, single_facet};
 use crate::yaml::{Node, ScalarKind, Span, Value, join_index, join_key};
@@ -303,14 +304,19 @@ fn read_call(cx: &mut Cx<'_>, s: &Fields<'_>, path: &str, scope: &Scope, role: R
         && let Some(target) = string(&mut cx.sink, node, &p)
     {
         match calls::find(&scope.layers, target) {
-            Ok(c) => callee = Some(c),
+            Ok(c) => callee = Some((target.to_owned(), c, p, node.span)),
             Err(e) => cx.sink.error(&p, node.span, e),
         }
     }
+    let mut args = std::collections::BTreeMap::new();
+    let mut vars = std::collections::BTreeMap::new();
     if let Some((node, p)) = s.get("args") {
         match node.as_map() {
             Some(entries) => {
-                if let Some(c) = &callee {
+                for (key, value) in entries {
+                    args.insert(key.text.clone(), value.clone());
+                }
+                if let Some((_, c, _, _)) = &callee {
                     for (key, _) in entries {
                         if !c.params.contains(&key.text) {
                             cx.sink.error(
@@ -340,7 +346,11 @@ fn read_call(cx: &mut Cx<'_>, s: &Fields<'_>, path: &str, scope: &Scope, role: R
         match node.as_map() {
             Some(entries) => {
                 for (key, value) in entries {
-                    if !matches!(&value.value, Value::Scalar(sc) if sc.kind() != ScalarKind::Null) {
+                    if let Value::Scalar(sc) = &value.value
+                        && sc.kind() != ScalarKind::Null
+                    {
+                        vars.insert(key.text.clone(), sc.text.clone());
+                    } else {
                         cx.sink.error(
                             &join_key(&p, &key.text),
                             value.span,
@@ -363,7 +373,7 @@ fn read_call(cx: &mut Cx<'_>, s: &Fields<'_>, path: &str, scope: &Scope, role: R
         }
     }
     let mut movement = empty_movement();
-    let returns: Option<Vec<String>> = callee.map(|c| c.returns);
+    let returns: Option<Vec<String>> = callee.as_ref().map(|(_, c, _, _)| c.returns.clone());
     movement.rules = read_rules(
         cx,
         s,
@@ -373,7 +383,18 @@ fn read_call(cx: &mut Cx<'_>, s: &Fields<'_>, path: &str, scope: &Scope, role: R
         &[],
         returns.as_deref(),
     );
-    movement.kind = StepKind::WorkflowCall(s.node.to_json());
+    if let Some((name, c, p, span)) = callee {
+        match calls::load(cx, &name, &c, args, &scope.chain) {
+            Ok(piece) => {
+                movement.kind = StepKind::WorkflowCall(Box::new(WorkflowCall {
+                    definition: s.node.to_json(),
+                    callee: piece,
+                    vars,
+                }))
+            }
+            Err(e) => cx.sink.error(&p, span, e),
+        }
+    }
     movement
 }
 
@@ -1775,9 +1796,8 @@ fn read_rules(
                             );
                             None
                         }
-                        // The called workflow ends; its caller routes on the label (kept
-                        // in the step kind of the caller's `workflow_call`).
-                        Some(_) => Some(Target::Complete),
+                        // The called workflow ends; its caller's rules route on the label.
+                        Some(l) => Some(Target::Return(l.to_owned())),
                         None => None,
                     }
                 }

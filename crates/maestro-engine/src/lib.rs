@@ -32,6 +32,7 @@ mod run;
 mod runner;
 mod spend;
 mod state;
+mod steps;
 mod subtasks;
 
 pub use classifier::{Classified, ClassifyError, PieceSummary, classify, classify_within};

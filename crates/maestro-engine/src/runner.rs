@@ -34,7 +34,7 @@ pub(crate) struct Finish {
 /// agent (in the movement or one of its parallel sub-movements), or a `when(…)` rule.
 fn unsupported(due: &Movement) -> Result<(), UnrunnablePiece> {
     for m in std::iter::once(due).chain(&due.parallel) {
-        if !m.kind.is_agent() {
+        if !m.kind.is_agent() && !crate::steps::runs(&m.kind) {
             return Err(UnrunnablePiece::UnsupportedStep {
                 movement: m.name.clone(),
                 kind: m.kind.name(),
@@ -154,7 +154,9 @@ pub(crate) async fn drive(run: &Arc<RunCtx>) -> Result<Finish, EngineError> {
                 }
             },
         };
-        let ended = if movement.is_parallel() {
+        let ended = if let Some(ended) = crate::steps::run(run, movement).await? {
+            ended
+        } else if movement.is_parallel() {
             run_parallel(run, movement).await?
         } else {
             run_visit(run, movement, None, cycle_count, loop_warning).await?
@@ -502,7 +504,7 @@ async fn wait_or_fall_back(
     Ok(())
 }
 
-async fn record_finished(
+pub(crate) async fn record_finished(
     run: &RunCtx,
     movement: &Movement,
     parent: Option<&str>,
@@ -552,7 +554,7 @@ fn session_messages(
 /// Writes the visit's whole conversation under `logs/` (JSON lines, secrets removed) and
 /// returns the path for `movement_finished`, so the record holds every answer and tool result,
 /// not only their sizes.
-async fn write_transcript(
+pub(crate) async fn write_transcript(
     run: &RunCtx,
     state: &RunState,
     movement: &Movement,
@@ -585,7 +587,7 @@ async fn write_transcript(
 }
 
 /// Writes the visit's full first messages under `logs/` and returns the path for the event.
-async fn write_prompt_log(
+pub(crate) async fn write_prompt_log(
     run: &RunCtx,
     state: &RunState,
     movement: &Movement,

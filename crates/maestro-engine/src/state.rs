@@ -266,6 +266,8 @@ impl RunState {
                 }
             }
             RunEvent::LlmRequest { .. }
+            | RunEvent::TeamLeaderPlanned { .. }
+            | RunEvent::ArpeggioBatchFailed { .. }
             | RunEvent::LlmRetry { .. }
             | RunEvent::ToolCall { .. }
             | RunEvent::ToolResult { .. }

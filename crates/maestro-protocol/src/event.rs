@@ -338,6 +338,44 @@ pub enum RunEvent {
         /// The last recorded `seq` the run resumed from.
         after_seq: u64,
     },
+    /// A TAKT `team_leader` step's leader planned a batch of parts (the first decomposition,
+    /// or its answer after a batch ended): the parts that run next, or that planning is done.
+    TeamLeaderPlanned {
+        /// The team-leader step.
+        movement: String,
+        /// 1-based batch the parts form (the batch after the one that just ended).
+        batch: u32,
+        /// The new parts, each run as the sub-movement `<movement>.<id>`.
+        parts: Vec<TeamPart>,
+        /// True when the leader said no further part is needed (or gave no new one).
+        done: bool,
+        /// The leader's stated reason, when it gave one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reasoning: Option<String>,
+    },
+    /// One attempt of a TAKT `arpeggio` batch failed (its model call failed after the client's
+    /// own retries); the batch is tried again while `max_retries` allows.
+    ArpeggioBatchFailed {
+        /// The batch's call key, `<step>/batch:<n>`.
+        movement: String,
+        /// 1-based batch number.
+        batch: u32,
+        /// 1-based attempt that failed.
+        attempt: u32,
+        /// Why it failed.
+        error: String,
+    },
+}
+
+/// One part a team leader planned: a sub-task with its own instruction.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TeamPart {
+    /// Unique id within the step (the sub-movement is `<step>.<id>`).
+    pub id: String,
+    /// A short title.
+    pub title: String,
+    /// The instruction the part's agent receives.
+    pub instruction: String,
 }
 
 impl RunEvent {
@@ -361,6 +399,8 @@ impl RunEvent {
             | RunEvent::CycleWarning { movement, .. }
             | RunEvent::UserInput { movement, .. }
             | RunEvent::SubtasksEnded { movement, .. }
+            | RunEvent::TeamLeaderPlanned { movement, .. }
+            | RunEvent::ArpeggioBatchFailed { movement, .. }
             | RunEvent::MovementFinished { movement, .. } => Some(movement),
             RunEvent::Warning { movement, .. } | RunEvent::ScratchUpdated { movement, .. } => {
                 movement.as_deref()
@@ -399,6 +439,8 @@ impl RunEvent {
             RunEvent::RunResumed { .. } => "run_resumed",
             RunEvent::UserInput { .. } => "user_input",
             RunEvent::SubtasksEnded { .. } => "subtasks_ended",
+            RunEvent::TeamLeaderPlanned { .. } => "team_leader_planned",
+            RunEvent::ArpeggioBatchFailed { .. } => "arpeggio_batch_failed",
         }
     }
 }

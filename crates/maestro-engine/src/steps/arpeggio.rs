@@ -12,21 +12,22 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use maestro_llm::{ChatRequest, LlmError, Message};
 use maestro_piece::Movement;
 use serde_json::Value;
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
 
 use super::csv::{self, Row};
 use crate::ctx::RunCtx;
 use crate::end_reason::EndReason;
-use crate::error::EngineError;
+use crate::error::{EngineError, InternalError};
 use crate::event::{CallPurpose, RunEvent};
 use crate::movement::Ended;
 use crate::prompt::{self, Visit};
 
 /// The step's `arpeggio` block, with TAKT's defaults.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Config {
     source: String,
     source_path: String,
@@ -122,19 +123,11 @@ pub(super) async fn run(
         },
     )
     .system;
-    let results: Vec<Result<Result<String, String>, EngineError>> = futures::stream::iter(
-        prompts
-            .into_iter()
-            .enumerate()
-            .map(|(index, user)| batch(run, step, &config, index as u32 + 1, &system, user)),
-    )
-    .buffered(config.concurrency)
-    .collect()
-    .await;
+    let results = fan_out(run, step, &config, &system, prompts).await?;
     let mut answers = Vec::with_capacity(total);
     let mut failures = Vec::new();
     for (index, result) in results.into_iter().enumerate() {
-        match result? {
+        match result {
             Ok(answer) => answers.push(answer),
             Err(error) => failures.push(format!("batch {}: {error}", index + 1)),
         }
@@ -161,6 +154,54 @@ pub(super) async fn run(
         ));
     }
     super::route(run, step, merged).await
+}
+
+/// Every batch, at most `concurrency` at once; their outcomes in batch order.
+async fn fan_out(
+    run: &Arc<RunCtx>,
+    step: &Movement,
+    config: &Config,
+    system: &str,
+    prompts: Vec<String>,
+) -> Result<Vec<Result<String, String>>, EngineError> {
+    let total = prompts.len();
+    let limit = Arc::new(Semaphore::new(config.concurrency));
+    let shared = Arc::new((step.clone(), config.clone(), system.to_string()));
+    let mut tasks = JoinSet::new();
+    for (index, user) in prompts.into_iter().enumerate() {
+        let run = Arc::clone(run);
+        let limit = Arc::clone(&limit);
+        let shared = Arc::clone(&shared);
+        tasks.spawn(async move {
+            let _permit = limit.acquire_owned().await.ok();
+            let (step, config, system) = &*shared;
+            let number = index as u32 + 1;
+            (index, batch(&run, step, config, number, system, user).await)
+        });
+    }
+    let mut results: Vec<Option<Result<String, String>>> = vec![None; total];
+    let mut failure = None;
+    while let Some(joined) = tasks.join_next().await {
+        match joined {
+            Ok((index, Ok(outcome))) => results[index] = Some(outcome),
+            Ok((_, Err(e))) => {
+                failure.get_or_insert(e);
+            }
+            Err(e) => {
+                failure.get_or_insert(EngineError::from(InternalError::SubMovementCrashed {
+                    parent: step.name.clone(),
+                    source: e,
+                }));
+            }
+        }
+    }
+    if let Some(e) = failure {
+        return Err(e);
+    }
+    Ok(results
+        .into_iter()
+        .map(|r| r.unwrap_or_else(|| Err("the batch did not run".into())))
+        .collect())
 }
 
 /// One batch: its call, tried again while `max_retries` allows. `Ok(Err(_))`: every attempt

@@ -10,16 +10,17 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use futures::StreamExt;
 use maestro_llm::Message;
 use maestro_piece::{Facet, Movement, SessionMode, StepKind};
 use maestro_protocol::TeamPart;
 use serde_json::{Value, json};
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
 
 use crate::agent::{Agent, TurnEnd};
 use crate::ctx::RunCtx;
 use crate::end_reason::EndReason;
-use crate::error::EngineError;
+use crate::error::{EngineError, InternalError};
 use crate::event::{OutcomeSource, RunEvent};
 use crate::movement::{Ended, Step};
 use crate::prompt::{self, Visit};
@@ -33,7 +34,7 @@ const PART_FAILED: &str = "failed";
 const FEEDBACK_CHARS: usize = 2000;
 
 /// The step's `team_leader` block, with TAKT's defaults.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Config {
     max_concurrency: usize,
     initial_max_parts: Option<usize>,
@@ -149,14 +150,7 @@ pub(super) async fn run(
     loop {
         ids.extend(batch.iter().map(|p| p.id.clone()));
         planned.extend(batch.iter().cloned());
-        let ran: Vec<Result<PartResult, EngineError>> =
-            futures::stream::iter(batch.iter().map(|part| run_part(run, step, &config, part)))
-                .buffered(config.max_concurrency)
-                .collect()
-                .await;
-        for result in ran {
-            results.push(result?);
-        }
+        results.extend(run_batch(run, step, &config, &batch).await?);
         // The leader decides whether more work is needed, from every part's result.
         let ask = more_parts_prompt(&task, &results, &ids, &config.inspect_tools);
         let answer = ask_leader(run, &leader, &first.system, ask, parse_more).await?;
@@ -308,6 +302,48 @@ async fn ask_leader<T>(
         }
     }
     Ok(Err(problem))
+}
+
+/// The parts of one batch, at most `max_concurrency` at once; their results in plan order.
+async fn run_batch(
+    run: &Arc<RunCtx>,
+    step: &Movement,
+    config: &Config,
+    batch: &[TeamPart],
+) -> Result<Vec<PartResult>, EngineError> {
+    let limit = Arc::new(Semaphore::new(config.max_concurrency));
+    let shared = Arc::new((step.clone(), config.clone()));
+    let mut tasks = JoinSet::new();
+    for (index, part) in batch.iter().cloned().enumerate() {
+        let run = Arc::clone(run);
+        let limit = Arc::clone(&limit);
+        let shared = Arc::clone(&shared);
+        tasks.spawn(async move {
+            let _permit = limit.acquire_owned().await.ok();
+            let (step, config) = &*shared;
+            (index, run_part(&run, step, config, &part).await)
+        });
+    }
+    let mut results: Vec<Option<PartResult>> = vec![None; batch.len()];
+    let mut failure = None;
+    while let Some(joined) = tasks.join_next().await {
+        match joined {
+            Ok((index, Ok(result))) => results[index] = Some(result),
+            Ok((_, Err(e))) => {
+                failure.get_or_insert(e);
+            }
+            Err(e) => {
+                failure.get_or_insert(EngineError::from(InternalError::SubMovementCrashed {
+                    parent: step.name.clone(),
+                    source: e,
+                }));
+            }
+        }
+    }
+    if let Some(e) = failure {
+        return Err(e);
+    }
+    Ok(results.into_iter().flatten().collect())
 }
 
 /// Runs one part as a sub-movement of `step` and records its start and end.

@@ -34,7 +34,9 @@ pub(crate) struct Finish {
 /// agent (in the movement or one of its parallel sub-movements), or a `when(…)` rule.
 fn unsupported(due: &Movement) -> Result<(), UnrunnablePiece> {
     for m in std::iter::once(due).chain(&due.parallel) {
-        if !m.kind.is_agent() && !crate::steps::runs(&m.kind) {
+        // The step kinds `steps` runs are run as the movement due, never as a sub-movement.
+        let runs = m.kind.is_agent() || (std::ptr::eq(m, due) && crate::steps::runs(&m.kind));
+        if !runs {
             return Err(UnrunnablePiece::UnsupportedStep {
                 movement: m.name.clone(),
                 kind: m.kind.name(),

@@ -296,7 +296,8 @@ async fn ask_leader<T>(
                 )));
             }
         };
-        match parse(&text) {
+        // Read as recorded (secrets removed), so a resumed run plans exactly the same parts.
+        match parse(&run.redact(&text)) {
             Ok(value) => return Ok(Ok(value)),
             Err(e) => problem = e,
         }

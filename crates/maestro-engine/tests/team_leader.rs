@@ -369,3 +369,91 @@ async fn a_team_leader_run_cut_anywhere_resumes_without_repeating_a_call_and_rep
     assert_eq!(server.requests().len(), 0, "replay calls no model");
     assert_eq!(report.state.history, ["plan", "audit", "supervise"]);
 }
+
+/// One team-leader step whose parts may fail: `fail_on_part_error` ends it with an error after
+/// the leader has had its say, naming the part.
+#[tokio::test]
+async fn a_failed_part_with_fail_on_part_error_fails_the_step_naming_the_part() {
+    let source = "\
+name: split-work
+max_steps: 3
+initial_step: implement
+steps:
+  - name: implement
+    persona: coder
+    edit: false
+    instruction: Implement the change.
+    team_leader:
+      max_concurrency: 2
+      initial_max_parts: 2
+      fail_on_part_error: true
+      part_allowed_tools: [Read, Glob]
+    rules:
+      - condition: All parts completed
+        next: COMPLETE
+";
+    let piece = maestro_piece::load_str(
+        source,
+        std::path::Path::new("split-work.yaml"),
+        &LoadOptions::default(),
+    )
+    .unwrap_or_else(|f| panic!("{f}"))
+    .piece;
+    let turns = vec![
+        Turn::when_contains(
+            "decomposition-only planning",
+            Turn::text(
+                json!({"parts": [part("lib", "the library", "DO-LIB"), part("cli", "the cli", "DO-CLI")]})
+                    .to_string(),
+            ),
+        ),
+        Turn::when_contains("DO-LIB", Turn::text("library done")),
+        // the cli part only looks around and never answers within its one model call
+        Turn::when_contains("DO-CLI", Turn::tool_call("Glob", json!({"pattern": "**/*"}))),
+        Turn::when_contains(
+            "Review the completed parts",
+            Turn::text(r#"{"done": true, "reasoning": "nothing more to plan", "parts": []}"#),
+        ),
+    ];
+    let config = maestro_engine::EngineConfig {
+        max_iterations_per_movement: 1,
+        ..engine_config()
+    };
+    let ran = support::run_with(piece, turns, config, None).await;
+    ran.assert_record_is_sound();
+    assert_eq!(
+        ran.requests().len(),
+        4,
+        "decomposition, two parts, one follow-up"
+    );
+    let (status, reason) = ran.status();
+    assert_eq!(status, "failed");
+    let reason = reason.unwrap();
+    assert!(
+        reason.contains(
+            "team-leader step `implement`: a part failed and `fail_on_part_error` is set (cli: it used up its model calls before it answered)"
+        ),
+        "{reason}"
+    );
+    let parts: Vec<(String, String)> = ran
+        .events
+        .iter()
+        .filter_map(|r| match &r.event {
+            RunEvent::MovementFinished {
+                movement,
+                next,
+                parent: Some(_),
+                ..
+            } => Some((movement.clone(), next.clone())),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        parts.contains(&("implement.lib".into(), "done".into())),
+        "{parts:?}"
+    );
+    assert!(
+        parts.contains(&("implement.cli".into(), "failed".into())),
+        "{parts:?}"
+    );
+}

@@ -235,6 +235,33 @@ impl ProgressModel {
                     .collect::<Vec<_>>()
                     .join(", ")
             )),
+            RunEvent::TeamLeaderPlanned {
+                movement,
+                batch,
+                parts,
+                done,
+                ..
+            } => Some(if parts.is_empty() && *done {
+                format!("  {movement}: the leader planned no more parts")
+            } else {
+                format!(
+                    "  {movement}: batch {batch}: {}",
+                    parts
+                        .iter()
+                        .map(|p| p.id.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            }),
+            RunEvent::ArpeggioBatchFailed {
+                movement,
+                attempt,
+                error,
+                ..
+            } => Some(format!(
+                "  {movement}: attempt {attempt} failed: {}",
+                one_line(error)
+            )),
         };
         line.into_iter().collect()
     }

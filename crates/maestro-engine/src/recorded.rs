@@ -365,6 +365,25 @@ impl Recorded {
         }
     }
 
+    /// The error of the model call that comes next for `movement`, when the record holds that
+    /// call as failed (an `llm_request` followed by `arpeggio_batch_failed`): a resumed run
+    /// records the failure again instead of repeating the call.
+    pub(crate) fn failed_call(&self, movement: &str) -> Option<String> {
+        let streams = self.inner.lock().ok()?;
+        let mut next = streams
+            .by_movement
+            .get(movement)?
+            .iter()
+            .filter(|r| !passive(&r.event));
+        match (next.next().map(|r| &r.event), next.next().map(|r| &r.event)) {
+            (
+                Some(RunEvent::LlmRequest { .. }),
+                Some(RunEvent::ArpeggioBatchFailed { error, .. }),
+            ) => Some(error.clone()),
+            _ => None,
+        }
+    }
+
     /// Whether the record has `movement` switch to JSON tool mode next (after a plain answer
     /// where a control tool was required); `None` past the end of its record.
     pub(crate) fn switched_tool_mode(&self, movement: &str) -> Option<bool> {

@@ -37,10 +37,11 @@ pub(crate) struct Finish {
 /// agent (in the movement or one of its parallel sub-movements), or a `when(…)` rule.
 fn unsupported(due: &Movement) -> Result<(), UnrunnablePiece> {
     for m in std::iter::once(due).chain(&due.parallel) {
-        // A top-level workflow_call runs (`steps::workflow_call`); one inside a parallel
-        // step does not yet.
+        // A top-level workflow_call runs (`steps::workflow_call`), and so do the kinds
+        // `steps::run` runs; none of them runs as a parallel sub-movement yet.
         let runs = m.kind.is_agent()
-            || (std::ptr::eq(m, due) && matches!(m.kind, StepKind::WorkflowCall(_)));
+            || (std::ptr::eq(m, due)
+                && (matches!(m.kind, StepKind::WorkflowCall(_)) || crate::steps::runs(&m.kind)));
         if !runs {
             return Err(UnrunnablePiece::UnsupportedStep {
                 movement: m.name.clone(),
@@ -176,6 +177,8 @@ async fn drive_workflow(run: &Arc<RunCtx>) -> Result<Finish, EngineError> {
         let ended = if let StepKind::WorkflowCall(call) = &movement.kind {
             workflow_call::enter(run, &state, movement, call).await?;
             continue;
+        } else if let Some(ended) = crate::steps::run(run, movement).await? {
+            ended
         } else if movement.is_parallel() {
             run_parallel(run, &piece, movement).await?
         } else {
@@ -591,7 +594,7 @@ async fn wait_or_fall_back(
     Ok(())
 }
 
-async fn record_finished(
+pub(crate) async fn record_finished(
     run: &RunCtx,
     movement: &Movement,
     parent: Option<&str>,
@@ -641,7 +644,7 @@ fn session_messages(
 /// Writes the visit's whole conversation under `logs/` (JSON lines, secrets removed) and
 /// returns the path for `movement_finished`, so the record holds every answer and tool result,
 /// not only their sizes.
-async fn write_transcript(
+pub(crate) async fn write_transcript(
     run: &RunCtx,
     state: &RunState,
     movement: &Movement,
@@ -674,7 +677,7 @@ async fn write_transcript(
 }
 
 /// Writes the visit's full first messages under `logs/` and returns the path for the event.
-async fn write_prompt_log(
+pub(crate) async fn write_prompt_log(
     run: &RunCtx,
     state: &RunState,
     movement: &Movement,

@@ -288,6 +288,8 @@ impl RunState {
             } => frame::enter(self, movement, workflow, initial_step, loop_monitors, vars),
             RunEvent::WorkflowCallReturned { .. } => frame::leave(self),
             RunEvent::LlmRequest { .. }
+            | RunEvent::TeamLeaderPlanned { .. }
+            | RunEvent::ArpeggioBatchFailed { .. }
             | RunEvent::LlmRetry { .. }
             | RunEvent::ToolCall { .. }
             | RunEvent::ToolResult { .. }

@@ -166,7 +166,8 @@ pub enum StepKind {
     WorkflowCall(Box<WorkflowCall>),
     /// `parallel: {fixed, pool, selection}`: a selector picks pool items each round.
     DynamicParallel(serde_json::Value),
-    /// `team_leader`: the agent splits the task into parts that run as child runs.
+    /// `team_leader`: a leader splits the task into parts that run as sub-movements of the
+    /// step, batch after batch.
     TeamLeader(serde_json::Value),
     /// `arpeggio`: the same step over each batch of a data source, merged.
     Arpeggio(serde_json::Value),

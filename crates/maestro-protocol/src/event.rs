@@ -383,6 +383,44 @@ pub enum RunEvent {
         /// How it ended: `COMPLETE`, `ABORT`, or a label of its `subworkflow.returns`.
         result: String,
     },
+    /// A TAKT `team_leader` step's leader planned a batch of parts (the first decomposition,
+    /// or its answer after a batch ended): the parts that run next, or that planning is done.
+    TeamLeaderPlanned {
+        /// The team-leader step.
+        movement: String,
+        /// 1-based batch the parts form (the batch after the one that just ended).
+        batch: u32,
+        /// The new parts, each run as the sub-movement `<movement>.<id>`.
+        parts: Vec<TeamPart>,
+        /// True when the leader said no further part is needed (or gave no new one).
+        done: bool,
+        /// The leader's stated reason, when it gave one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reasoning: Option<String>,
+    },
+    /// One attempt of a TAKT `arpeggio` batch failed (its model call failed after the client's
+    /// own retries); the batch is tried again while `max_retries` allows.
+    ArpeggioBatchFailed {
+        /// The batch's call key, `<step>/batch:<n>`.
+        movement: String,
+        /// 1-based batch number.
+        batch: u32,
+        /// 1-based attempt that failed.
+        attempt: u32,
+        /// Why it failed.
+        error: String,
+    },
+}
+
+/// One part a team leader planned: a sub-task with its own instruction.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TeamPart {
+    /// Unique id within the step (the sub-movement is `<step>.<id>`).
+    pub id: String,
+    /// A short title.
+    pub title: String,
+    /// The instruction the part's agent receives.
+    pub instruction: String,
 }
 
 impl RunEvent {
@@ -409,6 +447,8 @@ impl RunEvent {
             | RunEvent::SubtasksEnded { movement, .. }
             | RunEvent::WorkflowCallStarted { movement, .. }
             | RunEvent::WorkflowCallReturned { movement, .. }
+            | RunEvent::TeamLeaderPlanned { movement, .. }
+            | RunEvent::ArpeggioBatchFailed { movement, .. }
             | RunEvent::MovementFinished { movement, .. } => Some(movement),
             RunEvent::Warning { movement, .. } | RunEvent::ScratchUpdated { movement, .. } => {
                 movement.as_deref()
@@ -450,6 +490,8 @@ impl RunEvent {
             RunEvent::SubtasksEnded { .. } => "subtasks_ended",
             RunEvent::WorkflowCallStarted { .. } => "workflow_call_started",
             RunEvent::WorkflowCallReturned { .. } => "workflow_call_returned",
+            RunEvent::TeamLeaderPlanned { .. } => "team_leader_planned",
+            RunEvent::ArpeggioBatchFailed { .. } => "arpeggio_batch_failed",
         }
     }
 }

@@ -839,8 +839,17 @@ fn read_agent(cx: &mut Cx<'_>, s: &Fields<'_>, path: &str, scope: &Scope, sub: b
         }
     }
     if let Some((n, p)) = s.get("team_leader") {
-        team_leader(cx, n, &p);
-        movement.kind = StepKind::TeamLeader(s.node.to_json());
+        let personas = team_leader(cx, n, &p);
+        let mut definition = s.node.to_json();
+        // The engine needs the personas' texts, not their names: keep them resolved.
+        for (key, facet) in [("persona", personas.0), ("part_persona", personas.1)] {
+            if let (Some(facet), Some(t)) = (facet, definition.get_mut("team_leader"))
+                && let (Some(t), Ok(value)) = (t.as_object_mut(), serde_json::to_value(facet))
+            {
+                t.insert(format!("{key}_facet"), value);
+            }
+        }
+        movement.kind = StepKind::TeamLeader(definition);
     }
     if let Some((n, p)) = s.get("arpeggio") {
         arpeggio(cx, n, &p);
@@ -1300,7 +1309,8 @@ fn promotion(cx: &mut Cx<'_>, node: &Node, path: &str) {
     }
 }
 
-fn team_leader(cx: &mut Cx<'_>, node: &Node, path: &str) {
+/// Checks a `team_leader` block; returns its `persona` and `part_persona`, resolved.
+fn team_leader(cx: &mut Cx<'_>, node: &Node, path: &str) -> (Option<Facet>, Option<Facet>) {
     let Some(t) = fields(
         &mut cx.sink,
         node,
@@ -1323,7 +1333,7 @@ fn team_leader(cx: &mut Cx<'_>, node: &Node, path: &str) {
         ],
         Unknown::Error,
     ) else {
-        return;
+        return (None, None);
     };
     for key in ["max_parts", "max_concurrency"] {
         if let Some((n, p)) = t.get(key)
@@ -1401,8 +1411,10 @@ fn team_leader(cx: &mut Cx<'_>, node: &Node, path: &str) {
             ),
         );
     }
-    let _ = single_facet(cx, &t, "persona", FacetKind::Persona);
-    let _ = single_facet(cx, &t, "part_persona", FacetKind::Persona);
+    (
+        single_facet(cx, &t, "persona", FacetKind::Persona),
+        single_facet(cx, &t, "part_persona", FacetKind::Persona),
+    )
 }
 
 fn arpeggio(cx: &mut Cx<'_>, node: &Node, path: &str) {

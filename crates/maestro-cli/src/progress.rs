@@ -214,6 +214,18 @@ impl ProgressModel {
                     .collect::<Vec<_>>()
                     .join(", ")
             )),
+            RunEvent::SelectionMade {
+                movement,
+                effective,
+                ..
+            } => Some(format!(
+                "  selected for {movement}: {}",
+                if effective.is_empty() {
+                    "nothing from the pool".to_string()
+                } else {
+                    effective.join(", ")
+                }
+            )),
         };
         line.into_iter().collect()
     }

@@ -110,6 +110,7 @@ fn movement(name: &str, next: Option<Target>) -> Movement {
         parallel: vec![],
         frontmatter_schema: None,
         kind: Default::default(),
+        dynamic: None,
     }
 }
 

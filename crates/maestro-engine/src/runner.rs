@@ -34,7 +34,8 @@ pub(crate) struct Finish {
 /// agent (in the movement or one of its parallel sub-movements), or a `when(…)` rule.
 fn unsupported(due: &Movement) -> Result<(), UnrunnablePiece> {
     for m in std::iter::once(due).chain(&due.parallel) {
-        if !m.kind.is_agent() {
+        let runs = m.kind.is_agent() || crate::dynamic_parallel::participants(m).is_some();
+        if !runs {
             return Err(UnrunnablePiece::UnsupportedStep {
                 movement: m.name.clone(),
                 kind: m.kind.name(),
@@ -154,7 +155,9 @@ pub(crate) async fn drive(run: &Arc<RunCtx>) -> Result<Finish, EngineError> {
                 }
             },
         };
-        let ended = if movement.is_parallel() {
+        let ended = if let Some(participants) = crate::dynamic_parallel::participants(movement) {
+            crate::dynamic_parallel::run(run, movement, participants).await?
+        } else if movement.is_parallel() {
             run_parallel(run, movement).await?
         } else {
             run_visit(run, movement, None, cycle_count, loop_warning).await?
@@ -312,6 +315,12 @@ async fn run_visit(
     cycle_count: u32,
     loop_warning: Option<String>,
 ) -> Result<Ended, EngineError> {
+    // `dynamic_facets`: the selector chooses before the visit starts.
+    let composed = match crate::dynamic_facets::compose(run, movement).await? {
+        Ok(composed) => composed,
+        Err(problem) => return Ok(crate::dynamic_parallel::selector_failed(problem)),
+    };
+    let movement = composed.as_ref().unwrap_or(movement);
     let state = run.journal.state();
     // The answer to this movement's question, or how its subtasks ended, when it goes on
     // after one.
@@ -387,6 +396,12 @@ async fn run_visit(
 /// A parallel movement: its sub-movements run concurrently, then the parent's rules read their
 /// results (`all()` / `any()` first).
 async fn run_parallel(run: &Arc<RunCtx>, parent: &Movement) -> Result<Ended, EngineError> {
+    start_parallel(run, parent)?;
+    run_subs(run, parent, &parent.parallel).await
+}
+
+/// Records the start of a parallel parent's visit.
+pub(crate) fn start_parallel(run: &RunCtx, parent: &Movement) -> Result<(), EngineError> {
     let state = run.journal.state();
     run.emit_queued(RunEvent::MovementStarted {
         movement: parent.name.clone(),
@@ -394,9 +409,40 @@ async fn run_parallel(run: &Arc<RunCtx>, parent: &Movement) -> Result<Ended, Eng
         movement_iteration: state.visits_of(&parent.name) + 1,
         parent: None,
         prompt_log: None,
-    })?;
+    })
+}
+
+/// Records the end of a parallel parent's visit.
+pub(crate) async fn finish_parallel(
+    run: &RunCtx,
+    parent: &Movement,
+    ended: &Ended,
+) -> Result<(), EngineError> {
+    record_finished(run, parent, None, ended, None).await
+}
+
+/// Runs `subs` (the parent's sub-movements, or the ones a selector chose) concurrently, then
+/// the parent's rules read their results. Every `dynamic_facets` selector of the subs runs
+/// first; an invalid selection fails the parent before any sub-movement starts.
+pub(crate) async fn run_subs(
+    run: &Arc<RunCtx>,
+    parent: &Movement,
+    subs: &[Movement],
+) -> Result<Ended, EngineError> {
+    let mut ready = Vec::with_capacity(subs.len());
+    for sub in subs {
+        match crate::dynamic_facets::compose(run, sub).await? {
+            Ok(composed) => ready.push(composed.unwrap_or_else(|| sub.clone())),
+            Err(problem) => {
+                let ended = crate::dynamic_parallel::selector_failed(problem);
+                finish_parallel(run, parent, &ended).await?;
+                return Ok(ended);
+            }
+        }
+    }
+    let subs = ready;
     let mut tasks = JoinSet::new();
-    for (index, sub) in parent.parallel.iter().enumerate() {
+    for (index, sub) in subs.iter().enumerate() {
         let run = Arc::clone(run);
         let sub = sub.clone();
         let parent_name = parent.name.clone();
@@ -407,7 +453,7 @@ async fn run_parallel(run: &Arc<RunCtx>, parent: &Movement) -> Result<Ended, Eng
             )
         });
     }
-    let mut results: Vec<Option<Ended>> = vec![None; parent.parallel.len()];
+    let mut results: Vec<Option<Ended>> = vec![None; subs.len()];
     let mut failure = None;
     while let Some(joined) = tasks.join_next().await {
         match joined {
@@ -433,8 +479,7 @@ async fn run_parallel(run: &Arc<RunCtx>, parent: &Movement) -> Result<Ended, Eng
             _ => None,
         })
         .collect();
-    let combined = parent
-        .parallel
+    let combined = subs
         .iter()
         .zip(&results)
         .map(|(sub, r)| {

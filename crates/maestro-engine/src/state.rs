@@ -110,6 +110,10 @@ pub struct RunState {
     /// The cycle of each loop monitor of the piece.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub monitors: Vec<Vec<String>>,
+    /// The pool sub-steps each dynamic parallel step ran on its last round, by step
+    /// (`selection_made`); a `cumulative` selection keeps them.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub selections: BTreeMap<String, Vec<String>>,
 }
 
 impl RunState {
@@ -222,6 +226,14 @@ impl RunState {
                 self.edge_prompt = edge_prompt.clone();
                 self.next = Some(next.clone());
             }
+            RunEvent::SelectionMade {
+                movement,
+                target: crate::event::SelectionTarget::Participants,
+                effective,
+                ..
+            } => {
+                self.selections.insert(movement.clone(), effective.clone());
+            }
             RunEvent::LoopMonitorTriggered { monitor, .. } => {
                 self.cycle_counts.insert(*monitor, 0);
             }
@@ -276,6 +288,7 @@ impl RunState {
             | RunEvent::ToolModeChanged { .. }
             | RunEvent::CycleWarning { .. }
             | RunEvent::LoopDetected { .. }
+            | RunEvent::SelectionMade { .. }
             | RunEvent::Warning { .. } => {}
         }
     }

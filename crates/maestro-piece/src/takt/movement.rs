@@ -412,6 +412,7 @@ fn read_body(
         parallel: Vec::new(),
         frontmatter_schema: None,
         kind: Default::default(),
+        dynamic: None,
     })
 }
 

@@ -173,6 +173,8 @@ pub(crate) struct Scope {
     pub schemas: Vec<String>,
     /// `facet_pools`' keys.
     pub pools: Vec<String>,
+    /// `facet_pools`' candidates, facets resolved, by pool.
+    pub pool_candidates: Vec<resources::Pool>,
     pub layers: Layers,
 }
 
@@ -197,7 +199,8 @@ fn load(cx: &mut Cx<'_>, root: &Node) -> Option<Piece> {
     });
     let all_rules = resources::all_steps_rules(cx, &top, &layers);
     let schemas = resources::schemas(cx, &top, &layers);
-    let pools = resources::facet_pools(cx, &top, &layers);
+    let pool_candidates = resources::facet_pools(cx, &top, &layers);
+    let pools: Vec<String> = pool_candidates.iter().map(|(n, _)| n.clone()).collect();
     if let Some((node, p)) = top.get("interactive_mode") {
         let known = ["assistant", "grill-me", "passthrough", "quiet", "persona"];
         if !node.as_str().is_some_and(|m| known.contains(&m)) {
@@ -271,6 +274,7 @@ fn load(cx: &mut Cx<'_>, root: &Node) -> Option<Piece> {
         all_rules,
         schemas,
         pools,
+        pool_candidates,
         layers,
     };
     let movements = items

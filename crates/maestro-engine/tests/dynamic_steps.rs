@@ -597,3 +597,168 @@ async fn a_selector_answer_naming_no_pool_item_fails_before_any_reviewer_starts(
         vec![("reviewers".into(), "FAIL".into())]
     );
 }
+
+/// A dynamic parallel step whose pool item has its own facet pool.
+fn security_reviewers() -> Piece {
+    let source = "\
+name: dynamic-security-review
+max_steps: 5
+initial_step: reviewers
+facet_pools:
+  security:
+    candidates:
+      - id: web
+        description: Browser and HTTP input
+        knowledge: security-web
+      - id: cli
+        description: Local processes and files
+        knowledge: security-local
+steps:
+  - name: reviewers
+    parallel:
+      fixed:
+        - name: arch-review
+          persona: architecture-reviewer
+          edit: false
+          instruction: Review the architecture.
+          rules:
+            - condition: approved
+            - condition: needs_fix
+      pool:
+        - name: security-review
+          description: Review authentication and secrets handling
+          persona: security-reviewer
+          edit: false
+          knowledge: security
+          dynamic_facets:
+            pool: security
+            max_selected: 1
+          instruction: Review security.
+          rules:
+            - condition: approved
+            - condition: needs_fix
+    rules:
+      - condition: all(\"approved\")
+        next: COMPLETE
+      - condition: any(\"needs_fix\")
+        next: ABORT
+";
+    load_str(
+        source,
+        Path::new("dynamic-security-review.yaml"),
+        &LoadOptions::default(),
+    )
+    .unwrap_or_else(|f| panic!("{f}"))
+    .piece
+}
+
+const SELECTOR_OF_SECURITY: &str = "selector of step `security-review`";
+
+#[tokio::test]
+async fn a_chosen_pool_items_facet_selector_runs_before_any_sub_step_starts() {
+    let say = |needle: &str, text: &str| Turn::when_contains(needle, Turn::text(text));
+    let ran = run(
+        security_reviewers(),
+        vec![
+            say(
+                SELECTOR_OF_REVIEWERS,
+                r#"{"selected_ids": ["security-review"], "rationale": "login code"}"#,
+            ),
+            say(
+                SELECTOR_OF_SECURITY,
+                r#"{"selected_ids": ["web"], "rationale": "an HTTP handler"}"#,
+            ),
+            say("Review the architecture.", "Fine. [ARCH-REVIEW:1]"),
+            say("Review security.", "Fine. [SECURITY-REVIEW:1]"),
+        ],
+    )
+    .await;
+    ran.assert_record_is_sound();
+    assert_eq!(ran.status(), ("completed".into(), None));
+    assert_eq!(ran.requests().len(), 4);
+    assert_eq!(
+        selections(&ran.events),
+        vec![
+            (
+                "reviewers".into(),
+                SelectionTarget::Participants,
+                1,
+                vec!["security-review".into()]
+            ),
+            (
+                "security-review".into(),
+                SelectionTarget::Facets,
+                1,
+                vec!["web".into()]
+            ),
+        ]
+    );
+    let last_selection = ran
+        .events
+        .iter()
+        .rposition(|r| r.event.kind() == "selection_made")
+        .unwrap();
+    let first_sub = ran
+        .events
+        .iter()
+        .position(|r| {
+            matches!(
+                &r.event,
+                RunEvent::MovementStarted {
+                    parent: Some(_),
+                    ..
+                }
+            )
+        })
+        .unwrap();
+    assert!(
+        last_selection < first_sub,
+        "every selector before any sub-step"
+    );
+    let security = ran
+        .requests()
+        .iter()
+        .map(messages_text)
+        .find(|t| t.contains("Review security.") && !t.contains(SELECTOR_OF_SECURITY))
+        .unwrap();
+    assert!(security.contains("# Browser Boundary Security Knowledge"));
+    assert!(!security.contains("# Local Process, Path, Terminal"));
+    let arch = ran
+        .requests()
+        .iter()
+        .map(messages_text)
+        .find(|t| t.contains("Review the architecture."))
+        .unwrap();
+    assert!(!arch.contains("# Browser Boundary Security Knowledge"));
+}
+
+#[tokio::test]
+async fn a_facet_selection_over_max_selected_stops_every_sibling_before_it_starts() {
+    let say = |needle: &str, text: &str| Turn::when_contains(needle, Turn::text(text));
+    let ran = run(
+        security_reviewers(),
+        vec![
+            say(
+                SELECTOR_OF_REVIEWERS,
+                r#"{"selected_ids": ["security-review"], "rationale": "login code"}"#,
+            ),
+            say(
+                SELECTOR_OF_SECURITY,
+                r#"{"selected_ids": ["web", "cli"], "rationale": "both"}"#,
+            ),
+            say("Review the architecture.", "Fine. [ARCH-REVIEW:1]"),
+        ],
+    )
+    .await;
+    ran.assert_record_is_sound();
+    let (status, reason) = ran.status();
+    assert_eq!(status, "failed");
+    assert!(
+        reason.as_deref().unwrap().contains(
+            "step `security-review`: the facet selector for pool `security` gave no valid selection: `selected_ids` names 2 candidates; `max_selected` allows 1"
+        ),
+        "{reason:?}"
+    );
+    assert_eq!(ran.requests().len(), 2, "no reviewer was asked");
+    assert_eq!(started(&ran.events), vec![("reviewers".into(), None)]);
+}

@@ -59,11 +59,15 @@ fn a_param_pool_resolves_to_the_external_pools_candidates_with_their_facet_texts
         .unwrap();
     assert_eq!(
         fixed_architecture.path.as_deref(),
-        Some(Path::new("builtin:takt-v0.60/en/facets/knowledge/architecture.md"))
+        Some(Path::new(
+            "builtin:takt-v0.60/en/facets/knowledge/architecture.md"
+        ))
     );
     assert_eq!(
         facets.candidates[1].knowledge[0].path.as_deref(),
-        Some(Path::new("builtin:takt-v0.60/en/facets/knowledge/backend.md"))
+        Some(Path::new(
+            "builtin:takt-v0.60/en/facets/knowledge/backend.md"
+        ))
     );
 }
 

@@ -730,6 +730,26 @@ mod tests {
     }
 
     #[test]
+    fn a_selection_names_what_runs_or_that_nothing_from_the_pool_does() {
+        let mut model = ProgressModel::new(5);
+        let mut lines = Vec::new();
+        for effective in [
+            vec!["frontend-review".to_string(), "backend-review".into()],
+            vec![],
+        ] {
+            lines.extend(model.apply(&RunEvent::SelectionMade {
+                movement: "reviewers".into(),
+                target: maestro_protocol::SelectionTarget::Participants,
+                round: 1,
+                selected: effective.clone(),
+                effective,
+                rationale: "the change is in the UI".into(),
+            }));
+        }
+        insta::assert_snapshot!("selection", lines.join("\n"));
+    }
+
+    #[test]
     fn a_huge_streamed_answer_keeps_a_bounded_tail() {
         let mut model = ProgressModel::new(1);
         for _ in 0..10_000 {

@@ -31,7 +31,8 @@ pub(crate) struct Finish {
 }
 
 /// Refuses a movement the engine cannot run yet: a TAKT workflow step kind other than an
-/// agent (in the movement or one of its parallel sub-movements), or a `when(…)` rule.
+/// agent or a dynamic parallel step (in the movement or one of its parallel sub-movements), or
+/// a `when(…)` rule.
 fn unsupported(due: &Movement) -> Result<(), UnrunnablePiece> {
     for m in std::iter::once(due).chain(&due.parallel) {
         let runs = m.kind.is_agent() || crate::dynamic_parallel::participants(m).is_some();

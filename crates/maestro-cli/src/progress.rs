@@ -262,6 +262,18 @@ impl ProgressModel {
                 "  {movement}: attempt {attempt} failed: {}",
                 one_line(error)
             )),
+            RunEvent::SelectionMade {
+                movement,
+                effective,
+                ..
+            } => Some(format!(
+                "  selected for {movement}: {}",
+                if effective.is_empty() {
+                    "nothing from the pool".to_string()
+                } else {
+                    effective.join(", ")
+                }
+            )),
         };
         line.into_iter().collect()
     }
@@ -763,6 +775,26 @@ mod tests {
         let a = model.status(Duration::from_millis(0));
         let b = model.status(Duration::from_millis(100));
         assert_ne!(a.chars().next(), b.chars().next(), "{a} / {b}");
+    }
+
+    #[test]
+    fn a_selection_names_what_runs_or_that_nothing_from_the_pool_does() {
+        let mut model = ProgressModel::new(5);
+        let mut lines = Vec::new();
+        for effective in [
+            vec!["frontend-review".to_string(), "backend-review".into()],
+            vec![],
+        ] {
+            lines.extend(model.apply(&RunEvent::SelectionMade {
+                movement: "reviewers".into(),
+                target: maestro_protocol::SelectionTarget::Participants,
+                round: 1,
+                selected: effective.clone(),
+                effective,
+                rationale: "the change is in the UI".into(),
+            }));
+        }
+        insta::assert_snapshot!("selection", lines.join("\n"));
     }
 
     #[test]

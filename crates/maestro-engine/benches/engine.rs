@@ -112,6 +112,7 @@ fn movement(name: &str, next: Option<Target>) -> Movement {
         parallel: vec![],
         frontmatter_schema: None,
         kind: Default::default(),
+        dynamic: None,
     }
 }
 

@@ -341,6 +341,7 @@ mod tests {
             parallel: vec![],
             frontmatter_schema: None,
             kind: Default::default(),
+            dynamic: None,
         }
     }
 

@@ -12,7 +12,7 @@ use std::sync::Mutex;
 
 pub use maestro_protocol::{
     CallPurpose, ContextLevel, EventRecord, JudgeKind, OutcomeSource, RecordedAnswer, ReminderKind,
-    RunEvent,
+    RunEvent, SelectionTarget,
 };
 
 /// Somewhere events go.

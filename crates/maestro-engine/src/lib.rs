@@ -15,6 +15,8 @@ mod context;
 mod control;
 mod ctx;
 mod cycle;
+mod dynamic_facets;
+mod dynamic_parallel;
 mod end_reason;
 mod error;
 mod event;
@@ -32,6 +34,7 @@ mod review;
 mod run;
 mod runner;
 mod scope;
+mod selector;
 mod spend;
 mod state;
 mod steps;
@@ -45,7 +48,7 @@ pub use end_reason::{EndReason, UnknownEndReason};
 pub use error::{EngineError, InternalError, RecordError, UnrunnablePiece};
 pub use event::{
     CallPurpose, ContextLevel, EventRecord, EventSink, JsonlSink, JudgeKind, OutcomeSource,
-    RecordedAnswer, ReminderKind, RunEvent, read_events,
+    RecordedAnswer, ReminderKind, RunEvent, SelectionTarget, read_events,
 };
 pub use journal::Journal;
 pub use log::{AppendError, AppendFuture, EventLog, JsonlLog, MemoryLog};

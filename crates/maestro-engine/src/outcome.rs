@@ -285,6 +285,7 @@ mod tests {
             parallel: vec![],
             frontmatter_schema: None,
             kind: Default::default(),
+            dynamic: None,
         }
     }
 

@@ -34,12 +34,14 @@ pub(crate) struct Finish {
 }
 
 /// Refuses a movement the engine cannot run yet: a TAKT workflow step kind other than an
-/// agent (in the movement or one of its parallel sub-movements), or a `when(…)` rule.
+/// agent or a dynamic parallel step (in the movement or one of its parallel sub-movements), or
+/// a `when(…)` rule.
 fn unsupported(due: &Movement) -> Result<(), UnrunnablePiece> {
     for m in std::iter::once(due).chain(&due.parallel) {
         // A top-level workflow_call runs (`steps::workflow_call`), and so do the kinds
         // `steps::run` runs; none of them runs as a parallel sub-movement yet.
         let runs = m.kind.is_agent()
+            || crate::dynamic_parallel::participants(m).is_some()
             || (std::ptr::eq(m, due)
                 && (matches!(m.kind, StepKind::WorkflowCall(_)) || crate::steps::runs(&m.kind)));
         if !runs {
@@ -179,6 +181,8 @@ async fn drive_workflow(run: &Arc<RunCtx>) -> Result<Finish, EngineError> {
             continue;
         } else if let Some(ended) = crate::steps::run(run, movement).await? {
             ended
+        } else if let Some(participants) = crate::dynamic_parallel::participants(movement) {
+            crate::dynamic_parallel::run(run, &piece, movement, participants).await?
         } else if movement.is_parallel() {
             run_parallel(run, &piece, movement).await?
         } else {
@@ -340,6 +344,12 @@ async fn run_visit(
     cycle_count: u32,
     loop_warning: Option<String>,
 ) -> Result<Ended, EngineError> {
+    // `dynamic_facets`: the selector chooses before the visit starts.
+    let composed = match crate::dynamic_facets::compose(run, movement).await? {
+        Ok(composed) => composed,
+        Err(problem) => return Ok(crate::dynamic_parallel::selector_failed(problem)),
+    };
+    let movement = composed.as_ref().unwrap_or(movement);
     let state = run.journal.state();
     // The answer to this movement's question, or how its subtasks ended, when it goes on
     // after one.
@@ -437,6 +447,12 @@ async fn run_parallel(
     piece: &Arc<Piece>,
     parent: &Movement,
 ) -> Result<Ended, EngineError> {
+    start_parallel(run, parent)?;
+    run_subs(run, piece, parent, &parent.parallel).await
+}
+
+/// Records the start of a parallel parent's visit.
+pub(crate) fn start_parallel(run: &RunCtx, parent: &Movement) -> Result<(), EngineError> {
     let state = run.journal.state();
     run.emit_queued(RunEvent::MovementStarted {
         movement: parent.name.clone(),
@@ -444,9 +460,41 @@ async fn run_parallel(
         movement_iteration: state.visits_of(&parent.name) + 1,
         parent: None,
         prompt_log: None,
-    })?;
+    })
+}
+
+/// Records the end of a parallel parent's visit.
+pub(crate) async fn finish_parallel(
+    run: &RunCtx,
+    parent: &Movement,
+    ended: &Ended,
+) -> Result<(), EngineError> {
+    record_finished(run, parent, None, ended, None).await
+}
+
+/// Runs `subs` (the parent's sub-movements, or the ones a selector chose) concurrently, then
+/// the parent's rules read their results. Every `dynamic_facets` selector of the subs runs
+/// first; an invalid selection fails the parent before any sub-movement starts.
+pub(crate) async fn run_subs(
+    run: &Arc<RunCtx>,
+    piece: &Arc<Piece>,
+    parent: &Movement,
+    subs: &[Movement],
+) -> Result<Ended, EngineError> {
+    let mut ready = Vec::with_capacity(subs.len());
+    for sub in subs {
+        match crate::dynamic_facets::compose(run, sub).await? {
+            Ok(composed) => ready.push(composed.unwrap_or_else(|| sub.clone())),
+            Err(problem) => {
+                let ended = crate::dynamic_parallel::selector_failed(problem);
+                finish_parallel(run, parent, &ended).await?;
+                return Ok(ended);
+            }
+        }
+    }
+    let subs = ready;
     let mut tasks = JoinSet::new();
-    for (index, sub) in parent.parallel.iter().enumerate() {
+    for (index, sub) in subs.iter().enumerate() {
         let run = Arc::clone(run);
         let piece = Arc::clone(piece);
         let sub = sub.clone();
@@ -458,7 +506,7 @@ async fn run_parallel(
             )
         });
     }
-    let mut results: Vec<Option<Ended>> = vec![None; parent.parallel.len()];
+    let mut results: Vec<Option<Ended>> = vec![None; subs.len()];
     let mut failure = None;
     while let Some(joined) = tasks.join_next().await {
         match joined {
@@ -484,8 +532,7 @@ async fn run_parallel(
             _ => None,
         })
         .collect();
-    let combined = parent
-        .parallel
+    let combined = subs
         .iter()
         .zip(&results)
         .map(|(sub, r)| {
@@ -499,7 +546,7 @@ async fn run_parallel(
         .join("\n\n");
     // A sub-movement's failing command gate sends the whole parallel movement round again.
     let mut failed_gate = None;
-    for (sub, result) in parent.parallel.iter().zip(&results) {
+    for (sub, result) in subs.iter().zip(&results) {
         if result.as_ref().is_some_and(|r| gated(&r.step))
             && let Some(feedback) = gates::check(run, sub).await?
         {

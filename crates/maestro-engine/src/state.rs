@@ -119,6 +119,10 @@ pub struct RunState {
     /// TAKT workflow calls entered so far in the run.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub calls_entered: u32,
+    /// The pool sub-steps each dynamic parallel step ran on its last round, by step
+    /// (`selection_made`); a `cumulative` selection keeps them.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub selections: BTreeMap<String, Vec<String>>,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -235,6 +239,14 @@ impl RunState {
                 self.edge_prompt = edge_prompt.clone();
                 self.next = Some(next.clone());
             }
+            RunEvent::SelectionMade {
+                movement,
+                target: crate::event::SelectionTarget::Participants,
+                effective,
+                ..
+            } => {
+                self.selections.insert(movement.clone(), effective.clone());
+            }
             RunEvent::LoopMonitorTriggered { monitor, .. } => {
                 self.cycle_counts.insert(*monitor, 0);
             }
@@ -301,6 +313,7 @@ impl RunState {
             | RunEvent::CycleWarning { .. }
             | RunEvent::LoopDetected { .. }
             | RunEvent::QualityGateChecked { .. }
+            | RunEvent::SelectionMade { .. }
             | RunEvent::Warning { .. } => {}
         }
     }

@@ -174,6 +174,7 @@ fn read_role(cx: &mut Cx<'_>, name: &str, node: &Node, path: &str) -> Option<Mov
         parallel: Vec::new(),
         frontmatter_schema,
         kind: Default::default(),
+        dynamic: None,
     })
 }
 

@@ -148,6 +148,10 @@ pub struct Movement {
     /// workflow step kinds the engine does not run yet, kept whole for when it does.
     #[serde(default, skip_serializing_if = "StepKind::is_agent")]
     pub kind: StepKind,
+    /// TAKT workflows: what a selector decides at run time (a dynamic parallel step's pool
+    /// items, a step's `dynamic_facets`); `None` for everything else.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dynamic: Option<Box<crate::dynamic::Dynamic>>,
 }
 
 /// What runs a movement. Everything but [`StepKind::Agent`] comes from TAKT workflows

@@ -21,6 +21,7 @@ mod check;
 mod cx;
 mod detect;
 mod diagnostic;
+mod dynamic;
 mod facets;
 mod graph;
 mod ir;
@@ -39,6 +40,9 @@ mod yaml;
 pub use catalog::{Availability, ToolCatalog};
 pub use detect::{Detection, detect_dialect};
 pub use diagnostic::{Diagnostic, Severity, render_diagnostics};
+pub use dynamic::{
+    Dynamic, DynamicFacets, FacetCandidate, Participants, SelectionMode, SelectorGuidance,
+};
 pub use ir::{
     CommandGate, Condition, Dialect, Facet, LoopMonitor, Movement, OutputContract, Piece,
     PieceBudget, Rule, SessionMode, StepKind, Target, WorkflowCall,

@@ -359,6 +359,7 @@ fn read_movement(cx: &mut Cx<'_>, item: &Node, path: &str, known: &[&str]) -> Op
         parallel: Vec::new(),
         frontmatter_schema: None,
         kind: Default::default(),
+        dynamic: None,
     })
 }
 

@@ -54,6 +54,9 @@ pub enum EndReason {
     /// (`engine.max_total_tokens`, `engine.max_cost_usd`, a piece's `budget`, the job's own);
     /// the cap, e.g. `max_cost_usd`. The run ends `exceeded`.
     Budget(String),
+    /// A TAKT selector (a dynamic parallel step's participants, a step's `dynamic_facets`)
+    /// gave no valid selection; what was wrong with its answer. Nothing of the step ran.
+    SelectorFailed(String),
 }
 
 impl EndReason {
@@ -79,6 +82,7 @@ impl EndReason {
             EndReason::InternalError(_) => "internal_error",
             EndReason::SubtaskError(_) => "subtask_error",
             EndReason::Budget(_) => "budget",
+            EndReason::SelectorFailed(_) => "selector_failed",
         }
     }
 
@@ -91,7 +95,8 @@ impl EndReason {
             | EndReason::PieceError(d)
             | EndReason::InternalError(d)
             | EndReason::SubtaskError(d)
-            | EndReason::Budget(d) => Some(d),
+            | EndReason::Budget(d)
+            | EndReason::SelectorFailed(d) => Some(d),
             _ => None,
         }
     }
@@ -105,6 +110,7 @@ impl EndReason {
             EndReason::PieceError(d) => EndReason::PieceError(redact(&d)),
             EndReason::InternalError(d) => EndReason::InternalError(redact(&d)),
             EndReason::SubtaskError(d) => EndReason::SubtaskError(redact(&d)),
+            EndReason::SelectorFailed(d) => EndReason::SelectorFailed(redact(&d)),
             plain => plain,
         }
     }
@@ -138,6 +144,7 @@ impl FromStr for EndReason {
                 "internal_error" => Ok(EndReason::InternalError(detail)),
                 "subtask_error" => Ok(EndReason::SubtaskError(detail)),
                 "budget" => Ok(EndReason::Budget(detail)),
+                "selector_failed" => Ok(EndReason::SelectorFailed(detail)),
                 _ => Err(UnknownEndReason(s.to_string())),
             };
         }
@@ -221,6 +228,10 @@ mod tests {
             (
                 EndReason::Budget("max_cost_usd".into()),
                 "budget: max_cost_usd",
+            ),
+            (
+                EndReason::SelectorFailed("`selected_ids` is missing".into()),
+                "selector_failed: `selected_ids` is missing",
             ),
         ]
     }

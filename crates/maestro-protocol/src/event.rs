@@ -346,6 +346,26 @@ pub enum RunEvent {
         /// How each child it waited for ended.
         children: Vec<SubtaskOutcome>,
     },
+    /// A TAKT selector chose, before the step it chose for started: the pool items a dynamic
+    /// parallel step runs this round, or the facet candidates added to a step's prompt
+    /// (`dynamic_facets`). A resumed or replayed run takes the choice from here and the
+    /// selector's recorded answer, never from the model again.
+    SelectionMade {
+        /// The step chosen for: the dynamic parallel parent, or the step (or sub-step) with
+        /// `dynamic_facets`.
+        movement: String,
+        /// What was chosen.
+        target: SelectionTarget,
+        /// The step's visit this selection is for (1 on the first entry, more on a new round).
+        round: u32,
+        /// The ids the selector answered (`selected_ids`), as it ordered them.
+        selected: Vec<String>,
+        /// What takes effect this round, in definition order: with `selection.mode:
+        /// cumulative`, the pool items of earlier rounds as well.
+        effective: Vec<String>,
+        /// The selector's `rationale`.
+        rationale: String,
+    },
     /// The run goes on from its record after it stopped (a worker died, or `maestro run
     /// --resume` after a stop): the events before this one are reused, not repeated.
     RunResumed {
@@ -449,6 +469,7 @@ impl RunEvent {
             | RunEvent::WorkflowCallReturned { movement, .. }
             | RunEvent::TeamLeaderPlanned { movement, .. }
             | RunEvent::ArpeggioBatchFailed { movement, .. }
+            | RunEvent::SelectionMade { movement, .. }
             | RunEvent::MovementFinished { movement, .. } => Some(movement),
             RunEvent::Warning { movement, .. } | RunEvent::ScratchUpdated { movement, .. } => {
                 movement.as_deref()
@@ -492,6 +513,7 @@ impl RunEvent {
             RunEvent::WorkflowCallReturned { .. } => "workflow_call_returned",
             RunEvent::TeamLeaderPlanned { .. } => "team_leader_planned",
             RunEvent::ArpeggioBatchFailed { .. } => "arpeggio_batch_failed",
+            RunEvent::SelectionMade { .. } => "selection_made",
         }
     }
 }
@@ -521,6 +543,16 @@ pub enum CallPurpose {
     /// One chunk of a `BatchReviewTextWithLLM` call; its `movement` is
     /// `<movement>/review:<chunk key>`, so each chunk's call is matched on its own in a resume.
     Review,
+}
+
+/// What a TAKT selector chose in `selection_made`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SelectionTarget {
+    /// The pool sub-steps of a dynamic parallel step (`parallel: {fixed, pool, selection}`).
+    Participants,
+    /// The facet candidates of a step's `dynamic_facets` pool.
+    Facets,
 }
 
 /// Which call picks a takt movement's rule in `judge_request`.

@@ -14,7 +14,7 @@ mod values;
 pub use end_reason::{EndReason, UnknownEndReason};
 pub use event::{
     CallPurpose, ContextLevel, EventRecord, JudgeKind, OutcomeSource, RecordedAnswer, ReminderKind,
-    RunEvent, TeamPart,
+    RunEvent, SelectionTarget, TeamPart,
 };
 pub use secret::Secret;
 pub use values::{ChecklistItem, Dialect, ImageRef, RunScratch, SubtaskOutcome, ToolMode};

@@ -77,6 +77,7 @@ pub(crate) fn mv(name: &str, rules: Vec<Rule>) -> Movement {
         parallel: vec![],
         frontmatter_schema: None,
         kind: Default::default(),
+        dynamic: None,
     }
 }
 

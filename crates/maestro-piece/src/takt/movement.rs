@@ -414,6 +414,7 @@ fn read_body(
         parallel: Vec::new(),
         frontmatter_schema: None,
         kind: Default::default(),
+        dynamic: None,
     })
 }
 

@@ -197,6 +197,8 @@ pub(crate) struct Scope {
     pub schemas: Vec<String>,
     /// `facet_pools`' keys.
     pub pools: Vec<String>,
+    /// `facet_pools`' candidates, facets resolved, by pool.
+    pub pool_candidates: Vec<resources::Pool>,
     pub layers: Layers,
     /// The workflows on the call chain that loads this one, the root first and this one
     /// last: a `workflow_call` to one of them is a cycle.
@@ -241,7 +243,8 @@ pub(crate) fn load_with(
     });
     let all_rules = resources::all_steps_rules(cx, &top, &layers);
     let schemas = resources::schemas(cx, &top, &layers);
-    let pools = resources::facet_pools(cx, &top, &layers);
+    let pool_candidates = resources::facet_pools(cx, &top, &layers);
+    let pools: Vec<String> = pool_candidates.iter().map(|(n, _)| n.clone()).collect();
     if let Some((node, p)) = top.get("interactive_mode") {
         let known = ["assistant", "grill-me", "passthrough", "quiet", "persona"];
         if !node.as_str().is_some_and(|m| known.contains(&m)) {
@@ -315,6 +318,7 @@ pub(crate) fn load_with(
         all_rules,
         schemas,
         pools,
+        pool_candidates,
         layers,
         chain,
     };

@@ -5,6 +5,7 @@ use super::layers::Layers;
 use crate::check::{Fields, Sink, Unknown, fields, list, one_or_many, string};
 use crate::cx::Cx;
 use crate::facets::FacetKind;
+use crate::ir::Facet;
 use crate::yaml::{Node, Span, Value, join_index, join_key};
 
 /// `all_steps.rules`: each rule file's text and whether it goes before the instruction.
@@ -154,9 +155,12 @@ pub(super) fn schemas(cx: &mut Cx<'_>, top: &Fields<'_>, layers: &Layers) -> Vec
     keys
 }
 
+/// A pool's name and its candidates, facets resolved.
+pub(super) type Pool = (String, Vec<crate::dynamic::FacetCandidate>);
+
 /// `facet_pools`: every pool is checked (inline or `uses:` an external pool file) and its
-/// facets resolved. Returns the pool names.
-pub(super) fn facet_pools(cx: &mut Cx<'_>, top: &Fields<'_>, layers: &Layers) -> Vec<String> {
+/// facets resolved. Returns the pools, in file order.
+pub(super) fn facet_pools(cx: &mut Cx<'_>, top: &Fields<'_>, layers: &Layers) -> Vec<Pool> {
     let Some((node, path)) = top.get("facet_pools") else {
         return Vec::new();
     };
@@ -174,7 +178,7 @@ pub(super) fn facet_pools(cx: &mut Cx<'_>, top: &Fields<'_>, layers: &Layers) ->
     let mut names = Vec::new();
     for (key, pool) in entries {
         let p = join_key(&path, &key.text);
-        names.push(key.text.clone());
+        names.push((key.text.clone(), Vec::new()));
         let Some(pf) = fields(
             &mut cx.sink,
             pool,
@@ -212,18 +216,29 @@ pub(super) fn facet_pools(cx: &mut Cx<'_>, top: &Fields<'_>, layers: &Layers) ->
                 );
                 continue;
             };
-            external_pool(cx, &found, &up, uses.span);
+            let resolved = external_pool(cx, &found, &up, uses.span);
+            if let Some(last) = names.last_mut() {
+                last.1 = resolved;
+            }
             continue;
         }
-        candidates(cx, &pf, &p, pool.span, &mut |cx, kind, name, path, span| {
-            let _ = cx.facets.resolve(&mut cx.sink, kind, name, path, span);
+        let resolved = candidates(cx, &pf, &p, pool.span, &mut |cx, kind, name, path, span| {
+            Some(cx.facets.resolve(&mut cx.sink, kind, name, path, span))
         });
+        if let Some(last) = names.last_mut() {
+            last.1 = resolved;
+        }
     }
     names
 }
 
 /// An external pool file: its candidates resolve against its own section maps only.
-fn external_pool(cx: &mut Cx<'_>, found: &super::layers::Found, path: &str, span: Span) {
+fn external_pool(
+    cx: &mut Cx<'_>,
+    found: &super::layers::Found,
+    path: &str,
+    span: Span,
+) -> Vec<crate::dynamic::FacetCandidate> {
     let file = found.path.display().to_string();
     let parsed = crate::yaml::parse(&found.text);
     let Some(root) = parsed.root.filter(|_| parsed.errors.is_empty()) else {
@@ -232,7 +247,7 @@ fn external_pool(cx: &mut Cx<'_>, found: &super::layers::Found, path: &str, span
             span,
             format!("facet pool file {file} is not valid YAML"),
         );
-        return;
+        return Vec::new();
     };
     for banned in ["uses", "params"] {
         if root.get(banned).is_some() {
@@ -259,7 +274,7 @@ fn external_pool(cx: &mut Cx<'_>, found: &super::layers::Found, path: &str, span
             span,
             format!("facet pool file {file} must be a mapping"),
         );
-        return;
+        return Vec::new();
     };
     let map = |kind: &str| -> Vec<(String, String)> {
         root.get(kind)
@@ -276,7 +291,7 @@ fn external_pool(cx: &mut Cx<'_>, found: &super::layers::Found, path: &str, span
     let base = found.path.parent().map(std::path::Path::to_path_buf);
     let builtin = found.path.starts_with(crate::takt_builtins::ORIGIN);
     let mut problems: Vec<String> = Vec::new();
-    candidates(cx, &pf, "", root.span, &mut |_, kind, name, _, _| {
+    let resolved = candidates(cx, &pf, "", root.span, &mut |_, kind, name, _, _| {
         let entries = if kind == FacetKind::Policy {
             &policies
         } else {
@@ -287,18 +302,34 @@ fn external_pool(cx: &mut Cx<'_>, found: &super::layers::Found, path: &str, span
                     "candidate facet `{name}` is not in the pool file's own `{}` map (an external pool never uses the workflow's facets)",
                     kind.section()
                 ));
-            return;
+            return None;
         };
-        let exists = if builtin {
-            rel.strip_prefix("../")
-                .and_then(crate::takt_builtins::file)
-                .is_some()
+        let (text, path) = if builtin {
+            let inner = rel.strip_prefix("../");
+            (
+                inner
+                    .and_then(crate::takt_builtins::file)
+                    .map(str::to_owned),
+                inner.map(crate::takt_builtins::origin),
+            )
         } else {
-            base.as_ref().is_some_and(|b| b.join(rel).is_file())
+            let file = base.as_ref().map(|b| lexical(&b.join(rel)));
+            (
+                file.as_ref()
+                    .filter(|f| f.is_file())
+                    .and_then(|f| std::fs::read_to_string(f).ok()),
+                file,
+            )
         };
-        if !exists {
-            problems.push(format!("`{name}`: file `{rel}` not found"));
-        }
+        let Some(text) = text else {
+            problems.push(format!("`{name}`: file `{rel}` not found or not readable"));
+            return None;
+        };
+        Some(Facet {
+            name: name.to_owned(),
+            text,
+            path,
+        })
     });
     for d in sink.finish().0 {
         problems.push(format!("line {}: {}", d.line, d.message));
@@ -310,30 +341,50 @@ fn external_pool(cx: &mut Cx<'_>, found: &super::layers::Found, path: &str, span
             format!("facet pool file {file}: {}", problems.join("; ")),
         );
     }
+    resolved
 }
 
-type OnFacet<'f> = dyn FnMut(&mut Cx<'_>, FacetKind, &str, &str, Span) + 'f;
+/// `path` with `.` and `..` taken out without touching the file system, so two references
+/// to one facet file compare equal.
+fn lexical(path: &std::path::Path) -> std::path::PathBuf {
+    let mut out = std::path::PathBuf::new();
+    for part in path.components() {
+        match part {
+            std::path::Component::CurDir => {}
+            std::path::Component::ParentDir => {
+                if !out.pop() {
+                    out.push("..");
+                }
+            }
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+type OnFacet<'f> = dyn FnMut(&mut Cx<'_>, FacetKind, &str, &str, Span) -> Option<Facet> + 'f;
 
 /// Checks a pool's `candidates` (ids unique, a description, at least one of policy and
-/// knowledge) and hands each facet name to `on_facet`.
+/// knowledge), hands each facet name to `on_facet` to resolve, and returns the candidates.
 fn candidates(
     cx: &mut Cx<'_>,
     pool: &Fields<'_>,
     path: &str,
     span: Span,
     on_facet: &mut OnFacet<'_>,
-) {
+) -> Vec<crate::dynamic::FacetCandidate> {
     let Some((node, cp)) = pool.get("candidates") else {
         cx.sink.error(
             &join_key(path, "candidates"),
             span,
             "a facet pool needs `candidates` (or `uses:` an external pool)",
         );
-        return;
+        return Vec::new();
     };
     let Some(items) = list(&mut cx.sink, node, &cp, "a list of candidates") else {
-        return;
+        return Vec::new();
     };
+    let mut resolved = Vec::new();
     if items.is_empty() {
         cx.sink
             .error(&cp, node.span, "a facet pool needs at least one candidate");
@@ -351,7 +402,14 @@ fn candidates(
         ) else {
             continue;
         };
+        let mut candidate = crate::dynamic::FacetCandidate {
+            id: String::new(),
+            description: String::new(),
+            policies: Vec::new(),
+            knowledge: Vec::new(),
+        };
         if let Some(id) = c.required_string(&mut cx.sink, "id", "a facet pool candidate") {
+            candidate.id = id.clone();
             if id.trim().is_empty() || ids.contains(&id) {
                 let (n, p) = c.get("id").unwrap_or((item, ip.clone()));
                 cx.sink.error(
@@ -363,8 +421,8 @@ fn candidates(
             ids.push(id);
         }
         match c.get("description") {
-            Some((n, p)) if n.as_str().is_some_and(|d| !d.trim().is_empty()) => {
-                let _ = p;
+            Some((n, _)) if n.as_str().is_some_and(|d| !d.trim().is_empty()) => {
+                candidate.description = n.as_str().unwrap_or_default().to_owned();
             }
             Some((n, p)) => cx.sink.error(
                 &p,
@@ -390,11 +448,19 @@ fn candidates(
         ] {
             if let Some((n, p)) = c.get(key) {
                 for s in one_or_many(&mut cx.sink, n, &p) {
-                    on_facet(cx, kind, s.text, &s.path, s.span);
+                    if let Some(facet) = on_facet(cx, kind, s.text, &s.path, s.span) {
+                        if kind == FacetKind::Policy {
+                            candidate.policies.push(facet);
+                        } else {
+                            candidate.knowledge.push(facet);
+                        }
+                    }
                 }
             }
         }
+        resolved.push(candidate);
     }
+    resolved
 }
 
 /// The tools a list of capability presets grants, and whether it grants editing. Unknown

@@ -12,6 +12,7 @@ use crate::check::{
     string_list,
 };
 use crate::cx::Cx;
+use crate::dynamic::{Dynamic, DynamicFacets, Participants, SelectionMode, SelectorGuidance};
 use crate::facets::FacetKind;
 use crate::ir::{
     CommandGate, Condition, Facet, Movement, OutputContract, Rule, SessionMode, StepKind, Target,
@@ -293,6 +294,7 @@ fn empty_movement() -> Movement {
         parallel: Vec::new(),
         frontmatter_schema: None,
         kind: StepKind::Agent,
+        dynamic: None,
     }
 }
 
@@ -797,8 +799,13 @@ fn read_agent(cx: &mut Cx<'_>, s: &Fields<'_>, path: &str, scope: &Scope, sub: b
     if let Some((n, p)) = s.get("structured_output") {
         structured_output(cx, n, &p, scope);
     }
-    if let Some((n, p)) = s.get("dynamic_facets") {
-        dynamic_facets(cx, n, &p, scope);
+    if let Some((n, p)) = s.get("dynamic_facets")
+        && let Some(facets) = dynamic_facets(cx, n, &p, scope)
+    {
+        movement.dynamic = Some(Box::new(Dynamic {
+            participants: None,
+            facets: Some(facets),
+        }));
     }
     if let Some((n, p)) = s
         .get("completion_retry")
@@ -825,7 +832,12 @@ fn read_agent(cx: &mut Cx<'_>, s: &Fields<'_>, path: &str, scope: &Scope, sub: b
             }
             Value::Map(_) => {
                 role = Role::DynamicParent;
-                movement.parallel = dynamic_parallel(cx, n, &p, scope);
+                let (subs, participants) = dynamic_parallel(cx, n, &p, scope);
+                movement.parallel = subs;
+                movement.dynamic = Some(Box::new(Dynamic {
+                    participants: Some(participants),
+                    facets: None,
+                }));
                 movement.kind = StepKind::DynamicParallel(s.node.to_json());
             }
             Value::Scalar(_) => cx.sink.error(
@@ -1189,18 +1201,16 @@ fn structured_output(cx: &mut Cx<'_>, node: &Node, path: &str, scope: &Scope) {
     }
 }
 
-fn selector(cx: &mut Cx<'_>, node: &Node, path: &str) {
-    let Some(sel) = fields(
+fn selector(cx: &mut Cx<'_>, node: &Node, path: &str) -> Option<SelectorGuidance> {
+    let sel = fields(
         &mut cx.sink,
         node,
         path,
         "a selector",
         &["persona", "instruction"],
         Unknown::Error,
-    ) else {
-        return;
-    };
-    let _ = single_facet(cx, &sel, "persona", FacetKind::Persona);
+    )?;
+    let persona = single_facet(cx, &sel, "persona", FacetKind::Persona);
     if sel.get("instruction").is_none() {
         cx.sink.error(
             &join_key(path, "instruction"),
@@ -1208,23 +1218,35 @@ fn selector(cx: &mut Cx<'_>, node: &Node, path: &str) {
             "a selector needs `instruction`: how to choose",
         );
     }
-    let _ = single_facet(cx, &sel, "instruction", FacetKind::Instruction);
+    let instruction = single_facet(cx, &sel, "instruction", FacetKind::Instruction)?;
+    Some(SelectorGuidance {
+        persona,
+        instruction,
+    })
 }
 
-fn dynamic_facets(cx: &mut Cx<'_>, node: &Node, path: &str, scope: &Scope) {
-    let Some(d) = fields(
+fn dynamic_facets(
+    cx: &mut Cx<'_>,
+    node: &Node,
+    path: &str,
+    scope: &Scope,
+) -> Option<DynamicFacets> {
+    let d = fields(
         &mut cx.sink,
         node,
         path,
         "`dynamic_facets`",
         &["pool", "max_selected", "selector"],
         Unknown::Error,
-    ) else {
-        return;
-    };
+    )?;
+    let mut found = None;
     match d.get("pool") {
         Some((n, p)) => {
-            if let Some(pool) = string(&mut cx.sink, n, &p)
+            let named = string(&mut cx.sink, n, &p);
+            if let Some(pool) = named {
+                found = scope.pool_candidates.iter().find(|(x, _)| x == pool);
+            }
+            if let Some(pool) = named
                 && !scope.pools.iter().any(|x| x == pool)
             {
                 cx.sink.error(
@@ -1243,12 +1265,29 @@ fn dynamic_facets(cx: &mut Cx<'_>, node: &Node, path: &str, scope: &Scope) {
             "`dynamic_facets` needs `pool`: a key of the workflow's `facet_pools` (a `$param` left without a value names none)",
         ),
     }
-    if let Some((n, p)) = d.get("max_selected") {
-        crate::check::positive(&mut cx.sink, n, &p);
+    let max_selected = d
+        .get("max_selected")
+        .and_then(|(n, p)| crate::check::positive(&mut cx.sink, n, &p));
+    let selector = d.get("selector").and_then(|(n, p)| selector(cx, n, &p));
+    let (pool, candidates) = found?;
+    if let (Some(max), Some((n, p))) = (max_selected, d.get("max_selected"))
+        && max as usize > candidates.len()
+    {
+        cx.sink.error(
+            &p,
+            n.span,
+            format!(
+                "`max_selected` is {max}, more than the {} candidate(s) of pool `{pool}`",
+                candidates.len()
+            ),
+        );
     }
-    if let Some((n, p)) = d.get("selector") {
-        selector(cx, n, &p);
-    }
+    Some(DynamicFacets {
+        pool: pool.clone(),
+        max_selected,
+        candidates: candidates.clone(),
+        selector,
+    })
 }
 
 fn completion_retry(cx: &mut Cx<'_>, node: &Node, path: &str) {
@@ -1581,7 +1620,19 @@ fn read_sub(
 }
 
 /// `parallel: {fixed, pool, selection}`: the candidates are read as sub-steps.
-fn dynamic_parallel(cx: &mut Cx<'_>, node: &Node, path: &str, scope: &Scope) -> Vec<Movement> {
+fn dynamic_parallel(
+    cx: &mut Cx<'_>,
+    node: &Node,
+    path: &str,
+    scope: &Scope,
+) -> (Vec<Movement>, Participants) {
+    let mut participants = Participants {
+        fixed: 0,
+        descriptions: Vec::new(),
+        mode: SelectionMode::Replace,
+        reports: Vec::new(),
+        selector: None,
+    };
     let Some(d) = fields(
         &mut cx.sink,
         node,
@@ -1590,7 +1641,7 @@ fn dynamic_parallel(cx: &mut Cx<'_>, node: &Node, path: &str, scope: &Scope) -> 
         &["fixed", "pool", "selection"],
         Unknown::Error,
     ) else {
-        return Vec::new();
+        return (Vec::new(), participants);
     };
     let mut subs = Vec::new();
     if let Some((n, p)) = d.get("fixed")
@@ -1600,6 +1651,7 @@ fn dynamic_parallel(cx: &mut Cx<'_>, node: &Node, path: &str, scope: &Scope) -> 
             subs.extend(read_sub(cx, item, &join_index(&p, i), scope, false));
         }
     }
+    participants.fixed = subs.len();
     match d.get("pool") {
         Some((n, p)) => {
             if let Some(items) = list(&mut cx.sink, n, &p, "a list of sub-steps") {
@@ -1611,7 +1663,15 @@ fn dynamic_parallel(cx: &mut Cx<'_>, node: &Node, path: &str, scope: &Scope) -> 
                     );
                 }
                 for (i, item) in items.iter().enumerate() {
-                    subs.extend(read_sub(cx, item, &join_index(&p, i), scope, true));
+                    if let Some(sub) = read_sub(cx, item, &join_index(&p, i), scope, true) {
+                        participants.descriptions.push(
+                            item.get("description")
+                                .and_then(Node::as_str)
+                                .unwrap_or_default()
+                                .to_owned(),
+                        );
+                        subs.push(sub);
+                    }
                 }
             }
         }
@@ -1646,6 +1706,11 @@ fn dynamic_parallel(cx: &mut Cx<'_>, node: &Node, path: &str, scope: &Scope) -> 
             Unknown::Error,
         )
     {
+        if let Some((m, _)) = sel.get("mode")
+            && m.as_str() == Some("cumulative")
+        {
+            participants.mode = SelectionMode::Cumulative;
+        }
         if let Some((m, mp)) = sel.get("mode")
             && !matches!(m.as_str(), Some("replace" | "cumulative"))
         {
@@ -1659,13 +1724,17 @@ fn dynamic_parallel(cx: &mut Cx<'_>, node: &Node, path: &str, scope: &Scope) -> 
             );
         }
         if let Some((r, rp)) = sel.get("reports") {
-            string_list(&mut cx.sink, r, &rp);
+            participants.reports = string_list(&mut cx.sink, r, &rp)
+                .unwrap_or_default()
+                .into_iter()
+                .map(|r| r.text.to_owned())
+                .collect();
         }
         if let Some((sn, sp)) = sel.get("selector") {
-            selector(cx, sn, &sp);
+            participants.selector = selector(cx, sn, &sp);
         }
     }
-    subs
+    (subs, participants)
 }
 
 /// The labels a step's own rules define (what an aggregate may name).

@@ -110,6 +110,8 @@ fn movement(name: &str, next: Option<Target>) -> Movement {
         parallel: vec![],
         frontmatter_schema: None,
         kind: Default::default(),
+        structured_output: None,
+        delay_before_ms: None,
     }
 }
 

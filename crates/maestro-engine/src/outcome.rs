@@ -281,6 +281,8 @@ mod tests {
             parallel: vec![],
             frontmatter_schema: None,
             kind: Default::default(),
+            structured_output: None,
+            delay_before_ms: None,
         }
     }
 

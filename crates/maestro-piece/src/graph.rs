@@ -172,6 +172,8 @@ fn read_role(cx: &mut Cx<'_>, name: &str, node: &Node, path: &str) -> Option<Mov
         parallel: Vec::new(),
         frontmatter_schema,
         kind: Default::default(),
+        structured_output: None,
+        delay_before_ms: None,
     })
 }
 

@@ -33,6 +33,7 @@ mod prompt_context;
 mod takt;
 mod takt_builtins;
 mod template;
+pub mod when;
 mod workflow;
 mod yaml;
 
@@ -41,7 +42,7 @@ pub use detect::{Detection, detect_dialect};
 pub use diagnostic::{Diagnostic, Severity, render_diagnostics};
 pub use ir::{
     Condition, Dialect, Facet, LoopMonitor, Movement, OutputContract, Piece, PieceBudget, Rule,
-    SessionMode, StepKind, Target,
+    SessionMode, StepKind, StructuredOutput, Target,
 };
 pub use load::{Failed, Loaded, discover, load_bytes, load_file, load_str};
 pub use options::LoadOptions;

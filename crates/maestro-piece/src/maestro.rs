@@ -357,6 +357,8 @@ fn read_movement(cx: &mut Cx<'_>, item: &Node, path: &str, known: &[&str]) -> Op
         parallel: Vec::new(),
         frontmatter_schema: None,
         kind: Default::default(),
+        structured_output: None,
+        delay_before_ms: None,
     })
 }
 

@@ -75,6 +75,8 @@ pub(crate) fn mv(name: &str, rules: Vec<Rule>) -> Movement {
         parallel: vec![],
         frontmatter_schema: None,
         kind: Default::default(),
+        structured_output: None,
+        delay_before_ms: None,
     }
 }
 

@@ -412,6 +412,8 @@ fn read_body(
         parallel: Vec::new(),
         frontmatter_schema: None,
         kind: Default::default(),
+        structured_output: None,
+        delay_before_ms: None,
     })
 }
 

@@ -171,6 +171,8 @@ pub(crate) struct Scope {
     pub all_rules: Vec<(String, bool)>,
     /// `schemas`' keys.
     pub schemas: Vec<String>,
+    /// `schemas`: each key's schema name and its JSON, where it resolved.
+    pub schema_values: BTreeMap<String, (String, serde_json::Value)>,
     /// `facet_pools`' keys.
     pub pools: Vec<String>,
     pub layers: Layers,
@@ -196,7 +198,7 @@ fn load(cx: &mut Cx<'_>, root: &Node) -> Option<Piece> {
         n.clone()
     });
     let all_rules = resources::all_steps_rules(cx, &top, &layers);
-    let schemas = resources::schemas(cx, &top, &layers);
+    let (schemas, schema_values) = resources::schemas(cx, &top, &layers);
     let pools = resources::facet_pools(cx, &top, &layers);
     if let Some((node, p)) = top.get("interactive_mode") {
         let known = ["assistant", "grill-me", "passthrough", "quiet", "persona"];
@@ -270,6 +272,7 @@ fn load(cx: &mut Cx<'_>, root: &Node) -> Option<Piece> {
         capabilities,
         all_rules,
         schemas,
+        schema_values,
         pools,
         layers,
     };

@@ -32,6 +32,7 @@ mod run;
 mod runner;
 mod spend;
 mod state;
+mod steps;
 mod subtasks;
 
 pub use classifier::{Classified, ClassifyError, PieceSummary, classify, classify_within};
@@ -56,6 +57,9 @@ pub use review::{BATCH_REVIEW, ReviewArgs, review_spec};
 pub use run::{Engine, RunEnd, RunReport, RunSpec};
 pub use spend::{SpendAsk, SpendFuture, SpendGuard, SpendRefused, SpendTicket};
 pub use state::{PieceIdentity, RunPhase, RunState};
+pub use steps::{
+    EnqueueRequest, EnqueuedTask, QueueCounts, SystemFuture, SystemHost, WorkflowState,
+};
 pub use subtasks::{
     HostFuture, SPAWN_SUBTASK, SpawnArgs, SpawnRequest, SpawnedSubtask, SubtaskError, SubtaskHost,
     SubtaskOutcome,

@@ -17,7 +17,6 @@ use crate::cycle::repeating_cycle;
 use crate::end_reason::EndReason;
 use crate::error::{EngineError, InternalError, UnrunnablePiece};
 use crate::event::RunEvent;
-use crate::judge::decide_rule;
 use crate::movement::{self, Ended, Step};
 use crate::prompt::{self, Visit};
 use crate::state::RunState;
@@ -31,22 +30,16 @@ pub(crate) struct Finish {
 }
 
 /// Refuses a movement the engine cannot run yet: a TAKT workflow step kind other than an
-/// agent (in the movement or one of its parallel sub-movements), or a `when(…)` rule.
+/// agent or a system step (in the movement or one of its parallel sub-movements).
 fn unsupported(due: &Movement) -> Result<(), UnrunnablePiece> {
     for m in std::iter::once(due).chain(&due.parallel) {
-        if !m.kind.is_agent() {
+        let runs = m.kind.is_agent()
+            || (std::ptr::eq(m, due) && matches!(m.kind, maestro_piece::StepKind::System(_)));
+        if !runs {
             return Err(UnrunnablePiece::UnsupportedStep {
                 movement: m.name.clone(),
                 kind: m.kind.name(),
             });
-        }
-        for rule in &m.rules {
-            if let maestro_piece::Condition::When { predicate, .. } = &rule.condition {
-                return Err(UnrunnablePiece::UnsupportedCondition {
-                    movement: m.name.clone(),
-                    predicate: predicate.clone(),
-                });
-            }
         }
     }
     Ok(())
@@ -154,7 +147,11 @@ pub(crate) async fn drive(run: &Arc<RunCtx>) -> Result<Finish, EngineError> {
                 }
             },
         };
-        let ended = if movement.is_parallel() {
+        let ended = if let maestro_piece::StepKind::System(definition) = &movement.kind {
+            let ended = crate::steps::system::visit(run, movement, definition).await?;
+            record_finished(run, movement, None, &ended, None).await?;
+            ended
+        } else if movement.is_parallel() {
             run_parallel(run, movement).await?
         } else {
             run_visit(run, movement, None, cycle_count, loop_warning).await?
@@ -357,6 +354,9 @@ async fn run_visit(
         }
         _ => session_messages(run, movement, first),
     };
+    if parent.is_none() {
+        crate::steps::system::wait_delay(run, movement).await?;
+    }
     let (mut ended, messages) = movement::visit(run, movement, messages).await?;
     wait_or_fall_back(run, movement, parent, &mut ended).await?;
     // A visit that parks (a question, or subtasks to wait for) keeps its conversation to go
@@ -446,10 +446,8 @@ async fn run_parallel(run: &Arc<RunCtx>, parent: &Movement) -> Result<Ended, Eng
         })
         .collect::<Vec<_>>()
         .join("\n\n");
-    let mut ended = match decide_rule(run, parent, &combined, Some(&sub_results)).await? {
-        Some((index, via)) => Ended::by_rule(parent, combined, via, index),
-        None => Ended::no_rule_matched(combined),
-    };
+    let decided = crate::steps::rules::decide(run, parent, &combined, Some(&sub_results)).await?;
+    let mut ended = crate::steps::rules::ended(parent, combined, decided);
     wait_or_fall_back(run, parent, Some(&parent.name), &mut ended).await?;
     record_finished(run, parent, None, &ended, None).await?;
     Ok(ended)

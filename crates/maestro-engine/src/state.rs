@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::end_reason::EndReason;
 use crate::event::{EventRecord, RunEvent};
+use crate::steps::WorkflowState;
 use crate::subtasks::{self, SPAWN_SUBTASK, SpawnedSubtask};
 
 /// Where a run stands.
@@ -110,6 +111,9 @@ pub struct RunState {
     /// The cycle of each loop monitor of the piece.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub monitors: Vec<Vec<String>>,
+    /// TAKT workflows: system-step inputs, effect results and structured outputs.
+    #[serde(default, skip_serializing_if = "WorkflowState::is_empty")]
+    pub workflow: WorkflowState,
 }
 
 impl RunState {
@@ -238,6 +242,9 @@ impl RunState {
                 self.next = None;
             }
             RunEvent::RunResumed { .. } => self.phase = RunPhase::Running,
+            RunEvent::SystemInputs { .. }
+            | RunEvent::EffectResult { .. }
+            | RunEvent::StructuredOutput { .. } => self.workflow.apply(event),
             RunEvent::UserInput { movement, text } => {
                 self.user_inputs.push(text.clone());
                 self.next = Some(movement.clone());

@@ -54,6 +54,15 @@ pub enum EndReason {
     /// (`engine.max_total_tokens`, `engine.max_cost_usd`, a piece's `budget`, the job's own);
     /// the cap, e.g. `max_cost_usd`. The run ends `exceeded`.
     Budget(String),
+    /// A TAKT agent step's answer carried no JSON valid against its `structured_output`
+    /// schema; the problem.
+    InvalidStructuredOutput(String),
+    /// A TAKT system step's effect that Maestro cannot carry out (it needs a Git host, or
+    /// the run has no job queue); the effect and why.
+    EffectRefused(String),
+    /// A TAKT `when(…)` predicate could not be evaluated (a path the run's state does not
+    /// hold, a comparison of the wrong types); the predicate and the problem.
+    WhenError(String),
 }
 
 impl EndReason {
@@ -79,6 +88,9 @@ impl EndReason {
             EndReason::InternalError(_) => "internal_error",
             EndReason::SubtaskError(_) => "subtask_error",
             EndReason::Budget(_) => "budget",
+            EndReason::InvalidStructuredOutput(_) => "invalid_structured_output",
+            EndReason::EffectRefused(_) => "effect_refused",
+            EndReason::WhenError(_) => "when_error",
         }
     }
 
@@ -91,7 +103,10 @@ impl EndReason {
             | EndReason::PieceError(d)
             | EndReason::InternalError(d)
             | EndReason::SubtaskError(d)
-            | EndReason::Budget(d) => Some(d),
+            | EndReason::Budget(d)
+            | EndReason::InvalidStructuredOutput(d)
+            | EndReason::EffectRefused(d)
+            | EndReason::WhenError(d) => Some(d),
             _ => None,
         }
     }
@@ -105,6 +120,9 @@ impl EndReason {
             EndReason::PieceError(d) => EndReason::PieceError(redact(&d)),
             EndReason::InternalError(d) => EndReason::InternalError(redact(&d)),
             EndReason::SubtaskError(d) => EndReason::SubtaskError(redact(&d)),
+            EndReason::InvalidStructuredOutput(d) => EndReason::InvalidStructuredOutput(redact(&d)),
+            EndReason::EffectRefused(d) => EndReason::EffectRefused(redact(&d)),
+            EndReason::WhenError(d) => EndReason::WhenError(redact(&d)),
             plain => plain,
         }
     }
@@ -138,6 +156,9 @@ impl FromStr for EndReason {
                 "internal_error" => Ok(EndReason::InternalError(detail)),
                 "subtask_error" => Ok(EndReason::SubtaskError(detail)),
                 "budget" => Ok(EndReason::Budget(detail)),
+                "invalid_structured_output" => Ok(EndReason::InvalidStructuredOutput(detail)),
+                "effect_refused" => Ok(EndReason::EffectRefused(detail)),
+                "when_error" => Ok(EndReason::WhenError(detail)),
                 _ => Err(UnknownEndReason(s.to_string())),
             };
         }
@@ -221,6 +242,18 @@ mod tests {
             (
                 EndReason::Budget("max_cost_usd".into()),
                 "budget: max_cost_usd",
+            ),
+            (
+                EndReason::InvalidStructuredOutput("missing `action`".into()),
+                "invalid_structured_output: missing `action`",
+            ),
+            (
+                EndReason::EffectRefused("`merge_pr`".into()),
+                "effect_refused: `merge_pr`",
+            ),
+            (
+                EndReason::WhenError("no `context.a`".into()),
+                "when_error: no `context.a`",
             ),
         ]
     }

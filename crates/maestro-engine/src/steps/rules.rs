@@ -2,12 +2,13 @@
 //! as in TAKT v0.60:
 //!
 //! - an aggregate (`all(…)` / `any(…)`, with its predicate if it has one) decides first;
-//! - a label rule (`approved`, `approved && when(…)`) matches when the answer's tag picks it,
-//!   or when the judge picks it, and its predicate holds;
+//! - a label rule (`approved`, `approved && when(…)`) matches when the answer's tag or the
+//!   judge picks its label and its predicate holds (the first such rule in file order);
 //! - a rule that is only `when(…)` matches when its predicate holds.
 //!
-//! The judge is asked at most once, only for the label rules, and only when no tag chose one
-//! and no predicate-only rule holds: a step whose rules are all `when(…)` makes no judge call.
+//! The label is picked once: by the answer's tag, else by one judge call over the distinct
+//! labels, made only when no predicate-only rule holds. A step whose rules are all `when(…)`
+//! makes no judge call.
 
 use maestro_piece::{Condition, Movement, Rule};
 use maestro_protocol::RunStatus;
@@ -88,75 +89,92 @@ pub(crate) async fn decide(
             }
         }
     }
-    let labelled = |rule: &Rule| match &rule.condition {
-        Condition::Text(_) => true,
-        Condition::When { base: Some(b), .. } => matches!(**b, Condition::Text(_)),
-        _ => false,
+    let label_of = |rule: &Rule| -> Option<String> {
+        match &rule.condition {
+            Condition::Text(t) => Some(t.clone()),
+            Condition::When { base: Some(b), .. } => match &**b {
+                Condition::Text(t) => Some(t.clone()),
+                _ => None,
+            },
+            _ => None,
+        }
     };
     let only_when = |rule: &Rule| matches!(rule.condition, Condition::When { base: None, .. });
-    // The label the answer's tag picks costs nothing: file order decides between it and the
-    // predicate-only rules before it.
+    // The label the answer's tag picks costs nothing; without one, a predicate-only rule that
+    // holds decides before the judge is asked.
     let tagged = last_tag(&movement.name, answer, movement.rules.len())
-        .filter(|n| rules.iter().any(|(i, r)| i == n && labelled(r)));
-    for (index, rule) in &rules {
-        if tagged == Some(*index) {
-            match holds(rule) {
-                Ok(true) => return Ok(Decided::Rule(*index, OutcomeSource::Tag)),
-                Ok(false) => continue,
-                Err(e) => return Ok(Decided::Error(e)),
+        .and_then(|n| rules.iter().find(|(i, _)| *i == n))
+        .and_then(|(_, r)| label_of(r));
+    let (label, via) = match tagged {
+        Some(label) => (label, OutcomeSource::Tag),
+        None => {
+            for (index, rule) in &rules {
+                if only_when(rule) {
+                    match holds(rule) {
+                        Ok(true) => return Ok(Decided::Rule(*index, OutcomeSource::When)),
+                        Ok(false) => {}
+                        Err(e) => return Ok(Decided::Error(e)),
+                    }
+                }
             }
-        }
-        if only_when(rule) {
-            match holds(rule) {
-                Ok(true) => return Ok(Decided::Rule(*index, OutcomeSource::When)),
-                Ok(false) => {}
-                Err(e) => return Ok(Decided::Error(e)),
+            // Each label once, bare, numbered as the piece numbers its first rule.
+            let mut labels: Vec<(usize, Rule)> = Vec::new();
+            for (index, rule) in &rules {
+                if let Some(label) = label_of(rule)
+                    && !labels
+                        .iter()
+                        .any(|(_, r)| label_of(r).as_deref() == Some(&label))
+                {
+                    labels.push((
+                        *index,
+                        Rule {
+                            condition: Condition::Text(label),
+                            ..(*rule).clone()
+                        },
+                    ));
+                }
             }
-        }
-    }
-    if tagged.is_some() {
-        return Ok(Decided::NoMatch);
-    }
-    // No predicate-only rule holds: the judge picks among the labels, once.
-    let labels: Vec<(usize, Rule)> = rules
-        .iter()
-        .filter(|(_, r)| labelled(r))
-        .map(|(i, r)| {
-            let condition = match &r.condition {
-                Condition::When { base: Some(b), .. } => (**b).clone(),
-                other => other.clone(),
+            let picked = match labels.as_slice() {
+                [] => None,
+                [(only, _)] => Some((*only, OutcomeSource::SingleRule)),
+                _ => {
+                    let refs: Vec<(usize, &Rule)> = labels.iter().map(|(i, r)| (*i, r)).collect();
+                    judge_rule(run, movement, answer, &refs)
+                        .await?
+                        .map(|n| (n, OutcomeSource::Judge))
+                }
             };
-            (
-                *i,
-                Rule {
-                    condition,
-                    ..(*r).clone()
-                },
-            )
-        })
-        .collect();
-    if labels.is_empty() {
-        return Ok(Decided::NoMatch);
-    }
-    let picked = if let [(only, _)] = labels.as_slice() {
-        Some((*only, OutcomeSource::SingleRule))
-    } else {
-        let refs: Vec<(usize, &Rule)> = labels.iter().map(|(i, r)| (*i, r)).collect();
-        judge_rule(run, movement, answer, &refs)
-            .await?
-            .map(|n| (n, OutcomeSource::Judge))
+            let Some((index, via)) = picked else {
+                return Ok(Decided::NoMatch);
+            };
+            let label = labels
+                .iter()
+                .find(|(i, _)| *i == index)
+                .and_then(|(_, r)| label_of(r));
+            match label {
+                Some(label) => (label, via),
+                None => return Ok(Decided::NoMatch),
+            }
+        }
     };
-    Ok(match picked {
-        Some((index, via)) => match rules.iter().find(|(i, _)| *i == index) {
-            Some((_, rule)) => match holds(rule) {
-                Ok(true) => Decided::Rule(index, via),
-                Ok(false) => Decided::NoMatch,
-                Err(e) => Decided::Error(e),
-            },
-            None => Decided::NoMatch,
-        },
-        None => Decided::NoMatch,
-    })
+    // File order: the first rule with the chosen label whose predicate holds (or, after a
+    // tag, a predicate-only rule before it that holds).
+    for (index, rule) in &rules {
+        let candidate = label_of(rule).as_deref() == Some(label.as_str())
+            || (via == OutcomeSource::Tag && only_when(rule));
+        if !candidate {
+            continue;
+        }
+        match holds(rule) {
+            Ok(true) if only_when(rule) => {
+                return Ok(Decided::Rule(*index, OutcomeSource::When));
+            }
+            Ok(true) => return Ok(Decided::Rule(*index, via)),
+            Ok(false) => {}
+            Err(e) => return Ok(Decided::Error(e)),
+        }
+    }
+    Ok(Decided::NoMatch)
 }
 
 /// The visit's end for a decision.

@@ -53,6 +53,7 @@ mod schedule;
 mod spend;
 mod store_log;
 mod subtasks;
+mod system_host;
 mod toolbox;
 mod watch;
 mod worker;

@@ -736,6 +736,10 @@ fn run_spec(
         ctx.children(),
     )
     .map(|host| Arc::new(host) as Arc<dyn SubtaskHost>);
+    spec.system = Some(Arc::new(crate::system_host::StoreSystemHost::for_job(
+        &ctx.store,
+        &claimed.job,
+    )));
     Ok(spec)
 }
 

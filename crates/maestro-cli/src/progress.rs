@@ -262,6 +262,25 @@ impl ProgressModel {
                 "  {movement}: attempt {attempt} failed: {}",
                 one_line(error)
             )),
+            RunEvent::SystemInputs { movement, inputs } => Some(format!(
+                "  {movement} read {}",
+                inputs.keys().cloned().collect::<Vec<_>>().join(", ")
+            )),
+            RunEvent::EffectResult {
+                movement,
+                effect,
+                result,
+            } => Some(format!(
+                "  {movement}: effect {effect} {}",
+                if result["success"] == serde_json::Value::Bool(true) {
+                    "succeeded"
+                } else {
+                    "did not succeed"
+                }
+            )),
+            RunEvent::StructuredOutput { movement, .. } => {
+                Some(format!("  {movement} gave its structured answer"))
+            }
             RunEvent::SelectionMade {
                 movement,
                 effective,

@@ -154,6 +154,7 @@ mod tests {
                 frontmatter_retries: 6,
                 max_tool_calls_per_answer: 8,
                 review_max_concurrency: 3,
+                max_step_delay_ms: None,
             }
         );
     }

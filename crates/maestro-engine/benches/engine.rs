@@ -113,6 +113,8 @@ fn movement(name: &str, next: Option<Target>) -> Movement {
         frontmatter_schema: None,
         kind: Default::default(),
         dynamic: None,
+        structured_output: None,
+        delay_before_ms: None,
     }
 }
 

@@ -39,6 +39,9 @@ pub struct EngineConfig {
     /// The most chunks one `BatchReviewTextWithLLM` call reviews at once (its `concurrency`
     /// may ask for fewer, never more).
     pub review_max_concurrency: usize,
+    /// Caps a TAKT step's `delay_before_ms` (tests, and hosts that poll differently); `None`
+    /// waits as the workflow says.
+    pub max_step_delay_ms: Option<u64>,
 }
 
 impl EngineConfig {
@@ -60,6 +63,7 @@ impl EngineConfig {
             frontmatter_retries: 2,
             max_tool_calls_per_answer: 32,
             review_max_concurrency: 8,
+            max_step_delay_ms: None,
         }
     }
 }

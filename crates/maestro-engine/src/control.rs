@@ -342,6 +342,8 @@ mod tests {
             frontmatter_schema: None,
             kind: Default::default(),
             dynamic: None,
+            structured_output: None,
+            delay_before_ms: None,
         }
     }
 

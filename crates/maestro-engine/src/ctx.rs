@@ -40,6 +40,8 @@ pub(crate) struct RunCtx {
     pub secrets: Vec<Secret>,
     /// The job system's side of subtasks; `None` where there is none (subtasks off).
     pub subtasks: Option<Arc<dyn SubtaskHost>>,
+    /// The job system's side of TAKT system steps; `None` in a plain engine run.
+    pub system: Option<Arc<dyn crate::steps::SystemHost>>,
     /// What every model call is attributed to (`X-Maestro-Job`): the job's id, else the run's.
     pub attribution: String,
     /// Reserves each new model call from the job tree's budget; `None`: no cap.

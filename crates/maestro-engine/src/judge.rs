@@ -97,7 +97,8 @@ async fn judge_ai_conditions(
         .map(|(n, _)| *n))
 }
 
-async fn judge_rule(
+/// One judge call picking among `rules` by number; the chosen rule's index.
+pub(crate) async fn judge_rule(
     run: &RunCtx,
     movement: &Movement,
     answer: &str,

@@ -63,6 +63,9 @@ pub use run::{Engine, RunEnd, RunReport, RunSpec};
 pub use spend::{SpendAsk, SpendFuture, SpendGuard, SpendRefused, SpendTicket};
 pub use state::{PieceIdentity, RunPhase, RunState};
 pub use steps::frame::CallFrame;
+pub use steps::{
+    EnqueueRequest, EnqueuedTask, QueueCounts, SystemFuture, SystemHost, WorkflowState,
+};
 pub use subtasks::{
     HostFuture, SPAWN_SUBTASK, SpawnArgs, SpawnRequest, SpawnedSubtask, SubtaskError, SubtaskHost,
     SubtaskOutcome,

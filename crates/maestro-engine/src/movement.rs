@@ -11,7 +11,6 @@ use crate::ctx::RunCtx;
 use crate::end_reason::EndReason;
 use crate::error::EngineError;
 use crate::event::{OutcomeSource, ReminderKind, RunEvent};
-use crate::judge::decide_rule;
 use crate::outcome::{extract_frontmatter, route, validate_frontmatter};
 use crate::prompt;
 
@@ -292,10 +291,11 @@ async fn takt(
             .await?;
         }
     }
-    Ok(match decide_rule(run, movement, &read, None).await? {
-        Some((index, via)) => Ended::by_rule(movement, answer, via, index),
-        None => Ended::no_rule_matched(answer),
-    })
+    if let Some(failed) = crate::steps::structured::capture(run, movement, &answer).await? {
+        return Ok(failed);
+    }
+    let decided = crate::steps::rules::decide(run, movement, &read, None).await?;
+    Ok(crate::steps::rules::ended(movement, answer, decided))
 }
 
 async fn graph(

@@ -48,7 +48,16 @@ pub(crate) fn first_messages(piece: &Piece, state: &RunState, visit: &Visit<'_>)
         max_carried_chars: visit.max_carried_chars,
         review_scope: visit.review_scope.clone(),
     };
-    assemble(piece, visit.movement, &ctx)
+    let mut prompt = assemble(piece, visit.movement, &ctx);
+    if piece.dialect == maestro_piece::Dialect::Takt {
+        prompt.user = crate::steps::render_instruction(&prompt.user, &state.workflow);
+    }
+    if let Some(so) = &visit.movement.structured_output {
+        prompt
+            .user
+            .push_str(&crate::steps::structured::instruction(so));
+    }
+    prompt
 }
 
 /// The warning carried into a movement entered again and again in a row.

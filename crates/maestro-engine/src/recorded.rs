@@ -384,6 +384,14 @@ impl Recorded {
         }
     }
 
+    /// The next recorded event of `movement` not matched yet, `None` past the end of its
+    /// record: a system step reuses its recorded inputs and effect results through it.
+    pub(crate) fn next_event(&self, movement: &str) -> Option<RunEvent> {
+        let mut streams = self.inner.lock().ok()?;
+        streams.skip_passive(movement);
+        Some(streams.by_movement.get(movement)?.front()?.event.clone())
+    }
+
     /// Whether the record has `movement` switch to JSON tool mode next (after a plain answer
     /// where a control tool was required); `None` past the end of its record.
     pub(crate) fn switched_tool_mode(&self, movement: &str) -> Option<bool> {

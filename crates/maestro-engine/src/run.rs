@@ -77,6 +77,9 @@ pub struct RunSpec {
     /// The job system's side of subtasks (`SpawnSubTask`, `WAIT_SUBTASKS`); without one,
     /// `SpawnSubTask` is not offered and `WAIT_SUBTASKS` takes the movement's `default_next`.
     pub subtasks: Option<Arc<dyn SubtaskHost>>,
+    /// The job system's side of TAKT system steps (`task_queue_context`, `enqueue_task`);
+    /// without one the queue reads empty and `enqueue_task` is refused.
+    pub system: Option<Arc<dyn crate::steps::SystemHost>>,
     /// Model calls made for the run before it started (the classifier's choice of piece for
     /// `auto`, [`crate::Classified::calls`]): recorded right after `run_started` of a new run,
     /// so that every call is in the record. A resumed or replayed run takes them from its
@@ -123,6 +126,7 @@ impl RunSpec {
             suspend: None,
             answers: Vec::new(),
             subtasks: None,
+            system: None,
             preamble: Vec::new(),
             attribution: None,
             spend: None,
@@ -302,6 +306,7 @@ impl Engine {
             suspend,
             answers,
             subtasks,
+            system,
             preamble,
             attribution,
             spend,
@@ -337,6 +342,7 @@ impl Engine {
             answers: Mutex::new(fresh_answers),
             secrets: self.secrets.clone(),
             subtasks,
+            system,
             attribution: attribution.unwrap_or_else(|| record.run_id.clone()),
             spend,
         });

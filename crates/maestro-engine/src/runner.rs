@@ -18,7 +18,6 @@ use crate::end_reason::EndReason;
 use crate::error::{EngineError, InternalError, UnrunnablePiece};
 use crate::event::RunEvent;
 use crate::gates;
-use crate::judge::decide_rule;
 use crate::movement::{self, Ended, Step};
 use crate::prompt::{self, Visit};
 use crate::scope;
@@ -34,29 +33,22 @@ pub(crate) struct Finish {
 }
 
 /// Refuses a movement the engine cannot run yet: a TAKT workflow step kind other than an
-/// agent or a dynamic parallel step (in the movement or one of its parallel sub-movements), or
-/// a `when(…)` rule.
+/// agent, a dynamic parallel step or a system step (in the movement or one of its parallel
+/// sub-movements).
 fn unsupported(due: &Movement) -> Result<(), UnrunnablePiece> {
     for m in std::iter::once(due).chain(&due.parallel) {
-        // A top-level workflow_call runs (`steps::workflow_call`), and so do the kinds
-        // `steps::run` runs; none of them runs as a parallel sub-movement yet.
+        // A top-level workflow_call runs (`steps::workflow_call`), and so do system steps and
+        // the kinds `steps::run` runs; none of them runs as a parallel sub-movement yet.
         let runs = m.kind.is_agent()
             || crate::dynamic_parallel::participants(m).is_some()
             || (std::ptr::eq(m, due)
-                && (matches!(m.kind, StepKind::WorkflowCall(_)) || crate::steps::runs(&m.kind)));
+                && (matches!(m.kind, StepKind::WorkflowCall(_) | StepKind::System(_))
+                    || crate::steps::runs(&m.kind)));
         if !runs {
             return Err(UnrunnablePiece::UnsupportedStep {
                 movement: m.name.clone(),
                 kind: m.kind.name(),
             });
-        }
-        for rule in &m.rules {
-            if let maestro_piece::Condition::When { predicate, .. } = &rule.condition {
-                return Err(UnrunnablePiece::UnsupportedCondition {
-                    movement: m.name.clone(),
-                    predicate: predicate.clone(),
-                });
-            }
         }
     }
     Ok(())
@@ -179,6 +171,10 @@ async fn drive_workflow(run: &Arc<RunCtx>) -> Result<Finish, EngineError> {
         let ended = if let StepKind::WorkflowCall(call) = &movement.kind {
             workflow_call::enter(run, &state, movement, call).await?;
             continue;
+        } else if let StepKind::System(definition) = &movement.kind {
+            let ended = crate::steps::system::visit(run, movement, definition).await?;
+            record_finished(run, movement, None, &ended, None).await?;
+            ended
         } else if let Some(ended) = crate::steps::run(run, movement).await? {
             ended
         } else if let Some(participants) = crate::dynamic_parallel::participants(movement) {
@@ -407,6 +403,9 @@ async fn run_visit(
         }
         _ => session_messages(run, movement, first),
     };
+    if parent.is_none() {
+        crate::steps::system::wait_delay(run, movement).await?;
+    }
     let (mut ended, messages) = movement::visit(run, movement, messages).await?;
     wait_or_fall_back(run, movement, parent, &mut ended).await?;
     if parent.is_none()
@@ -559,10 +558,11 @@ pub(crate) async fn run_subs(
     }
     let mut ended = match failed_gate {
         Some(feedback) => Ended::gate_failed(&parent.name, feedback),
-        None => match decide_rule(run, parent, &combined, Some(&sub_results)).await? {
-            Some((index, via)) => Ended::by_rule(parent, combined, via, index),
-            None => Ended::no_rule_matched(combined),
-        },
+        None => {
+            let decided =
+                crate::steps::rules::decide(run, parent, &combined, Some(&sub_results)).await?;
+            crate::steps::rules::ended(parent, combined, decided)
+        }
     };
     wait_or_fall_back(run, parent, Some(&parent.name), &mut ended).await?;
     record_finished(run, parent, None, &ended, None).await?;

@@ -116,6 +116,8 @@ fn selector_movement(question: &Question<'_>) -> Movement {
         frontmatter_schema: None,
         kind: Default::default(),
         dynamic: None,
+        structured_output: None,
+        delay_before_ms: None,
     }
 }
 

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::end_reason::EndReason;
 use crate::event::{EventRecord, RunEvent};
+use crate::steps::WorkflowState;
 use crate::steps::frame::{self, CallFrame};
 use crate::subtasks::{self, SPAWN_SUBTASK, SpawnedSubtask};
 
@@ -123,6 +124,9 @@ pub struct RunState {
     /// (`selection_made`); a `cumulative` selection keeps them.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub selections: BTreeMap<String, Vec<String>>,
+    /// TAKT workflows: system-step inputs, effect results and structured outputs.
+    #[serde(default, skip_serializing_if = "WorkflowState::is_empty")]
+    pub workflow: WorkflowState,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -263,6 +267,9 @@ impl RunState {
                 self.next = None;
             }
             RunEvent::RunResumed { .. } => self.phase = RunPhase::Running,
+            RunEvent::SystemInputs { .. }
+            | RunEvent::EffectResult { .. }
+            | RunEvent::StructuredOutput { .. } => self.workflow.apply(event),
             RunEvent::UserInput { movement, text } => {
                 self.user_inputs.push(text.clone());
                 self.next = Some(movement.clone());

@@ -1,5 +1,6 @@
 //! TAKT workflow steps the engine does not run yet: a run that reaches one ends with an error
-//! naming the step kind, after the steps before it ran as usual.
+//! naming the step kind, after the steps before it ran as usual. (`when(…)` rules run; see
+//! also `system_steps.rs`.)
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
@@ -36,7 +37,8 @@ steps:
 }
 
 #[tokio::test]
-async fn a_run_reaching_a_when_predicate_ends_naming_it() {
+async fn a_when_predicate_runs_and_a_missing_path_fails_the_run_naming_it() {
+    // `develop` records no state, so its predicate cannot be evaluated: TAKT fails the step.
     let piece = workflow(
         "  - name: develop
     persona: coder
@@ -47,11 +49,22 @@ async fn a_run_reaching_a_when_predicate_ends_naming_it() {
         next: COMPLETE
 ",
     );
-    let ran = run(piece, vec![Turn::text("Here is the plan.\n[PLAN:1]")]).await;
-    assert_eq!(ran.requests().len(), 1);
-    let reason = ran.status().1.unwrap();
+    let ran = run(
+        piece,
+        vec![
+            Turn::text("Here is the plan.\n[PLAN:1]"),
+            Turn::text("Built."),
+        ],
+    )
+    .await;
+    ran.assert_record_is_sound();
+    assert_eq!(ran.requests().len(), 2, "no judge call for a when(…) rule");
+    let (status, reason) = ran.status();
+    assert_eq!(status, "failed");
+    let reason = reason.unwrap();
     assert!(
-        reason.contains("routes on `when(context.develop.ready == true)`"),
+        reason.contains("`when(context.develop.ready == true)`")
+            && reason.contains("step `develop`, which has read no `system_inputs`"),
         "{reason}"
     );
 }

@@ -175,6 +175,8 @@ fn read_role(cx: &mut Cx<'_>, name: &str, node: &Node, path: &str) -> Option<Mov
         frontmatter_schema,
         kind: Default::default(),
         dynamic: None,
+        structured_output: None,
+        delay_before_ms: None,
     })
 }
 

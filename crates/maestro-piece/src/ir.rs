@@ -152,6 +152,24 @@ pub struct Movement {
     /// items, a step's `dynamic_facets`); `None` for everything else.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dynamic: Option<Box<crate::dynamic::Dynamic>>,
+    /// TAKT workflows: the agent step's `structured_output`, its schema resolved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub structured_output: Option<StructuredOutput>,
+    /// TAKT workflows: `delay_before_ms`, waited before the step runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delay_before_ms: Option<u64>,
+}
+
+/// A TAKT agent step's `structured_output: {schema_ref}`: its answer must be one JSON value
+/// valid against `schema`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StructuredOutput {
+    /// The `schema_ref` as written (a key of the workflow's `schemas`, or a schema name).
+    pub schema_ref: String,
+    /// The schema name it resolved to (`<name>.json`).
+    pub schema_name: String,
+    /// The JSON Schema.
+    pub schema: serde_json::Value,
 }
 
 /// What runs a movement. Everything but [`StepKind::Agent`] comes from TAKT workflows

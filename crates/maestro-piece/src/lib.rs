@@ -34,6 +34,7 @@ mod prompt_context;
 mod takt;
 mod takt_builtins;
 mod template;
+pub mod when;
 mod workflow;
 mod yaml;
 
@@ -45,7 +46,7 @@ pub use dynamic::{
 };
 pub use ir::{
     CommandGate, Condition, Dialect, Facet, LoopMonitor, Movement, OutputContract, Piece,
-    PieceBudget, Rule, SessionMode, StepKind, Target, WorkflowCall,
+    PieceBudget, Rule, SessionMode, StepKind, StructuredOutput, Target, WorkflowCall,
 };
 pub use load::{Failed, Loaded, discover, load_bytes, load_file, load_str};
 pub use options::LoadOptions;

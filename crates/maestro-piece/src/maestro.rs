@@ -360,6 +360,8 @@ fn read_movement(cx: &mut Cx<'_>, item: &Node, path: &str, known: &[&str]) -> Op
         frontmatter_schema: None,
         kind: Default::default(),
         dynamic: None,
+        structured_output: None,
+        delay_before_ms: None,
     })
 }
 

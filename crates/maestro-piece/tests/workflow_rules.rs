@@ -644,3 +644,43 @@ steps:
         }]
     );
 }
+
+#[test]
+fn a_when_predicate_takt_cannot_parse_is_an_error_at_its_condition() {
+    // Single quotes: TAKT's strings are double-quoted.
+    caught(
+        "auto-improvement-loop",
+        "when(structured.plan_from_issue.action == \"enqueue_new_task\")",
+        "when(structured.plan_from_issue.action == 'enqueue_new_task')",
+        "'enqueue_new_task'",
+        "steps[1].rules[0].condition",
+        "strings in `when(…)` are written in double quotes",
+    );
+    // `!` is no operator of TAKT's predicates.
+    caught(
+        "auto-improvement-loop",
+        "when(context.route_context.selected_pr.exists == true)",
+        "when(!context.route_context.selected_pr.exists)",
+        "when(!context",
+        "steps[0].rules[1].condition",
+        "is not a value or a state reference",
+    );
+    // An ordering operator needs numbers.
+    caught(
+        "auto-improvement-loop",
+        "when(context.route_context.selected_pr.exists == true)",
+        "when(context.route_context.selected_pr.exists > true)",
+        "exists > true",
+        "steps[0].rules[1].condition",
+        "needs numbers on both sides",
+    );
+    // An effect reference names the effect type and a field.
+    caught(
+        "auto-improvement-loop",
+        "when(effect.merge_pr.merge_pr.success == true)",
+        "when(effect.merge_pr.success == true)",
+        "when(effect.merge_pr.success",
+        "steps[11].rules[0].condition",
+        "effect.<step>.<type>.<field>",
+    );
+}

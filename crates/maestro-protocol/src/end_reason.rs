@@ -57,6 +57,15 @@ pub enum EndReason {
     /// A TAKT selector (a dynamic parallel step's participants, a step's `dynamic_facets`)
     /// gave no valid selection; what was wrong with its answer. Nothing of the step ran.
     SelectorFailed(String),
+    /// A TAKT agent step's answer carried no JSON valid against its `structured_output`
+    /// schema; the problem.
+    InvalidStructuredOutput(String),
+    /// A TAKT system step's effect that Maestro cannot carry out (it needs a Git host, or
+    /// the run has no job queue); the effect and why.
+    EffectRefused(String),
+    /// A TAKT `when(…)` predicate could not be evaluated (a path the run's state does not
+    /// hold, a comparison of the wrong types); the predicate and the problem.
+    WhenError(String),
 }
 
 impl EndReason {
@@ -83,6 +92,9 @@ impl EndReason {
             EndReason::SubtaskError(_) => "subtask_error",
             EndReason::Budget(_) => "budget",
             EndReason::SelectorFailed(_) => "selector_failed",
+            EndReason::InvalidStructuredOutput(_) => "invalid_structured_output",
+            EndReason::EffectRefused(_) => "effect_refused",
+            EndReason::WhenError(_) => "when_error",
         }
     }
 
@@ -97,6 +109,9 @@ impl EndReason {
             | EndReason::SubtaskError(d)
             | EndReason::Budget(d)
             | EndReason::SelectorFailed(d) => Some(d),
+            EndReason::InvalidStructuredOutput(d)
+            | EndReason::EffectRefused(d)
+            | EndReason::WhenError(d) => Some(d),
             _ => None,
         }
     }
@@ -111,6 +126,9 @@ impl EndReason {
             EndReason::InternalError(d) => EndReason::InternalError(redact(&d)),
             EndReason::SubtaskError(d) => EndReason::SubtaskError(redact(&d)),
             EndReason::SelectorFailed(d) => EndReason::SelectorFailed(redact(&d)),
+            EndReason::InvalidStructuredOutput(d) => EndReason::InvalidStructuredOutput(redact(&d)),
+            EndReason::EffectRefused(d) => EndReason::EffectRefused(redact(&d)),
+            EndReason::WhenError(d) => EndReason::WhenError(redact(&d)),
             plain => plain,
         }
     }
@@ -145,6 +163,9 @@ impl FromStr for EndReason {
                 "subtask_error" => Ok(EndReason::SubtaskError(detail)),
                 "budget" => Ok(EndReason::Budget(detail)),
                 "selector_failed" => Ok(EndReason::SelectorFailed(detail)),
+                "invalid_structured_output" => Ok(EndReason::InvalidStructuredOutput(detail)),
+                "effect_refused" => Ok(EndReason::EffectRefused(detail)),
+                "when_error" => Ok(EndReason::WhenError(detail)),
                 _ => Err(UnknownEndReason(s.to_string())),
             };
         }
@@ -232,6 +253,18 @@ mod tests {
             (
                 EndReason::SelectorFailed("`selected_ids` is missing".into()),
                 "selector_failed: `selected_ids` is missing",
+            ),
+            (
+                EndReason::InvalidStructuredOutput("missing `action`".into()),
+                "invalid_structured_output: missing `action`",
+            ),
+            (
+                EndReason::EffectRefused("`merge_pr`".into()),
+                "effect_refused: `merge_pr`",
+            ),
+            (
+                EndReason::WhenError("no `context.a`".into()),
+                "when_error: no `context.a`",
             ),
         ]
     }

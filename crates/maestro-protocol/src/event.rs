@@ -430,6 +430,32 @@ pub enum RunEvent {
         /// Why it failed.
         error: String,
     },
+    /// A TAKT system step read its `system_inputs`: what `context.<step>.<binding>` and
+    /// `{context:step.binding}` read from now on.
+    SystemInputs {
+        /// The system step.
+        movement: String,
+        /// Each binding (`as`) and the value it read.
+        inputs: serde_json::Map<String, serde_json::Value>,
+    },
+    /// A TAKT system step ran one of its `effects`: what `effect.<step>.<type>.<field>` reads.
+    /// A resumed run reuses it instead of running the effect again.
+    EffectResult {
+        /// The system step.
+        movement: String,
+        /// The effect type (`enqueue_task`, …).
+        effect: String,
+        /// The effect's result (`success`, `failed`, and the effect's own fields).
+        result: serde_json::Value,
+    },
+    /// A TAKT agent step's answer carried JSON valid against its `structured_output` schema:
+    /// what `structured.<step>.<field>` and `{structured:step.field}` read from now on.
+    StructuredOutput {
+        /// The agent step.
+        movement: String,
+        /// The validated value (with the fields TAKT derives, e.g. `task_markdown`).
+        value: serde_json::Value,
+    },
 }
 
 /// One part a team leader planned: a sub-task with its own instruction.
@@ -470,6 +496,9 @@ impl RunEvent {
             | RunEvent::TeamLeaderPlanned { movement, .. }
             | RunEvent::ArpeggioBatchFailed { movement, .. }
             | RunEvent::SelectionMade { movement, .. }
+            | RunEvent::SystemInputs { movement, .. }
+            | RunEvent::EffectResult { movement, .. }
+            | RunEvent::StructuredOutput { movement, .. }
             | RunEvent::MovementFinished { movement, .. } => Some(movement),
             RunEvent::Warning { movement, .. } | RunEvent::ScratchUpdated { movement, .. } => {
                 movement.as_deref()
@@ -514,6 +543,10 @@ impl RunEvent {
             RunEvent::TeamLeaderPlanned { .. } => "team_leader_planned",
             RunEvent::ArpeggioBatchFailed { .. } => "arpeggio_batch_failed",
             RunEvent::SelectionMade { .. } => "selection_made",
+
+            RunEvent::SystemInputs { .. } => "system_inputs",
+            RunEvent::EffectResult { .. } => "effect_result",
+            RunEvent::StructuredOutput { .. } => "structured_output",
         }
     }
 }
@@ -619,6 +652,8 @@ pub enum OutcomeSource {
     QualityGate,
     /// Graph: the answer's frontmatter `$status` chose the edge.
     Frontmatter,
+    /// TAKT workflows: a rule's `when(…)` predicate held over the run's recorded state.
+    When,
     /// No rule matched, the context ran out, or a bound was hit.
     Engine,
     /// TAKT workflows: the result a called workflow returned chose the `workflow_call`

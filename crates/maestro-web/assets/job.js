@@ -21,6 +21,8 @@ const VIA = {
   judge: "the judge",
   frontmatter: "the frontmatter status",
   quality_gate: "a failed quality gate",
+  returned: "the called workflow's result",
+  when: "a when() predicate",
   engine: "the engine",
 };
 
@@ -251,6 +253,24 @@ class Timeline {
         break;
       case "user_input":
         line("answer", h("strong", {}, "Answer: "), rec.text);
+        break;
+      case "workflow_call_started":
+        line("muted", `Calls workflow `, h("strong", {}, rec.workflow), ` (call ${rec.invocation})`);
+        break;
+      case "workflow_call_returned":
+        line("muted", `Workflow ${rec.workflow} returned `, h("strong", {}, rec.result));
+        break;
+      case "selection_made":
+        line("muted", "Selected: ", rec.effective.length ? rec.effective.join(", ") : "nothing from the pool", rec.rationale ? ` (${rec.rationale})` : "");
+        break;
+      case "team_leader_planned":
+        line("muted", rec.parts.length ? `Batch ${rec.batch}: ${rec.parts.map((p) => p.title || p.id).join(", ")}` : "The leader planned no more parts");
+        break;
+      case "arpeggio_batch_failed":
+        line("warning", `Batch ${rec.batch}, attempt ${rec.attempt} failed: ${rec.error}`);
+        break;
+      case "effect_result":
+        line(rec.result && rec.result.success ? "muted" : "warning", `Effect ${rec.effect}: `, rec.result && rec.result.success ? "succeeded" : "did not succeed");
         break;
       case "quality_gate_checked":
         line(rec.passed ? "muted" : "warning", `Quality gate “${rec.gate}” `, rec.passed ? "passed" : "failed: the step goes again");

@@ -1,7 +1,9 @@
 //! TAKT workflow step kinds other than an agent that the engine runs itself: each reads its
 //! definition from the step's [`StepKind`], makes its model calls through the run's client
 //! (recorded and keyed so that a resume reuses them), and ends in an [`Ended`] the runner treats
-//! like any other movement's.
+//! like any other movement's. Workflow calls (`workflow_call`, `frame`), `when(…)` rules,
+//! `structured_output` and system steps (`rules`, `when`, `structured`, `system`, over the
+//! recorded [`WorkflowState`]) live here too.
 
 use std::sync::Arc;
 
@@ -19,8 +21,18 @@ use crate::state::RunState;
 mod arpeggio;
 mod csv;
 pub(crate) mod frame;
+pub(crate) mod rules;
+pub(crate) mod structured;
+pub(crate) mod system;
 mod team_leader;
+pub(crate) mod when;
+mod workflow;
 pub(crate) mod workflow_call;
+
+pub use workflow::{
+    EnqueueRequest, EnqueuedTask, QueueCounts, SystemFuture, SystemHost, WorkflowState,
+};
+pub(crate) use workflow::{render_field, render_instruction};
 
 /// True for the step kinds this module runs.
 pub(crate) fn runs(kind: &StepKind) -> bool {

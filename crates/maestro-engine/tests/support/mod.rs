@@ -78,6 +78,8 @@ pub(crate) fn mv(name: &str, rules: Vec<Rule>) -> Movement {
         frontmatter_schema: None,
         kind: Default::default(),
         dynamic: None,
+        structured_output: None,
+        delay_before_ms: None,
     }
 }
 

@@ -415,6 +415,8 @@ fn read_body(
         frontmatter_schema: None,
         kind: Default::default(),
         dynamic: None,
+        structured_output: None,
+        delay_before_ms: None,
     })
 }
 

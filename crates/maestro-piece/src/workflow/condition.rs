@@ -29,6 +29,7 @@ pub(crate) fn parse(text: &str) -> Result<Condition, String> {
                         .to_owned(),
                 );
             }
+            crate::when::WhenExpr::parse(inner).map_err(|e| format!("in `when({inner})`: {e}"))?;
             predicates.push(inner.to_owned());
             continue;
         }
@@ -151,10 +152,10 @@ mod tests {
     fn every_form_parses() {
         assert_eq!(parse("approved"), Ok(Condition::Text("approved".into())));
         assert_eq!(
-            parse("when(context.a.b > 0 || x == 'a && b')"),
+            parse("when(context.a.b > 0 || context.a.c == \"a && b\")"),
             Ok(Condition::When {
                 base: None,
-                predicate: "context.a.b > 0 || x == 'a && b'".into()
+                predicate: "context.a.b > 0 || context.a.c == \"a && b\"".into()
             })
         );
         assert_eq!(

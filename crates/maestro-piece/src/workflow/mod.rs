@@ -195,6 +195,8 @@ pub(crate) struct Scope {
     pub all_rules: Vec<(String, bool)>,
     /// `schemas`' keys.
     pub schemas: Vec<String>,
+    /// `schemas`: each key's schema name and its JSON, where it resolved.
+    pub schema_values: BTreeMap<String, (String, serde_json::Value)>,
     /// `facet_pools`' keys.
     pub pools: Vec<String>,
     /// `facet_pools`' candidates, facets resolved, by pool.
@@ -242,7 +244,7 @@ pub(crate) fn load_with(
         n.clone()
     });
     let all_rules = resources::all_steps_rules(cx, &top, &layers);
-    let schemas = resources::schemas(cx, &top, &layers);
+    let (schemas, schema_values) = resources::schemas(cx, &top, &layers);
     let pool_candidates = resources::facet_pools(cx, &top, &layers);
     let pools: Vec<String> = pool_candidates.iter().map(|(n, _)| n.clone()).collect();
     if let Some((node, p)) = top.get("interactive_mode") {
@@ -317,6 +319,7 @@ pub(crate) fn load_with(
         capabilities,
         all_rules,
         schemas,
+        schema_values,
         pools,
         pool_candidates,
         layers,

@@ -109,10 +109,19 @@ pub(super) fn all_steps_rules(
     out.into_iter().map(|(_, t, b)| (t, b)).collect()
 }
 
-/// `schemas`: each name must resolve to `<name>.json`. Returns the keys.
-pub(super) fn schemas(cx: &mut Cx<'_>, top: &Fields<'_>, layers: &Layers) -> Vec<String> {
+/// Schema key → (schema name, schema JSON).
+type SchemaValues = std::collections::BTreeMap<String, (String, serde_json::Value)>;
+
+/// `schemas`: each name must resolve to `<name>.json`. Returns the keys, and the schemas that
+/// resolved.
+pub(super) fn schemas(
+    cx: &mut Cx<'_>,
+    top: &Fields<'_>,
+    layers: &Layers,
+) -> (Vec<String>, SchemaValues) {
+    let mut values = SchemaValues::new();
     let Some((node, path)) = top.get("schemas") else {
-        return Vec::new();
+        return (Vec::new(), values);
     };
     let Some(entries) = node.as_map() else {
         cx.sink.error(
@@ -123,7 +132,7 @@ pub(super) fn schemas(cx: &mut Cx<'_>, top: &Fields<'_>, layers: &Layers) -> Vec
                 node.kind_name()
             ),
         );
-        return Vec::new();
+        return (Vec::new(), values);
     };
     let mut keys = Vec::new();
     for (key, value) in entries {
@@ -132,15 +141,16 @@ pub(super) fn schemas(cx: &mut Cx<'_>, top: &Fields<'_>, layers: &Layers) -> Vec
             continue;
         };
         match layers.find("schemas", name, &[".json"]) {
-            Some(found) => {
-                if serde_json::from_str::<serde_json::Value>(&found.text).is_err() {
-                    cx.sink.error(
-                        &p,
-                        value.span,
-                        format!("schema file {} is not valid JSON", found.path.display()),
-                    );
+            Some(found) => match serde_json::from_str::<serde_json::Value>(&found.text) {
+                Ok(schema) => {
+                    values.insert(key.text.clone(), (name.to_owned(), schema));
                 }
-            }
+                Err(_) => cx.sink.error(
+                    &p,
+                    value.span,
+                    format!("schema file {} is not valid JSON", found.path.display()),
+                ),
+            },
             None => cx.sink.error(
                 &p,
                 value.span,
@@ -152,7 +162,7 @@ pub(super) fn schemas(cx: &mut Cx<'_>, top: &Fields<'_>, layers: &Layers) -> Vec
         }
         keys.push(key.text.clone());
     }
-    keys
+    (keys, values)
 }
 
 /// A pool's name and its candidates, facets resolved.

@@ -295,6 +295,8 @@ fn empty_movement() -> Movement {
         frontmatter_schema: None,
         kind: StepKind::Agent,
         dynamic: None,
+        structured_output: None,
+        delay_before_ms: None,
     }
 }
 
@@ -417,10 +419,10 @@ fn read_system(cx: &mut Cx<'_>, s: &Fields<'_>, path: &str, scope: &Scope) -> Mo
     if let Some((node, p)) = s.get("effects") {
         effects(cx, node, &p);
     }
-    if let Some((node, p)) = s.get("delay_before_ms") {
-        nonneg(cx, node, &p);
-    }
     let mut movement = empty_movement();
+    if let Some((node, p)) = s.get("delay_before_ms") {
+        movement.delay_before_ms = nonneg(cx, node, &p);
+    }
     movement.rules = read_rules(cx, s, path, scope, Role::System, &[], None);
     movement.kind = StepKind::System(s.node.to_json());
     movement
@@ -769,7 +771,7 @@ fn read_agent(cx: &mut Cx<'_>, s: &Fields<'_>, path: &str, scope: &Scope, sub: b
         );
     }
     if let Some((n, p)) = s.get("delay_before_ms") {
-        nonneg(cx, n, &p);
+        movement.delay_before_ms = nonneg(cx, n, &p);
     }
     if let Some((n, p)) = s.get("session") {
         movement.session = match string(&mut cx.sink, n, &p) {
@@ -797,7 +799,7 @@ fn read_agent(cx: &mut Cx<'_>, s: &Fields<'_>, path: &str, scope: &Scope, sub: b
         (movement.quality_gates, movement.command_gates) = quality_gates(cx, n, &p);
     }
     if let Some((n, p)) = s.get("structured_output") {
-        structured_output(cx, n, &p, scope);
+        movement.structured_output = structured_output(cx, n, &p, scope);
     }
     if let Some((n, p)) = s.get("dynamic_facets")
         && let Some(facets) = dynamic_facets(cx, n, &p, scope)
@@ -1173,22 +1175,41 @@ fn quality_gates(cx: &mut Cx<'_>, node: &Node, path: &str) -> (Vec<String>, Vec<
 /// TAKT's default time limit for a command gate: five minutes.
 const DEFAULT_GATE_TIMEOUT_MS: u64 = 300_000;
 
-fn structured_output(cx: &mut Cx<'_>, node: &Node, path: &str, scope: &Scope) {
-    let Some(so) = fields(
+/// `structured_output: {schema_ref}`, its schema resolved through the workflow's `schemas`
+/// map, else as a schema name.
+fn structured_output(
+    cx: &mut Cx<'_>,
+    node: &Node,
+    path: &str,
+    scope: &Scope,
+) -> Option<crate::ir::StructuredOutput> {
+    let so = fields(
         &mut cx.sink,
         node,
         path,
         "`structured_output`",
         &["schema_ref"],
         Unknown::Error,
-    ) else {
-        return;
-    };
-    if let Some((n, p)) = so.required(&mut cx.sink, "schema_ref", "`structured_output`")
-        && let Some(r) = nonempty_string(&mut cx.sink, n, &p)
-        && !scope.schemas.iter().any(|s| s == r)
-        && scope.layers.find("schemas", r, &[".json"]).is_none()
+    )?;
+    let (n, p) = so.required(&mut cx.sink, "schema_ref", "`structured_output`")?;
+    let r = nonempty_string(&mut cx.sink, n, &p)?;
+    if let Some((name, schema)) = scope.schema_values.get(r) {
+        return Some(crate::ir::StructuredOutput {
+            schema_ref: r.to_owned(),
+            schema_name: name.clone(),
+            schema: schema.clone(),
+        });
+    }
+    if let Some(found) = scope.layers.find("schemas", r, &[".json"])
+        && let Ok(schema) = serde_json::from_str(&found.text)
     {
+        return Some(crate::ir::StructuredOutput {
+            schema_ref: r.to_owned(),
+            schema_name: r.to_owned(),
+            schema,
+        });
+    }
+    if !scope.schemas.iter().any(|s| s == r) {
         cx.sink.error(
             &p,
             n.span,
@@ -1199,6 +1220,7 @@ fn structured_output(cx: &mut Cx<'_>, node: &Node, path: &str, scope: &Scope) {
             ),
         );
     }
+    None
 }
 
 fn selector(cx: &mut Cx<'_>, node: &Node, path: &str) -> Option<SelectorGuidance> {

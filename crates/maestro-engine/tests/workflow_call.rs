@@ -97,10 +97,40 @@ fn calls(ran: &Ran) -> Vec<String> {
         .collect()
 }
 
+/// A parallel reviewer's two turns, matched by what its requests hold: the first writes its
+/// report (its prompt names the report), the second, whose conversation holds that call,
+/// answers with the tag of its `approved` rule.
+fn reviewer(report: &str, tag: &str) -> Vec<Turn> {
+    vec![
+        Turn::when_contains(
+            format!("\"name\":\"{report}\""),
+            Turn::text(format!("Approved.\n[{tag}:1]")),
+        ),
+        Turn::when_contains(
+            report,
+            Turn::tool_calls([(
+                "write_report",
+                json!({"name": report, "content": "No finding."}),
+            )]),
+        ),
+    ]
+}
+
 #[tokio::test]
-async fn backend_runs_development_core_and_its_calls_until_the_dynamic_parallel_reviewers() {
+async fn backend_runs_development_core_and_its_calls_to_completed() {
     let piece = load(&builtin("backend"));
     let turns = [
+        // The dynamic reviewers' selector picks nothing from the pool (security-review).
+        vec![Turn::when_contains(
+            "selected_ids",
+            Turn::text(
+                r#"{"selected_ids": [], "rationale": "A small change with no security surface."}"#,
+            ),
+        )],
+        reviewer("architect-review.md", "ARCH-REVIEW"),
+        reviewer("testing-review.md", "TESTING-REVIEW"),
+        reviewer("coding-review.md", "CODING-REVIEW"),
+        reviewer("ai-antipattern-review.md", "AI-ANTIPATTERN-REVIEW-2ND"),
         reported(&["plan.md"], "The plan.\n[PLAN:1]"),
         reported(&["test-report.md"], "Tests written.\n[WRITE_TESTS:1]"),
         reported(
@@ -111,16 +141,39 @@ async fn backend_runs_development_core_and_its_calls_until_the_dynamic_parallel_
             ],
             "Implemented.\n[IMPLEMENT:1]",
         ),
+        reported(
+            &["review-resolution.md"],
+            "Nothing to act on.\n[REVIEW-ADJUDICATION:2]",
+        ),
+        reported(&["review-resolution.md"], "Approved.\n[FINAL-GATE:1]"),
     ]
     .concat();
     let ran = run(piece, turns).await;
     ran.assert_record_is_sound();
     assert_eq!(
-        started(&ran),
+        ran.status(),
+        ("completed".into(), None),
+        "{:?}",
+        transitions(&ran)
+    );
+    let suite = "develop/peer-review/initial-reviewers";
+    let reviewers = format!("{suite}/reviewers");
+    let mut started = started(&ran);
+    // The parallel reviewers start in any order; the rest is sequential.
+    started[4..8].sort();
+    assert_eq!(
+        started,
         [
-            "develop/plan",
-            "develop/write_tests",
-            "develop/implement/implement"
+            "develop/plan".to_string(),
+            "develop/write_tests".into(),
+            "develop/implement/implement".into(),
+            reviewers.clone(),
+            format!("{suite}/ai-antipattern-review-2nd"),
+            format!("{suite}/arch-review"),
+            format!("{suite}/coding-review"),
+            format!("{suite}/testing-review"),
+            "develop/peer-review/review-adjudication".into(),
+            "develop/peer-review/final-gate".into(),
         ]
     );
     assert_eq!(
@@ -131,39 +184,53 @@ async fn backend_runs_development_core_and_its_calls_until_the_dynamic_parallel_
             "return develop/implement COMPLETE",
             "call develop/peer-review peer-review at develop/peer-review/initial-reviewers [develop, develop/peer-review]",
             "call develop/peer-review/initial-reviewers peer-review-suite-base at develop/peer-review/initial-reviewers/reviewers [develop, develop/peer-review, develop/peer-review/initial-reviewers]",
+            "return develop/peer-review/initial-reviewers COMPLETE",
+            "return develop/peer-review COMPLETE",
+            "return develop COMPLETE",
         ]
     );
+    let mut transitions = transitions(&ran);
+    transitions[4..8].sort();
     assert_eq!(
-        transitions(&ran),
+        transitions,
         [
-            "develop/plan -> develop/write_tests",
-            "develop/write_tests -> develop/implement",
-            "develop/implement/implement -> COMPLETE",
-            "develop/implement -> develop/peer-review",
+            "develop/plan -> develop/write_tests".to_string(),
+            "develop/write_tests -> develop/implement".into(),
+            "develop/implement/implement -> COMPLETE".into(),
+            "develop/implement -> develop/peer-review".into(),
+            format!("{suite}/ai-antipattern-review-2nd -> approved"),
+            format!("{suite}/arch-review -> approved"),
+            format!("{suite}/coding-review -> approved"),
+            format!("{suite}/testing-review -> approved"),
+            format!("{reviewers} -> COMPLETE"),
+            "develop/peer-review/initial-reviewers -> develop/peer-review/review-adjudication"
+                .into(),
+            "develop/peer-review/review-adjudication -> develop/peer-review/final-gate".into(),
+            "develop/peer-review/final-gate -> COMPLETE".into(),
+            "develop/peer-review -> COMPLETE".into(),
+            "develop -> COMPLETE".into(),
         ]
     );
-    assert_eq!(
-        ran.requests().len(),
-        6,
-        "two calls per step (reports, then the tagged answer); the call steps make none"
-    );
-    // Iterations count the executable steps only.
-    assert_eq!(ran.report.state.iteration, 3);
-    // The reviewers are a dynamic parallel step, which this engine refuses: the run stops
-    // there, deep in the call stack, naming the step.
-    let (status, reason) = ran.status();
-    assert_eq!(status, "failed");
-    let reason = reason.unwrap();
-    assert!(
-        reason.contains(
-            "step `develop/peer-review/initial-reviewers/reviewers` is a TAKT `dynamic parallel` step"
-        ),
-        "{reason}"
-    );
-    assert_eq!(ran.report.state.calls.len(), 3);
+    // Two calls for each step with reports (the reports, then the tagged answer), one for the
+    // selector; the call steps and the routing of their results make none.
+    assert_eq!(ran.requests().len(), 2 * 3 + 1 + 2 * 4 + 2 * 2);
+    // The selection is recorded: nothing from the pool.
+    let selected: Vec<&Vec<String>> = ran
+        .events
+        .iter()
+        .filter_map(|r| match &r.event {
+            RunEvent::SelectionMade { effective, .. } => Some(effective),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(selected, [&Vec::<String>::new()]);
+    // Iterations count the executable steps only: plan, write_tests, implement, reviewers,
+    // adjudication, final gate.
+    assert_eq!(ran.report.state.iteration, 6);
+    assert!(ran.report.state.calls.is_empty());
     // The plan step's fragment brought its persona and instruction; `all_steps.rules` reached
     // its prompt, with `{var:review_mode}` rendered as `unspecified`.
-    let first = ran.request_text(1);
+    let first = ran.request_text(0);
     assert!(first.contains("When reporting a finding, follow these rules."));
     assert!(first.contains("Only for `unspecified`, treat"), "{first}");
     assert!(!first.contains("{var:"));

@@ -64,3 +64,28 @@ async fn compound_eye_runs_the_compared_path_within_takts_calls() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn backend_runs_the_compared_path_through_its_workflow_call_within_takts_calls() {
+    let (events, sent, left, stderr) = run_path("backend").await;
+    assert_eq!(left, 0, "every scripted answer is used\n{stderr}");
+    assert_eq!(step_order(&events), "develop/plan");
+    assert_eq!(
+        finish_of(&events).map(|(status, _)| status).as_deref(),
+        Some("completed")
+    );
+    let kinds: Vec<&str> = events
+        .iter()
+        .filter_map(|e| e["type"].as_str())
+        .filter(|t| t.starts_with("workflow_call"))
+        .collect();
+    assert_eq!(kinds, ["workflow_call_started", "workflow_call_returned"]);
+    let calls = calls_by_step(&events);
+    assert_eq!(calls.values().sum::<usize>(), sent, "{calls:?}");
+    // TAKT 0.60.0 on the same path: `plan` makes its turn, its report and a status judgment.
+    assert!(
+        calls.get("develop/plan").is_some_and(|ours| *ours <= 3),
+        "{calls:?}"
+    );
+    assert_eq!(calls.len(), 1, "the call step makes no call: {calls:?}");
+}

@@ -115,6 +115,7 @@ fn movement(name: &str, next: Option<Target>) -> Movement {
         dynamic: None,
         structured_output: None,
         delay_before_ms: None,
+        completion_retry: None,
     }
 }
 

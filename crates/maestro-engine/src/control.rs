@@ -344,6 +344,7 @@ mod tests {
             dynamic: None,
             structured_output: None,
             delay_before_ms: None,
+            completion_retry: None,
         }
     }
 

@@ -10,6 +10,7 @@
 
 mod agent;
 mod classifier;
+mod completion;
 mod config;
 mod context;
 mod control;

@@ -379,6 +379,12 @@ async fn run_visit(
         },
     };
     let first = prompt::first_messages(piece, &preview, &visit);
+    // What a `completion_retry` judge checks the answer against, and repeats on a retry.
+    let instruction = if movement.completion_retry.is_some() {
+        first.user.clone()
+    } else {
+        String::new()
+    };
     if let RunEvent::MovementStarted { prompt_log, .. } = &mut started {
         *prompt_log = write_prompt_log(run, &preview, movement, &first).await?;
     }
@@ -406,7 +412,12 @@ async fn run_visit(
     if parent.is_none() {
         crate::steps::system::wait_delay(run, movement).await?;
     }
-    let (mut ended, messages) = movement::visit(run, movement, messages).await?;
+    let (ended, messages) = movement::visit(run, movement, messages).await?;
+    let (mut ended, messages) = if movement.completion_retry.is_some() {
+        crate::completion::episode(run, movement, &instruction, ended, messages).await?
+    } else {
+        (ended, messages)
+    };
     wait_or_fall_back(run, movement, parent, &mut ended).await?;
     if parent.is_none()
         && gated(&ended.step)

@@ -118,6 +118,7 @@ fn selector_movement(question: &Question<'_>) -> Movement {
         dynamic: None,
         structured_output: None,
         delay_before_ms: None,
+        completion_retry: None,
     }
 }
 

@@ -177,6 +177,7 @@ fn read_role(cx: &mut Cx<'_>, name: &str, node: &Node, path: &str) -> Option<Mov
         dynamic: None,
         structured_output: None,
         delay_before_ms: None,
+        completion_retry: None,
     })
 }
 

@@ -158,6 +158,23 @@ pub struct Movement {
     /// TAKT workflows: `delay_before_ms`, waited before the step runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delay_before_ms: Option<u64>,
+    /// TAKT workflows: `completion_retry`, a completeness check of the step's answer by a
+    /// fresh judge call, and bounded retries of the step in its conversation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_retry: Option<CompletionRetry>,
+}
+
+/// A TAKT step's `completion_retry`: after each answer a completion judge says whether the
+/// instruction's obligations are closed; an incomplete answer is retried in the same
+/// conversation with `retry_instruction` and the judge's gaps.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CompletionRetry {
+    /// The instruction facet telling the step how to close the gaps.
+    pub retry_instruction: Facet,
+    /// Retries made whatever the judge says (0–4; default 0).
+    pub min_retry: u32,
+    /// The most retries (default 4).
+    pub max_retry: u32,
 }
 
 /// A TAKT agent step's `structured_output: {schema_ref}`: its answer must be one JSON value

@@ -45,8 +45,8 @@ pub use dynamic::{
     Dynamic, DynamicFacets, FacetCandidate, Participants, SelectionMode, SelectorGuidance,
 };
 pub use ir::{
-    CommandGate, Condition, Dialect, Facet, LoopMonitor, Movement, OutputContract, Piece,
-    PieceBudget, Rule, SessionMode, StepKind, StructuredOutput, Target, WorkflowCall,
+    CommandGate, CompletionRetry, Condition, Dialect, Facet, LoopMonitor, Movement, OutputContract,
+    Piece, PieceBudget, Rule, SessionMode, StepKind, StructuredOutput, Target, WorkflowCall,
 };
 pub use load::{Failed, Loaded, discover, load_bytes, load_file, load_str};
 pub use options::LoadOptions;

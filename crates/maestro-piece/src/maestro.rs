@@ -362,6 +362,7 @@ fn read_movement(cx: &mut Cx<'_>, item: &Node, path: &str, known: &[&str]) -> Op
         dynamic: None,
         structured_output: None,
         delay_before_ms: None,
+        completion_retry: None,
     })
 }
 

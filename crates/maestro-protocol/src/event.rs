@@ -576,6 +576,8 @@ pub enum CallPurpose {
     /// One chunk of a `BatchReviewTextWithLLM` call; its `movement` is
     /// `<movement>/review:<chunk key>`, so each chunk's call is matched on its own in a resume.
     Review,
+    /// A TAKT step's `completion_retry` judge: is the answer complete against its instruction?
+    CompletionJudge,
 }
 
 /// What a TAKT selector chose in `selection_made`.

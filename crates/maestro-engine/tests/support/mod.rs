@@ -80,6 +80,7 @@ pub(crate) fn mv(name: &str, rules: Vec<Rule>) -> Movement {
         dynamic: None,
         structured_output: None,
         delay_before_ms: None,
+        completion_retry: None,
     }
 }
 

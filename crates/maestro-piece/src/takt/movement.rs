@@ -417,6 +417,7 @@ fn read_body(
         dynamic: None,
         structured_output: None,
         delay_before_ms: None,
+        completion_retry: None,
     })
 }
 

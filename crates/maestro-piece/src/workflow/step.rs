@@ -297,6 +297,7 @@ fn empty_movement() -> Movement {
         dynamic: None,
         structured_output: None,
         delay_before_ms: None,
+        completion_retry: None,
     }
 }
 
@@ -813,7 +814,7 @@ fn read_agent(cx: &mut Cx<'_>, s: &Fields<'_>, path: &str, scope: &Scope, sub: b
         .get("completion_retry")
         .or_else(|| s.get("review_completion"))
     {
-        completion_retry(cx, n, &p);
+        movement.completion_retry = completion_retry(cx, n, &p);
     }
     if let Some((n, p)) = s.get("promotion") {
         promotion(cx, n, &p);
@@ -1312,17 +1313,19 @@ fn dynamic_facets(
     })
 }
 
-fn completion_retry(cx: &mut Cx<'_>, node: &Node, path: &str) {
-    let Some(c) = fields(
+fn completion_retry(
+    cx: &mut Cx<'_>,
+    node: &Node,
+    path: &str,
+) -> Option<crate::ir::CompletionRetry> {
+    let c = fields(
         &mut cx.sink,
         node,
         path,
         "`completion_retry`",
         &["retry_instruction", "min_retry", "max_retry"],
         Unknown::Error,
-    ) else {
-        return;
-    };
+    )?;
     if c.get("retry_instruction").is_none() {
         cx.sink.error(
             &join_key(path, "retry_instruction"),
@@ -1330,7 +1333,7 @@ fn completion_retry(cx: &mut Cx<'_>, node: &Node, path: &str) {
             "`completion_retry` needs `retry_instruction`: an instruction facet",
         );
     }
-    let _ = single_facet(cx, &c, "retry_instruction", FacetKind::Instruction);
+    let retry_instruction = single_facet(cx, &c, "retry_instruction", FacetKind::Instruction);
     let min = c.get("min_retry").and_then(|(n, p)| {
         let v = nonneg(cx, n, &p)?;
         if v > 4 {
@@ -1346,6 +1349,11 @@ fn completion_retry(cx: &mut Cx<'_>, node: &Node, path: &str) {
         cx.sink
             .error(&p, n.span, "`min_retry` must be at most `max_retry`");
     }
+    Some(crate::ir::CompletionRetry {
+        retry_instruction: retry_instruction?,
+        min_retry: u32::try_from(min.unwrap_or(0)).unwrap_or(u32::MAX),
+        max_retry: u32::try_from(max.unwrap_or(4)).unwrap_or(u32::MAX),
+    })
 }
 
 fn promotion(cx: &mut Cx<'_>, node: &Node, path: &str) {

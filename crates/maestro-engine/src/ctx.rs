@@ -114,6 +114,21 @@ impl RunCtx {
             .is_some_and(|r| r.mode() == ReplayMode::Verify)
     }
 
+    /// The context for a shell command the engine itself runs in the sandbox on the workflow's
+    /// behalf (a quality gate, `{review_scope}`): any program, writable where an editing
+    /// movement may write when `edit`.
+    pub(crate) fn engine_tool_context(&self, edit: bool) -> maestro_tools::ToolContext {
+        maestro_tools::ToolContext {
+            workspace: self.record.workspace.clone(),
+            workspace_kind: self.record.workspace_kind,
+            edit,
+            allowed_commands: Some(vec!["*".to_string()]),
+            allowed_ssh_connections: None,
+            cancel: self.cancel.child_token(),
+            scratch: Arc::clone(&self.scratch),
+        }
+    }
+
     pub(crate) fn redact(&self, text: &str) -> String {
         self.secrets
             .iter()

@@ -6,10 +6,7 @@
 //! Each outcome is recorded (`quality_gate_checked`), so a resumed run or `maestro replay`
 //! takes it from the record and does not run the command again.
 
-use std::sync::Arc;
-
 use maestro_piece::{CommandGate, Movement};
-use maestro_tools::ToolContext;
 
 use crate::ctx::RunCtx;
 use crate::error::EngineError;
@@ -62,15 +59,7 @@ pub(crate) async fn check(
 /// editing movement (a gate is the workflow author's own check, like a piece's
 /// `required_permission_mode: full`).
 async fn run_gate(run: &RunCtx, gate: &CommandGate) -> (bool, String) {
-    let ctx = ToolContext {
-        workspace: run.record.workspace.clone(),
-        workspace_kind: run.record.workspace_kind,
-        edit: true,
-        allowed_commands: Some(vec!["*".to_string()]),
-        allowed_ssh_connections: None,
-        cancel: run.cancel.child_token(),
-        scratch: Arc::clone(&run.scratch),
-    };
+    let ctx = run.engine_tool_context(true);
     let line = if gate.cwd == "." {
         gate.command.clone()
     } else {

@@ -4,11 +4,8 @@
 //! branch itself), uncommitted changes and untracked files (ignored ones left out). It is
 //! computed only for a movement whose text uses it, by `git` in the sandbox, reading only.
 
-use std::collections::BTreeSet;
-use std::sync::Arc;
-
 use maestro_piece::Movement;
-use maestro_tools::ToolContext;
+use std::collections::BTreeSet;
 
 use crate::ctx::RunCtx;
 
@@ -44,15 +41,7 @@ pub(crate) fn wanted(movement: &Movement) -> bool {
 
 /// The text `{review_scope}` stands for in this run's workspace now.
 pub(crate) async fn review_scope(run: &RunCtx) -> String {
-    let ctx = ToolContext {
-        workspace: run.record.workspace.clone(),
-        workspace_kind: run.record.workspace_kind,
-        edit: false,
-        allowed_commands: Some(vec!["*".to_string()]),
-        allowed_ssh_connections: None,
-        cancel: run.cancel.child_token(),
-        scratch: Arc::clone(&run.scratch),
-    };
+    let ctx = run.engine_tool_context(false);
     let arguments = serde_json::json!({
         "command": SCRIPT,
         "description": "list the files this task changed ({review_scope})",

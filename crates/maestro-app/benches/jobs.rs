@@ -33,7 +33,9 @@ use maestro_testkit::{ScriptedLlm, Turn};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
-/// The shipped binary's allocator.
+/// The shipped binary's allocator (`--cfg maestro_bench_system_alloc` leaves the system's, for
+/// heap profilers that hook `malloc`).
+#[cfg(not(maestro_bench_system_alloc))]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

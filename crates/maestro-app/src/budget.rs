@@ -72,14 +72,22 @@ pub enum BudgetError {
 pub(crate) async fn guard_for(
     store: &Store,
     config: &Config,
-    job: JobId,
+    job: &maestro_store::Job,
     piece: Option<&maestro_piece::Piece>,
 ) -> Result<Option<StoreSpend>, BudgetError> {
-    let tree = store
-        .job_tree_budget(job)
-        .await
-        .map_err(|source| BudgetError::Store { job, source })?;
-    let (root, own) = tree.unwrap_or((job, BudgetLimits::default()));
+    // A root job's budget came with the job (it is set only when the job is submitted); a
+    // subtask's tree is capped by its root's, read from the store.
+    let (root, own) = match job.parent_id {
+        None => (job.id, job.budget),
+        Some(_) => store
+            .job_tree_budget(job.id)
+            .await
+            .map_err(|source| BudgetError::Store {
+                job: job.id,
+                source,
+            })?
+            .unwrap_or((job.id, BudgetLimits::default())),
+    };
     let mut caps = config
         .engine
         .budget_for(piece.map_or("", |p| p.name.as_str()))

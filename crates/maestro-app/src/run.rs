@@ -369,7 +369,7 @@ async fn prepare(
         let versions = available.versions.clone();
         // The classifier's call spends from the job's budget too; the piece, and so its own
         // cap, is not known yet.
-        let guard = crate::budget::guard_for(&ctx.store, &config, job.id, None).await?;
+        let guard = crate::budget::guard_for(&ctx.store, &config, job, None).await?;
         let chosen = classify_piece_within(
             &*provider,
             &model,
@@ -531,7 +531,7 @@ async fn run_prepared(
     } = prepared;
     let engine_config = config.engine_config().map_err(RunError::Config)?;
     let provider: Arc<dyn Provider> = ctx.models.client(&config)?;
-    let spend = crate::budget::guard_for(&ctx.store, &config, claimed.job.id, Some(&piece))
+    let spend = crate::budget::guard_for(&ctx.store, &config, &claimed.job, Some(&piece))
         .await?
         .map(|guard| Arc::new(guard) as Arc<dyn maestro_engine::SpendGuard>);
     let answers = if first_claim(&claimed.lease) {
@@ -682,7 +682,7 @@ fn run_spec(
     piece_file: Option<PathBuf>,
     history: Vec<EventRecord>,
     answers: Vec<String>,
-    config: &Config,
+    config: &Arc<Config>,
     steer: &Steer<'_>,
 ) -> Result<RunSpec, RunError> {
     let workspace = claimed.job.workspace.as_ref().map(PathBuf::from);

@@ -33,7 +33,7 @@ pub(crate) struct StoreSubtasks {
     depth: i64,
     /// The parent's workspace, where the children's go.
     workspace: PathBuf,
-    config: Config,
+    config: Arc<Config>,
     /// Set for a local run: its children run in this process.
     local: Option<Arc<dyn ChildRunner>>,
 }
@@ -46,7 +46,7 @@ impl StoreSubtasks {
         lease: &Lease,
         job: &Job,
         workspace: PathBuf,
-        config: &Config,
+        config: &Arc<Config>,
         local: Option<Arc<dyn ChildRunner>>,
     ) -> Option<StoreSubtasks> {
         (config.subtasks.max_depth > 0).then(|| StoreSubtasks {
@@ -54,7 +54,7 @@ impl StoreSubtasks {
             lease: lease.clone(),
             depth: job.depth,
             workspace,
-            config: config.clone(),
+            config: Arc::clone(config),
             local,
         })
     }

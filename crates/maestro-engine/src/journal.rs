@@ -45,8 +45,10 @@ struct Inner {
 }
 
 struct Pending {
-    /// `None` for a flush: nothing to write, only the acknowledgement.
-    record: Option<EventRecord>,
+    /// `None` for a flush: nothing to write, only the acknowledgement. Boxed: the channel
+    /// allocates its slots in blocks, and a run's queue would otherwise hold blocks of whole
+    /// events, most of them never used.
+    record: Option<Box<EventRecord>>,
     done: Option<oneshot::Sender<Result<(), Arc<AppendError>>>>,
 }
 
@@ -135,7 +137,7 @@ impl Journal {
         };
         self.writer
             .send(Pending {
-                record: Some(record),
+                record: Some(Box::new(record)),
                 done,
             })
             .map_err(|_| EngineError::from(InternalError::WriterStopped))?;
@@ -207,7 +209,11 @@ async fn write_loop(
     let mut failed: Option<Arc<AppendError>> = None;
     let mut batch = Vec::new();
     while queue.recv_many(&mut batch, MAX_BATCH).await > 0 {
-        let records: Vec<EventRecord> = batch.iter().filter_map(|p| p.record.clone()).collect();
+        let records: Vec<EventRecord> = batch
+            .iter_mut()
+            .filter_map(|p| p.record.take().map(|record| *record))
+            .collect();
+        let flush = records.len() < batch.len();
         if failed.is_none() && !records.is_empty() {
             // Each event's JSON, written once for all the logs.
             match records
@@ -234,7 +240,7 @@ async fn write_loop(
             }
         }
         // A flush also waits for the logs that write behind their appends.
-        if failed.is_none() && batch.iter().any(|p| p.record.is_none()) {
+        if failed.is_none() && flush {
             for log in &logs {
                 if let Err(e) = log.flush().await {
                     failed = Some(Arc::new(e));

@@ -168,19 +168,27 @@ async fn drive_workflow(run: &Arc<RunCtx>) -> Result<Finish, EngineError> {
                 }
             },
         };
+        // The step kinds a run visits less often are boxed: a future awaited inline is stored
+        // inside its caller's, so every run's task would otherwise keep room for them all.
         let ended = if let StepKind::WorkflowCall(call) = &movement.kind {
-            workflow_call::enter(run, &state, movement, call).await?;
+            Box::pin(workflow_call::enter(run, &state, movement, call)).await?;
             continue;
         } else if let StepKind::System(definition) = &movement.kind {
-            let ended = crate::steps::system::visit(run, movement, definition).await?;
+            let ended = Box::pin(crate::steps::system::visit(run, movement, definition)).await?;
             record_finished(run, movement, None, &ended, None).await?;
             ended
         } else if let Some(ended) = crate::steps::run(run, movement).await? {
             ended
         } else if let Some(participants) = crate::dynamic_parallel::participants(movement) {
-            crate::dynamic_parallel::run(run, &piece, movement, participants).await?
+            Box::pin(crate::dynamic_parallel::run(
+                run,
+                &piece,
+                movement,
+                participants,
+            ))
+            .await?
         } else if movement.is_parallel() {
-            run_parallel(run, &piece, movement).await?
+            Box::pin(run_parallel(run, &piece, movement)).await?
         } else {
             run_visit(run, &piece, movement, None, cycle_count, loop_warning).await?
         };

@@ -138,7 +138,7 @@ pub(crate) fn amount(value: u64) -> i64 {
     i64::try_from(value.min(MAX_AMOUNT)).unwrap_or(i64::MAX)
 }
 
-fn unsigned(value: i64) -> u64 {
+pub(crate) fn unsigned(value: i64) -> u64 {
     u64::try_from(value).unwrap_or(0)
 }
 

@@ -19,7 +19,7 @@ use crate::store::Store;
 pub(crate) const JOB_COLUMNS: &str = "id, piece, task, status, parent_id, priority, task_class, \
     workspace, submitted_by, attempts, max_attempts, fence, lease_owner, lease_expires_at, run_at, \
     result, reason, created_at, updated_at, schedule_id, scheduled_for, depth, title, child_index, \
-    owner, piece_version";
+    owner, piece_version, budget_max_tokens, budget_max_micro_usd";
 
 /// How often a store sweeps the jobs whose worker vanished (their lease lapsed): those with
 /// attempts left go back to the queue, the others end `failed`. The claim itself reads only
@@ -67,6 +67,11 @@ pub(crate) fn job_from_row(row: &AnyRow) -> StoreResult<Job> {
         child_index: col(row, "child_index")?,
         owner: col(row, "owner")?,
         piece_version: col(row, "piece_version")?,
+        budget: crate::budgets::BudgetLimits {
+            max_tokens: col::<Option<i64>>(row, "budget_max_tokens")?.map(crate::budgets::unsigned),
+            max_micro_usd: col::<Option<i64>>(row, "budget_max_micro_usd")?
+                .map(crate::budgets::unsigned),
+        },
     })
 }
 

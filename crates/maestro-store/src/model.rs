@@ -267,6 +267,11 @@ pub struct Job {
     /// or a pieces directory, and before the run starts); a resumed run uses this version.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub piece_version: Option<i64>,
+    /// The job's own budget, as submitted (a subtask's tree is capped by its root's: see
+    /// [`Store::job_tree_budget`](crate::Store::job_tree_budget)). Read with the job, so that a
+    /// root job's run needs no query of its own for it.
+    #[serde(skip)]
+    pub budget: crate::budgets::BudgetLimits,
 }
 
 /// Which task classes a worker claims.

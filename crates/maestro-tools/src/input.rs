@@ -1,6 +1,10 @@
 //! Typed tool input: JSON Schemas generated from Rust types, parsing with errors the model can
 //! act on, and the output cap with its honest "truncated" marker.
 
+use std::any::TypeId;
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, RwLock};
+
 use maestro_protocol::ToolSpec;
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
@@ -21,12 +25,28 @@ pub fn input_schema<T: JsonSchema>() -> Value {
     schema
 }
 
-/// A [`ToolSpec`] whose input schema comes from `T`.
-pub fn spec_for<T: JsonSchema>(name: &str, description: &str) -> ToolSpec {
+/// [`input_schema`] of `T`, generated once per process and shared: a tool registered for every
+/// run (the knowledge tools, BrowseWeb) would otherwise generate it again each time, and
+/// generating a schema costs far more, in time and memory, than sharing one.
+pub fn shared_input_schema<T: JsonSchema + 'static>() -> Arc<Value> {
+    static SCHEMAS: LazyLock<RwLock<HashMap<TypeId, Arc<Value>>>> = LazyLock::new(Default::default);
+    let id = TypeId::of::<T>();
+    if let Some(schema) = SCHEMAS.read().ok().and_then(|s| s.get(&id).cloned()) {
+        return schema;
+    }
+    let schema = Arc::new(input_schema::<T>());
+    match SCHEMAS.write() {
+        Ok(mut schemas) => Arc::clone(schemas.entry(id).or_insert(schema)),
+        Err(_) => schema,
+    }
+}
+
+/// A [`ToolSpec`] whose input schema comes from `T` (shared: see [`shared_input_schema`]).
+pub fn spec_for<T: JsonSchema + 'static>(name: &str, description: &str) -> ToolSpec {
     ToolSpec {
         name: name.to_string(),
         description: description.to_string(),
-        input_schema: input_schema::<T>().into(),
+        input_schema: shared_input_schema::<T>(),
     }
 }
 

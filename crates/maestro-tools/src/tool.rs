@@ -161,7 +161,7 @@ pub trait Tool: Send + Sync {
 /// ```
 pub trait TypedTool: Send + Sync {
     /// What the model sends; its JSON Schema is the tool's input schema.
-    type Input: DeserializeOwned + JsonSchema + Send;
+    type Input: DeserializeOwned + JsonSchema + Send + 'static;
     /// The name the model calls the tool by.
     const NAME: &'static str;
     /// One sentence; it rides every model call, details go in `docs/tools/<NAME>.md`.

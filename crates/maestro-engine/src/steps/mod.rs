@@ -45,8 +45,13 @@ pub(crate) async fn run(
     movement: &Movement,
 ) -> Result<Option<Ended>, EngineError> {
     let ended = match &movement.kind {
-        StepKind::TeamLeader(definition) => team_leader::run(run, movement, definition).await?,
-        StepKind::Arpeggio(definition) => arpeggio::run(run, movement, definition).await?,
+        // Boxed: see `runner::drive_workflow`.
+        StepKind::TeamLeader(definition) => {
+            Box::pin(team_leader::run(run, movement, definition)).await?
+        }
+        StepKind::Arpeggio(definition) => {
+            Box::pin(arpeggio::run(run, movement, definition)).await?
+        }
         _ => return Ok(None),
     };
     crate::runner::record_finished(run, movement, None, &ended, None).await?;

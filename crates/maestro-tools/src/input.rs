@@ -216,6 +216,24 @@ mod tests {
         limit: Option<u64>,
     }
 
+    #[derive(Deserialize, JsonSchema)]
+    struct Other {
+        #[allow(dead_code)]
+        name: String,
+    }
+
+    #[test]
+    fn a_types_schema_is_generated_once_and_shared_by_every_spec() {
+        let first = spec_for::<Sample>("A", "first");
+        let second = spec_for::<Sample>("B", "second");
+        assert!(Arc::ptr_eq(&first.input_schema, &second.input_schema));
+        assert_eq!(*first.input_schema, input_schema::<Sample>());
+        assert_eq!((first.name.as_str(), second.description.as_str()), ("A", "second"));
+        let other = spec_for::<Other>("C", "other");
+        assert!(!Arc::ptr_eq(&first.input_schema, &other.input_schema));
+        assert_eq!(*other.input_schema, input_schema::<Other>());
+    }
+
     #[test]
     fn missing_field_names_the_expected_fields() {
         let err = parse_input::<Sample>("Sample", serde_json::json!({"limit": 3}))

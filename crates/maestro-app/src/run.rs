@@ -620,6 +620,10 @@ async fn with_inputs(
     claimed: &Claimed,
     spec: &mut RunSpec,
 ) -> Result<(), RunError> {
+    // The claim said whether the job has any (inputs come only with the submission).
+    if !claimed.has_inputs {
+        return Ok(());
+    }
     let paths = crate::files::lay_out_inputs(&ctx.store, claimed.job.id, &spec.record.workspace)
         .await
         .map_err(RunError::Inputs)?;

@@ -422,7 +422,12 @@ impl Store {
             fence: job.fence,
             expires_at: from_ms(expires),
         };
-        Ok(Some(Claimed { job, lease }))
+        let has_inputs = self.jobs_with_inputs(&[job.id]).await?.contains(&job.id);
+        Ok(Some(Claimed {
+            job,
+            lease,
+            has_inputs,
+        }))
     }
 }
 
@@ -462,9 +467,18 @@ impl Store {
                     fence: job.fence,
                     expires_at: from_ms(expires),
                 };
-                Ok(Claimed { job, lease })
+                Ok(Claimed {
+                    job,
+                    lease,
+                    has_inputs: false,
+                })
             })
             .collect::<StoreResult<Vec<_>>>()?;
+        let ids: Vec<JobId> = claimed.iter().map(|c| c.job.id).collect();
+        let with_inputs = self.jobs_with_inputs(&ids).await?;
+        for one in &mut claimed {
+            one.has_inputs = with_inputs.contains(&one.job.id);
+        }
         for one in &claimed {
             self.changed_job(one.job.id);
         }

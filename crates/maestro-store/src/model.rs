@@ -324,6 +324,9 @@ pub struct Claimed {
     pub job: Job,
     /// The lease every later write about the job must carry.
     pub lease: Lease,
+    /// Whether the job has input files (they come only with its submission). Read with the
+    /// claim, once for all of a batch's jobs, so that a run without inputs reads none.
+    pub has_inputs: bool,
 }
 
 /// An event to append to a job's stream. `seq` is chosen by the writer (one more than the last

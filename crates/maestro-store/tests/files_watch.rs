@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use common::Db;
 use maestro_store::{
-    Backend, Change, Classes, FileKind, JobQueue, JobStatus, NewEvent, NewFile, NewJob, Outcome,
-    Store, StoreError,
+    Backend, Change, Classes, FileKind, JobId, JobQueue, JobStatus, NewEvent, NewFile, NewJob,
+    Outcome, Store, StoreError,
 };
 use pretty_assertions::assert_eq;
 use serde_json::json;
@@ -29,8 +29,38 @@ fn file(path: &str, bytes: &[u8]) -> NewFile {
 on_both_backends!(
     inputs_are_stored_with_the_job_and_outputs_under_the_lease,
     an_input_given_twice_keeps_its_last_bytes,
+    a_claim_says_which_jobs_have_inputs,
     a_watcher_hears_of_events_and_status_changes_from_another_handle,
 );
+
+async fn a_claim_says_which_jobs_have_inputs(db: Db) {
+    let store = db.open().await;
+    let queue = |task: &'static str, inputs: Vec<NewFile>| {
+        let store = store.clone();
+        async move {
+            store
+                .submit_with_inputs(NewJob::new("default", task, "alice"), &inputs)
+                .await
+                .unwrap()
+        }
+    };
+    let with = queue("with inputs", vec![file("in.txt", b"x")]).await;
+    let without = queue("none", Vec::new()).await;
+    let batch = store
+        .claim_batch("w", &Classes::Any, LEASE, 10)
+        .await
+        .unwrap();
+    let mut seen: Vec<(JobId, bool)> = batch.iter().map(|c| (c.job.id, c.has_inputs)).collect();
+    seen.sort();
+    let mut wanted = vec![(with, true), (without, false)];
+    wanted.sort();
+    assert_eq!(seen, wanted);
+
+    // The claim of one job says it too.
+    let one = queue("two files", vec![file("a.txt", b"a"), file("b.txt", b"b")]).await;
+    let claimed = store.claim("w", &Classes::Any, LEASE).await.unwrap();
+    assert_eq!(claimed.map(|c| (c.job.id, c.has_inputs)), Some((one, true)));
+}
 
 async fn inputs_are_stored_with_the_job_and_outputs_under_the_lease(db: Db) {
     let store = db.open().await;

@@ -228,7 +228,10 @@ mod tests {
         let second = spec_for::<Sample>("B", "second");
         assert!(Arc::ptr_eq(&first.input_schema, &second.input_schema));
         assert_eq!(*first.input_schema, input_schema::<Sample>());
-        assert_eq!((first.name.as_str(), second.description.as_str()), ("A", "second"));
+        assert_eq!(
+            (first.name.as_str(), second.description.as_str()),
+            ("A", "second")
+        );
         let other = spec_for::<Other>("C", "other");
         assert!(!Arc::ptr_eq(&first.input_schema, &other.input_schema));
         assert_eq!(*other.input_schema, input_schema::<Other>());

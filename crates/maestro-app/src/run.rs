@@ -18,7 +18,7 @@ use maestro_llm::Provider;
 use maestro_piece::Piece;
 use maestro_protocol::{EndReason, EventRecord, RunEvent, RunStatus};
 use maestro_store::{
-    Claimed, CommentKind, FailDisposition, Job, JobQueue, JobStatus, Lease, Outcome, Store,
+    Claimed, CommentKind, FailDisposition, JobQueue, JobStatus, Lease, Outcome, Store,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -117,7 +117,7 @@ async fn run_job(
     };
     let ran = async {
         let history = history(store, &lease).await?;
-        let prepared = prepare(ctx, &claimed.job, &history, &steer.live).await?;
+        let prepared = prepare(ctx, &claimed, &history, &steer.live).await?;
         run_prepared(ctx, &claimed, prepared, history, steer).await
     }
     .await;
@@ -337,10 +337,11 @@ fn stored_version(path: &std::path::Path) -> Option<(String, i64)> {
 /// read once per job.
 async fn prepare(
     ctx: &JobContext,
-    job: &Job,
+    claimed: &Claimed,
     history: &[EventRecord],
     live: &LiveSink,
 ) -> Result<Prepared, RunError> {
+    let job = &claimed.job;
     let served = |config: &Config, model: &str| {
         live.note(format!(
             "model: {model} (the only model {} serves)",
@@ -387,7 +388,13 @@ async fn prepare(
         preamble = chosen.choice.calls;
         (Arc::new(chosen.piece), chosen.path, version)
     } else {
-        match stored_live(ctx, &job.piece, &dirs, &opts).await? {
+        // The claim said whether the store holds a piece of this name at all.
+        let stored = if claimed.piece_stored {
+            stored_live(ctx, &job.piece, &dirs, &opts).await?
+        } else {
+            None
+        };
+        match stored {
             Some(found) => found,
             None => {
                 let found = ctx.pieces.find(&job.piece, &dirs, &opts)?;

@@ -213,27 +213,18 @@ impl Store {
         &self,
         jobs: &[JobId],
     ) -> StoreResult<std::collections::HashSet<JobId>> {
-        let mut found = std::collections::HashSet::new();
-        for chunk in jobs.chunks(500) {
-            let marks: Vec<String> = (0..chunk.len()).map(|i| format!("${}", i + 2)).collect();
-            let sql = format!(
-                "SELECT DISTINCT job_id FROM job_files WHERE kind = $1 AND job_id IN ({})",
-                marks.join(", ")
-            );
-            let mut query = sqlx::query::<Any>(sqlx::AssertSqlSafe(sql))
-                .bind(FileKind::Input.as_str().to_string());
-            for job in chunk {
-                query = query.bind(job.to_string());
-            }
-            for row in query
-                .fetch_all(&self.pool)
-                .await
-                .map_err(StoreError::query("read which jobs have input files"))?
-            {
-                found.insert(parse_id(&col::<String>(&row, "job_id")?)?);
-            }
-        }
-        Ok(found)
+        let ids: Vec<String> = jobs.iter().map(ToString::to_string).collect();
+        crate::rows::distinct_among(
+            &self.pool,
+            "SELECT DISTINCT job_id FROM job_files WHERE kind = $1 AND job_id IN",
+            &[FileKind::Input.as_str().to_string()],
+            &ids,
+            "read which jobs have input files",
+        )
+        .await?
+        .iter()
+        .map(|id| parse_id(id))
+        .collect()
     }
 
     /// Every file of one kind with its bytes, by path (a run's inputs, to lay out in its

@@ -423,10 +423,15 @@ impl Store {
             expires_at: from_ms(expires),
         };
         let has_inputs = self.jobs_with_inputs(&[job.id]).await?.contains(&job.id);
+        let piece_stored = self
+            .stored_piece_names(std::slice::from_ref(&job.piece))
+            .await?
+            .contains(&job.piece);
         Ok(Some(Claimed {
             job,
             lease,
             has_inputs,
+            piece_stored,
         }))
     }
 }
@@ -471,13 +476,19 @@ impl Store {
                     job,
                     lease,
                     has_inputs: false,
+                    piece_stored: false,
                 })
             })
             .collect::<StoreResult<Vec<_>>>()?;
         let ids: Vec<JobId> = claimed.iter().map(|c| c.job.id).collect();
         let with_inputs = self.jobs_with_inputs(&ids).await?;
+        let mut names: Vec<String> = claimed.iter().map(|c| c.job.piece.clone()).collect();
+        names.sort();
+        names.dedup();
+        let stored = self.stored_piece_names(&names).await?;
         for one in &mut claimed {
             one.has_inputs = with_inputs.contains(&one.job.id);
+            one.piece_stored = stored.contains(&one.job.piece);
         }
         for one in &claimed {
             self.changed_job(one.job.id);

@@ -327,6 +327,10 @@ pub struct Claimed {
     /// Whether the job has input files (they come only with its submission). Read with the
     /// claim, once for all of a batch's jobs, so that a run without inputs reads none.
     pub has_inputs: bool,
+    /// Whether the store held a piece of the name the job gives when it was claimed (read with
+    /// the claim, once for a batch's names), so that a job whose piece comes from a file or a
+    /// pieces directory makes no query for a stored one.
+    pub piece_stored: bool,
 }
 
 /// An event to append to a job's stream. `seq` is chosen by the writer (one more than the last

@@ -92,6 +92,21 @@ impl Store {
         }
     }
 
+    /// Which of `names` the store holds a piece of (any version): one query per 500 names.
+    pub(crate) async fn stored_piece_names(
+        &self,
+        names: &[String],
+    ) -> StoreResult<std::collections::HashSet<String>> {
+        crate::rows::distinct_among(
+            &self.pool,
+            "SELECT DISTINCT name FROM pieces WHERE name IN",
+            &[],
+            names,
+            "read which pieces are stored",
+        )
+        .await
+    }
+
     /// The newest version of the piece `name`, a deletion included; `None` when the name was
     /// never written.
     pub async fn piece_latest(&self, name: &str) -> StoreResult<Option<StoredPieceVersion>> {

@@ -26,3 +26,36 @@ pub(crate) fn parse_json(text: &str, what: &str) -> StoreResult<serde_json::Valu
         what: format!("{what} is not JSON: {e}"),
     })
 }
+
+/// The distinct values of `column` that `select` finds among `values`, asked 500 at a time:
+/// `select` ends where the list goes (`… WHERE name IN`), and binds `fixed` first.
+pub(crate) async fn distinct_among(
+    pool: &sqlx::AnyPool,
+    select: &str,
+    fixed: &[String],
+    values: &[String],
+    what: &'static str,
+) -> StoreResult<std::collections::HashSet<String>> {
+    let mut found = std::collections::HashSet::new();
+    for chunk in values.chunks(500) {
+        let marks: Vec<String> = (0..chunk.len())
+            .map(|i| format!("${}", fixed.len() + i + 1))
+            .collect();
+        let sql = format!("{select} ({})", marks.join(", "));
+        let mut query = sqlx::query::<Any>(sqlx::AssertSqlSafe(sql));
+        for value in fixed.iter().chain(chunk) {
+            query = query.bind(value.clone());
+        }
+        for row in query
+            .fetch_all(pool)
+            .await
+            .map_err(StoreError::query(what))?
+        {
+            found.insert(
+                row.try_get::<String, _>(0)
+                    .map_err(StoreError::query(what))?,
+            );
+        }
+    }
+    Ok(found)
+}

@@ -29,11 +29,11 @@ fn file(path: &str, bytes: &[u8]) -> NewFile {
 on_both_backends!(
     inputs_are_stored_with_the_job_and_outputs_under_the_lease,
     an_input_given_twice_keeps_its_last_bytes,
-    a_claim_says_which_jobs_have_inputs,
+    a_claim_says_which_jobs_have_inputs_and_stored_pieces,
     a_watcher_hears_of_events_and_status_changes_from_another_handle,
 );
 
-async fn a_claim_says_which_jobs_have_inputs(db: Db) {
+async fn a_claim_says_which_jobs_have_inputs_and_stored_pieces(db: Db) {
     let store = db.open().await;
     let queue = |task: &'static str, inputs: Vec<NewFile>| {
         let store = store.clone();
@@ -56,10 +56,40 @@ async fn a_claim_says_which_jobs_have_inputs(db: Db) {
     wanted.sort();
     assert_eq!(seen, wanted);
 
+    // And whether the store holds a piece of the job's piece name: any version of it.
+    store
+        .put_piece("stored", Some("name: stored\n"), "alice")
+        .await
+        .unwrap();
+    for piece in ["stored", "from-a-file"] {
+        store
+            .submit(NewJob::new(piece, "which piece", "alice"))
+            .await
+            .unwrap();
+    }
+    let mut pieces: Vec<(String, bool)> = store
+        .claim_batch("w", &Classes::Any, LEASE, 10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|c| (c.job.piece, c.piece_stored))
+        .collect();
+    pieces.sort();
+    assert_eq!(
+        pieces,
+        vec![
+            ("from-a-file".to_string(), false),
+            ("stored".to_string(), true)
+        ]
+    );
+
     // The claim of one job says it too.
     let one = queue("two files", vec![file("a.txt", b"a"), file("b.txt", b"b")]).await;
     let claimed = store.claim("w", &Classes::Any, LEASE).await.unwrap();
-    assert_eq!(claimed.map(|c| (c.job.id, c.has_inputs)), Some((one, true)));
+    assert_eq!(
+        claimed.map(|c| (c.job.id, c.has_inputs, c.piece_stored)),
+        Some((one, true, false))
+    );
 }
 
 async fn inputs_are_stored_with_the_job_and_outputs_under_the_lease(db: Db) {

@@ -422,17 +422,15 @@ impl Store {
             fence: job.fence,
             expires_at: from_ms(expires),
         };
-        let has_inputs = self.jobs_with_inputs(&[job.id]).await?.contains(&job.id);
-        let piece_stored = self
-            .stored_piece_names(std::slice::from_ref(&job.piece))
-            .await?
-            .contains(&job.piece);
-        Ok(Some(Claimed {
+        let mut claimed = [Claimed {
             job,
             lease,
-            has_inputs,
-            piece_stored,
-        }))
+            has_inputs: true,
+            piece_stored: true,
+        }];
+        self.claim_hints(&mut claimed).await;
+        let [claimed] = claimed;
+        Ok(Some(claimed))
     }
 }
 
@@ -475,21 +473,12 @@ impl Store {
                 Ok(Claimed {
                     job,
                     lease,
-                    has_inputs: false,
-                    piece_stored: false,
+                    has_inputs: true,
+                    piece_stored: true,
                 })
             })
             .collect::<StoreResult<Vec<_>>>()?;
-        let ids: Vec<JobId> = claimed.iter().map(|c| c.job.id).collect();
-        let with_inputs = self.jobs_with_inputs(&ids).await?;
-        let mut names: Vec<String> = claimed.iter().map(|c| c.job.piece.clone()).collect();
-        names.sort();
-        names.dedup();
-        let stored = self.stored_piece_names(&names).await?;
-        for one in &mut claimed {
-            one.has_inputs = with_inputs.contains(&one.job.id);
-            one.piece_stored = stored.contains(&one.job.piece);
-        }
+        self.claim_hints(&mut claimed).await;
         for one in &claimed {
             self.changed_job(one.job.id);
         }
@@ -497,6 +486,32 @@ impl Store {
             (b.job.priority, a.job.run_at, a.job.id).cmp(&(a.job.priority, b.job.run_at, b.job.id))
         });
         Ok(claimed)
+    }
+
+    /// Reads, once for all of `claimed`, which jobs have input files and which piece names the
+    /// store holds. The jobs are claimed already: a hint that cannot be read stays `true`, and
+    /// the run reads for itself, rather than failing the claim and leaving its jobs leased.
+    async fn claim_hints(&self, claimed: &mut [Claimed]) {
+        let ids: Vec<JobId> = claimed.iter().map(|c| c.job.id).collect();
+        let mut names: Vec<String> = claimed.iter().map(|c| c.job.piece.clone()).collect();
+        names.sort();
+        names.dedup();
+        match self.jobs_with_inputs(&ids).await {
+            Ok(with) => {
+                for one in claimed.iter_mut() {
+                    one.has_inputs = with.contains(&one.job.id);
+                }
+            }
+            Err(e) => tracing::warn!("reading which claimed jobs have input files failed: {e}"),
+        }
+        match self.stored_piece_names(&names).await {
+            Ok(stored) => {
+                for one in claimed.iter_mut() {
+                    one.piece_stored = stored.contains(&one.job.piece);
+                }
+            }
+            Err(e) => tracing::warn!("reading which claimed jobs' pieces are stored failed: {e}"),
+        }
     }
 
     /// The claim's statement: queued jobs of `classes`, due, in claim order, at most `max`.

@@ -325,11 +325,12 @@ pub struct Claimed {
     /// The lease every later write about the job must carry.
     pub lease: Lease,
     /// Whether the job has input files (they come only with its submission). Read with the
-    /// claim, once for all of a batch's jobs, so that a run without inputs reads none.
+    /// claim, once for all of a batch's jobs, so that a run without inputs reads none; `true`
+    /// when it could not be read (the run then looks for itself).
     pub has_inputs: bool,
     /// Whether the store held a piece of the name the job gives when it was claimed (read with
     /// the claim, once for a batch's names), so that a job whose piece comes from a file or a
-    /// pieces directory makes no query for a stored one.
+    /// pieces directory makes no query for a stored one; `true` when it could not be read.
     pub piece_stored: bool,
 }
 

@@ -27,8 +27,8 @@ pub(crate) fn parse_json(text: &str, what: &str) -> StoreResult<serde_json::Valu
     })
 }
 
-/// The distinct values of `column` that `select` finds among `values`, asked 500 at a time:
-/// `select` ends where the list goes (`… WHERE name IN`), and binds `fixed` first.
+/// The distinct values of the first column that `select` finds among `values`, asked 500 at a
+/// time: `select` ends where the list goes (`… WHERE name IN`), and binds `fixed` first.
 pub(crate) async fn distinct_among(
     pool: &sqlx::AnyPool,
     select: &str,

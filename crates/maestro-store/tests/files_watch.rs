@@ -30,6 +30,7 @@ on_both_backends!(
     inputs_are_stored_with_the_job_and_outputs_under_the_lease,
     an_input_given_twice_keeps_its_last_bytes,
     a_claim_says_which_jobs_have_inputs_and_stored_pieces,
+    a_claim_whose_hints_cannot_be_read_still_claims_and_leaves_the_run_to_look,
     a_watcher_hears_of_events_and_status_changes_from_another_handle,
 );
 
@@ -89,6 +90,27 @@ async fn a_claim_says_which_jobs_have_inputs_and_stored_pieces(db: Db) {
     assert_eq!(
         claimed.map(|c| (c.job.id, c.has_inputs, c.piece_stored)),
         Some((one, true, false))
+    );
+}
+
+async fn a_claim_whose_hints_cannot_be_read_still_claims_and_leaves_the_run_to_look(db: Db) {
+    let store = db.open().await;
+    let id = store.submit(NewJob::new("default", "no hints", "alice"));
+    let id = id.await.unwrap();
+    // The table the piece hint reads is gone (a broken store, say): the claim still holds.
+    let mut raw = sqlx::AnyConnection::connect(&db.raw_url()).await.unwrap();
+    let rename = sqlx::query("ALTER TABLE pieces RENAME TO pieces_gone");
+    rename.execute(&mut raw).await.unwrap();
+    let claimed = store.claim("w", &Classes::Any, LEASE).await.unwrap();
+    let claimed = claimed.expect("the queued job is claimed");
+    assert_eq!(
+        (
+            claimed.job.id,
+            claimed.job.status,
+            claimed.has_inputs,
+            claimed.piece_stored
+        ),
+        (id, JobStatus::Running, false, true)
     );
 }
 

@@ -17,12 +17,17 @@
 //!
 //! Each bench prints what divan cannot: the latency from the event's own timestamp, the wall
 //! time over the critical path (and where it went), and the process's peak resident set
-//! (`VmHWM`) at the end. In `thousand_runs` the scripted server keeps no record of the requests
+//! (`VmHWM`) at the end. `thousand_runs` and `http_floor` also print each sample's own peak:
+//! the process's high-water mark is reset (`/proc/self/clear_refs`) as the sample's runs start
+//! and read once they have ended, before the bench reads the record back for its figures (in
+//! `thousand_runs`, every job's events: a read the worker never makes, which maps most of the
+//! store file). In `thousand_runs` the scripted server keeps no record of the requests
 //! (`MAESTRO_BENCH_KEEP_REQUESTS=1` makes it keep them).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use divan::Bencher;
@@ -41,7 +46,10 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() {
     divan::main();
-    println!("peak RSS of the whole process (VmHWM): {}", peak_rss());
+    let whole = WHOLE_PEAK_KIB
+        .load(Ordering::Relaxed)
+        .max(vm_hwm_kib().unwrap_or(0));
+    println!("peak RSS of the whole process (VmHWM): {whole} kB");
 }
 
 const ONE: &str = "\
@@ -91,15 +99,32 @@ movements:
 /// The answer every call gets: each movement finds its own tag in it.
 const ANSWER: &str = "Done. [WORK:1] [PLAN:1] [BUILD:1] [CHECK:1]";
 
-fn peak_rss() -> String {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
-                .map(|l| l.trim_start_matches("VmHWM:").trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown".into())
+/// The process's high-water mark of resident memory (`VmHWM`), in KiB.
+fn vm_hwm_kib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find_map(|l| l.strip_prefix("VmHWM:"))?;
+    line.trim().trim_end_matches("kB").trim().parse().ok()
+}
+
+/// The highest `VmHWM` seen before a reset, so that the whole process's peak is still known at
+/// the end.
+static WHOLE_PEAK_KIB: AtomicU64 = AtomicU64::new(0);
+
+/// Starts measuring one sample's peak: the high-water mark is set back to the current resident
+/// set (`echo 5 > /proc/self/clear_refs`). `false` when the kernel does not allow it.
+fn reset_peak() -> bool {
+    if let Some(kib) = vm_hwm_kib() {
+        WHOLE_PEAK_KIB.fetch_max(kib, Ordering::Relaxed);
+    }
+    std::fs::write("/proc/self/clear_refs", "5").is_ok()
+}
+
+/// The peak since [`reset_peak`], in MiB, as text (`unknown` when it could not be reset).
+fn sample_peak(reset: bool) -> String {
+    match vm_hwm_kib() {
+        Some(kib) if reset => format!("{:.1} MiB", kib as f64 / 1024.0),
+        _ => "unknown".into(),
+    }
 }
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -428,7 +453,7 @@ fn thousand_runs(bencher: Bencher) {
         server_rt_ref.block_on(ScriptedLlm::builder().forget_requests().start())
     };
     let project = rt.block_on(Project::new(&server.base_url()));
-    let walls: Mutex<Vec<Duration>> = Mutex::new(Vec::new());
+    let walls: Mutex<Vec<(Duration, String)>> = Mutex::new(Vec::new());
     let phases: Mutex<Vec<Phases>> = Mutex::new(Vec::new());
     bencher
         .with_inputs(|| {
@@ -448,6 +473,7 @@ fn thousand_runs(bencher: Bencher) {
         })
         .bench_local_values(|ids| {
             rt.block_on(async {
+                let reset = reset_peak();
                 let started_at = OffsetDateTime::now_utc();
                 let worker = project.worker(RUNS, IDLE_POLL);
                 let shutdown = Shutdown::new();
@@ -464,16 +490,17 @@ fn thousand_runs(bencher: Bencher) {
                 shutdown.stop_claiming();
                 let stats = running.await.unwrap().unwrap();
                 assert_eq!(stats.finished, RUNS as u64);
+                let peak = sample_peak(reset);
                 let timings = server.take_timings();
                 let read = Phases::read(&project.store, &ids, started_at, &timings).await;
                 walls
                     .lock()
                     .unwrap()
-                    .push(Duration::from_secs_f64(read.last_end / 1e3));
+                    .push((Duration::from_secs_f64(read.last_end / 1e3), peak));
                 phases.lock().unwrap().push(read);
             })
         });
-    for (wall, phases) in walls
+    for ((wall, peak), phases) in walls
         .into_inner()
         .unwrap()
         .into_iter()
@@ -482,7 +509,8 @@ fn thousand_runs(bencher: Bencher) {
         println!(
             "thousand_runs: {RUNS} runs in {:.0} ms, {:.2} × the critical path of {} ms; \
              last first event {:.0} ms, last last event {:.0} ms, last job end {:.0} ms; \
-             median run {:.0} ms from first to last event, {:.0} ms of it waiting for the model",
+             median run {:.0} ms from first to last event, {:.0} ms of it waiting for the model; \
+             peak RSS while the runs ran {peak}",
             wall.as_secs_f64() * 1e3,
             wall.as_secs_f64() / CRITICAL_PATH.as_secs_f64(),
             CRITICAL_PATH.as_millis(),
@@ -508,7 +536,7 @@ fn http_floor(bencher: Bencher) {
     use std::sync::Arc;
     let rt = runtime();
     let server = rt.block_on(ScriptedLlm::builder().forget_requests().start());
-    let walls: Mutex<Vec<(Duration, String)>> = Mutex::new(Vec::new());
+    let walls: Mutex<Vec<(Duration, String, String)>> = Mutex::new(Vec::new());
     bencher
         .with_inputs(|| {
             for _ in 0..RUNS * 3 {
@@ -517,6 +545,7 @@ fn http_floor(bencher: Bencher) {
         })
         .bench_local_values(|()| {
             rt.block_on(async {
+                let reset = reset_peak();
                 let client =
                     Arc::new(OpenAiCompat::new(OpenAiConfig::new(server.base_url())).unwrap());
                 let started = std::time::Instant::now();
@@ -557,6 +586,7 @@ fn http_floor(bencher: Bencher) {
                     task.await.unwrap();
                 }
                 let wall = started.elapsed();
+                let peak = sample_peak(reset);
                 // When the server received the k-th call of every task (median/last, ms).
                 let since = |at: std::time::SystemTime| {
                     at.duration_since(started_at)
@@ -582,13 +612,13 @@ fn http_floor(bencher: Bencher) {
                         )
                     })
                     .collect();
-                walls.lock().unwrap().push((wall, calls.join("; ")));
+                walls.lock().unwrap().push((wall, calls.join("; "), peak));
             })
         });
-    for (wall, calls) in walls.into_inner().unwrap() {
+    for (wall, calls, peak) in walls.into_inner().unwrap() {
         println!(
             "http_floor: {RUNS} × 3 calls in {:.0} ms, {:.2} × the critical path of {} ms; \
-             server received (median/last, ms) {calls}",
+             server received (median/last, ms) {calls}; peak RSS while the calls ran {peak}",
             wall.as_secs_f64() * 1e3,
             wall.as_secs_f64() / CRITICAL_PATH.as_secs_f64(),
             CRITICAL_PATH.as_millis(),

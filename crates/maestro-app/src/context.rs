@@ -6,12 +6,14 @@
 use std::sync::{Arc, Mutex, Weak};
 
 use maestro_config::Config;
+use maestro_llm::ModelClient;
 use maestro_piece::LoadOptions;
 use maestro_protocol::EventRecord;
 use maestro_store::{Job, JobId, Store};
 use maestro_tools::Registry;
 
 use crate::clients::ModelClients;
+use crate::knowledge::Knowledge;
 use crate::lease::LeaseKeeper;
 use crate::live::LiveRuns;
 use crate::pieces::PieceCache;
@@ -30,6 +32,10 @@ pub(crate) trait ChildRunner: Send + Sync {
 /// The shared tools, and the tag of the configuration they were built from.
 pub(crate) type SharedTools = (Option<ETag>, Registry);
 
+/// A knowledge base made for runs: the tag of the configuration it was made from, the client
+/// it embeds with (none when the configuration names no embedding model), and the base.
+pub(crate) type KeptKnowledge = (Option<ETag>, Option<Arc<ModelClient>>, Arc<Knowledge>);
+
 /// What running a job needs from the process that runs it.
 pub(crate) struct JobContext {
     pub store: Store,
@@ -47,6 +53,8 @@ pub(crate) struct JobContext {
     /// How its runs load pieces (the tool catalogue of the configuration among it), made once
     /// per configuration.
     pub load_options: Mutex<Option<(Option<ETag>, Arc<LoadOptions>)>>,
+    /// The knowledge base its runs' knowledge tools use, made once per configuration.
+    pub knowledge: Mutex<Option<KeptKnowledge>>,
     /// Keeps the leases of the runs, and says how long a claim holds.
     pub leases: LeaseKeeper,
     /// The model was chosen on the command line: it wins over a piece's `model`.
@@ -62,6 +70,16 @@ pub(crate) struct JobContext {
     pub live: LiveRuns,
     /// Sees every committed event of the process's runs (a server's metrics).
     pub observer: Option<Arc<dyn RunObserver>>,
+}
+
+/// Whether two optional clients are the same one (clients are shared by endpoint, so the same
+/// endpoint settings give the same client).
+fn same_client(a: Option<&Arc<ModelClient>>, b: Option<&Arc<ModelClient>>) -> bool {
+    match (a, b) {
+        (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+        (None, None) => true,
+        _ => false,
+    }
 }
 
 /// Sees every committed event of the runs of a worker, as they are committed: a server counts
@@ -109,6 +127,7 @@ impl JobContext {
             config,
             watch: None,
             load_options: Mutex::default(),
+            knowledge: Mutex::default(),
             leases,
             model_from_flag,
             children: None,
@@ -129,6 +148,7 @@ impl JobContext {
             config: Arc::clone(&self.config),
             watch: self.watch.clone(),
             load_options: Mutex::default(),
+            knowledge: Mutex::default(),
             leases: self.leases.clone(),
             model_from_flag: self.model_from_flag,
             children: Some(children),
@@ -165,6 +185,31 @@ impl JobContext {
         let opts = Arc::new(load_options(config));
         *kept = Some((tag.cloned(), Arc::clone(&opts)));
         opts
+    }
+
+    /// The knowledge base of `config` (tagged `tag`) embedding with `embedder`, made by the
+    /// first run that needs it and shared by the runs after it (its readers, web client and
+    /// settings are the configuration's; a run binds its job's owner to it).
+    pub(crate) fn knowledge(
+        &self,
+        config: &Config,
+        tag: Option<&ETag>,
+        embedder: Option<Arc<ModelClient>>,
+    ) -> Arc<Knowledge> {
+        let mut kept = self.knowledge.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((for_tag, client, knowledge)) = kept.as_ref()
+            && for_tag.as_ref() == tag
+            && same_client(client.as_ref(), embedder.as_ref())
+        {
+            return Arc::clone(knowledge);
+        }
+        let knowledge = Arc::new(Knowledge::with_client(
+            self.store.clone(),
+            config,
+            embedder.clone(),
+        ));
+        *kept = Some((tag.cloned(), embedder, Arc::clone(&knowledge)));
+        knowledge
     }
 
     /// The built-in, web and SSH tools of the configuration, built by the first run that

@@ -23,7 +23,7 @@ pub const KNOWLEDGE_TOOLS: &[&str] = &[
 
 /// Registers the knowledge tools in `registry`, acting for `owner` (a job without an owner acts
 /// for [`LOCAL_ACTOR`]).
-pub(crate) fn register(registry: &mut Registry, knowledge: Knowledge, owner: Option<&str>) {
+pub(crate) fn register(registry: &mut Registry, knowledge: Arc<Knowledge>, owner: Option<&str>) {
     for tool in knowledge_tools(knowledge, owner) {
         registry.register(tool);
     }
@@ -31,9 +31,12 @@ pub(crate) fn register(registry: &mut Registry, knowledge: Knowledge, owner: Opt
 
 /// The knowledge tools over `knowledge`, acting for `owner` (a job without an owner acts for
 /// [`LOCAL_ACTOR`]): they read `owner`'s and the shared collections and ingest into `owner`'s.
-pub fn knowledge_tools(knowledge: Knowledge, owner: Option<&str>) -> Vec<Arc<dyn Tool>> {
+pub fn knowledge_tools(
+    knowledge: impl Into<Arc<Knowledge>>,
+    owner: Option<&str>,
+) -> Vec<Arc<dyn Tool>> {
     let shared = Arc::new(Bound {
-        knowledge,
+        knowledge: knowledge.into(),
         owner: owner.unwrap_or(LOCAL_ACTOR).to_string(),
     });
     vec![
@@ -61,7 +64,7 @@ pub fn knowledge_tool_specs() -> Vec<maestro_protocol::ToolSpec> {
 /// The knowledge base and whom the tools act for.
 #[derive(Debug)]
 struct Bound {
-    knowledge: Knowledge,
+    knowledge: Arc<Knowledge>,
     owner: String,
 }
 

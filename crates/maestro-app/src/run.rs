@@ -558,7 +558,7 @@ async fn run_prepared(
         Some(_) => Some(ctx.models.client(&config)?),
         None => None,
     };
-    let knowledge = crate::knowledge::Knowledge::with_client(ctx.store.clone(), &config, embedder);
+    let knowledge = ctx.knowledge(&config, tag.as_ref(), embedder);
     crate::knowledge_tools::register(&mut registry, knowledge, claimed.job.owner.as_deref());
     // The run's own browser: started on its first BrowseWeb call, closed (its profile removed)
     // when the run's registry is dropped. A resumed run starts without one.
@@ -778,7 +778,11 @@ async fn replay(
     let mut registry = toolbox.registry.clone();
     crate::knowledge_tools::register(
         &mut registry,
-        crate::knowledge::Knowledge::with_client(ctx.store.clone(), &config, None),
+        Arc::new(crate::knowledge::Knowledge::with_client(
+            ctx.store.clone(),
+            &config,
+            None,
+        )),
         None,
     );
     let engine = Engine::new(provider, registry, engine_config);

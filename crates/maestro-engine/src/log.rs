@@ -63,7 +63,8 @@ pub enum AppendError {
 ///
 /// One thread of the process (`file_writer`) writes the batches of every run's file, in the
 /// order they were handed over; an append resolves once its batch is written. Many runs then
-/// cost one busy thread rather than a blocking-pool task, and its wake-ups, per batch.
+/// cost one busy thread rather than a blocking-pool task per batch, and batches nobody waits
+/// for share its wake-ups (`LINGER`).
 ///
 /// A log [`JsonlLog::behind`] another (a job's run, whose events the store holds first) does
 /// not wait for its batches: the append resolves once the batch is handed to that thread, and
@@ -230,43 +231,124 @@ enum Done {
     Note(Arc<Mutex<Option<std::io::Error>>>),
 }
 
+/// How long the file thread, woken by a batch nobody waits for, lets more arrive before it
+/// writes: the files of a thousand runs then cost a wake-up every few milliseconds, not one a
+/// batch. A batch someone waits for (an append without a store ahead of it, or a flush) is
+/// written at once.
+const LINGER: std::time::Duration = std::time::Duration::from_millis(2);
+
 /// The process's `events.jsonl` writer: a thread that writes each batch it is handed, in
 /// order, and says when it is written. Started on first use; `None` if no thread can be
 /// started.
-fn file_writer() -> Option<&'static std::sync::mpsc::Sender<FileWrite>> {
-    static WRITER: OnceLock<Option<std::sync::mpsc::Sender<FileWrite>>> = OnceLock::new();
-    WRITER
-        .get_or_init(|| {
-            let (sender, batches) = std::sync::mpsc::channel::<FileWrite>();
-            std::thread::Builder::new()
-                .name("maestro-events".into())
-                .spawn(move || {
-                    for batch in batches {
-                        let written = if batch.text.is_empty() {
-                            Ok(())
-                        } else {
-                            (&*batch.file).write_all(batch.text.as_bytes())
-                        };
-                        match batch.done {
-                            // The run may have stopped waiting; nothing to tell then.
-                            Done::Tell(done) => {
-                                let _ = done.send(written);
-                            }
-                            Done::Note(failed) => {
-                                if let Err(e) = written
-                                    && let Ok(mut failed) = failed.lock()
-                                    && failed.is_none()
-                                {
-                                    *failed = Some(e);
-                                }
-                            }
+fn file_writer() -> Option<&'static FileWriter> {
+    static WRITER: OnceLock<Option<&'static FileWriter>> = OnceLock::new();
+    *WRITER.get_or_init(|| {
+        let writer: &'static FileWriter = Box::leak(Box::default());
+        std::thread::Builder::new()
+            .name("maestro-events".into())
+            .spawn(move || writer.serve())
+            .ok()
+            .map(|_| writer)
+    })
+}
+
+/// The batches handed to the file thread, and how to wake it.
+#[derive(Default)]
+struct FileWriter {
+    queue: Mutex<Queue>,
+    wake: std::sync::Condvar,
+}
+
+#[derive(Default)]
+struct Queue {
+    batches: Vec<FileWrite>,
+    /// A queued batch is waited for: write without lingering.
+    urgent: bool,
+    /// The thread waits on `wake` (for a first batch, or lingering).
+    waiting: bool,
+    /// The thread is gone (it panicked): nothing queued will be written.
+    stopped: bool,
+}
+
+/// The batches could not be handed over: the thread is gone.
+struct Stopped;
+
+impl FileWriter {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Queues `batch`; the thread is woken for the first batch of a quiet moment, and for any
+    /// batch someone waits for.
+    fn send(&self, batch: FileWrite) -> Result<(), Stopped> {
+        let urgent = matches!(batch.done, Done::Tell(_));
+        let mut queue = self.lock();
+        if queue.stopped {
+            return Err(Stopped);
+        }
+        queue.batches.push(batch);
+        let first = queue.batches.len() == 1;
+        queue.urgent |= urgent;
+        if queue.waiting && (first || urgent) {
+            self.wake.notify_one();
+        }
+        Ok(())
+    }
+
+    /// The thread's loop: takes what is queued (after [`LINGER`] unless it is waited for) and
+    /// writes it, in order.
+    fn serve(&self) {
+        /// Marks the writer stopped if the loop unwinds.
+        struct Guard<'a>(&'a FileWriter);
+        impl Drop for Guard<'_> {
+            fn drop(&mut self) {
+                self.0.lock().stopped = true;
+            }
+        }
+        let _guard = Guard(self);
+        loop {
+            let batches = {
+                let mut queue = self.lock();
+                while queue.batches.is_empty() {
+                    queue.waiting = true;
+                    queue = self.wake.wait(queue).unwrap_or_else(|p| p.into_inner());
+                    queue.waiting = false;
+                }
+                if !queue.urgent {
+                    queue.waiting = true;
+                    queue = self
+                        .wake
+                        .wait_timeout_while(queue, LINGER, |q| !q.urgent)
+                        .map(|(q, _)| q)
+                        .unwrap_or_else(|p| p.into_inner().0);
+                    queue.waiting = false;
+                }
+                queue.urgent = false;
+                std::mem::take(&mut queue.batches)
+            };
+            for batch in batches {
+                let written = if batch.text.is_empty() {
+                    Ok(())
+                } else {
+                    (&*batch.file).write_all(batch.text.as_bytes())
+                };
+                match batch.done {
+                    // The run may have stopped waiting; nothing to tell then.
+                    Done::Tell(done) => {
+                        let _ = done.send(written);
+                    }
+                    Done::Note(failed) => {
+                        if let Err(e) = written
+                            && let Ok(mut failed) = failed.lock()
+                            && failed.is_none()
+                        {
+                            *failed = Some(e);
                         }
                     }
-                })
-                .ok()
-                .map(|_| sender)
-        })
-        .as_ref()
+                }
+            }
+        }
+    }
 }
 
 /// Keeps every record in memory; for tests and benchmarks.
@@ -340,6 +422,47 @@ mod tests {
             let seqs: Vec<u64> = read_events(&path).unwrap().iter().map(|r| r.seq).collect();
             assert_eq!(seqs, (1..=50).collect::<Vec<_>>(), "{}", path.display());
         }
+    }
+
+    /// A batch nobody waits for (a log behind the store) lingers a moment for others to share
+    /// the thread's wake-up, then is written without a flush or any batch after it; one that is
+    /// waited for, handed over while others linger, is written with them, after them.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn lingering_batches_are_written_without_a_flush_and_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let ten_s = std::time::Duration::from_secs(10);
+        // A waited-for batch first, so that the thread runs and then waits for the next.
+        let waited_path = dir.path().join("waited.jsonl");
+        let waited = JsonlLog::append_to(&waited_path).unwrap();
+        waited.append(&[started(1)]).await.unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        let behind_path = dir.path().join("behind.jsonl");
+        let behind = JsonlLog::append_to(&behind_path).unwrap().behind();
+        behind.append(&[started(1)]).await.unwrap();
+        let deadline = std::time::Instant::now() + ten_s;
+        while read_events(&behind_path).unwrap().is_empty() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "a batch nobody waits for was never written"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+        // Lingering batches, then one that is waited for: all written, in order, by the time
+        // the waited-for one returns.
+        for seq in 2..=20 {
+            behind.append(&[started(seq)]).await.unwrap();
+        }
+        tokio::time::timeout(ten_s, waited.append(&[started(2)]))
+            .await
+            .expect("a waited-for batch was left lingering")
+            .unwrap();
+        let seqs: Vec<u64> = read_events(&behind_path)
+            .unwrap()
+            .iter()
+            .map(|r| r.seq)
+            .collect();
+        assert_eq!(seqs, (1..=20).collect::<Vec<_>>());
+        assert_eq!(read_events(&waited_path).unwrap().len(), 2);
     }
 
     /// Keeps the JSON the journal hands it.

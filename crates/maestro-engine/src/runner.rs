@@ -348,10 +348,20 @@ async fn run_visit(
     cycle_count: u32,
     loop_warning: Option<String>,
 ) -> Result<Ended, EngineError> {
-    // `dynamic_facets`: the selector chooses before the visit starts.
-    let composed = match crate::dynamic_facets::compose(run, movement).await? {
-        Ok(composed) => composed,
-        Err(problem) => return Ok(crate::dynamic_parallel::selector_failed(problem)),
+    // `dynamic_facets`: the selector chooses before the visit starts. Its future is the
+    // largest a visit awaits and few movements have one: boxed, it takes no room in every
+    // run's task.
+    let composed = if movement
+        .dynamic
+        .as_ref()
+        .is_some_and(|d| d.facets.is_some())
+    {
+        match Box::pin(crate::dynamic_facets::compose(run, movement)).await? {
+            Ok(composed) => composed,
+            Err(problem) => return Ok(crate::dynamic_parallel::selector_failed(problem)),
+        }
+    } else {
+        None
     };
     let movement = composed.as_ref().unwrap_or(movement);
     let state = run.journal.state();
@@ -422,7 +432,16 @@ async fn run_visit(
     }
     let (ended, messages) = movement::visit(run, movement, messages).await?;
     let (mut ended, messages) = if movement.completion_retry.is_some() {
-        crate::completion::episode(run, movement, &instruction, ended, messages).await?
+        // Boxed: the episode's future is larger than the visit's, and only movements with a
+        // `completion_retry` await it.
+        Box::pin(crate::completion::episode(
+            run,
+            movement,
+            &instruction,
+            ended,
+            messages,
+        ))
+        .await?
     } else {
         (ended, messages)
     };

@@ -78,7 +78,7 @@ pub(crate) async fn execute(ctx: &JobContext, execution: Execution) -> RunOutcom
                 requeued: false,
             },
         },
-        Target::Job(claimed) => run_job(ctx, *claimed, stop, &hand_back, &completer).await,
+        Target::Job(claimed) => run_job(ctx, claimed, stop, &hand_back, &completer).await,
     }
 }
 
@@ -91,9 +91,11 @@ enum Ran {
     Suspended,
 }
 
+/// `claimed` stays boxed: a future keeps its arguments beside its own copies of them, and this
+/// one lives as long as the run.
 async fn run_job(
     ctx: &JobContext,
-    claimed: Claimed,
+    claimed: Box<Claimed>,
     stop: Option<CancellationToken>,
     hand_back: &CancellationToken,
     completer: &Completer,

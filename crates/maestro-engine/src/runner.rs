@@ -357,33 +357,38 @@ async fn run_visit(
         .is_some_and(|d| d.facets.is_some())
     {
         match Box::pin(crate::dynamic_facets::compose(run, movement)).await? {
-            Ok(composed) => composed,
+            Ok(composed) => composed.map(Box::new),
             Err(problem) => return Ok(crate::dynamic_parallel::selector_failed(problem)),
         }
     } else {
         None
     };
-    let movement = composed.as_ref().unwrap_or(movement);
-    let state = run.journal.state();
-    // The answer to this movement's question, or how its subtasks ended, when it goes on
-    // after one.
-    let answer = (state.answered && parent.is_none())
-        .then(|| state.resume_message.clone())
-        .flatten();
-    let iteration = if parent.is_some() {
-        state.iteration
-    } else {
-        state.iteration + 1
+    let movement = composed.as_deref().unwrap_or(movement);
+    // The state as the visit starts. Built in a block of its own: a local that lives past an
+    // await (even moved from) takes room in the run's task for as long as the run lasts.
+    let (answer, mut started, preview) = {
+        let state = run.journal.state();
+        // The answer to this movement's question, or how its subtasks ended, when it goes
+        // on after one.
+        let answer = (state.answered && parent.is_none())
+            .then(|| state.resume_message.clone())
+            .flatten();
+        let iteration = if parent.is_some() {
+            state.iteration
+        } else {
+            state.iteration + 1
+        };
+        let started = RunEvent::MovementStarted {
+            movement: movement.name.clone(),
+            iteration,
+            movement_iteration: state.visits_of(&movement.name) + 1,
+            parent: parent.map(str::to_string),
+            prompt_log: None,
+        };
+        let mut preview = state;
+        preview.apply(&started);
+        (answer, started, preview)
     };
-    let mut started = RunEvent::MovementStarted {
-        movement: movement.name.clone(),
-        iteration,
-        movement_iteration: state.visits_of(&movement.name) + 1,
-        parent: parent.map(str::to_string),
-        prompt_log: None,
-    };
-    let mut preview = state;
-    preview.apply(&started);
     let visit = Visit {
         movement,
         cycle_count,

@@ -258,7 +258,7 @@ impl Engine {
         if had_subtasks {
             spec.subtasks = Some(Arc::new(crate::subtasks::RecordOnly));
         }
-        let report = match self.drive_spec(spec, Some(recorded), 0).await? {
+        let report = match self.drive_spec(Box::new(spec), Some(recorded), 0).await? {
             (RunEnd::Finished(report), run) => {
                 let report = *report;
                 if let Some(left) = run.journal.recorded().and_then(|r| r.first_unmatched()) {
@@ -283,14 +283,16 @@ impl Engine {
         let history = std::mem::take(&mut spec.history);
         let last_seq = history.iter().map(|r| r.seq).max().unwrap_or(0);
         let recorded = (!history.is_empty()).then(|| Recorded::new(ReplayMode::Resume, history));
-        self.drive_spec(spec, recorded, last_seq)
+        self.drive_spec(Box::new(spec), recorded, last_seq)
             .await
             .map(|(end, _)| end)
     }
 
+    /// `spec` comes boxed: a future keeps its arguments beside what it takes from them, and
+    /// this one lives as long as the run.
     async fn drive_spec(
         &self,
-        spec: RunSpec,
+        spec: Box<RunSpec>,
         recorded: Option<Recorded>,
         last_seq: u64,
     ) -> Result<(RunEnd, Arc<RunCtx>), EngineError> {
@@ -310,7 +312,7 @@ impl Engine {
             preamble,
             attribution,
             spend,
-        } = spec;
+        } = *spec;
         let recorded_answers = recorded.as_ref().map_or(0, |r| r.answers_recorded());
         let fresh_answers: std::collections::VecDeque<String> =
             answers.into_iter().skip(recorded_answers).collect();

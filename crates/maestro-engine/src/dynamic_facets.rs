@@ -14,6 +14,11 @@ use crate::error::EngineError;
 use crate::event::RunEvent;
 use crate::selector::{self, Candidate, Question};
 
+/// The movement's facet pool, when it has `dynamic_facets`.
+pub(crate) fn pool(movement: &Movement) -> Option<&maestro_piece::DynamicFacets> {
+    movement.dynamic.as_ref().and_then(|d| d.facets.as_ref())
+}
+
 /// The movement with its selected facets added (and its pool dropped, so it is not selected
 /// for again in this visit); `Ok(None)` when it has no `dynamic_facets`; the inner `Err` when
 /// the selector's answer broke the contract, with the reason the run fails with.
@@ -21,7 +26,7 @@ pub(crate) async fn compose(
     run: &RunCtx,
     movement: &Movement,
 ) -> Result<Result<Option<Movement>, String>, EngineError> {
-    let Some(pool) = movement.dynamic.as_ref().and_then(|d| d.facets.as_ref()) else {
+    let Some(pool) = pool(movement) else {
         return Ok(Ok(None));
     };
     let state = run.journal.state();

@@ -351,11 +351,7 @@ async fn run_visit(
     // `dynamic_facets`: the selector chooses before the visit starts. Its future is the
     // largest a visit awaits and few movements have one: boxed, it takes no room in every
     // run's task.
-    let composed = if movement
-        .dynamic
-        .as_ref()
-        .is_some_and(|d| d.facets.is_some())
-    {
+    let composed = if crate::dynamic_facets::pool(movement).is_some() {
         match Box::pin(crate::dynamic_facets::compose(run, movement)).await? {
             Ok(composed) => composed.map(Box::new),
             Err(problem) => return Ok(crate::dynamic_parallel::selector_failed(problem)),

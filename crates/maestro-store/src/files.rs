@@ -216,7 +216,13 @@ impl Store {
         let ids: Vec<String> = jobs.iter().map(ToString::to_string).collect();
         crate::rows::distinct_among(
             &self.pool,
-            "SELECT DISTINCT job_id FROM job_files WHERE kind = $1 AND job_id IN",
+            self.backend,
+            |marks| {
+                format!(
+                    "SELECT DISTINCT job_id FROM job_files WHERE kind = {} AND job_id IN",
+                    marks.mark()
+                )
+            },
             &[FileKind::Input.as_str().to_string()],
             &ids,
             "read which jobs have input files",

@@ -422,14 +422,13 @@ impl Store {
             fence: job.fence,
             expires_at: from_ms(expires),
         };
-        let mut claimed = [Claimed {
+        let mut claimed = Claimed {
             job,
             lease,
             has_inputs: true,
             piece_stored: true,
-        }];
-        self.claim_hints(&mut claimed).await;
-        let [claimed] = claimed;
+        };
+        self.claim_hints(std::slice::from_mut(&mut claimed)).await;
         Ok(Some(claimed))
     }
 }

@@ -99,7 +99,8 @@ impl Store {
     ) -> StoreResult<std::collections::HashSet<String>> {
         crate::rows::distinct_among(
             &self.pool,
-            "SELECT DISTINCT name FROM pieces WHERE name IN",
+            self.backend,
+            |_| "SELECT DISTINCT name FROM pieces WHERE name IN".to_string(),
             &[],
             names,
             "read which pieces are stored",

@@ -5,6 +5,7 @@ use sqlx::{Any, Row};
 
 use crate::error::{StoreError, StoreResult};
 use crate::model::JobId;
+use crate::store::{Backend, Marks};
 
 pub(crate) fn col<'r, T: sqlx::Decode<'r, Any> + sqlx::Type<Any>>(
     row: &'r AnyRow,
@@ -27,21 +28,22 @@ pub(crate) fn parse_json(text: &str, what: &str) -> StoreResult<serde_json::Valu
     })
 }
 
-/// The distinct values of the first column that `select` finds among `values`, asked 500 at a
-/// time: `select` ends where the list goes (`… WHERE name IN`), and binds `fixed` first.
+/// The distinct values of the first column that the query finds among `values`, asked 500 at
+/// a time. `select` writes the query up to where the list goes (`… WHERE name IN`), taking a
+/// placeholder from the [`Marks`] for each of `fixed`, which are bound first.
 pub(crate) async fn distinct_among(
     pool: &sqlx::AnyPool,
-    select: &str,
+    backend: Backend,
+    select: impl Fn(&mut Marks) -> String,
     fixed: &[String],
     values: &[String],
     what: &'static str,
 ) -> StoreResult<std::collections::HashSet<String>> {
     let mut found = std::collections::HashSet::new();
     for chunk in values.chunks(500) {
-        let marks: Vec<String> = (0..chunk.len())
-            .map(|i| format!("${}", fixed.len() + i + 1))
-            .collect();
-        let sql = format!("{select} ({})", marks.join(", "));
+        let mut marks = Marks::new(backend);
+        let head = select(&mut marks);
+        let sql = format!("{head} ({})", marks.list(chunk.len()));
         let mut query = sqlx::query::<Any>(sqlx::AssertSqlSafe(sql));
         for value in fixed.iter().chain(chunk) {
             query = query.bind(value.clone());

@@ -31,8 +31,35 @@ struct Listing {
     answer: Result<Vec<String>, LlmError>,
 }
 
-/// Where one endpoint's last listing is kept; locked while the endpoint is asked.
-type ListingSlot = Arc<tokio::sync::Mutex<Option<Listing>>>;
+/// Where one endpoint's last listing is kept.
+type ListingSlot = Arc<Slot>;
+
+/// One endpoint's last listing, and the lock its askers take.
+#[derive(Debug, Default)]
+struct Slot {
+    /// Held while the endpoint is asked, so that callers who find no recent answer ask once.
+    asking: tokio::sync::Mutex<()>,
+    /// The last answer, read without waiting: a thousand runs starting at once each take it
+    /// in turn here, not in a queue of wake-ups on `asking`.
+    last: Mutex<Option<Listing>>,
+}
+
+impl Slot {
+    /// The kept answer, when it will do: given after `asked_at` (by the caller this one
+    /// waited for), or recent enough for `freshness`.
+    fn kept(
+        &self,
+        asked_at: Instant,
+        freshness: Freshness,
+    ) -> Option<Result<Vec<String>, LlmError>> {
+        let last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        let last = last.as_ref()?;
+        let answered_while_waiting = last.at >= asked_at;
+        let recent =
+            freshness == Freshness::Recent && last.answer.is_ok() && last.at.elapsed() < SERVED_FOR;
+        (answered_while_waiting || recent).then(|| last.answer.clone())
+    }
+}
 
 /// Clients and model lists, shared by the runs of one worker.
 #[derive(Debug, Default)]
@@ -114,19 +141,16 @@ impl ModelClients {
                 }
             }
         };
-        let mut listing = slot.lock().await;
-        if let Some(last) = listing.as_ref() {
-            // Asked by another caller while this one waited: its answer is as fresh as can be.
-            let answered_while_waiting = last.at >= asked_at;
-            let recent = freshness == Freshness::Recent
-                && last.answer.is_ok()
-                && last.at.elapsed() < SERVED_FOR;
-            if answered_while_waiting || recent {
-                return Ok(last.answer.clone());
-            }
+        if let Some(answer) = slot.kept(asked_at, freshness) {
+            return Ok(answer);
+        }
+        let _asking = slot.asking.lock().await;
+        // Asked by another caller while this one waited: its answer is as fresh as can be.
+        if let Some(answer) = slot.kept(asked_at, freshness) {
+            return Ok(answer);
         }
         let answer = self.client(config)?.list_models().await;
-        *listing = Some(Listing {
+        *slot.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(Listing {
             at: Instant::now(),
             answer: answer.clone(),
         });

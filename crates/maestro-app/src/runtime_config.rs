@@ -323,7 +323,16 @@ impl ConfigWatch {
 
     async fn checked(&self, now: bool) -> (Arc<Config>, ETag) {
         let inner = &self.inner;
-        let mut state = inner.state.lock().await;
+        // Nobody is checking and the last check is recent: no wait in the lock's queue, which
+        // a thousand runs starting at once would otherwise pass through one wake-up at a time.
+        let mut state = match inner.state.try_lock() {
+            Ok(state) if !now && state.checked.is_some_and(|at| at.elapsed() < Self::POLL) => {
+                drop(state);
+                return self.latest();
+            }
+            Ok(state) => state,
+            Err(_) => inner.state.lock().await,
+        };
         if now || state.checked.is_none_or(|at| at.elapsed() >= Self::POLL) {
             state.checked = Some(Instant::now());
             match inner.store.config_version().await {

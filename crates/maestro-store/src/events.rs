@@ -4,7 +4,9 @@
 
 use std::collections::HashSet;
 
-use sqlx::{Any, Transaction};
+use sqlx::Any;
+
+use crate::store::WriteTx;
 
 use crate::error::{StoreError, StoreResult};
 use crate::fence::FENCED;
@@ -168,7 +170,7 @@ impl Store {
     /// `tx` ends, so a takeover waits for the commit.
     async fn fences_held(
         &self,
-        tx: &mut Transaction<'static, Any>,
+        tx: &mut WriteTx,
         batches: &[&EventBatch],
     ) -> StoreResult<HashSet<LeaseKey>> {
         let mut held = HashSet::with_capacity(batches.len());
@@ -239,7 +241,7 @@ impl Store {
     /// job's row is then share-locked until `tx` ends, so a takeover waits for the commit.
     async fn fence_refusal(
         &self,
-        tx: &mut Transaction<'static, Any>,
+        tx: &mut WriteTx,
         lease: &Lease,
     ) -> StoreResult<Option<StoreError>> {
         let check = format!(
@@ -262,7 +264,7 @@ impl Store {
     /// Inserts `events` (one statement: all rows or none).
     async fn insert_events(
         &self,
-        tx: &mut Transaction<'static, Any>,
+        tx: &mut WriteTx,
         lease: &Lease,
         events: &[NewEvent],
         now: i64,
@@ -330,7 +332,7 @@ impl Store {
     }
 }
 
-async fn run(tx: &mut Transaction<'static, Any>, statement: &'static str) -> StoreResult<()> {
+async fn run(tx: &mut WriteTx, statement: &'static str) -> StoreResult<()> {
     sqlx::query::<Any>(statement)
         .execute(&mut **tx)
         .await

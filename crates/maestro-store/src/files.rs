@@ -3,8 +3,10 @@
 //! them; the caller checks them (`maestro_app::JobPath`).
 
 use sha2::{Digest, Sha256};
+use sqlx::Any;
 use sqlx::any::AnyRow;
-use sqlx::{Any, Transaction};
+
+use crate::store::WriteTx;
 
 use crate::clock::from_ms;
 use crate::error::{StoreError, StoreResult};
@@ -134,7 +136,7 @@ impl Store {
     /// Writes `files`' blobs and rows inside `tx` (a row already there for a path is replaced).
     async fn put_files(
         &self,
-        tx: &mut Transaction<'static, Any>,
+        tx: &mut WriteTx,
         job: JobId,
         kind: FileKind,
         files: &[NewFile],

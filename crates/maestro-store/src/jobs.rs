@@ -4,7 +4,9 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use sqlx::any::AnyRow;
-use sqlx::{Any, Executor, Transaction};
+use sqlx::{Any, Executor};
+
+use crate::store::WriteTx;
 
 use crate::clock::{duration_ms, from_ms};
 use crate::error::{StoreError, StoreResult};
@@ -91,7 +93,7 @@ impl Store {
     /// job fired by a schedule belongs to the schedule's owner.
     pub(crate) async fn insert_job(
         &self,
-        tx: &mut Transaction<'static, Any>,
+        tx: &mut WriteTx,
         job: &NewJob,
         schedule: Option<(&str, i64)>,
     ) -> StoreResult<JobId> {

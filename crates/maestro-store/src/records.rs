@@ -2,7 +2,9 @@
 //! their heartbeats and comments on jobs.
 
 use sha2::{Digest, Sha256};
-use sqlx::{Any, Transaction};
+use sqlx::Any;
+
+use crate::store::WriteTx;
 
 use crate::clock::{from_ms, to_ms};
 use crate::error::{StoreError, StoreResult};
@@ -14,7 +16,7 @@ impl Store {
     /// Appends to the audit log inside `tx`.
     pub(crate) async fn audit_in(
         &self,
-        tx: &mut Transaction<'static, Any>,
+        tx: &mut WriteTx,
         actor: &str,
         action: AuditAction,
         job: Option<JobId>,

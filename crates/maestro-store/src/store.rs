@@ -319,6 +319,44 @@ pub struct Store {
     pub(crate) notifier: Arc<crate::watch::Notifier>,
     /// SQLite only: the task that checkpoints the write-ahead log, stopped with the last clone.
     _checkpointer: Option<Arc<Checkpointer>>,
+    /// SQLite only: one write transaction at a time in this process ([`Store::begin_write`]).
+    write_turn: Option<Arc<tokio::sync::Semaphore>>,
+}
+
+/// A write transaction ([`Store::begin_write`]), used as the connection it runs on (`&mut
+/// *tx`). On SQLite it holds the store's write turn until it is committed or dropped.
+#[derive(Debug)]
+pub(crate) struct WriteTx {
+    // Dropped first: a transaction dropped unfinished queues its rollback before the turn
+    // passes on.
+    tx: Transaction<'static, Any>,
+    _turn: Option<tokio::sync::OwnedSemaphorePermit>,
+}
+
+impl WriteTx {
+    /// Commits the transaction, then passes the write turn on.
+    pub(crate) async fn commit(self) -> Result<(), sqlx::Error> {
+        self.tx.commit().await
+    }
+
+    /// Undoes the transaction, then passes the write turn on.
+    pub(crate) async fn rollback(self) -> Result<(), sqlx::Error> {
+        self.tx.rollback().await
+    }
+}
+
+impl std::ops::Deref for WriteTx {
+    type Target = AnyConnection;
+
+    fn deref(&self) -> &AnyConnection {
+        &self.tx
+    }
+}
+
+impl std::ops::DerefMut for WriteTx {
+    fn deref_mut(&mut self) -> &mut AnyConnection {
+        &mut self.tx
+    }
 }
 
 /// Checkpoints a SQLite store's write-ahead log from a connection of its own, every
@@ -686,6 +724,8 @@ impl Store {
             url: url.clone(),
             notifier: Arc::new(crate::watch::Notifier::new(backend, url.driver_url(access))),
             _checkpointer: checkpointer,
+            write_turn: (backend == Backend::Sqlite)
+                .then(|| Arc::new(tokio::sync::Semaphore::new(1))),
         })
     }
 
@@ -790,11 +830,22 @@ impl Store {
         }
     }
 
-    pub(crate) async fn begin_write(&self) -> StoreResult<Transaction<'static, Any>> {
-        self.pool
+    /// Begins a write transaction. On SQLite it first waits for this store's write turn, so
+    /// that the process's writers (the events writer, the run ends, the claims, the lease
+    /// keeper) queue here, each woken when the last is done, instead of in SQLite's busy
+    /// handler, which sleeps 1, 2, 5, 10 ms and longer between its tries for the lock.
+    pub(crate) async fn begin_write(&self) -> StoreResult<WriteTx> {
+        // The semaphore is never closed, so an acquire cannot fail.
+        let turn = match &self.write_turn {
+            Some(turns) => Arc::clone(turns).acquire_owned().await.ok(),
+            None => None,
+        };
+        let tx = self
+            .pool
             .begin_with(self.backend.begin_write())
             .await
-            .map_err(StoreError::query("begin a write transaction"))
+            .map_err(StoreError::query("begin a write transaction"))?;
+        Ok(WriteTx { tx, _turn: turn })
     }
 
     /// The current time by the store's clock.
@@ -821,6 +872,39 @@ mod tests {
         let lengths: Vec<usize> = pow2_chunks(&items[..45], 64).map(<[usize]>::len).collect();
         assert_eq!(lengths, vec![32, 8, 4, 1]);
         assert_eq!(pow2_chunks::<usize>(&[], 64).count(), 0);
+    }
+
+    /// Writers of one process that find the write lock taken wait their turn in the order they
+    /// asked, each woken when the last one is done. Left to SQLite's busy handler, a writer that
+    /// has waited long sleeps longer between its tries, and one that asked later takes the lock
+    /// first.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn writers_of_one_process_write_in_the_order_they_asked() {
+        use crate::{JobQueue, NewJob};
+        let dir = tempfile::tempdir().unwrap();
+        let url = StoreUrl::Sqlite {
+            path: dir.path().join("maestro.db"),
+        };
+        let store = Store::open(&url).await.unwrap();
+        let submit = |task: &'static str| {
+            let store = store.clone();
+            tokio::spawn(async move { store.submit(NewJob::new("p", task, "t")).await })
+        };
+        let held = store.begin_write().await.unwrap();
+        let first = submit("first");
+        // By now the first writer's busy handler sleeps 20 ms and more between tries.
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        let second = submit("second");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        held.commit().await.unwrap();
+        first.await.unwrap().unwrap();
+        second.await.unwrap().unwrap();
+        let order: Vec<String> =
+            sqlx::query_scalar::<Any, String>("SELECT task FROM jobs ORDER BY rowid")
+                .fetch_all(&store.pool)
+                .await
+                .unwrap();
+        assert_eq!(order, ["first", "second"]);
     }
 
     #[test]

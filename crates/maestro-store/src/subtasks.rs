@@ -7,6 +7,8 @@
 
 use sqlx::Any;
 
+use crate::store::WriteTx;
+
 use crate::error::{StoreError, StoreResult};
 use crate::fence::FENCED;
 use crate::jobs::{JOB_COLUMNS, job_from_row};
@@ -180,11 +182,7 @@ impl Store {
 
     /// The sweep's part for subtasks: every parent waiting with no open child is queued again
     /// (a writer that died between its commit and its wake left it waiting).
-    pub(crate) async fn wake_parents_in(
-        &self,
-        tx: &mut sqlx::Transaction<'static, Any>,
-        now: i64,
-    ) -> StoreResult<()> {
+    pub(crate) async fn wake_parents_in(&self, tx: &mut WriteTx, now: i64) -> StoreResult<()> {
         let sql = format!(
             "UPDATE jobs SET status = 'queued', run_at = $1, updated_at = $1, reason = NULL, \
              attempts = 0 WHERE status = 'waiting_subtasks' AND NOT EXISTS \

@@ -831,8 +831,8 @@ impl Store {
     }
 
     /// Begins a write transaction. On SQLite it first waits for this store's write turn, so
-    /// that the process's writers (the events writer, the run ends, the claims, the lease
-    /// keeper) queue here, each woken when the last is done, instead of in SQLite's busy
+    /// that the process's writers (the events writer, the run ends, the claims, submits)
+    /// queue here, each woken when the last is done, instead of in SQLite's busy
     /// handler, which sleeps 1, 2, 5, 10 ms and longer between its tries for the lock.
     pub(crate) async fn begin_write(&self) -> StoreResult<WriteTx> {
         // The semaphore is never closed, so an acquire cannot fail.

@@ -27,6 +27,11 @@ fn main() {
     // The knowledge base's PDF and Office tests make their files with the Python writers.
     maestro_buildcheck::check_document_writers();
     maestro_buildcheck::check_pdf_programs();
+    // The tools' end-to-end tests run Bash under bubblewrap, and SSH and MCP tools against
+    // real servers.
+    maestro_buildcheck::check_bubblewrap();
+    maestro_buildcheck::check_sshd();
+    maestro_buildcheck::check_mcp_servers();
     println!("cargo:rerun-if-env-changed=MAESTRO_NO_RELR");
     println!("cargo:rerun-if-env-changed=MAESTRO_NO_CODE_ORDER");
     let var = |name: &str| std::env::var(name).unwrap_or_default();

@@ -1,10 +1,14 @@
 //! Embeds every `docs/tools/<Tool>.md` of the repository into the library, so `ReadToolDoc`
 //! works wherever the binary runs. A doc added by any tool module is picked up automatically.
+//! Also marks the build `no_bwrap` when bubblewrap is not installed (see `maestro-buildcheck`).
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // And marks the build `no_bwrap` when bubblewrap is not installed, so the tests that run
+    // commands under it show as ignored.
+    maestro_buildcheck::check_bubblewrap();
     let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?);
     let docs = manifest.join("../../docs/tools");
     println!("cargo:rerun-if-changed={}", docs.display());

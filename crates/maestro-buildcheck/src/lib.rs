@@ -1,6 +1,8 @@
 //! Checks that build scripts share: whether PostgreSQL's `initdb` is installed, whether the
 //! test OpenID Connect provider (node and its npm packages) can run, whether the browser tests
-//! can (Chromium, chromedriver and axe-core).
+//! can (Chromium, chromedriver and axe-core), and likewise for bubblewrap, the OpenSSH server,
+//! the reference MCP servers, the Python packages the tests make their files with, and
+//! mounting.
 //!
 //! A crate whose tests run on a real PostgreSQL cluster calls [`check_postgres`] from its
 //! build script (as a build dependency): when `initdb` is missing the build is marked
@@ -189,22 +191,8 @@ fn can_mount_tmpfs() -> bool {
 /// `#[cfg_attr(no_openai_python, ignore = "…")]`, so they show as ignored instead of failing.
 pub fn check_openai_python() {
     println!("cargo::rustc-check-cfg=cfg(no_openai_python)");
-    println!("cargo::rerun-if-env-changed=PATH");
-    let python = find_in_path("python3");
-    println!(
-        "cargo::rerun-if-changed={}",
-        python
-            .as_deref()
-            .unwrap_or(Path::new("/usr/bin/python3"))
-            .display()
-    );
-    let importable = python.is_some()
-        && std::process::Command::new("python3")
-            .args(["-c", "import openai"])
-            .stderr(std::process::Stdio::null())
-            .status()
-            .is_ok_and(|status| status.success());
-    if !importable {
+    watched_program("python3");
+    if !python_imports("openai") {
         println!("cargo::rustc-cfg=no_openai_python");
         println!(
             "cargo::warning=the Python package openai is not installed (python3 -m pip install \
@@ -288,6 +276,116 @@ pub fn check_pdf_programs() {
         println!(
             "cargo::warning=poppler-utils or qpdf is not installed (scripts/prerequisites.sh): \
              the PDF tests will be ignored"
+        );
+    }
+}
+
+/// `program` on `PATH`, with the directives that rerun the build script when `PATH` changes or
+/// the program appears, changes or goes away (under `/usr/bin` when it is not found).
+fn watched_program(program: &str) -> Option<PathBuf> {
+    println!("cargo::rerun-if-env-changed=PATH");
+    let found = find_in_path(program);
+    let watched = found
+        .clone()
+        .unwrap_or_else(|| Path::new("/usr/bin").join(program));
+    println!("cargo::rerun-if-changed={}", watched.display());
+    found
+}
+
+/// True when `python3` on `PATH` imports `module`.
+fn python_imports(module: &str) -> bool {
+    find_in_path("python3").is_some()
+        && std::process::Command::new("python3")
+            .args(["-c", &format!("import {module}")])
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|status| status.success())
+}
+
+/// Prints the cargo directives of the bubblewrap check: declares the `no_bwrap` cfg and sets
+/// it, with a build warning naming the package, when `bwrap` is not on `PATH`. Tests that run
+/// commands under bubblewrap (`safety.bash_sandbox: always`) carry
+/// `#[cfg_attr(no_bwrap, ignore = "…")]`, so they show as ignored instead of failing. Where
+/// `bwrap` is installed but cannot start (no unprivileged user namespaces), they run and fail
+/// with the sandbox's own reason.
+pub fn check_bubblewrap() {
+    println!("cargo::rustc-check-cfg=cfg(no_bwrap)");
+    if watched_program("bwrap").is_none() {
+        println!("cargo::rustc-cfg=no_bwrap");
+        println!(
+            "cargo::warning=bubblewrap is not installed (apt-get install bubblewrap, or \
+             scripts/prerequisites.sh): the tests of the bubblewrap sandbox will be ignored"
+        );
+    }
+}
+
+/// Prints the cargo directives of the OpenSSH check: declares the `no_sshd` cfg and sets it,
+/// with a build warning naming the package, when `/usr/sbin/sshd` or `ssh-keygen` is missing.
+/// Tests that start `maestro_testkit::Sshd` carry `#[cfg_attr(no_sshd, ignore = "…")]`, so they
+/// show as ignored instead of failing.
+pub fn check_sshd() {
+    println!("cargo::rustc-check-cfg=cfg(no_sshd)");
+    println!("cargo::rerun-if-env-changed=PATH");
+    println!("cargo::rerun-if-changed=/usr/sbin/sshd");
+    let installed = Path::new("/usr/sbin/sshd").is_file() && find_in_path("ssh-keygen").is_some();
+    if !installed {
+        println!("cargo::rustc-cfg=no_sshd");
+        println!(
+            "cargo::warning=the OpenSSH server is not installed (apt-get install \
+             openssh-server, or scripts/prerequisites.sh): the SSH tests will be ignored"
+        );
+    }
+}
+
+/// Prints the cargo directives of the MCP servers check: declares the
+/// `no_mcp_filesystem_server` cfg and sets it when the reference filesystem server
+/// (`$MAESTRO_TEST_MCP_FS_SERVER`, by default
+/// `/opt/maestro-test/node_modules/.bin/mcp-server-filesystem`) is missing, and
+/// `no_python_mcp` when `python3` cannot import the official MCP SDK (`mcp`), each with a build
+/// warning naming the fix. The tests that start those servers carry the matching
+/// `#[cfg_attr(…, ignore = "…")]`, so they show as ignored instead of failing.
+pub fn check_mcp_servers() {
+    println!("cargo::rustc-check-cfg=cfg(no_mcp_filesystem_server)");
+    println!("cargo::rustc-check-cfg=cfg(no_python_mcp)");
+    println!("cargo::rerun-if-env-changed=MAESTRO_TEST_MCP_FS_SERVER");
+    println!("cargo::rerun-if-env-changed=PATH");
+    let server = std::env::var_os("MAESTRO_TEST_MCP_FS_SERVER")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from("/opt/maestro-test/node_modules/.bin/mcp-server-filesystem")
+        });
+    println!("cargo::rerun-if-changed={}", server.display());
+    if !server.exists() {
+        println!("cargo::rustc-cfg=no_mcp_filesystem_server");
+        println!(
+            "cargo::warning={} is missing (npm install --prefix /opt/maestro-test \
+             @modelcontextprotocol/server-filesystem@2026.8.31, or scripts/prerequisites.sh): \
+             the tests with the reference MCP filesystem server will be ignored",
+            server.display()
+        );
+    }
+    if !python_imports("mcp") {
+        println!("cargo::rustc-cfg=no_python_mcp");
+        println!(
+            "cargo::warning=the Python MCP SDK is not installed (python3 -m pip install \
+             mcp==2.3.0, or scripts/prerequisites.sh): the tests with the Python MCP server \
+             will be ignored"
+        );
+    }
+}
+
+/// Prints the cargo directives of the Pillow check: declares the `no_pillow` cfg and sets it,
+/// with a build warning naming the fix, when `python3` cannot import `PIL`. Tests that make
+/// their images with Pillow carry `#[cfg_attr(no_pillow, ignore = "…")]`, so they show as
+/// ignored instead of failing.
+pub fn check_pillow() {
+    println!("cargo::rustc-check-cfg=cfg(no_pillow)");
+    println!("cargo::rerun-if-env-changed=PATH");
+    if !python_imports("PIL") {
+        println!("cargo::rustc-cfg=no_pillow");
+        println!(
+            "cargo::warning=Pillow is not installed (python3 -m pip install pillow, or \
+             scripts/prerequisites.sh): the tests with Pillow's images will be ignored"
         );
     }
 }

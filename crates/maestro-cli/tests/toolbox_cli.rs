@@ -83,6 +83,10 @@ async fn web_fetch_is_refused_by_default_and_allowed_by_the_config() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+#[cfg_attr(
+    no_python_mcp,
+    ignore = "needs the Python MCP SDK: python3 -m pip install mcp==2.3.0, or scripts/prerequisites.sh"
+)]
 async fn mcp_tools_are_listed_and_called_and_their_servers_stopped() {
     let dir = tempfile::tempdir().unwrap();
     let script = mcp_script(dir.path());
@@ -289,6 +293,10 @@ fn toolbelt_calls(page_url: &str) -> Vec<(&'static str, Value, &'static str)> {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+#[cfg_attr(
+    no_python_mcp,
+    ignore = "needs the Python MCP SDK: python3 -m pip install mcp==2.3.0, or scripts/prerequisites.sh"
+)]
 async fn every_tool_works_through_a_scripted_run() {
     let web = Web::start().await;
     let dir = tempfile::tempdir().unwrap();
@@ -346,6 +354,10 @@ async fn every_tool_works_through_a_scripted_run() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+#[cfg_attr(
+    no_sshd,
+    ignore = "needs the OpenSSH server: apt-get install openssh-server, or scripts/prerequisites.sh"
+)]
 async fn ssh_tools_work_by_hand_for_allowed_connections_only() {
     const CONN: &str = "6f9619ff-8b86-d011-b42d-00c04fc964ff";
     let sshd = Sshd::start();
@@ -533,6 +545,10 @@ fn remote_calls(web: &Web, sshd: &Sshd) -> Vec<(&'static str, Value, bool, Strin
 }
 
 #[tokio::test(flavor = "multi_thread")]
+#[cfg_attr(
+    no_sshd,
+    ignore = "needs the OpenSSH server: apt-get install openssh-server, or scripts/prerequisites.sh"
+)]
 async fn download_search_pieces_skills_and_ssh_tools_work_through_a_scripted_run() {
     let web = Web::start().await;
     let sshd = Sshd::start();

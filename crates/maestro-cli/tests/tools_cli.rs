@@ -164,6 +164,10 @@ fn unknown_tools_list_what_this_configuration_can_call() {
 }
 
 #[test]
+#[cfg_attr(
+    no_bwrap,
+    ignore = "needs bubblewrap: apt-get install bubblewrap, or scripts/prerequisites.sh"
+)]
 fn bash_goes_through_the_sandbox_and_the_allowlist() {
     let dir = tempfile::tempdir().unwrap();
     let ws = dir.path();
@@ -238,6 +242,10 @@ fn usage_errors_exit_two() {
 /// The operator sees which sandbox `Bash` runs in, at the default log level: bubblewrap as
 /// information, the landlock fallback as a warning.
 #[test]
+#[cfg_attr(
+    no_bwrap,
+    ignore = "needs bubblewrap: apt-get install bubblewrap, or scripts/prerequisites.sh"
+)]
 fn the_chosen_sandbox_is_logged_once() {
     for (mode, expected) in [
         ("always", "Bash sandbox: bubblewrap + seccomp"),

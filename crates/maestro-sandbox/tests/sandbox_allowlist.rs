@@ -55,6 +55,10 @@ async fn assert_all_refused(mode: BashSandboxMode) {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    no_bwrap,
+    ignore = "needs bubblewrap: apt-get install bubblewrap, or scripts/prerequisites.sh"
+)]
 async fn bypasses_are_refused_under_bubblewrap() {
     assert_all_refused(BashSandboxMode::Always).await;
 }
@@ -65,6 +69,10 @@ async fn bypasses_are_refused_in_the_fallback() {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    no_bwrap,
+    ignore = "needs bubblewrap: apt-get install bubblewrap, or scripts/prerequisites.sh"
+)]
 async fn refusals_say_what_to_do() {
     let b = Bench::new(BashSandboxMode::Always).allow(&["ls", "pip", "python3", "npm"]);
     let cases = [
@@ -96,6 +104,10 @@ async fn refusals_say_what_to_do() {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    no_bwrap,
+    ignore = "needs bubblewrap: apt-get install bubblewrap, or scripts/prerequisites.sh"
+)]
 async fn allowed_pipelines_run() {
     let b = Bench::new(BashSandboxMode::Always)
         .allow(&["printf", "sort", "uniq", "wc", "xargs", "echo"]);

@@ -14,6 +14,10 @@ fn bench() -> Bench {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    no_bwrap,
+    ignore = "needs bubblewrap: apt-get install bubblewrap, or scripts/prerequisites.sh"
+)]
 async fn bubblewrap_works_here_so_these_tests_test_it() {
     let out = bench().bash("echo inside").await;
     assert_eq!((out.ok, out.output.as_str()), (true, "inside\n"), "{out:?}");
@@ -98,6 +102,10 @@ async fn writes_outside_the_workspace_fail() {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    no_bwrap,
+    ignore = "needs bubblewrap: apt-get install bubblewrap, or scripts/prerequisites.sh"
+)]
 async fn only_writable_dirs_of_editing_movements_are_writable() {
     let b = bench().allow(&["touch"]);
     assert!(!b.bash("touch output/a").await.ok);
@@ -113,6 +121,10 @@ async fn only_writable_dirs_of_editing_movements_are_writable() {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    no_bwrap,
+    ignore = "needs bubblewrap: apt-get install bubblewrap, or scripts/prerequisites.sh"
+)]
 async fn the_network_is_unreachable() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     listener.set_nonblocking(true).unwrap();
@@ -139,6 +151,10 @@ async fn the_network_is_unreachable() {
 
 #[tokio::test]
 #[allow(unsafe_code)]
+#[cfg_attr(
+    no_bwrap,
+    ignore = "needs bubblewrap: apt-get install bubblewrap, or scripts/prerequisites.sh"
+)]
 async fn the_parent_environment_is_not_inherited() {
     // SAFETY: nextest runs every test in its own process; nothing else reads the environment
     // concurrently at this point.
@@ -152,6 +168,10 @@ async fn the_parent_environment_is_not_inherited() {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    no_bwrap,
+    ignore = "needs bubblewrap: apt-get install bubblewrap, or scripts/prerequisites.sh"
+)]
 async fn the_sandbox_has_its_own_pid_namespace_and_no_capabilities() {
     let b = bench().allow(&["ls", "grep", "wc", "id"]);
     let out = b.bash("ls /proc | grep -c '^[0-9]'").await;
@@ -162,6 +182,10 @@ async fn the_sandbox_has_its_own_pid_namespace_and_no_capabilities() {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    no_bwrap,
+    ignore = "needs bubblewrap: apt-get install bubblewrap, or scripts/prerequisites.sh"
+)]
 async fn a_fork_bomb_is_contained() {
     let b = bench().allow(&["*"]);
     let marker = format!("forkbomb-{}.sh", std::process::id());
@@ -199,6 +223,10 @@ async fn a_fork_bomb_is_contained() {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    no_bwrap,
+    ignore = "needs bubblewrap: apt-get install bubblewrap, or scripts/prerequisites.sh"
+)]
 async fn a_time_limit_kills_the_command_and_its_children() {
     let b = bench().allow(&["sleep"]);
     let out = b
@@ -215,6 +243,10 @@ async fn a_time_limit_kills_the_command_and_its_children() {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    no_bwrap,
+    ignore = "needs bubblewrap: apt-get install bubblewrap, or scripts/prerequisites.sh"
+)]
 async fn runaway_output_is_capped_and_marked() {
     let b = bench().allow(&["yes", "seq"]);
     let out = b.bash("yes").await;
@@ -243,6 +275,10 @@ async fn runaway_output_is_capped_and_marked() {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    no_bwrap,
+    ignore = "needs bubblewrap: apt-get install bubblewrap, or scripts/prerequisites.sh"
+)]
 async fn symlinks_out_of_the_workspace_lead_nowhere() {
     let b = bench().editing().allow(&["cat", "echo", "ln", "ls"]);
     std::os::unix::fs::symlink("/etc", b.path("output/etc")).unwrap();
@@ -300,6 +336,10 @@ async fn symlinks_out_of_the_workspace_lead_nowhere() {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    no_bwrap,
+    ignore = "needs bubblewrap: apt-get install bubblewrap, or scripts/prerequisites.sh"
+)]
 async fn cancellation_stops_the_command_and_everything_it_started() {
     let b = bench().allow(&["sleep"]);
     let cancel = b.ctx.cancel.clone();
@@ -329,6 +369,10 @@ async fn cancellation_stops_the_command_and_everything_it_started() {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    no_bwrap,
+    ignore = "needs bubblewrap: apt-get install bubblewrap, or scripts/prerequisites.sh"
+)]
 async fn file_tools_wait_for_a_running_command_so_it_cannot_swap_paths_under_them() {
     let b = std::sync::Arc::new(bench().editing().allow(&["sleep", "echo"]));
     let runner = std::sync::Arc::clone(&b);

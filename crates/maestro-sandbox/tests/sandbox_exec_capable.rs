@@ -59,6 +59,10 @@ async fn assert_refused_without_effect(mode: BashSandboxMode) {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    no_bwrap,
+    ignore = "needs bubblewrap: apt-get install bubblewrap, or scripts/prerequisites.sh"
+)]
 async fn exec_capable_forms_are_refused_under_bubblewrap() {
     assert_refused_without_effect(BashSandboxMode::Always).await;
 }
@@ -92,6 +96,10 @@ async fn assert_sort_reproduction_refused(mode: BashSandboxMode) {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    no_bwrap,
+    ignore = "needs bubblewrap: apt-get install bubblewrap, or scripts/prerequisites.sh"
+)]
 async fn the_sort_reproduction_is_refused_under_bubblewrap() {
     assert_sort_reproduction_refused(BashSandboxMode::Always).await;
 }
@@ -102,6 +110,10 @@ async fn the_sort_reproduction_is_refused_in_the_fallback() {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    no_bwrap,
+    ignore = "needs bubblewrap: apt-get install bubblewrap, or scripts/prerequisites.sh"
+)]
 async fn interpreters_run_only_with_the_wildcard() {
     let b = bench(BashSandboxMode::Always, &["python3"]);
     let out = b.bash("python3 -c 'print(6 * 7)'").await;
@@ -118,6 +130,10 @@ async fn interpreters_run_only_with_the_wildcard() {
 
 /// With `*`, the forms run, so the absence of `output/pwned` above is the refusal's doing.
 #[tokio::test]
+#[cfg_attr(
+    no_bwrap,
+    ignore = "needs bubblewrap: apt-get install bubblewrap, or scripts/prerequisites.sh"
+)]
 async fn with_the_wildcard_the_same_forms_run_inside_the_sandbox() {
     for command in [
         "sed '1e touch output/pwned' input/a.txt",
@@ -132,6 +148,10 @@ async fn with_the_wildcard_the_same_forms_run_inside_the_sandbox() {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    no_bwrap,
+    ignore = "needs bubblewrap: apt-get install bubblewrap, or scripts/prerequisites.sh"
+)]
 async fn harmless_uses_of_the_same_programs_still_run() {
     let b = bench(
         BashSandboxMode::Always,

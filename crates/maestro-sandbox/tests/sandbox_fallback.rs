@@ -94,6 +94,10 @@ async fn the_time_limit_kills_the_process_group() {
 /// Programs that can run other programs are handled by the policy the same way in every mode,
 /// so the fallback uses the same default list: `awk` runs, `awk system()` does not.
 #[tokio::test]
+#[cfg_attr(
+    no_bwrap,
+    ignore = "needs bubblewrap: apt-get install bubblewrap, or scripts/prerequisites.sh"
+)]
 async fn the_default_allowlist_is_the_same_in_the_fallback() {
     for mode in [BashSandboxMode::Off, BashSandboxMode::Always] {
         let b = Bench::new(mode);

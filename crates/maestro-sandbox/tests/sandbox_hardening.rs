@@ -14,7 +14,9 @@ use support::Bench;
 macro_rules! both_modes {
     ($($name:ident),* $(,)?) => {
         mod bubblewrap {
-            $(#[tokio::test] async fn $name() { super::$name(maestro_tools::BashSandboxMode::Always).await; })*
+            $(#[tokio::test]
+            #[cfg_attr(no_bwrap, ignore = "needs bubblewrap: apt-get install bubblewrap, or scripts/prerequisites.sh")]
+            async fn $name() { super::$name(maestro_tools::BashSandboxMode::Always).await; })*
         }
         mod landlock {
             $(#[tokio::test] async fn $name() { super::$name(maestro_tools::BashSandboxMode::Off).await; })*
@@ -264,6 +266,10 @@ async fn the_scratch_directory_is_private_and_removed_in_the_fallback() {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    no_bwrap,
+    ignore = "needs bubblewrap: apt-get install bubblewrap, or scripts/prerequisites.sh"
+)]
 async fn set_id_bits_left_in_the_workspace_are_cleared_and_reported() {
     // The last line of defence, exercised without a sandbox: a file that arrives with a set-id
     // bit is cleared after the next call and the call says so.

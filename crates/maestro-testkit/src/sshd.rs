@@ -2,8 +2,10 @@
 //! for "wrong key" cases), a config listening on a free loopback port with password and key
 //! authentication and SFTP, and a guard that stops the server when the test ends.
 //!
-//! Needs `/usr/sbin/sshd` and `ssh-keygen` (Debian `openssh-server`); a missing one is a test
-//! failure that names the package, never a silent skip.
+//! Needs `/usr/sbin/sshd` and `ssh-keygen` (Debian `openssh-server`). Tests that start it carry
+//! `#[cfg_attr(no_sshd, ignore = "…")]` (set by `maestro_buildcheck::check_sshd`), so on a
+//! machine without them they show as ignored, and where they are installed they run; a server
+//! that then fails to start is a test failure that names the cause, never a silent skip.
 
 // Test support: a failure to set up the server should stop the test with its reason.
 #![allow(clippy::unwrap_used, clippy::expect_used)]

@@ -65,6 +65,10 @@ async fn read_image_shows_the_model_the_image_and_answers_its_metadata() {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    no_pillow,
+    ignore = "needs Pillow: python3 -m pip install pillow, or scripts/prerequisites.sh"
+)]
 async fn read_image_turns_an_exif_rotated_photo_upright_and_shrinks_it() {
     let dir = tempfile::tempdir().unwrap();
     // 400×200 as stored, left half red, right half blue; orientation 6: turn 90° clockwise to view

@@ -24,6 +24,10 @@ fn config(servers: Vec<(&str, McpServer)>) -> McpConfig {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    no_mcp_filesystem_server,
+    ignore = "needs the reference MCP filesystem server: scripts/prerequisites.sh"
+)]
 async fn filesystem_server_tools_are_offered_and_called() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().canonicalize().unwrap();
@@ -67,6 +71,10 @@ async fn filesystem_server_tools_are_offered_and_called() {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    no_python_mcp,
+    ignore = "needs the Python MCP SDK: python3 -m pip install mcp==2.3.0, or scripts/prerequisites.sh"
+)]
 async fn python_sdk_server_over_stdio_and_http() {
     let http = HttpServer::start();
     let hub = McpHub::start(&config(vec![

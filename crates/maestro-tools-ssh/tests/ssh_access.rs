@@ -30,6 +30,10 @@ fn code(out: &maestro_tools::ToolOutput) -> &str {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    no_sshd,
+    ignore = "needs the OpenSSH server: apt-get install openssh-server, or scripts/prerequisites.sh"
+)]
 async fn allowlist_is_enforced_exactly() {
     let sshd = Sshd::start();
     let ws = tempfile::tempdir().unwrap();
@@ -135,6 +139,10 @@ async fn allowlist_is_enforced_exactly() {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    no_sshd,
+    ignore = "needs the OpenSSH server: apt-get install openssh-server, or scripts/prerequisites.sh"
+)]
 async fn host_keys_are_verified() {
     let sshd = Sshd::start();
     let ws = tempfile::tempdir().unwrap();
@@ -198,6 +206,10 @@ async fn host_keys_are_verified() {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    no_sshd,
+    ignore = "needs the OpenSSH server: apt-get install openssh-server, or scripts/prerequisites.sh"
+)]
 async fn secrets_never_reach_the_output() {
     let sshd = Sshd::start();
     let ws = tempfile::tempdir().unwrap();

@@ -8,6 +8,10 @@ use serde_json::json;
 use ssh_support::{CONN, Sshd, SshdExt, Tools};
 
 #[tokio::test]
+#[cfg_attr(
+    no_sshd,
+    ignore = "needs the OpenSSH server: apt-get install openssh-server, or scripts/prerequisites.sh"
+)]
 async fn exec_reports_exit_code_and_both_streams() {
     let sshd = Sshd::start();
     let ws = tempfile::tempdir().unwrap();
@@ -49,6 +53,10 @@ async fn exec_reports_exit_code_and_both_streams() {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    no_sshd,
+    ignore = "needs the OpenSSH server: apt-get install openssh-server, or scripts/prerequisites.sh"
+)]
 async fn exec_stops_at_its_timeout() {
     let sshd = Sshd::start();
     let ws = tempfile::tempdir().unwrap();
@@ -71,6 +79,10 @@ async fn exec_stops_at_its_timeout() {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    no_sshd,
+    ignore = "needs the OpenSSH server: apt-get install openssh-server, or scripts/prerequisites.sh"
+)]
 async fn upload_and_download_over_sftp() {
     let sshd = Sshd::start();
     let ws = tempfile::tempdir().unwrap();

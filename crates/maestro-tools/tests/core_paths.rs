@@ -139,6 +139,10 @@ async fn writes_are_limited_to_writable_dirs_and_edit_movements() {
 /// (its root included), with the file tools and with Bash, and still nowhere outside it. A
 /// workspace laid out for the run keeps writes under `output/`.
 #[tokio::test]
+#[cfg_attr(
+    no_bwrap,
+    ignore = "needs bubblewrap: apt-get install bubblewrap, or scripts/prerequisites.sh"
+)]
 async fn a_named_workspace_is_writable_anywhere_inside() {
     use std::os::unix::fs::MetadataExt;
     let laid_out = bench();

@@ -6,13 +6,11 @@ use std::collections::HashSet;
 
 use sqlx::Any;
 
-use crate::store::WriteTx;
-
 use crate::error::{StoreError, StoreResult};
 use crate::fence::FENCED;
 use crate::model::{Lease, LeaseKey, NewEvent};
 use crate::rows::{col, parse_id};
-use crate::store::{Marks, Store, pow2_chunks};
+use crate::store::{Marks, Store, WriteTx, pow2_chunks};
 
 /// The most rows one INSERT of [`Store::append_batches`] carries (six parameters each), and
 /// the most leases one fence check reads. Kept small on PostgreSQL's account too; on SQLite

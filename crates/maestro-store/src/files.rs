@@ -6,14 +6,12 @@ use sha2::{Digest, Sha256};
 use sqlx::Any;
 use sqlx::any::AnyRow;
 
-use crate::store::WriteTx;
-
 use crate::clock::from_ms;
 use crate::error::{StoreError, StoreResult};
 use crate::fence::FENCED;
 use crate::model::{JobId, Lease, NewJob};
 use crate::rows::{col, parse_id};
-use crate::store::Store;
+use crate::store::{Store, WriteTx};
 
 /// Which side of a run a job's file is on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

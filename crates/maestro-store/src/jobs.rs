@@ -6,8 +6,6 @@ use std::time::Duration;
 use sqlx::any::AnyRow;
 use sqlx::{Any, Executor};
 
-use crate::store::WriteTx;
-
 use crate::clock::{duration_ms, from_ms};
 use crate::error::{StoreError, StoreResult};
 use crate::model::{
@@ -16,7 +14,7 @@ use crate::model::{
 };
 use crate::queue::JobQueue;
 use crate::rows::{col, parse_id, parse_json};
-use crate::store::Store;
+use crate::store::{Store, WriteTx};
 
 pub(crate) const JOB_COLUMNS: &str = "id, piece, task, status, parent_id, priority, task_class, \
     workspace, submitted_by, attempts, max_attempts, fence, lease_owner, lease_expires_at, run_at, \

@@ -4,13 +4,11 @@
 use sha2::{Digest, Sha256};
 use sqlx::Any;
 
-use crate::store::WriteTx;
-
 use crate::clock::{from_ms, to_ms};
 use crate::error::{StoreError, StoreResult};
 use crate::model::{AuditAction, AuditEntry, Comment, CommentKind, JobId, WorkerInfo};
 use crate::rows::{col, parse_id};
-use crate::store::Store;
+use crate::store::{Store, WriteTx};
 
 impl Store {
     /// Appends to the audit log inside `tx`.

@@ -7,14 +7,12 @@
 
 use sqlx::Any;
 
-use crate::store::WriteTx;
-
 use crate::error::{StoreError, StoreResult};
 use crate::fence::FENCED;
 use crate::jobs::{JOB_COLUMNS, job_from_row};
 use crate::model::{Job, JobId, Lease, NewJob};
 use crate::rows::col;
-use crate::store::Store;
+use crate::store::{Store, WriteTx};
 
 /// The statuses of a job that has not ended.
 pub(crate) const OPEN: &str = "('queued', 'running', 'waiting_input', 'waiting_subtasks')";

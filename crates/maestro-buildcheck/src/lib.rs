@@ -239,15 +239,7 @@ pub fn check_python_venv() {
 pub fn check_document_writers() {
     println!("cargo::rustc-check-cfg=cfg(no_document_writers)");
     println!("cargo::rerun-if-env-changed=PATH");
-    let writers = std::process::Command::new("python3")
-        .args([
-            "-c",
-            "import docx, openpyxl, pptx, reportlab, msoffcrypto, xlwt, odf, pypandoc",
-        ])
-        .stderr(std::process::Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !writers {
+    if !python_imports("docx, openpyxl, pptx, reportlab, msoffcrypto, xlwt, odf, pypandoc") {
         println!("cargo::rustc-cfg=no_document_writers");
         println!(
             "cargo::warning=the Python document writers are not installed \
@@ -292,11 +284,11 @@ fn watched_program(program: &str) -> Option<PathBuf> {
     found
 }
 
-/// True when `python3` on `PATH` imports `module`.
-fn python_imports(module: &str) -> bool {
+/// True when `python3` on `PATH` imports `modules` (one name, or several separated by commas).
+fn python_imports(modules: &str) -> bool {
     find_in_path("python3").is_some()
         && std::process::Command::new("python3")
-            .args(["-c", &format!("import {module}")])
+            .args(["-c", &format!("import {modules}")])
             .stderr(std::process::Stdio::null())
             .status()
             .is_ok_and(|status| status.success())

@@ -12,6 +12,7 @@ use maestro_config::{Config, LlmConfig};
 use maestro_llm::{LlmError, ModelClient};
 use maestro_protocol::Secret;
 
+use crate::flight::Flight;
 use crate::models::{ModelError, allow_aliases, client, judge_served, only_model};
 
 /// How long an endpoint's list of models is trusted. A model missing from a list this old is
@@ -37,8 +38,9 @@ type ListingSlot = Arc<Slot>;
 /// One endpoint's last listing, and the lock its askers take.
 #[derive(Debug, Default)]
 struct Slot {
-    /// Held while the endpoint is asked, so that callers who find no recent answer ask once.
-    asking: tokio::sync::Mutex<()>,
+    /// Held while the endpoint is asked, so that callers who find no recent answer ask once;
+    /// the others wait for that answer together ([`Flight`]).
+    asking: Flight<()>,
     /// The last answer, read without waiting: a thousand runs starting at once each take it
     /// in turn here, not in a queue of wake-ups on `asking`.
     last: Mutex<Option<Listing>>,
@@ -141,12 +143,17 @@ impl ModelClients {
                 }
             }
         };
-        if let Some(answer) = slot.kept(asked_at, freshness) {
-            return Ok(answer);
-        }
-        let _asking = slot.asking.lock().await;
-        // Asked by another caller while this one waited: its answer is as fresh as can be.
-        if let Some(answer) = slot.kept(asked_at, freshness) {
+        // Kept from earlier, or asked by another caller while this one waited: as fresh as can
+        // be.
+        let mut kept = None;
+        let asking = slot
+            .asking
+            .lead(|_| {
+                kept = slot.kept(asked_at, freshness);
+                kept.is_some()
+            })
+            .await;
+        if let Some(answer) = kept {
             return Ok(answer);
         }
         let answer = self.client(config)?.list_models().await;
@@ -154,6 +161,7 @@ impl ModelClients {
             at: Instant::now(),
             answer: answer.clone(),
         });
+        drop(asking);
         Ok(answer)
     }
 }

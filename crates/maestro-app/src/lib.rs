@@ -31,6 +31,7 @@ mod context;
 mod db;
 mod errors;
 mod files;
+mod flight;
 mod gateway;
 mod hand;
 mod handle;

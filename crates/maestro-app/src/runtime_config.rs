@@ -18,6 +18,8 @@ use maestro_config::{Config, Problem};
 use maestro_store::{ConfigPut, Store, StoreError};
 use serde_json::{Map, Value};
 
+use crate::flight::Flight;
+
 /// A strong entity tag of the effective configuration: the overlay's version and a hash of
 /// the node's base configuration (as shown, secrets redacted). `Display` gives the quoted form
 /// an `ETag` header carries.
@@ -265,7 +267,9 @@ pub struct ConfigWatch {
 struct WatchInner {
     store: Store,
     base: Arc<Config>,
-    state: tokio::sync::Mutex<Watched>,
+    /// Held while the store is checked; callers that find a check under way wait for it
+    /// together ([`Flight`]).
+    state: Flight<Watched>,
     /// A copy of the newest configuration, for readers that cannot wait.
     latest: Mutex<(Arc<Config>, ETag)>,
 }
@@ -290,7 +294,7 @@ impl ConfigWatch {
                 store,
                 latest: Mutex::new((Arc::clone(&base), tag)),
                 base,
-                state: tokio::sync::Mutex::new(Watched {
+                state: Flight::new(Watched {
                     version: 0,
                     checked: None,
                 }),
@@ -323,17 +327,19 @@ impl ConfigWatch {
 
     async fn checked(&self, now: bool) -> (Arc<Config>, ETag) {
         let inner = &self.inner;
-        // Nobody is checking and the last check is recent: no wait in the lock's queue, which
-        // a thousand runs starting at once would otherwise pass through one wake-up at a time.
-        let mut state = match inner.state.try_lock() {
-            Ok(state) if !now && state.checked.is_some_and(|at| at.elapsed() < Self::POLL) => {
-                drop(state);
-                return self.latest();
+        let recent = |state: &Watched| state.checked.is_some_and(|at| at.elapsed() < Self::POLL);
+        let mut state = if now {
+            inner.state.lock().await
+        } else {
+            // A check under way is waited for with every other caller, and a recent one is
+            // taken as it is: a thousand runs starting at once neither queue for the lock one
+            // wake-up at a time nor each check the store.
+            match inner.state.lead(|state| state.is_some_and(recent)).await {
+                Some(state) => state,
+                None => return self.latest(),
             }
-            Ok(state) => state,
-            Err(_) => inner.state.lock().await,
         };
-        if now || state.checked.is_none_or(|at| at.elapsed() >= Self::POLL) {
+        if now || !recent(&state) {
             state.checked = Some(Instant::now());
             match inner.store.config_version().await {
                 Ok(version) if version != state.version => {

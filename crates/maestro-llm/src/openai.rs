@@ -8,6 +8,7 @@ mod context;
 mod embeddings;
 mod json_mode;
 pub(crate) mod retry;
+mod schema_text;
 pub(crate) mod send;
 pub(crate) mod sse;
 mod tool_modes;

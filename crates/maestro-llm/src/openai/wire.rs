@@ -2,12 +2,14 @@
 //! non-streamed answer, and estimating usage when the endpoint reports none.
 
 use maestro_protocol::{ToolCall, Usage};
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use crate::{ChatRequest, LlmError, Message};
 
 use super::answer::{RawAnswer, new_call_id};
 use super::json_mode;
+use super::schema_text::schema_text;
 
 /// How the tools (if any) of one request travel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,15 +67,26 @@ pub(crate) fn body(
     match shape {
         Shape::Plain => {}
         Shape::NativeTools => {
+            let schemas = request
+                .tools
+                .iter()
+                .map(|t| schema_text(&t.input_schema))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| {
+                    LlmError::Protocol(format!(
+                        "the request's `tools` cannot be written as JSON: {e}"
+                    ))
+                })?;
             let tools: Vec<WireTool<'_>> = request
                 .tools
                 .iter()
-                .map(|t| WireTool {
+                .zip(&schemas)
+                .map(|(t, schema)| WireTool {
                     kind: "function",
                     function: WireFunction {
                         name: &t.name,
                         description: &t.description,
-                        parameters: &t.input_schema,
+                        parameters: schema,
                     },
                 })
                 .collect();
@@ -222,7 +235,8 @@ struct WireTool<'a> {
 struct WireFunction<'a> {
     name: &'a str,
     description: &'a str,
-    parameters: &'a Value,
+    /// The tool's input schema, as text written once per schema ([`schema_text`]).
+    parameters: &'a RawValue,
 }
 
 impl<'a> From<&'a Message> for WireMessage<'a> {

@@ -13,6 +13,7 @@ use maestro_store::{Job, JobId, Store};
 use maestro_tools::Registry;
 
 use crate::clients::ModelClients;
+use crate::flight::Flight;
 use crate::knowledge::Knowledge;
 use crate::lease::LeaseKeeper;
 use crate::live::LiveRuns;
@@ -31,6 +32,27 @@ pub(crate) trait ChildRunner: Send + Sync {
 
 /// The shared tools, and the tag of the configuration they were built from.
 pub(crate) type SharedTools = (Option<ETag>, Registry);
+
+/// The tools shared by a process's runs, and the lock that whoever builds them holds.
+#[derive(Debug, Default)]
+pub(crate) struct SharedToolsSlot {
+    /// The last tools built, read without waiting: a thousand runs starting at once each copy
+    /// them in turn here, not in a queue of wake-ups.
+    kept: Mutex<Option<SharedTools>>,
+    /// Held while they are built; the runs that find them being built wait for them together.
+    building: Flight<()>,
+}
+
+impl SharedToolsSlot {
+    /// The kept tools, when they were built from the configuration tagged `tag`.
+    fn kept(&self, tag: Option<&ETag>) -> Option<Registry> {
+        let kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
+        match kept.as_ref() {
+            Some((built_for, registry)) if built_for.as_ref() == tag => Some(registry.clone()),
+            _ => None,
+        }
+    }
+}
 
 /// A knowledge base made for runs: the tag of the configuration it was made from, the client
 /// it embeds with (none when the configuration names no embedding model), and the base.
@@ -63,7 +85,7 @@ pub(crate) struct JobContext {
     pub children: Option<Weak<dyn ChildRunner>>,
     /// The tools of runs whose piece uses no MCP server, built once for all of them (again
     /// when the configuration changes: the tag of the configuration they were built from).
-    pub tools: Arc<tokio::sync::Mutex<Option<SharedTools>>>,
+    pub tools: Arc<SharedToolsSlot>,
     /// The pieces its runs found by name, kept for a moment.
     pub pieces: Arc<PieceCache>,
     /// The live channels of the runs in flight, by job.
@@ -219,17 +241,25 @@ impl JobContext {
         config: &Config,
         tag: Option<&ETag>,
     ) -> Result<Registry, ToolboxError> {
-        let mut kept = self.tools.lock().await;
-        if let Some((built_for, registry)) = kept.as_ref()
-            && built_for.as_ref() == tag
-        {
-            return Ok(registry.clone());
+        let slot = &self.tools;
+        let mut found = None;
+        let building = slot
+            .building
+            .lead(|_| {
+                found = slot.kept(tag);
+                found.is_some()
+            })
+            .await;
+        if let Some(registry) = found {
+            return Ok(registry);
         }
         let mut toolbox = Toolbox::build(config, &McpSelection::none()).await?;
         toolbox.write_pieces_to(self.piece_writer(config));
         let registry = toolbox.registry.clone();
         toolbox.shutdown().await;
-        *kept = Some((tag.cloned(), registry.clone()));
+        *slot.kept.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some((tag.cloned(), registry.clone()));
+        drop(building);
         Ok(registry)
     }
 

@@ -12,8 +12,8 @@ use maestro_config::{Config, LlmConfig};
 use maestro_llm::{LlmError, ModelClient};
 use maestro_protocol::Secret;
 
-use crate::flight::Flight;
 use crate::models::{ModelError, allow_aliases, client, judge_served, only_model};
+use maestro_llm::flight::Flight;
 
 /// How long an endpoint's list of models is trusted. A model missing from a list this old is
 /// looked up again before a job is refused for it.

@@ -13,7 +13,6 @@ use maestro_store::{Job, JobId, Store};
 use maestro_tools::Registry;
 
 use crate::clients::ModelClients;
-use crate::flight::Flight;
 use crate::knowledge::Knowledge;
 use crate::lease::LeaseKeeper;
 use crate::live::LiveRuns;
@@ -21,6 +20,7 @@ use crate::pieces::PieceCache;
 use crate::runtime_config::{ConfigWatch, ETag};
 use crate::store_log::EventWriter;
 use crate::toolbox::{McpSelection, Toolbox, ToolboxError, load_options};
+use maestro_llm::flight::Flight;
 
 /// Runs the children of a local run in this process (a worker leaves them to the queue).
 pub(crate) trait ChildRunner: Send + Sync {

@@ -31,7 +31,6 @@ mod context;
 mod db;
 mod errors;
 mod files;
-mod flight;
 mod gateway;
 mod hand;
 mod handle;

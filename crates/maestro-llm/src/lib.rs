@@ -7,6 +7,7 @@
 
 pub mod anthropic;
 mod client;
+pub mod flight;
 mod image;
 mod openai;
 mod types;

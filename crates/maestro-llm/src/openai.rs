@@ -27,6 +27,8 @@ pub use config::{
 };
 pub use embeddings::EMBEDDING_BATCH;
 
+use crate::flight::Flight;
+
 use self::answer::RawAnswer;
 use self::context::Endpoints;
 use self::retry::{Failure, Feature, describe};
@@ -66,8 +68,8 @@ pub struct OpenAiCompat {
     client: reqwest::Client,
     learned: Mutex<Learned>,
     /// Held while the endpoint is asked for a context length: runs that start together wait
-    /// for the one answer instead of each sending the same request.
-    detecting: tokio::sync::Mutex<()>,
+    /// for the one answer together instead of each sending the same request.
+    detecting: Flight<()>,
     tool_mode_file: ToolModeFile,
 }
 
@@ -123,7 +125,7 @@ impl OpenAiCompat {
             config,
             client,
             learned: Mutex::default(),
-            detecting: tokio::sync::Mutex::default(),
+            detecting: Flight::default(),
         })
     }
 
@@ -495,12 +497,16 @@ impl OpenAiCompat {
         if let Some(configured) = self.config.context_length {
             return Some(configured);
         }
-        if let Some(known) = self.known_context_length(model) {
-            return known;
-        }
         // One request at a time: whoever waited finds the answer the first one learned.
-        let _detecting = self.detecting.lock().await;
-        if let Some(known) = self.known_context_length(model) {
+        let mut known = None;
+        let _detecting = self
+            .detecting
+            .lead(|_| {
+                known = self.known_context_length(model);
+                known.is_some()
+            })
+            .await;
+        if let Some(known) = known {
             return known;
         }
         let Some(found) =

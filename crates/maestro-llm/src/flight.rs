@@ -1,5 +1,6 @@
-//! Work that one caller does while the others wait for it together: asking an endpoint for its
-//! models, checking the store's configuration overlay.
+//! Work that one caller does while the others wait for it together: asking an endpoint for a
+//! model's context length or for its models, and, in `maestro-app`, checking the store's
+//! configuration overlay and building the tools its runs share.
 //!
 //! A `tokio` mutex alone would do it, but it hands the lock to its waiters one at a time, each
 //! hand-over a wake-up behind whatever else the runtime has queued. A thousand runs starting at
@@ -14,7 +15,7 @@ use tokio::sync::{Mutex, MutexGuard, Notify};
 
 /// A lock whose waiters are woken together.
 #[derive(Debug, Default)]
-pub(crate) struct Flight<T> {
+pub struct Flight<T> {
     lock: Mutex<T>,
     released: Notify,
 }
@@ -22,7 +23,7 @@ pub(crate) struct Flight<T> {
 /// The lock, held by the caller doing the work. Dropping it releases the lock, then wakes
 /// everyone who waited.
 #[derive(Debug)]
-pub(crate) struct Leading<'a, T> {
+pub struct Leading<'a, T> {
     // Fields are dropped in order: the lock first, since a caller woken before it is free
     // would find it held, and wait again for a wake-up that has already been given.
     guard: MutexGuard<'a, T>,
@@ -41,7 +42,7 @@ impl Drop for Wake<'_> {
 
 impl<T> Flight<T> {
     /// A flight over `value`.
-    pub(crate) fn new(value: T) -> Flight<T> {
+    pub fn new(value: T) -> Flight<T> {
         Flight {
             lock: Mutex::new(value),
             released: Notify::new(),
@@ -51,7 +52,7 @@ impl<T> Flight<T> {
     /// The lock for a caller that must do the work, or `None` once `settled` says there is
     /// nothing left to do. `settled` is asked first without the lock (`None`), then with it:
     /// while another caller holds the lock, this one waits until it lets go, then asks again.
-    pub(crate) async fn lead(
+    pub async fn lead(
         &self,
         mut settled: impl FnMut(Option<&T>) -> bool,
     ) -> Option<Leading<'_, T>> {
@@ -78,7 +79,7 @@ impl<T> Flight<T> {
 
     /// The lock, waited for in turn: for a caller that needs work done after it asked, not
     /// work already under way.
-    pub(crate) async fn lock(&self) -> Leading<'_, T> {
+    pub async fn lock(&self) -> Leading<'_, T> {
         Leading {
             guard: self.lock.lock().await,
             _wake: Wake(&self.released),

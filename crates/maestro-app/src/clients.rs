@@ -9,11 +9,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use maestro_config::{Config, LlmConfig};
+use maestro_llm::flight::Flight;
 use maestro_llm::{LlmError, ModelClient};
 use maestro_protocol::Secret;
 
 use crate::models::{ModelError, allow_aliases, client, judge_served, only_model};
-use maestro_llm::flight::Flight;
 
 /// How long an endpoint's list of models is trusted. A model missing from a list this old is
 /// looked up again before a job is refused for it.

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, Weak};
 
 use maestro_config::Config;
 use maestro_llm::ModelClient;
+use maestro_llm::flight::Flight;
 use maestro_piece::LoadOptions;
 use maestro_protocol::EventRecord;
 use maestro_store::{Job, JobId, Store};
@@ -20,7 +21,6 @@ use crate::pieces::PieceCache;
 use crate::runtime_config::{ConfigWatch, ETag};
 use crate::store_log::EventWriter;
 use crate::toolbox::{McpSelection, Toolbox, ToolboxError, load_options};
-use maestro_llm::flight::Flight;
 
 /// Runs the children of a local run in this process (a worker leaves them to the queue).
 pub(crate) trait ChildRunner: Send + Sync {

@@ -15,10 +15,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use maestro_config::{Config, Problem};
+use maestro_llm::flight::Flight;
 use maestro_store::{ConfigPut, Store, StoreError};
 use serde_json::{Map, Value};
-
-use maestro_llm::flight::Flight;
 
 /// A strong entity tag of the effective configuration: the overlay's version and a hash of
 /// the node's base configuration (as shown, secrets redacted). `Display` gives the quoted form

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use maestro_config::{Config, LlmConfig};
-use maestro_llm::flight::Flight;
+use maestro_llm::flight::{Flight, Turn};
 use maestro_llm::{LlmError, ModelClient};
 use maestro_protocol::Secret;
 
@@ -145,23 +145,19 @@ impl ModelClients {
         };
         // Kept from earlier, or asked by another caller while this one waited: as fresh as can
         // be.
-        let mut kept = None;
-        let asking = slot
+        let _asking = match slot
             .asking
-            .lead(|_| {
-                kept = slot.kept(asked_at, freshness);
-                kept.is_some()
-            })
-            .await;
-        if let Some(answer) = kept {
-            return Ok(answer);
-        }
+            .lead_unless(|_| slot.kept(asked_at, freshness))
+            .await
+        {
+            Turn::Done(answer) => return Ok(answer),
+            Turn::Lead(asking) => asking,
+        };
         let answer = self.client(config)?.list_models().await;
         *slot.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(Listing {
             at: Instant::now(),
             answer: answer.clone(),
         });
-        drop(asking);
         Ok(answer)
     }
 }

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, Weak};
 
 use maestro_config::Config;
 use maestro_llm::ModelClient;
-use maestro_llm::flight::Flight;
+use maestro_llm::flight::{Flight, Turn};
 use maestro_piece::LoadOptions;
 use maestro_protocol::EventRecord;
 use maestro_store::{Job, JobId, Store};
@@ -242,24 +242,16 @@ impl JobContext {
         tag: Option<&ETag>,
     ) -> Result<Registry, ToolboxError> {
         let slot = &self.tools;
-        let mut found = None;
-        let building = slot
-            .building
-            .lead(|_| {
-                found = slot.kept(tag);
-                found.is_some()
-            })
-            .await;
-        if let Some(registry) = found {
-            return Ok(registry);
-        }
+        let _building = match slot.building.lead_unless(|_| slot.kept(tag)).await {
+            Turn::Done(registry) => return Ok(registry),
+            Turn::Lead(building) => building,
+        };
         let mut toolbox = Toolbox::build(config, &McpSelection::none()).await?;
         toolbox.write_pieces_to(self.piece_writer(config));
         let registry = toolbox.registry.clone();
         toolbox.shutdown().await;
         *slot.kept.lock().unwrap_or_else(|p| p.into_inner()) =
             Some((tag.cloned(), registry.clone()));
-        drop(building);
         Ok(registry)
     }
 

@@ -30,6 +30,15 @@ pub struct Leading<'a, T> {
     _wake: Wake<'a>,
 }
 
+/// What [`Flight::lead_unless`] gives a caller.
+#[derive(Debug)]
+pub enum Turn<'a, T, R> {
+    /// What the caller needed, found without doing the work.
+    Done(R),
+    /// The lock: the caller does the work.
+    Lead(Leading<'a, T>),
+}
+
 /// Wakes everyone waiting on a [`Notify`] when dropped.
 #[derive(Debug)]
 struct Wake<'a>(&'a Notify);
@@ -56,13 +65,25 @@ impl<T> Flight<T> {
         &self,
         mut settled: impl FnMut(Option<&T>) -> bool,
     ) -> Option<Leading<'_, T>> {
+        match self.lead_unless(|held| settled(held).then_some(())).await {
+            Turn::Done(()) => None,
+            Turn::Lead(leading) => Some(leading),
+        }
+    }
+
+    /// [`Flight::lead`] for a caller that finds what it needs (a kept answer) rather than
+    /// only learning that it is there: what `found` finds, or the lock to do the work.
+    pub async fn lead_unless<R>(
+        &self,
+        mut found: impl FnMut(Option<&T>) -> Option<R>,
+    ) -> Turn<'_, T, R> {
         loop {
             // Registered before looking, so that a release after the look still wakes us.
             let released = self.released.notified();
             tokio::pin!(released);
             released.as_mut().enable();
-            if settled(None) {
-                return None;
+            if let Some(done) = found(None) {
+                return Turn::Done(done);
             }
             match self.lock.try_lock() {
                 Ok(guard) => {
@@ -70,7 +91,10 @@ impl<T> Flight<T> {
                         guard,
                         _wake: Wake(&self.released),
                     };
-                    return (!settled(Some(&*leading))).then_some(leading);
+                    return match found(Some(&*leading)) {
+                        Some(done) => Turn::Done(done),
+                        None => Turn::Lead(leading),
+                    };
                 }
                 Err(_) => released.await,
             }

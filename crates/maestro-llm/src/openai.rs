@@ -27,7 +27,7 @@ pub use config::{
 };
 pub use embeddings::EMBEDDING_BATCH;
 
-use crate::flight::Flight;
+use crate::flight::{Flight, Turn};
 
 use self::answer::RawAnswer;
 use self::context::Endpoints;
@@ -498,17 +498,14 @@ impl OpenAiCompat {
             return Some(configured);
         }
         // One request at a time: whoever waited finds the answer the first one learned.
-        let mut known = None;
-        let _detecting = self
+        let _detecting = match self
             .detecting
-            .lead(|_| {
-                known = self.known_context_length(model);
-                known.is_some()
-            })
-            .await;
-        if let Some(known) = known {
-            return known;
-        }
+            .lead_unless(|_| self.known_context_length(model))
+            .await
+        {
+            Turn::Done(known) => return known,
+            Turn::Lead(detecting) => detecting,
+        };
         let Some(found) =
             context::detect(&self.client, &self.endpoints, model, self.side_timeout()).await
         else {

@@ -15,8 +15,8 @@
 //! the authority. So a watcher subscribes first ([`Store::watch`]), then reads, and a write
 //! that commits in between wakes it.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use sqlx::postgres::PgListener;
@@ -66,7 +66,9 @@ impl Change {
 /// The store's side of watching: the in-process channel, and on PostgreSQL the listener.
 #[derive(Debug)]
 pub(crate) struct Notifier {
-    sender: broadcast::Sender<Change>,
+    /// Made by the first watcher: a store nobody watches (a local run's) never allocates the
+    /// channel's slots.
+    sender: OnceLock<broadcast::Sender<Change>>,
     /// PostgreSQL: the URL the listener connects to.
     listen_url: Option<String>,
     /// Whether the listener is connected and listening now.
@@ -87,7 +89,7 @@ impl Drop for ListenerTask {
 impl Notifier {
     pub(crate) fn new(backend: Backend, url: String) -> Notifier {
         Notifier {
-            sender: broadcast::channel(CHANNEL_CAPACITY).0,
+            sender: OnceLock::new(),
             listen_url: (backend == Backend::Postgres).then_some(url),
             listening: Arc::new(AtomicBool::new(false)),
             listener: std::sync::Mutex::new(None),
@@ -95,9 +97,16 @@ impl Notifier {
     }
 
     pub(crate) fn send(&self, change: Change) {
-        if self.sender.receiver_count() > 0 {
-            let _ = self.sender.send(change);
+        if let Some(sender) = self.sender.get()
+            && sender.receiver_count() > 0
+        {
+            let _ = sender.send(change);
         }
+    }
+
+    fn sender(&self) -> &broadcast::Sender<Change> {
+        self.sender
+            .get_or_init(|| broadcast::channel(CHANNEL_CAPACITY).0)
     }
 
     /// Starts the PostgreSQL listener unless it runs already.
@@ -114,7 +123,7 @@ impl Notifier {
         };
         *task = Some(ListenerTask(runtime.spawn(listen(
             url.clone(),
-            self.sender.clone(),
+            self.sender().clone(),
             Arc::clone(&self.listening),
         ))));
     }
@@ -236,7 +245,7 @@ impl Store {
     /// committed meanwhile wakes [`StoreWatch::changed`]. On PostgreSQL the first call starts
     /// the store's listener.
     pub fn watch(&self) -> StoreWatch {
-        let receiver = self.notifier.sender.subscribe();
+        let receiver = self.notifier.sender().subscribe();
         self.notifier.ensure_listener();
         StoreWatch {
             receiver,

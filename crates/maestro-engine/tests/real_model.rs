@@ -4,6 +4,7 @@
 //! `MAESTRO_TEST_LLM_URL` is set, e.g. `MAESTRO_TEST_LLM_URL=$(bash ../shared/tools/local-llm.sh start 8088)`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "engine/support/mod.rs"]
 mod support;
 
 use std::path::Path;

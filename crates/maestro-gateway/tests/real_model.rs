@@ -6,6 +6,7 @@
 //! only when the server answers `/embeddings` itself.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "gateway/support/mod.rs"]
 mod support;
 
 use maestro_gateway::UsageStatus;

@@ -12,6 +12,7 @@
 //! calls, context detection), not the quality of answers.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "llm/common/mod.rs"]
 mod common;
 
 use common::Events;

@@ -1,7 +1,7 @@
 //! The fixed paths through builtin TAKT v0.60 workflows that Maestro is compared on with TAKT
 //! 0.60 itself (`scripts/takt-compare.sh`): the scripted model answers of each, and how a run's
 //! record is read back (step order, model calls per step). Shared by the `takt_compare` bench,
-//! which measures them, and `tests/takt_paths.rs`, which keeps them running.
+//! which measures them, and `tests/cli/takt_paths.rs`, which keeps them running.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)] // each user takes part of it
 
 use std::collections::BTreeMap;

@@ -1,0 +1,101 @@
+//! `maestro run --workspace DIR` on a directory of the user's own: an editing movement may write
+//! anywhere inside it, as the user meant, and still nowhere outside it. The real binary against
+//! the scripted model server.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use crate::support;
+
+use std::path::{Path, PathBuf};
+
+use maestro_testkit::{ScriptedLlm, Turn};
+use serde_json::json;
+use support::{args, events, maestro, tool_results};
+
+const EDITOR: &str = "\
+name: editor
+description: edits the repository it is pointed at
+max_movements: 2
+initial_movement: edit
+movements:
+  - name: edit
+    edit: true
+    persona: You edit.
+    instruction: \"{task}\"
+    allowed_tools: [Read, Write]
+    rules: []
+";
+
+fn only_run(runs: &Path) -> PathBuf {
+    let dirs: Vec<PathBuf> = std::fs::read_dir(runs)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(dirs.len(), 1, "{dirs:?}");
+    dirs.into_iter().next().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_editing_movement_writes_at_the_root_of_a_named_workspace() {
+    let server = ScriptedLlm::start([
+        Turn::tool_call(
+            "Write",
+            json!({"file_path": "f.txt", "content": "written at the root\n"}),
+        ),
+        Turn::tool_call(
+            "Write",
+            json!({"file_path": "../outside.txt", "content": "escaped\n"}),
+        ),
+        Turn::tool_call("complete", json!({"status": "success", "result": "done"})),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("piece.yaml"), EDITOR).unwrap();
+    let repo = dir.path().join("repo");
+    std::fs::create_dir(&repo).unwrap();
+    std::fs::write(repo.join("README.md"), "# A repository\n").unwrap();
+    let runs = dir.path().join("runs");
+    let out = maestro(
+        dir.path(),
+        args(&[
+            "run",
+            "piece.yaml",
+            "--task",
+            "Add f.txt at the top of the repository.",
+            "--workspace",
+            repo.to_str().unwrap(),
+            "--runs-dir",
+            runs.to_str().unwrap(),
+            "--llm-base-url",
+            &server.base_url(),
+            "--model",
+            "scripted-model",
+            "--tool-mode",
+            "native",
+        ]),
+    )
+    .await;
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "stderr:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        std::fs::read_to_string(repo.join("f.txt")).unwrap(),
+        "written at the root\n"
+    );
+    assert!(!dir.path().join("outside.txt").exists());
+    assert!(
+        !repo.join("output").exists(),
+        "no job layout in the user's directory"
+    );
+    let events = events(&only_run(&runs));
+    assert_eq!(
+        tool_results(&events),
+        vec![
+            ("Write".to_string(), true),
+            ("Write".to_string(), false),
+            ("complete".to_string(), true)
+        ]
+    );
+}

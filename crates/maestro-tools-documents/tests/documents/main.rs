@@ -1,0 +1,10 @@
+//! The integration tests of `maestro-tools-documents`, as one test binary: each module is one former
+//! test file. One binary links the dependencies once instead of once per file.
+// Test code and its support modules unwrap freely.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+mod image_tools;
+mod office_tools;
+mod pdf_tools;

@@ -153,8 +153,8 @@ pub use pieces::{
 };
 pub use schedule::{
     GRACE, Misfire, NEXT_FIRES, ScheduleError, ScheduleRequest, ScheduleSummary, Spec, SpecError,
-    TICK, TickReport, add_schedule, list_schedules, remove_schedule, set_paused, tick,
-    update_schedule, zone,
+    TICK, TickReport, Zone, ZoneOffset, add_schedule, list_schedules, remove_schedule, set_paused,
+    tick, update_schedule, zone,
 };
 pub use store_log::{AppendFailure, EventWriter, StopLatch, StoreLog};
 pub use toolbox::{McpSelection, RequiredMcp, Toolbox, ToolboxError, load_options, tool_catalog};

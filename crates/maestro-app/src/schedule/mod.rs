@@ -3,6 +3,7 @@
 
 mod spec;
 mod tick;
+mod zone;
 
 use maestro_config::Config;
 use maestro_store::{NewSchedule, Store, StoreError};
@@ -15,6 +16,7 @@ use crate::toolbox::load_options;
 
 pub use spec::{Misfire, Spec, SpecError, zone};
 pub use tick::{GRACE, TICK, TickReport, tick};
+pub use zone::{Zone, ZoneOffset};
 
 /// Why a schedule command failed.
 #[derive(Debug, thiserror::Error)]
@@ -70,7 +72,9 @@ pub async fn add_schedule(
         return Err(ScheduleError::EmptyTask);
     }
     let tz = zone(&request.tz)?;
-    request.spec.check_fires(spec::to_chrono(store.now()), tz)?;
+    request
+        .spec
+        .check_fires(spec::to_chrono(store.now()), &tz)?;
     check_piece(store, config, &request.piece).await?;
     Ok(store
         .add_schedule(&NewSchedule {
@@ -165,9 +169,10 @@ pub async fn list_schedules(
             let spec: Spec = s.spec.parse()?;
             let tz = zone(&s.tz)?;
             let floor = s.last_slot.map_or(s.updated_at, |l| l.max(s.updated_at));
-            std::iter::successors(spec.next_after(spec::to_chrono(floor.max(now)), tz), |at| {
-                spec.next_after(*at, tz)
-            })
+            std::iter::successors(
+                spec.next_after(spec::to_chrono(floor.max(now)), &tz),
+                |at| spec.next_after(*at, &tz),
+            )
             .take(NEXT_FIRES)
             .map(spec::to_time)
             .collect()
@@ -216,7 +221,9 @@ pub async fn update_schedule(
         return Err(ScheduleError::EmptyTask);
     }
     let tz = zone(&request.tz)?;
-    request.spec.check_fires(spec::to_chrono(store.now()), tz)?;
+    request
+        .spec
+        .check_fires(spec::to_chrono(store.now()), &tz)?;
     check_piece(store, config, &request.piece).await?;
     let updated = store
         .update_schedule(

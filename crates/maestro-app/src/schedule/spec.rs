@@ -14,10 +14,11 @@ use chrono::{
     DateTime, Datelike, Days, LocalResult, NaiveDate, NaiveDateTime, NaiveTime, TimeZone, Utc,
     Weekday,
 };
-use chrono_tz::Tz;
 use croner::Cron;
 use croner::parser::{CronParser, Seconds, Year};
 use time::OffsetDateTime;
+
+use super::zone::Zone;
 
 /// Why a spec, a zone or a misfire policy was refused. Each message names the flag and the fix.
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -188,7 +189,7 @@ impl Spec {
 
     /// Refuses a rule with no slot after `now` in zone `tz`: a `once` in the past, or a cron
     /// expression that matches no date (`0 0 30 2 *`). Stored, either would never fire.
-    pub fn check_fires(&self, now: DateTime<Utc>, tz: Tz) -> Result<(), SpecError> {
+    pub fn check_fires(&self, now: DateTime<Utc>, tz: &Zone) -> Result<(), SpecError> {
         if self.next_after(now, tz).is_some() {
             return Ok(());
         }
@@ -203,11 +204,11 @@ impl Spec {
     }
 
     /// The first slot strictly after `after`, in zone `tz`; `None` when there is none.
-    pub fn next_after(&self, after: DateTime<Utc>, tz: Tz) -> Option<DateTime<Utc>> {
+    pub fn next_after(&self, after: DateTime<Utc>, tz: &Zone) -> Option<DateTime<Utc>> {
         match self {
             Spec::Cron(expr) => expr
                 .cron
-                .find_next_occurrence(&after.with_timezone(&tz), false)
+                .find_next_occurrence(&after.with_timezone(tz), false)
                 .ok()
                 .map(|at| at.with_timezone(&Utc)),
             Spec::Every(every) => {
@@ -295,8 +296,8 @@ impl FromStr for Misfire {
 }
 
 /// A zone of the tz database, by name (`UTC`, `Europe/Paris`).
-pub fn zone(name: &str) -> Result<Tz, SpecError> {
-    Tz::from_str(name).map_err(|_| SpecError::Zone(name.to_string()))
+pub fn zone(name: &str) -> Result<Zone, SpecError> {
+    Zone::named(name).ok_or_else(|| SpecError::Zone(name.to_string()))
 }
 
 pub(crate) fn to_chrono(at: OffsetDateTime) -> DateTime<Utc> {
@@ -317,12 +318,12 @@ fn hh_mm(text: &str) -> Option<NaiveTime> {
 /// wall-clock time `at` in `tz`. Looks up to 400 local days ahead (enough for any monthly day).
 fn next_local(
     after: DateTime<Utc>,
-    tz: Tz,
+    tz: &Zone,
     day: impl Fn(NaiveDate) -> bool,
     at: NaiveTime,
 ) -> Option<DateTime<Utc>> {
     let mut date = after
-        .with_timezone(&tz)
+        .with_timezone(tz)
         .date_naive()
         .checked_sub_days(Days::new(1))?;
     for _ in 0..400 {
@@ -339,7 +340,7 @@ fn next_local(
 
 /// The instant of a wall-clock time: its first occurrence when a fall-back repeats it, and the
 /// first valid instant after the gap when a spring-forward skips it.
-fn local_instant(tz: Tz, local: NaiveDateTime) -> Option<DateTime<Utc>> {
+fn local_instant(tz: &Zone, local: NaiveDateTime) -> Option<DateTime<Utc>> {
     match tz.from_local_datetime(&local) {
         LocalResult::Single(at) => Some(at.with_timezone(&Utc)),
         LocalResult::Ambiguous(first, _) => Some(first.with_timezone(&Utc)),
@@ -374,7 +375,7 @@ mod tests {
         let mut at = utc(from);
         let mut out = Vec::new();
         for _ in 0..n {
-            match spec.next_after(at, tz) {
+            match spec.next_after(at, &tz) {
                 Some(next) => {
                     out.push(next.to_rfc3339());
                     at = next;
@@ -609,7 +610,7 @@ mod tests {
             ) {
                 let zone = zone(tz).unwrap();
                 let after = DateTime::from_timestamp(after, 0).unwrap();
-                let Some(next) = spec.next_after(after, zone) else {
+                let Some(next) = spec.next_after(after, &zone) else {
                     prop_assert!(matches!(spec, Spec::Once(at) if at <= after));
                     return Ok(());
                 };
@@ -639,7 +640,7 @@ mod tests {
                 // Nothing between: the slot before `next`, asked from just before it, is `next`.
                 let just_before = next - TimeDelta::seconds(1);
                 if just_before > after {
-                    prop_assert_eq!(spec.next_after(just_before, zone), Some(next));
+                    prop_assert_eq!(spec.next_after(just_before, &zone), Some(next));
                 }
             }
         }

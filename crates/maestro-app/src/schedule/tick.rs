@@ -72,7 +72,7 @@ async fn tick_one(
     store: &Store,
     schedule: &Schedule,
     spec: &Spec,
-    tz: chrono_tz::Tz,
+    tz: super::zone::Zone,
     misfire: Misfire,
     now: OffsetDateTime,
     grace: Duration,
@@ -87,7 +87,7 @@ async fn tick_one(
     let mut missed: Vec<DateTime<Utc>> = Vec::new();
     let mut due = Vec::new();
     let mut at = to_chrono(floor);
-    while let Some(slot) = spec.next_after(at, tz) {
+    while let Some(slot) = spec.next_after(at, &tz) {
         if slot > now_c || missed.len() + due.len() >= MAX_SLOTS {
             break;
         }

@@ -118,7 +118,7 @@ async fn a_schedule_lists_its_next_slots_in_its_zone_across_a_clock_change() {
         let tz = maestro_app::zone(&s.tz).unwrap();
         for pair in s.next_fires.windows(2) {
             let after = chrono::DateTime::from_timestamp(pair[0].unix_timestamp(), 0).unwrap();
-            let next = spec.next_after(after, tz).unwrap();
+            let next = spec.next_after(after, &tz).unwrap();
             assert_eq!(next.timestamp(), pair[1].unix_timestamp(), "{s:?}");
         }
     }

@@ -188,8 +188,12 @@ mod tests {
     }
 
     #[test]
-    fn names_the_database_lacks_are_refused() {
+    fn names_are_matched_without_case_and_unknown_ones_refused() {
         assert!(Zone::named("Mars/Olympus_Mons").is_none());
+        assert!(Zone::named("").is_none());
         assert!(Zone::named("UTC").is_some());
+        let lower = Zone::named("europe/paris").unwrap();
+        let summer = chrono::DateTime::<Utc>::from_timestamp(1_782_864_000, 0).unwrap();
+        assert_eq!(summer.with_timezone(&lower).offset().fix().local_minus_utc(), 7_200);
     }
 }

@@ -194,6 +194,13 @@ mod tests {
         assert!(Zone::named("UTC").is_some());
         let lower = Zone::named("europe/paris").unwrap();
         let summer = chrono::DateTime::<Utc>::from_timestamp(1_782_864_000, 0).unwrap();
-        assert_eq!(summer.with_timezone(&lower).offset().fix().local_minus_utc(), 7_200);
+        assert_eq!(
+            summer
+                .with_timezone(&lower)
+                .offset()
+                .fix()
+                .local_minus_utc(),
+            7_200
+        );
     }
 }

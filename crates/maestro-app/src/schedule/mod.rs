@@ -81,7 +81,7 @@ pub async fn add_schedule(
             piece: request.piece,
             task: request.task,
             spec: request.spec.to_string(),
-            tz: request.tz,
+            tz: tz.name().unwrap_or(&request.tz).to_string(),
             misfire: request.misfire.as_str().to_string(),
             created_by: request.created_by,
             owner: request.owner,
@@ -232,7 +232,7 @@ pub async fn update_schedule(
                 piece: request.piece,
                 task: request.task,
                 spec: request.spec.to_string(),
-                tz: request.tz,
+                tz: tz.name().unwrap_or(&request.tz).to_string(),
                 misfire: request.misfire.as_str().to_string(),
                 created_by: request.created_by.clone(),
                 // An update keeps the schedule's owner.

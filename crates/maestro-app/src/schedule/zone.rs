@@ -27,6 +27,12 @@ impl Zone {
         DATABASE.get(name).ok().map(Zone)
     }
 
+    /// The database's own spelling of the zone's name (`America/New_York` for
+    /// `america/new_york`), which is what a schedule stores.
+    pub fn name(&self) -> Option<&str> {
+        self.0.iana_name()
+    }
+
     fn offset(&self, offset: jiff::tz::Offset) -> ZoneOffset {
         ZoneOffset {
             zone: self.clone(),
@@ -193,6 +199,7 @@ mod tests {
         assert!(Zone::named("").is_none());
         assert!(Zone::named("UTC").is_some());
         let lower = Zone::named("europe/paris").unwrap();
+        assert_eq!(lower.name(), Some("Europe/Paris"));
         let summer = chrono::DateTime::<Utc>::from_timestamp(1_782_864_000, 0).unwrap();
         assert_eq!(
             summer

@@ -76,7 +76,8 @@ async fn a_schedule_lists_its_next_slots_in_its_zone_across_a_clock_change() {
     let dir = tempfile::tempdir().unwrap();
     let store = store(dir.path()).await;
     let daily = add(&store, dir.path(), "daily 09:00", "Europe/Paris").await;
-    let weekly = add(&store, dir.path(), "weekly mon@09:00", "America/New_York").await;
+    // A zone named in another case is found, and kept in the database's spelling.
+    let weekly = add(&store, dir.path(), "weekly mon@09:00", "america/new_york").await;
     let once = add(&store, dir.path(), "once 2026-04-01T10:00:00Z", "UTC").await;
     let paused = add(&store, dir.path(), "every 1h", "UTC").await;
     set_paused(&store, &paused, true, "alice").await.unwrap();
@@ -95,6 +96,7 @@ async fn a_schedule_lists_its_next_slots_in_its_zone_across_a_clock_change() {
             "2026-04-01T07:00:00Z",
         ]
     );
+    assert_eq!(of(&weekly).tz, "America/New_York");
     // New York moved on 8 March: 09:00 there is 13:00 UTC.
     assert_eq!(
         texts(&of(&weekly).next_fires),

@@ -1,6 +1,5 @@
 //! Users, tokens, sessions, logins, share links, owners and the audit log through the app's
 //! functions, on a real SQLite file with a clock the tests move.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::Arc;
 use std::time::Duration;

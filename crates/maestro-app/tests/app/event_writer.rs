@@ -1,7 +1,6 @@
 //! The worker's event writer on SQLite and on a real PostgreSQL cluster: the events of
 //! concurrent runs are committed together, each run waits for its own, and a stale attempt is
 //! refused (its stop latch closed) without failing the others'.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -2,7 +2,6 @@
 //! real worker claims it, what the agent leaves in `output/` recorded when the run ends, and
 //! both read from the store after the worker and its run directory are gone. Real parts: the
 //! scripted model server over HTTP on 127.0.0.1, a SQLite store on disk, a worker.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::support;
 

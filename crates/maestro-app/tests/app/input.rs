@@ -1,6 +1,5 @@
 //! What the use cases refuse before anything is stored: an empty task or answer, fewer than one
 //! attempt, a schedule that would never fire. Each on a real SQLite file.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,7 +1,6 @@
 //! The knowledge base through its use cases and its tools, on a real SQLite store: re-ingesting
 //! is a no-op, a URL is fetched through the SSRF guard, and with an embedding model the search
 //! fuses full text with vectors served by `/v1/embeddings` over real HTTP on 127.0.0.1.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::{Arc, Mutex};
 

@@ -1,7 +1,6 @@
 //! Pieces kept in the store and the configuration changed at runtime, through the app's use
 //! cases: real stores (SQLite files, a PostgreSQL cluster), real workers, the scripted model
 //! server over HTTP on 127.0.0.1.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Duration;
 

@@ -1,7 +1,6 @@
 //! Schedules through the app's functions, on a real SQLite file with a clock the tests move:
 //! the slots `list_schedules` says are to come (the next few, read in the schedule's zone by
 //! the scheduler's own rule), and a schedule that leaves the choice of piece to the worker.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::Arc;
 

@@ -3,8 +3,6 @@
 //! Real parts: the scripted model server over HTTP on 127.0.0.1, a SQLite store on disk, the
 //! one run path.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::time::Duration;
 
 use maestro_app::{

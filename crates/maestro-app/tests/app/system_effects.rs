@@ -1,6 +1,5 @@
 //! TAKT system steps in a job: `enqueue_task` makes a real job in the SQLite store, and
 //! `task_queue_context` counts the store's queue.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::support;
 

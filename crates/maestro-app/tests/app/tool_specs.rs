@@ -1,7 +1,6 @@
 //! Every tool the toolbox assembles (core, data, checklist, pieces, docs, skills, web, SSH) is
 //! defined one way: its schema comes from its input type, and input that does not fit gets one
 //! uniform error.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::{Arc, Mutex};
 

@@ -2,7 +2,6 @@
 //! reconnects, its status changes, through a question and its answer to the job's end; from
 //! the process that runs it and from another store handle. Real parts: the scripted model
 //! server over HTTP on 127.0.0.1, a real worker, SQLite on disk, PostgreSQL (`PgCluster`).
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::support;
 

@@ -3,7 +3,6 @@
 //! `--max-cost-usd` ends `exceeded` (`budget: max_cost_usd`) with the tree's recorded spend
 //! within the cap and exactly the calls the price table allows; a token cap stops a single run;
 //! and a resumed run does not charge its recorded calls again.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Duration;
 

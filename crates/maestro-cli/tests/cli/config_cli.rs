@@ -1,6 +1,5 @@
 //! `maestro config show`: the configuration in effect, from the files alone or with the store's
 //! overlay, and never a secret.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use maestro_app::{Store, StoreUrl, effective_config, put_config};
 use maestro_config::{Config, LoadFrom};

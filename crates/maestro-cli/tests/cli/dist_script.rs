@@ -2,7 +2,6 @@
 //! checkout's layout, with stand-ins for the slow parts (cargo's fat-LTO builds, valgrind, the
 //! footprint bench's model server) on PATH. What is checked is the scripts' own logic: where the
 //! list goes, what the second link is told, and that the checkout is left as it was.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};

@@ -1,6 +1,5 @@
 //! The document tools through the shipped binary: `maestro tools call ReadExcel` parses the
 //! file in `maestro __document-reader`, the same binary started again as the reader child.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use assert_cmd::Command;
 use serde_json::{Value, json};

@@ -2,7 +2,6 @@
 //! `/v1` by `maestro serve` when `gateway.enabled` is set (its metrics in the server's), its
 //! usage recorded in the store and read back by `maestro gateway usage`, and the upstream's key
 //! in neither the log nor the store.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use maestro_testkit::{ScriptedLlm, Turn};
 use pretty_assertions::assert_eq;

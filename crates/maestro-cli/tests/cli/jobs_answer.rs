@@ -1,7 +1,6 @@
 //! Questions answered later: a job that asks parks as `waiting_input`, `maestro jobs answer`
 //! queues it again, and its run goes on in the same movement and conversation, over two rounds
 //! and a worker restart; a local `maestro run` that asks exits 4 and goes on with `--resume`.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Duration;
 

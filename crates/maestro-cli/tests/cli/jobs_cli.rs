@@ -1,7 +1,6 @@
 //! The job commands end to end: `maestro submit`, real `maestro worker` processes, `maestro jobs
 //! …` and `maestro workers`, on a real SQLite file (and a real PostgreSQL cluster), against the
 //! scripted model server on 127.0.0.1.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

@@ -1,7 +1,6 @@
 //! A worker killed with SIGKILL while three `maestro worker` processes drain a queue on a real
 //! PostgreSQL cluster: every job ends exactly once, no job ran under two workers at the same
 //! time, and the model saw only the one resend per job the killed worker held.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;

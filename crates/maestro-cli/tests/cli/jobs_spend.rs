@@ -1,7 +1,6 @@
 //! What a job spent, through `maestro serve`'s API and `maestro jobs show --json`, against the
 //! scripted model server over real HTTP and the project's real SQLite store: a parent with one
 //! subtask shows its own tokens and cost, and the tree's, priced by the configuration's table.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use maestro_testkit::{ScriptedLlm, Turn};
 use serde_json::{Value, json};

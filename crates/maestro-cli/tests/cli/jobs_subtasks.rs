@@ -3,7 +3,6 @@
 //! slot, and completes with all three results in its prompt; a cancelled parent cancels its
 //! children; the depth and fan-out limits are tool errors the model sees; with subtasks off
 //! the wait takes `default_next`; and a local `maestro run` runs its children itself.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Duration;
 

@@ -1,6 +1,5 @@
 //! Workers that stop: drained, handed back, paused past their lease, killed. Real `maestro
 //! worker` processes and signals, a real SQLite store, the scripted model server.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Duration;
 

@@ -1,7 +1,6 @@
 //! `maestro knowledge ingest|search|list|rm` through the binary on a real SQLite store:
 //! ingesting twice is a no-op, a query with quotes and colons is answered, each owner sees
 //! their own collections and the shared ones, and a deleted document is gone.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use pretty_assertions::assert_eq;
 use serde_json::Value;

@@ -1,7 +1,6 @@
 //! The `maestro` process ends when its work ends: a tool pointed at a FIFO answers with an
 //! error within its deadline, and `maestro tools call` and `maestro run` then exit. Each child
 //! runs under a wall-clock guard that fails the test instead of hanging it.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;
 use std::process::{Command, Stdio};

@@ -1,5 +1,4 @@
 //! `maestro validate`, `maestro prompt` and `maestro pieces`, run as the real binary.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
 

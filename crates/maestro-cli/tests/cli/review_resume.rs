@@ -2,7 +2,6 @@
 //! 100-chunk review and resumed with `maestro run --resume`: no chunk whose answer was recorded
 //! is asked again (requests counted per chunk at the scripted model server), the calls in flight
 //! never pass the call's `concurrency`, and the JSONL holds every chunk with its own answer.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};

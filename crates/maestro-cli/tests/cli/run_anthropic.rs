@@ -1,7 +1,6 @@
 //! `maestro run` with `llm.provider: anthropic`: the real binary runs a real piece (tool calls,
 //! parallel reviewers) against a server speaking the Anthropic Messages API, and the record holds
 //! each call's model and usage; the key goes as x-api-key and nowhere else.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::support;
 

@@ -1,6 +1,5 @@
 //! What `maestro run` sends: which model, how many calls, and how tools are offered when the
 //! tool mode is left to `auto`. The real binary against the scripted model server.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::support;
 

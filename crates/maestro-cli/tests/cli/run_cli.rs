@@ -1,6 +1,5 @@
 //! `maestro run` end to end: the real binary, the real fixtures, the scripted model server over
 //! HTTP on 127.0.0.1.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
 use std::process::Output;

@@ -1,7 +1,6 @@
 //! `maestro run --resume` after a local run is killed (kill -9) or stopped (Ctrl-C), and
 //! `maestro replay` of a finished takt run with a parallel movement: real processes, the real
 //! embedded store, the scripted model server.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

@@ -1,7 +1,6 @@
 //! `maestro run --workspace DIR` on a directory of the user's own: an editing movement may write
 //! anywhere inside it, as the user meant, and still nowhere outside it. The real binary against
 //! the scripted model server.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::support;
 

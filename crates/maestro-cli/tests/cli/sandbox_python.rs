@@ -3,8 +3,6 @@
 //! `python3` a sandboxed `Bash` command runs: it imports pandas and writes a matplotlib chart into
 //! `output/`, while installing packages stays refused.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::path::Path;
 use std::time::{Duration, Instant};
 

@@ -1,7 +1,6 @@
 //! `maestro schedules …` end to end, with real `maestro worker` processes ticking the scheduler
 //! on a real SQLite file (and a real PostgreSQL cluster). The workers serve another task class,
 //! so the fired jobs stay queued and can be counted.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Duration;
 

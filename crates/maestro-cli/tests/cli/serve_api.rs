@@ -1,7 +1,6 @@
 //! `maestro serve` over real HTTP on 127.0.0.1: the jobs API, its event stream across a park
 //! and its answer, an answer race, cancel, paging, and the errors a client gets for a bad
 //! request.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::HashSet;
 

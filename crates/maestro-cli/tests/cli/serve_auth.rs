@@ -1,7 +1,6 @@
 //! `maestro serve` with auth: API tokens and their scopes, other users' jobs, a login through a
 //! real OpenID provider (PKCE) with its session and CSRF cookies, share links, and a matrix over
 //! every route of the OpenAPI document, so that a new route is covered as soon as it exists.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use maestro_testkit::{OidcClient, OidcProvider};
 use pretty_assertions::assert_eq;

@@ -1,6 +1,5 @@
 //! `maestro serve`'s `/api/v1/knowledge` over real HTTP on 127.0.0.1: ingest (a second time a
 //! no-op), list, search with a query full of syntax, delete, and the problems a client gets.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use pretty_assertions::assert_eq;
 use serde_json::json;

@@ -2,7 +2,6 @@
 //! other node's worker runs, and answers its question there; the job's output file is served
 //! after the node that ran it is gone; a piece written on one node runs on the other; a
 //! configuration written on one node reaches the other's next job.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::{Duration, Instant};
 

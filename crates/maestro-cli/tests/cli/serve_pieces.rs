@@ -1,7 +1,6 @@
 //! `maestro serve`'s piece author routes over real HTTP on 127.0.0.1: a piece's graph as
 //! loaded (all three dialects, parallel sub-movements, special targets), the graph a valid
 //! piece's validation answers with, and `maestro prompt`'s exact prompts for a movement.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};

@@ -2,7 +2,6 @@
 //! security headers, the embedded assets, a browser's 404, a job's result and question as
 //! sanitised HTML, a share link that answers a browser with the page, and files shown inline
 //! under a sandboxing policy. (The pages themselves are driven in Chromium by `web_ui.rs`.)
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use maestro_testkit::{ScriptedLlm, Turn};
 use pretty_assertions::assert_eq;

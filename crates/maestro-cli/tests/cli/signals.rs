@@ -1,7 +1,6 @@
 //! `maestro run` under a stop signal: the real binary against a scripted model that is slow to
 //! answer, stopped with SIGTERM or SIGINT while it waits. The run record must still end with
 //! `run_finished`, status `failed`, reason `cancelled`.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::{Duration, Instant};
 

@@ -2,7 +2,6 @@
 //! opened or does not exist, a full disk under a worker, a PostgreSQL restart under a waiting
 //! command, and what a clean exit leaves behind. Real `maestro` processes, real SQLite files,
 //! real PostgreSQL clusters.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;
 use std::process::Command;

@@ -2,7 +2,6 @@
 //! `takt_compare` bench) keep running: the real binary, a builtin workflow, the scripted model
 //! server on 127.0.0.1, and no more model calls per step than TAKT 0.60 made on the same path
 //! (docs/benchmarks.md, "Side by side with TAKT 0.60").
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "../../benches/support/takt_paths.rs"]
 mod compared;

@@ -2,7 +2,6 @@
 //! with web, MCP, SSH, pieces and skills tools from a configuration file, against real servers on
 //! 127.0.0.1 (an axum web server, the Python SDK MCP server, OpenSSH, the scripted model server).
 //! Two scripted runs between them call every tool `maestro tools list` shows.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
 

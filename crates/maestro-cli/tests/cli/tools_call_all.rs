@@ -2,7 +2,6 @@
 //! Glob, Grep, Edit, SQLite, ReadToolDoc, the pieces tools, the skills tools, DownloadFile and
 //! WebSearch (against a web server on 127.0.0.1). Each checks what the tool did, not only that
 //! it answered.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;
 

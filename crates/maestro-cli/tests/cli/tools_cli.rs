@@ -1,5 +1,4 @@
 //! `maestro tools list` and `maestro tools call`: one JSON object out, exit code 0 / 1 / 2.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use assert_cmd::Command;
 use serde_json::{Value, json};

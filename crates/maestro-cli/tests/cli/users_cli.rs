@@ -1,7 +1,6 @@
 //! `maestro users …` and `maestro tokens …` end to end on a real SQLite file: the token is
 //! printed once and authenticates through the app, lists never show it, and a revoked one no
 //! longer authenticates.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use pretty_assertions::assert_eq;
 use serde_json::Value;

@@ -1,6 +1,5 @@
 //! `maestro validate` on files that are not clean text, and on a piece far larger than any real
 //! one: an invalid file (exit 1) with the place of the problem, never a usage error (exit 2).
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::support;
 

@@ -16,7 +16,6 @@
 //!   on the job page and on the share page;
 //! - axe-core finds no serious or critical violation on the main pages;
 //! - a 401 shows the login page, a 403 the "Not allowed" page.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeSet;
 use std::path::Path;

@@ -2,7 +2,6 @@
 //! --resume` goes on inside the call without sending a recorded model call again, and
 //! `maestro replay` drives the finished run again with no model call. Real processes, the
 //! real embedded store, the scripted model server.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

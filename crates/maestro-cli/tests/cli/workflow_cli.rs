@@ -1,5 +1,4 @@
 //! `maestro validate`, `maestro prompt` and `maestro pieces` on TAKT v0.60 workflows.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
 

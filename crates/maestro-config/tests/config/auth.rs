@@ -1,6 +1,5 @@
 //! The `auth:` section: its defaults, a full section read from a file, the checks that name the
 //! file, line and field, and the OIDC client secret read from the variable it names.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
 

@@ -1,6 +1,5 @@
 //! docs/configuration.md stays true: its example loads, it documents every field the
 //! configuration has, and the display form of that example is what a person would expect.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;
 

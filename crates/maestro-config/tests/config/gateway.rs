@@ -1,6 +1,5 @@
 //! `gateway:` read from a real file: the shape the documentation gives, upstream keys from the
 //! environment (never shown), and the errors a person sees for routes and keys.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::PathBuf;
 

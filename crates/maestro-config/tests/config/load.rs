@@ -1,6 +1,5 @@
 //! Loading real files from temporary directories: which files take part and in what order, the
 //! environment on top, paths made absolute, and the errors a person sees.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

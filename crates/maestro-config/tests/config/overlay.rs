@@ -1,6 +1,5 @@
 //! The configuration as JSON and back: serialised with every secret as `***`, and an overlay
 //! laid over a loaded configuration with the file's types and checks, `***` keeping the secret.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use maestro_config::{Config, LoadFrom, Origin};
 use maestro_tools_mcp::McpServer;

@@ -1,6 +1,5 @@
 //! `llm.provider`: which API the endpoint speaks, its default endpoint, its key, and the error a
 //! person sees for a value that is not one.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
 

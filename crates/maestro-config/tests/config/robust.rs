@@ -1,6 +1,5 @@
 //! Whatever a configuration file holds, loading it ends in a config or a located problem,
 //! never a panic.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;
 

@@ -2,7 +2,6 @@
 //! batch one recorded model call (at most `concurrency` at once, a failed one tried again),
 //! merged in batch order into `output_path`; a custom merge is refused; cut anywhere, the run
 //! resumes calling only the batches its record has no answer for, and a replay calls none.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::support;
 

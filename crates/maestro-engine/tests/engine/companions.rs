@@ -1,6 +1,5 @@
 //! TAKT workflows' companion reviewers are validated but not run, as TAKT does by default; the
 //! run says so in a warning and spends no model call on them.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::support;
 

@@ -2,7 +2,6 @@
 //! instruction; an incomplete one is retried in the same conversation with the retry
 //! instruction and the gaps, within `max_retry`, and a replay goes through the same episode
 //! with no model call.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::support;
 

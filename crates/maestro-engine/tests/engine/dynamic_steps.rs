@@ -2,7 +2,6 @@
 //! dynamic parallel steps (`parallel: {fixed, pool, selection}`). The selector is one recorded
 //! agent turn whose strict JSON answer is recorded as `selection_made`; a resumed or replayed
 //! run reuses both and never asks the selector again.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::support;
 

@@ -1,6 +1,5 @@
 //! The graph dialect end to end over real HTTP: frontmatter picks the edge, edge prompts carry
 //! the fields, invalid frontmatter is asked again twice, `$END` completes.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::support;
 

@@ -2,7 +2,6 @@
 //! a user message carrying the image; the record names the image by hash (its bytes kept once
 //! beside it), never as a data URL; a resumed run sends the same request again; a text-only
 //! model reads a description and the run finishes.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::support;
 

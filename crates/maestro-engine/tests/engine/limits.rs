@@ -1,6 +1,5 @@
 //! Limits at the agent loop, over real HTTP: tool calls per answer, the iteration cap in the
 //! record, and errors that would echo a huge argument back to the model.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::support;
 

@@ -1,6 +1,5 @@
 //! The maestro dialect end to end over real HTTP: control tools, reminders, limits, loops,
 //! context thresholds, retries and the run record.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::support;
 

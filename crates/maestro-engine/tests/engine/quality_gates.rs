@@ -1,7 +1,6 @@
 //! TAKT workflows' command quality gates: the engine runs the command in the sandbox once the
 //! step ends; a failure sends the step round again with the failure as its previous response,
 //! and a replay takes every outcome from the record without running the command.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::support;
 

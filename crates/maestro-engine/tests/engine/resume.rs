@@ -2,7 +2,6 @@
 //! answers and tool results are reused, completed movements are not redone, the one call in
 //! flight is handled as documented, and `seq` stays gapless. Also `Engine::replay`: a finished
 //! run driven again from its record with no model call and no tool run.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::support;
 

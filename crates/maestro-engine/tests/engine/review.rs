@@ -3,7 +3,6 @@
 //! each chunk's call is reserved from the budget and recorded, garbage answers are kept with a
 //! note, and a resume of a stopped review asks only the chunks the record does not answer.
 //! The same after a real kill -9 of `maestro run` is in `maestro-cli/tests/review_resume.rs`.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::support;
 

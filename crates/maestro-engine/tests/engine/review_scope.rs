@@ -1,7 +1,6 @@
 //! TAKT's `{review_scope}`: a step whose text uses it is told which files the task changed in
 //! the workspace (committed since the branch's base, uncommitted and untracked), computed by
 //! `git` in the sandbox.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::support;
 

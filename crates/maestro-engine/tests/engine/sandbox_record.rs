@@ -1,5 +1,4 @@
 //! The run record says when `Bash` runs without any sandbox.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::support;
 

@@ -3,7 +3,6 @@
 //! and conversation once they ended, told each child's title, status, result and workspace.
 //! The host here keeps its children in memory; the store-backed host is tested in
 //! `maestro-app` and through the `maestro` binary.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::support;
 

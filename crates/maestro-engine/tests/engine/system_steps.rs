@@ -1,7 +1,6 @@
 //! TAKT v0.60 system steps, `when(…)` rules and `structured_output`, run against the scripted
 //! model server: the step order, the transitions and the final status are read from the
 //! recorded events.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::support;
 

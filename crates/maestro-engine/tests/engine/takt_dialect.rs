@@ -1,6 +1,5 @@
 //! The takt dialect end to end over real HTTP: how an answer picks its rule (and which calls
 //! that costs), parallel movements, loop monitors, reports and user input.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::support;
 

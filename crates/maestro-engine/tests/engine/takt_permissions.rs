@@ -1,6 +1,5 @@
 //! takt `permission_mode` and the default toolset, as the model sees them: the tools each
 //! movement is offered in the requests the scripted server recorded, and what Bash may do.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::support;
 

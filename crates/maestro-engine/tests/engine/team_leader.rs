@@ -2,7 +2,6 @@
 //! its leader planning two batches of parts that run as sub-movements at most `max_parts` at
 //! once; cut anywhere, the run resumes without repeating a recorded call, and a replay makes
 //! none.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::support;
 

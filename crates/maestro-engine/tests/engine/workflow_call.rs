@@ -1,7 +1,6 @@
 //! TAKT `workflow_call` steps over real HTTP: the called workflow's steps run in the same run,
 //! named by the call stack, its result routes the calling step's rules, `max_steps` is shared
 //! by the whole call tree, and `vars` reach the called workflow's prompts.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::support;
 

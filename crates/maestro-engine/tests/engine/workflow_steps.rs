@@ -1,7 +1,6 @@
 //! TAKT workflow steps the engine does not run yet: a run that reaches one ends with an error
 //! naming the step kind, after the steps before it ran as usual. (`when(…)` rules run; see
 //! also `system_steps.rs`.)
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::support;
 

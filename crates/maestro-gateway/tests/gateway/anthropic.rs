@@ -1,7 +1,6 @@
 //! `kind: anthropic` upstreams over real HTTP on 127.0.0.1: OpenAI chat requests translated to
 //! a scripted server speaking the Messages API (its documented SSE events), and its answers
 //! translated back, whole and streamed, with tool calls, usage, failover and cut streams.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::support;
 

@@ -1,7 +1,6 @@
 //! Prompt tokens read from an upstream's cache are priced at `cached_input_per_mtok`: from an
 //! OpenAI-compatible upstream's `prompt_tokens_details.cached_tokens` and an Anthropic
 //! upstream's `cache_read_input_tokens`, whole and streamed, over real HTTP on 127.0.0.1.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::support;
 

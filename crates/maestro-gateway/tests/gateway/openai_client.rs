@@ -1,7 +1,6 @@
 //! The official `openai` Python package through the gateway to scripted upstreams over real
 //! HTTP: chat with and without streaming, tool calls (whole and streamed), embeddings, a stream
 //! cut by the upstream (the client raises), an unknown model (the client's NotFoundError).
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::support;
 

@@ -1,7 +1,6 @@
 //! The proxy over real HTTP on 127.0.0.1: pass-through with the model rewritten, usage metered
 //! from whole answers and from streams, failover before the first byte, a cut stream ending in
 //! an SSE error, bounded metric labels.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::support;
 

@@ -1,6 +1,5 @@
 //! The Anthropic provider against a server speaking the Messages API as documented: text, a tool
 //! use round trip, usage with cache counts, an error event mid-stream, a cut stream, a refused key.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::common;
 

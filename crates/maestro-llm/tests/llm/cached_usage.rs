@@ -1,7 +1,6 @@
 //! Prompt tokens read from the endpoint's cache, as the OpenAI-compatible client reports them
 //! in its usage: `usage.prompt_tokens_details.cached_tokens` of a whole answer and of a stream's
 //! usage chunk, over real HTTP on 127.0.0.1.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use maestro_llm::{ChatRequest, Message, OpenAiCompat, OpenAiConfig, Provider, ToolMode};
 use maestro_testkit::{ScriptedLlm, Turn};

@@ -1,5 +1,4 @@
 //! Context-length detection from each endpoint style, the config override, and caching.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::common;
 

@@ -1,6 +1,5 @@
 //! `/v1/embeddings` over real HTTP on 127.0.0.1: one vector per text, in order, also when the
 //! texts go in several requests; a refusal names the URL and the endpoint's words.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::common;
 

@@ -1,7 +1,6 @@
 //! Image parts on the wire, over real HTTP on 127.0.0.1: a user message with images travels as
 //! text and `image_url` parts with a `data:` URL; a text-only model, configured or refused by
 //! its endpoint, gets the images' descriptions instead.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::common;
 

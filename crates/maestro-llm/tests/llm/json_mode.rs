@@ -1,7 +1,6 @@
 //! JSON tool mode: the request carries the schema and the tool list, the answer becomes a
 //! ToolCall, tool results go back as user messages, garbage is kept as text, and `auto` settles
 //! on a mode from real requests.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::common;
 

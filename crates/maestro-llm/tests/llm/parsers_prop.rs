@@ -1,7 +1,6 @@
 //! Property tests for the parsers that read what an endpoint sends: however a tool call's
 //! arguments are cut into stream deltas they come back whole, and no input makes the client
 //! panic (a model's garbage stays text).
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::common;
 

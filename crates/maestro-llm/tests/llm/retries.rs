@@ -1,6 +1,5 @@
 //! Retries at the model boundary: 429 with Retry-After, 5xx, broken and idle streams, connect
 //! errors, and what is final.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::common;
 

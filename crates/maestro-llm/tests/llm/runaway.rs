@@ -1,7 +1,6 @@
 //! A misbehaving model server: answers that never end (fast or slow), and 200 answers that
 //! cannot be read. Each call must end with a clear error, or recover within its retries, and
 //! never read without bound.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::common;
 

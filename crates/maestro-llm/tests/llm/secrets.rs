@@ -1,5 +1,4 @@
 //! The API key travels as a Bearer header and nowhere else: not in errors, retry events or Debug.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::common;
 

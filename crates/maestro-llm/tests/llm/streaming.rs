@@ -1,6 +1,5 @@
 //! Streaming and plain answers against the scripted server: text, tool-call deltas, usage, and
 //! the fallbacks when an endpoint refuses `stream_options` or streaming.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::common;
 

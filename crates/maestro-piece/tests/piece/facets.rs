@@ -1,7 +1,6 @@
 //! Facet resolution order: section map, path relative to the piece, `<piece dir>/../facets`,
 //! the project's `.maestro/facets`, the user's `~/.maestro/facets`, the project's
 //! `.takt/facets`, the user's `~/.takt/facets`, extra dirs, inline text.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::support;
 

@@ -1,5 +1,4 @@
 //! Every real piece in the shared fixtures loads, in the dialect it is written in.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::PathBuf;
 

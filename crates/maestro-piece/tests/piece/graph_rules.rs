@@ -1,5 +1,4 @@
 //! The roles + graph dialect: the load-time checks, each with path, line and message.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::support;
 

@@ -1,6 +1,5 @@
 //! Pieces far larger than any real one, and files that are not clean text: each loads in linear
 //! time with a readable, bounded report, and garbled bytes are reported where they are.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::support;
 

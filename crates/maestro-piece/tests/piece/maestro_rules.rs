@@ -1,6 +1,5 @@
 //! Every rule of the maestro piece schema, each with a negative test asserting the message,
 //! the field path and the line.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::support;
 

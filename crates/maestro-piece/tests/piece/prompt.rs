@@ -1,5 +1,4 @@
 //! Prompt assembly: the parts, in the order `engine-semantics.md` fixes, for each dialect.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::support;
 

@@ -1,6 +1,5 @@
 //! Hostile input: YAML errors become diagnostics with positions, never panics or hangs; and a
 //! property test feeds arbitrary bytes and mutated real pieces to the loader.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::support;
 

@@ -1,6 +1,5 @@
 //! The takt dialect: what maps into the IR, what is an error (with path and line) and what is
 //! only a warning.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::support;
 

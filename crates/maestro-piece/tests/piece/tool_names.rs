@@ -1,6 +1,5 @@
 //! Tool names in `allowed_tools` are checked against the caller's catalog: a name that is no
 //! tool is an error with a suggestion, a tool that is not set up here is a warning.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::support;
 

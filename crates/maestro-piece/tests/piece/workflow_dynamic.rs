@@ -2,7 +2,6 @@
 //! fixed and pool items (`Movement::dynamic.participants`) and a step's facet pool with every
 //! candidate's facets resolved to text (`Movement::dynamic.facets`), from the builtins Maestro
 //! ships.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::support;
 

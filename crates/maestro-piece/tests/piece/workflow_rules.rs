@@ -1,7 +1,6 @@
 //! Broken TAKT v0.60 workflows: each case is a builtin with one mistake TAKT's loader rejects,
 //! made here from the fixture's text. The error must name the field at the line of the
 //! mistake.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::support;
 

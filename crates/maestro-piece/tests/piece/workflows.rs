@@ -1,7 +1,6 @@
 //! TAKT v0.60 workflows: every builtin loads without an error or a warning (but for the
 //! effects Maestro refuses, named), from the fixtures and from a project that has nothing but
 //! the workflow file (the builtin layer is inside Maestro).
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
 

@@ -1,6 +1,5 @@
 //! Allowlist bypass attempts through the `Bash` tool, under bubblewrap and in the fallback:
 //! each is refused before anything runs, with a message saying why.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::support;
 

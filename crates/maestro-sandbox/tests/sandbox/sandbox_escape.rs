@@ -1,6 +1,5 @@
 //! Escape attempts against `Bash` in the real bubblewrap sandbox (`safety.bash_sandbox:
 //! always`) and against the file tools: each attempt must be refused or contained.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::support;
 

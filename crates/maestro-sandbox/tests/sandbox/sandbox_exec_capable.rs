@@ -2,7 +2,6 @@
 //! refused before anything runs, under bubblewrap and in the fallback, and its side effect does
 //! not happen. With `*` the same command runs (inside the sandbox), which shows the side-effect
 //! checks can see it.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::support;
 

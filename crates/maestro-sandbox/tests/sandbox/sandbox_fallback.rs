@@ -1,7 +1,6 @@
 //! The landlock fallback (`safety.bash_sandbox: off`, or `auto` without bubblewrap): the kernel
 //! keeps commands to the system directories and the workspace, with a scrubbed environment and
 //! the time limit; and `unsafe_no_sandbox`, where only the allowlist and its path checks stand.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::support;
 

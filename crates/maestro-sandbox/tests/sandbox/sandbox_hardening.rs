@@ -1,7 +1,6 @@
 //! The security review's reproductions, each run in both kernel sandboxes: bubblewrap + seccomp
 //! (`safety.bash_sandbox: always`) and the landlock + seccomp fallback (`off`). Each attempt must
 //! be refused or contained, and its side effect must not happen.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::support;
 

@@ -3,7 +3,6 @@
 //! programs that have exec-capable options allowed (`sort`, `sed`, `awk`, `find`, `xargs`,
 //! `env`, `timeout`, `tar`, `git`, `sqlite3`, `zip`), no accepted line may run the marker
 //! program `x`.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::os::unix::fs::PermissionsExt;
 

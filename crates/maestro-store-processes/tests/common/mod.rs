@@ -1,5 +1,4 @@
 //! One database per test, on either backend; the same test bodies run on both.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 #![allow(dead_code)]
 
 use maestro_store::{Store, StoreUrl};

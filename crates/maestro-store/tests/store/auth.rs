@@ -1,7 +1,5 @@
 //! Users, tokens, sessions, logins in flight, share links, owners and the audit log, on SQLite
 //! and on a real PostgreSQL cluster.
-// Test bodies are plain async functions run per backend, so unwrap is allowed file-wide.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::common;
 

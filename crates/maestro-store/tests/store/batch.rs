@@ -1,6 +1,5 @@
 //! Finishing several runs in one transaction, on SQLite and on a real PostgreSQL cluster: each
 //! job is fenced on its own lease, and the answer says per job whether its write took effect.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::common;
 

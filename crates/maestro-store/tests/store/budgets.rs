@@ -1,7 +1,6 @@
 //! The budget ledger: reservations that concurrent callers on two store handles (two nodes)
 //! can never pass a cap with together, settle, release and the sweep of expired reservations,
 //! on SQLite and on a real PostgreSQL cluster.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::common;
 

@@ -1,6 +1,5 @@
 //! The documentation keeps up with the schema: docs/store.md lists every migration file, and
 //! docs/jobs.md every column of the `jobs` table.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;
 

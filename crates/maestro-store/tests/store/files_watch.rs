@@ -1,6 +1,5 @@
 //! A job's files (inputs with the submit, outputs under the lease) and the wakeups of whoever
 //! watches a job, on SQLite and on a real PostgreSQL cluster.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::common;
 

@@ -1,6 +1,5 @@
 //! The gateway's usage records on both backends: written in one batch, summed per key, model
 //! and job over a time range.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::common;
 

@@ -3,7 +3,6 @@
 //! budget ledger first), a refusal is a 429 that says which budget and when it resets, a budget
 //! per period starts again in the next period, and the RPM and TPM limits hold (on PostgreSQL,
 //! through the store too, as several gateways would share them).
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::common;
 

@@ -1,7 +1,6 @@
 //! The gateway's virtual keys over real HTTP on 127.0.0.1, kept in a real store: no key needed
 //! while none exists; then a missing, unknown, revoked or expired key is a 401, a model the key
 //! does not allow a 403 naming those it does, and a good key is served and recorded as its own.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::common;
 

@@ -1,7 +1,6 @@
 //! The knowledge base on both backends: 200 generated documents and 50 queries found by
 //! full-text search alone (recall@5 at least 0.9), re-ingesting as a no-op, queries with
 //! quotes, colons and operators, who reads which collection, listing and deleting.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::common;
 

@@ -1,7 +1,6 @@
 //! Pieces and the configuration overlay in the store, on SQLite and on a real PostgreSQL
 //! cluster: versions taken once each however many writers race, deletions as tombstones, a
 //! job's piece version, and the overlay's compare-and-set.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::common;
 

@@ -1,7 +1,5 @@
 //! The store's guarantees, on SQLite and on a real PostgreSQL cluster: migrations, the queue,
 //! races between workers, fencing, event uniqueness, and exactly-once schedule slots.
-// Test bodies are plain async functions run per backend, so unwrap is allowed file-wide.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::common;
 

@@ -1,6 +1,5 @@
 //! Subtasks in the store, on SQLite and on a real PostgreSQL cluster: spawning under a lease
 //! (fenced, idempotent, limited), and a parent that waits until every child has ended.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::common;
 

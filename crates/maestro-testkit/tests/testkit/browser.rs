@@ -1,7 +1,6 @@
 //! The test browser: Chromium started through chromedriver shows a page served on 127.0.0.1 at
 //! both viewports, takes screenshots, saves a download, sees a dialog a script opened, runs
 //! axe-core, and leaves no process behind.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Duration;
 

@@ -2,7 +2,6 @@
 //! authorization request with PKCE (S256), the login as `alice@example.test`, and the code
 //! exchanged at the token endpoint. Ignored (`no_oidc_provider`) where node or the npm packages
 //! are missing.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;

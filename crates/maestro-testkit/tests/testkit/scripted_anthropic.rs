@@ -1,8 +1,6 @@
 //! The scripted Anthropic server answers as the Messages API documents: SSE events in order,
 //! one `message` object without streaming, its error bodies, and a record of every request.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use maestro_testkit::{ANTHROPIC_VERSION, ScriptedAnthropic, Turn};
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};

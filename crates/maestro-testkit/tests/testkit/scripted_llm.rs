@@ -1,5 +1,4 @@
 //! The scripted server's wire format: what a client really receives.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Duration;
 

@@ -1,7 +1,6 @@
 //! ReadImage and AnnotateImage on real files: PNGs written by the `image` crate, a JPEG with an
 //! EXIF orientation written by Pillow, a truncated file, and a decompression bomb, through the
 //! registry with the reader child built beside the tests.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::support;
 

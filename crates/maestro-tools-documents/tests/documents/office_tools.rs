@@ -2,8 +2,6 @@
 //! python-pptx), parsed by the real reader child; corrupt, truncated, encrypted and zip-bomb
 //! inputs each get a clear error, and the process calling the tools carries on.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use crate::support;
 
 use std::time::Duration;

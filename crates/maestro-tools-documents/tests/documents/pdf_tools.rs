@@ -1,8 +1,6 @@
 //! ReadPdf, PdfToImages and SplitPdf on PDFs made by reportlab (and encrypted by qpdf), with
 //! poppler-utils and qpdf run in the real Bash sandbox.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use crate::support;
 
 use pretty_assertions::assert_eq;

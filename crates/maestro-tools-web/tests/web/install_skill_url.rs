@@ -1,4 +1,3 @@
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 //! `InstallSkill` with a URL: a skill archive served on 127.0.0.1 (allowed by a configured
 //! exception) is fetched through the guard and installed with the workspace tool's checks; a
 //! page that is not an archive and an address the guard refuses install nothing; workspace

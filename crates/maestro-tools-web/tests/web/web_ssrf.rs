@@ -1,4 +1,3 @@
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 //! The SSRF guard against a real HTTP server on 127.0.0.1: refused by default, by address, by a
 //! name that resolves to loopback, and on redirects; reachable only through a configured exception.
 

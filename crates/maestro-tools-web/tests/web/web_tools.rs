@@ -1,4 +1,3 @@
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 //! WebFetch, DownloadFile and WebSearch against a real HTTP server on 127.0.0.1, reached through
 //! a configured exception (the guard itself is covered in web_ssrf.rs).
 

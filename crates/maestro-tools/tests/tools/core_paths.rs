@@ -1,6 +1,5 @@
 //! Path traversal attempts against the file tools: `..`, absolute paths and symlinks that lead
 //! outside the workspace are refused; writes stay in the writable directories.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::support;
 

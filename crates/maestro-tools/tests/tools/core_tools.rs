@@ -1,6 +1,5 @@
 //! Behaviour of the core, data, checklist, pieces, docs and skills tools through the registry,
 //! and the registry's handling of bad calls.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::support;
 

@@ -1,7 +1,6 @@
 //! `MergeReviewedResults` through the registry, on real files: the same JSONL merged twice, or
 //! its lines shuffled, gives byte-identical reports; duplicates fold with their locations; the
 //! report is an artifact, so it needs `edit` and a writable directory.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::support;
 

@@ -2,7 +2,6 @@
 //! and `tar` crates: a good skill is installed and `ListSkills` shows it; zip-slip, links that
 //! lead out, a missing or invalid `SKILL.md` and oversize skills are refused with nothing
 //! installed; without `tools.skills_install_dir` the tool does not exist.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::support;
 

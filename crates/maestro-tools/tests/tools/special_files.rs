@@ -1,6 +1,5 @@
 //! Tools never hang on FIFOs, sockets or devices, never follow a link out of the pieces, skills
 //! and docs directories, and read-only SQLite leaves `input/` as it found it.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::support;
 

@@ -8,6 +8,7 @@ use maestro_store::{NewJob, Schedule, Store, StoreError};
 use time::OffsetDateTime;
 
 use super::spec::{Misfire, Spec, to_chrono, to_time, zone};
+use super::zone::Zone;
 
 /// How often a worker ticks.
 pub const TICK: Duration = Duration::from_secs(1);
@@ -56,7 +57,7 @@ pub async fn tick(
             store,
             &schedule,
             &spec,
-            tz,
+            &tz,
             misfire,
             now,
             grace,
@@ -72,7 +73,7 @@ async fn tick_one(
     store: &Store,
     schedule: &Schedule,
     spec: &Spec,
-    tz: super::zone::Zone,
+    tz: &Zone,
     misfire: Misfire,
     now: OffsetDateTime,
     grace: Duration,
@@ -87,7 +88,7 @@ async fn tick_one(
     let mut missed: Vec<DateTime<Utc>> = Vec::new();
     let mut due = Vec::new();
     let mut at = to_chrono(floor);
-    while let Some(slot) = spec.next_after(at, &tz) {
+    while let Some(slot) = spec.next_after(at, tz) {
         if slot > now_c || missed.len() + due.len() >= MAX_SLOTS {
             break;
         }

@@ -6,20 +6,29 @@
 # the run touches a few MiB of the binary's code instead of pages spread over all of it
 # (docs/benchmarks.md, "Footprint of a run").
 #
-#   cargo build --profile dist -p maestro-cli
-#   bash scripts/code-order.sh target/dist/maestro [OUT]
-#   MAESTRO_CODE_ORDER=OUT cargo build --profile dist -p maestro-cli    # links again with it
+# Given the binary's link map too (MAP: the build made with MAESTRO_LINK_MAP=MAP), it also
+# writes the data order (to DATA_OUT, by default crates/maestro-cli/data-order.txt): the input
+# sections of `.rodata` that the same run reads (the run under valgrind's lackey, its loads
+# placed in the map by the footprint bench's harness). build.rs lays them out together at the
+# head of `.rodata`.
 #
-# (scripts/dist.sh does all three, with OUT=target/code-order.txt.)
+#   MAESTRO_LINK_MAP=$PWD/target/maestro.map cargo build --profile dist -p maestro-cli
+#   bash scripts/code-order.sh target/dist/maestro [OUT [MAP [DATA_OUT]]]
+#   MAESTRO_CODE_ORDER=OUT MAESTRO_DATA_ORDER=DATA_OUT cargo build --profile dist -p maestro-cli
+#
+# (scripts/dist.sh does all three, with OUT and DATA_OUT under target/.)
 #
 # The names carry a hash of each crate's build settings (profile, features, toolchain, lock
-# file), so the list fits the build it was taken from; a function it does not name is placed
-# after the listed ones, as before. Take it again after changing the dependencies, the dist
-# profile or the toolchain: the footprint bench shows when it has gone stale.
+# file), and with fat LTO the internal ones are numbered per build, so the lists fit the build
+# they were taken from; what they do not name is placed after what they do, as before. Take them
+# again after changing the code, the dependencies, the dist profile or the toolchain: the
+# footprint bench shows when they have gone stale.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=$(realpath "${1:?usage: scripts/code-order.sh path/to/maestro [OUT]}")
 out=$(realpath -m "${2:-crates/maestro-cli/code-order.txt}")
+map=${3:+$(realpath "$3")}
+data_out=$(realpath -m "${4:-crates/maestro-cli/data-order.txt}")
 command -v valgrind >/dev/null || { echo "error: valgrind is needed (apt-get install valgrind)" >&2; exit 1; }
 
 # The scripted model server of the footprint bench (a development build of the harness).
@@ -63,3 +72,15 @@ awk -v bin="$bin" '
   END { for (f in hot) print f }
 ' "$work/callgrind.out" | LC_ALL=C sort >"$out"
 echo "$(wc -l <"$out") functions in $out"
+
+[ -n "$map" ] || exit 0
+# The constants the same run reads. Valgrind loads a position-independent executable at
+# 0x108000 on x86-64; the harness refuses a trace whose code is not there.
+(cd "$work/run" && rm -rf .maestro output && HOME="$work/run" valgrind --tool=lackey \
+  --trace-mem=yes --log-fd=9 "$bin" run piece.yaml --task "Summarise the notes" \
+  --workspace . --llm-base-url "$url" --model scripted-model --tool-mode native \
+  9>&1 >/dev/null 2>"$work/lackey.log") \
+  | FOOTPRINT_DATA_ORDER=1 "$bench" "$map" 108000 >"$work/data-order.txt"
+grep -q 'completed' "$work/lackey.log" || { tail -n 20 "$work/lackey.log" >&2; exit 1; }
+mv "$work/data-order.txt" "$data_out"
+echo "$(wc -l <"$data_out") sections of .rodata in $data_out"

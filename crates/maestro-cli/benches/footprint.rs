@@ -6,7 +6,8 @@
 //! the run sets up its tools, streams six answers and writes its record. Each run is reaped with
 //! `wait4`, whose resource usage gives that process's peak resident set (`ru_maxrss`). It prints
 //! every run's figure and the median. `FOOTPRINT_BIN=path` measures another build of `maestro`;
-//! `FOOTPRINT_SERVE=1` only serves the script (see [`serve`]).
+//! `FOOTPRINT_SERVE=1` only serves the script (see [`serve`]), and `FOOTPRINT_DATA_ORDER=1` reads
+//! the constants a run touched out of a memory trace (see [`data_order`]).
 //!
 //! Most of the resident set is the binary's own pages, and Linux maps a file's page cache a
 //! whole (large) folio per fault, so the figure depends on how the binary came into the cache:
@@ -76,6 +77,14 @@ fn main() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     if std::env::var_os("FOOTPRINT_SERVE").is_some() {
         return serve(&runtime);
+    }
+    if std::env::var_os("FOOTPRINT_DATA_ORDER").is_some() {
+        let mut args = std::env::args().skip(1).filter(|a| a != "--bench");
+        let (Some(map), Some(base)) = (args.next(), args.next()) else {
+            panic!("usage: FOOTPRINT_DATA_ORDER=1 footprint LINK_MAP LOAD_BASE_HEX < TRACE");
+        };
+        let base = u64::from_str_radix(base.trim_start_matches("0x"), 16).unwrap();
+        return data_order(&std::fs::read_to_string(&map).unwrap(), base);
     }
     // Another build of `maestro` (to compare), else this profile's.
     let binary = std::env::var("FOOTPRINT_BIN")
@@ -148,6 +157,153 @@ fn serve(runtime: &tokio::runtime::Runtime) {
     std::fs::write(dir.join("notes.md"), "# Notes\n".repeat(200)).unwrap();
     println!("{} {}", server.base_url(), dir.display());
     runtime.block_on(std::future::pending::<()>());
+}
+
+/// `FOOTPRINT_DATA_ORDER=1 footprint LINK_MAP LOAD_BASE < TRACE`: the binary's read-only
+/// constants a run reads, as the input sections that hold them, for `scripts/code-order.sh`.
+///
+/// TRACE is valgrind's `--tool=lackey --trace-mem=yes` of one run of the binary that the linker
+/// described in LINK_MAP (`-Map`, lld's layout), loaded at LOAD_BASE. Every load that falls in
+/// `.rodata` marks the input section it falls in. The sections are printed in their order in the
+/// binary, the ones the linker merges (constant pools and C strings, which it lays out as one
+/// block each) first. Linked in that order, a run's constants share a few pages, where they were
+/// otherwise spread over the whole section (docs/benchmarks.md, "Footprint of a run").
+fn data_order(map: &str, base: u64) {
+    use std::io::BufRead;
+    let sections = rodata_sections(map);
+    assert!(
+        !sections.is_empty(),
+        "the link map has no `.rodata` input sections"
+    );
+    let (start, end) = (sections[0].0, sections.last().map_or(0, |s| s.0 + s.1));
+    let text = map
+        .lines()
+        .filter_map(map_line)
+        .find(|line| line.depth == 0 && line.name == ".text")
+        .map(|line| (line.address, line.address + line.size))
+        .expect("the link map has no `.text`");
+    let mut hot = vec![false; sections.len()];
+    let (mut in_text, mut loads) = (0u64, 0u64);
+    let stdin = std::io::stdin();
+    for line in stdin.lock().split(b'\n') {
+        let line = line.unwrap();
+        // ` L 04222cc0,8` (a load), ` M …` (a load and a store), `I  04222cc0,3` (an instruction).
+        let (kind, rest) = match line.as_slice() {
+            [b' ', kind @ (b'L' | b'M'), b' ', rest @ ..] => (*kind, rest),
+            [b'I', b' ', b' ', rest @ ..] => (b'I', rest),
+            _ => continue,
+        };
+        let Some((address, size)) = trace_access(rest) else {
+            continue;
+        };
+        let Some(offset) = address.checked_sub(base) else {
+            continue;
+        };
+        if kind == b'I' {
+            in_text += u64::from((text.0..text.1).contains(&offset));
+            continue;
+        }
+        if offset + size <= start || offset >= end {
+            continue;
+        }
+        loads += 1;
+        let mut i = sections
+            .partition_point(|s| s.0 <= offset)
+            .saturating_sub(1);
+        while i < sections.len() && sections[i].0 < offset + size {
+            if sections[i].0 + sections[i].1 > offset {
+                hot[i] = true;
+            }
+            i += 1;
+        }
+    }
+    assert!(
+        in_text > 0,
+        "no instruction of the trace is in the binary's code at {base:#x}: the base is wrong"
+    );
+    assert!(loads > 0, "the trace reads nothing of `.rodata`");
+    let chosen = || {
+        sections
+            .iter()
+            .zip(&hot)
+            .filter(|(_, h)| **h)
+            .map(|(s, _)| s)
+    };
+    let mut seen = std::collections::HashSet::new();
+    let merged = chosen().filter(|s| s.3);
+    let single = chosen().filter(|s| !s.3);
+    for section in merged.chain(single) {
+        if seen.insert(section.2) {
+            println!("{}", section.2);
+        }
+    }
+    eprintln!(
+        "{} of {} sections of `.rodata` read ({} loads)",
+        seen.len(),
+        sections.len(),
+        loads
+    );
+}
+
+/// One line of lld's link map: its address, size and name, and how deep it is (0 an output
+/// section, 1 an input section, 2 a symbol).
+struct MapLine<'a> {
+    address: u64,
+    size: u64,
+    depth: usize,
+    name: &'a str,
+}
+
+/// Reads `VMA LMA Size Align Name` (the name indented by eight more columns at each depth).
+fn map_line(line: &str) -> Option<MapLine<'_>> {
+    let mut rest = line;
+    let mut fields = [0u64; 4];
+    for (i, field) in fields.iter_mut().enumerate() {
+        rest = rest.trim_start();
+        let end = rest.find(' ')?;
+        let radix = if i == 3 { 10 } else { 16 };
+        *field = u64::from_str_radix(&rest[..end], radix).ok()?;
+        rest = &rest[end..];
+    }
+    let name = rest.trim_start();
+    let depth = (rest.len() - name.len()).checked_sub(1)? / 8;
+    Some(MapLine {
+        address: fields[0],
+        size: fields[2],
+        depth,
+        name,
+    })
+}
+
+/// `.rodata`'s input sections: address, size, section name, and whether the linker merged it
+/// (`<internal>`), sorted by address.
+fn rodata_sections(map: &str) -> Vec<(u64, u64, &str, bool)> {
+    let mut output = "";
+    let mut sections = Vec::new();
+    for line in map.lines().filter_map(map_line) {
+        match line.depth {
+            0 => output = line.name,
+            1 if output == ".rodata" && line.size > 0 => {
+                // `file:(section)`; the file may itself hold parentheses (`lib.a(member.o)`).
+                let Some(open) = line.name.rfind(":(") else {
+                    continue;
+                };
+                let section = line.name[open + 2..].trim_end_matches(')');
+                let merged = line.name.starts_with("<internal>");
+                sections.push((line.address, line.size, section, merged));
+            }
+            _ => {}
+        }
+    }
+    sections.sort_by_key(|s| s.0);
+    sections
+}
+
+/// `04222cc0,8` as an address and a size.
+fn trace_access(text: &[u8]) -> Option<(u64, u64)> {
+    let text = std::str::from_utf8(text).ok()?.trim();
+    let (address, size) = text.split_once(',')?;
+    Some((u64::from_str_radix(address, 16).ok()?, size.parse().ok()?))
 }
 
 /// Waits for `pid` and returns its exit code and its own peak resident set in KiB.

@@ -48,8 +48,6 @@ fn main() {
     if std::env::var_os("MAESTRO_NO_RELR").is_none() {
         println!("cargo:rustc-link-arg-bins=-Wl,-z,pack-relative-relocs");
     }
-    // scripts/dist.sh names the list it took from its own first pass (kept under target/, so a
-    // release build leaves the checkout clean); other builds use the committed one.
     println!("cargo:rerun-if-env-changed=MAESTRO_LINK_MAP");
     if let Some(map) = std::env::var_os("MAESTRO_LINK_MAP") {
         println!(

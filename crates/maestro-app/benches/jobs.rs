@@ -481,7 +481,6 @@ fn thousand_runs(bencher: Bencher) {
     } else {
         server_rt_ref.block_on(ScriptedLlm::builder().forget_requests().start())
     };
-    let project = rt.block_on(Project::new(&server.base_url()));
     let walls: Mutex<Vec<(Duration, String)>> = Mutex::new(Vec::new());
     let phases: Mutex<Vec<Phases>> = Mutex::new(Vec::new());
     bencher
@@ -490,17 +489,22 @@ fn thousand_runs(bencher: Bencher) {
                 // Real endpoints report usage (llama.cpp, vLLM and OpenAI all do when asked).
                 server.push(Turn::text(ANSWER).with_delay(DELAY).with_usage(60, 12));
             }
+            // A new store for every sample, so that each one starts as the first did: the
+            // store's connections map its file, and a store that kept every earlier sample's
+            // 1,000 jobs and their events grew the later samples' resident sets by the pages of
+            // it they read (about 4 MiB a sample).
             rt.block_on(async {
+                let project = Project::new(&server.base_url()).await;
                 let mut ids = Vec::with_capacity(RUNS);
                 for i in 0..RUNS {
                     let mut job = NewJob::new("three", format!("job {i}"), "bench");
                     job.workspace = Some(project.path().display().to_string());
                     ids.push(project.store.submit(job).await.unwrap());
                 }
-                ids
+                (project, ids)
             })
         })
-        .bench_local_values(|ids| {
+        .bench_local_values(|(project, ids)| {
             rt.block_on(async {
                 let reset = reset_peak();
                 let started_at = OffsetDateTime::now_utc();
@@ -528,6 +532,7 @@ fn thousand_runs(bencher: Bencher) {
                     .unwrap()
                     .push((Duration::from_secs_f64(read.last_end / 1e3), peak));
                 phases.lock().unwrap().push(read);
+                drop(project);
             })
         });
     for ((wall, peak), phases) in walls

@@ -45,9 +45,13 @@ use time::format_description::well_known::Rfc3339;
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// The shipped binary's allocator setting (`give_back_freed_memory_soon` in
-/// `maestro-cli/src/main.rs`): freed memory goes back to the system after 10 ms.
+/// `maestro-cli/src/main.rs`): freed memory goes back to the system after 10 ms, unless
+/// `MIMALLOC_PURGE_DELAY` says otherwise.
 #[allow(unsafe_code)]
 fn give_back_freed_memory_soon() {
+    if std::env::var_os("MIMALLOC_PURGE_DELAY").is_some() {
+        return;
+    }
     // SAFETY: sets one of mimalloc's options (15 is `mi_option_purge_delay`), which any thread
     // may do at any time.
     unsafe { libmimalloc_sys::mi_option_set(15, 10) }

@@ -11,18 +11,27 @@ use pretty_assertions::assert_eq;
 
 const COMMITTED: &str = "_ZN7maestro9committed\n";
 
-/// Records each call (its arguments and MAESTRO_CODE_ORDER) and fakes what the scripts read:
-/// the dist binary, and the bench executable's path.
+/// Records each call (its arguments and the layout variables) and fakes what the scripts read:
+/// the dist binary, its link map when asked for one, and the bench executable's path.
 const CARGO: &str = r#"#!/usr/bin/env bash
-echo "cargo $* MAESTRO_CODE_ORDER=${MAESTRO_CODE_ORDER-}" >>"$FAKE_LOG"
+echo "cargo $* MAESTRO_CODE_ORDER=${MAESTRO_CODE_ORDER-} MAESTRO_DATA_ORDER=${MAESTRO_DATA_ORDER-} MAESTRO_LINK_MAP=${MAESTRO_LINK_MAP-}" >>"$FAKE_LOG"
 case " $* " in
   *" bench "*) echo "  Executable benches/footprint.rs ($FAKE_BIN/footprint)" ;;
-  *" build "*) mkdir -p target/dist && echo "a maestro binary" >target/dist/maestro ;;
+  *" build "*) mkdir -p target/dist && echo "a maestro binary" >target/dist/maestro
+    if [ -n "${MAESTRO_LINK_MAP-}" ]; then echo "a link map" >"$MAESTRO_LINK_MAP"; fi ;;
 esac
 "#;
 
-/// The footprint bench's serving mode: prints the URL and the directory with the run's files.
+/// The footprint bench: with `FOOTPRINT_DATA_ORDER`, reads the trace on stdin against the link map
+/// it is given and names one section; else its serving mode, which prints the URL and the
+/// directory with the run's files.
 const FOOTPRINT: &str = r#"#!/usr/bin/env bash
+if [ -n "${FOOTPRINT_DATA_ORDER-}" ]; then
+  grep -q 'a link map' "$1" || exit 1
+  grep -q ' L 00113000,8' || exit 1
+  echo ".rodata.hot"
+  exit 0
+fi
 dir=$(mktemp -d)
 echo "piece" >"$dir/piece.yaml"
 echo "notes" >"$dir/notes.md"
@@ -31,15 +40,22 @@ exec sleep 60
 "#;
 
 /// Writes a callgrind profile in which the binary (the first argument that is not an option)
-/// ran two functions.
+/// ran two functions; under lackey, a memory trace to the log descriptor and the run's own
+/// last line to stderr.
 const VALGRIND: &str = r#"#!/usr/bin/env bash
 for arg in "$@"; do
   case $arg in
     --callgrind-out-file=*) out=${arg#*=} ;;
+    --tool=lackey) lackey=1 ;;
     --*) ;;
     *) bin=$arg; break ;;
   esac
 done
+if [ -n "${lackey-}" ]; then
+  printf 'I  00200000,3\n L 00113000,8\n' >&9
+  echo "run 1 completed" >&2
+  exit 0
+fi
 printf 'ob=(1) %s\nfn=(1) _ZN7maestro3run\nfn=(2) _ZN7maestro4main\nfn=(2)\n' "$bin" >"$out"
 "#;
 
@@ -98,6 +114,8 @@ impl Checkout {
             .env("FAKE_LOG", self.dir.path().join("cargo.log"))
             .env_remove("CARGO_TARGET_DIR")
             .env_remove("MAESTRO_CODE_ORDER")
+            .env_remove("MAESTRO_DATA_ORDER")
+            .env_remove("MAESTRO_LINK_MAP")
             .output()
             .unwrap()
     }
@@ -132,20 +150,37 @@ fn dist_keeps_the_list_under_target_and_leaves_the_checkout_clean() {
         checkout.read("target/code-order.txt"),
         "_ZN7maestro3run\n_ZN7maestro4main\n"
     );
+    assert_eq!(checkout.read("target/data-order.txt"), ".rodata.hot\n");
+    assert!(
+        !checkout
+            .repo()
+            .join("crates/maestro-cli/data-order.txt")
+            .exists()
+    );
     let order = checkout.repo().join("target/code-order.txt");
+    let data = checkout.repo().join("target/data-order.txt");
+    let map = checkout.repo().join("target/dist/maestro.map");
     assert_eq!(
         checkout.cargo_calls(),
         [
-            "cargo build --locked --profile dist -p maestro-cli MAESTRO_CODE_ORDER=".to_string(),
+            format!(
+                "cargo build --locked --profile dist -p maestro-cli MAESTRO_CODE_ORDER= \
+                 MAESTRO_DATA_ORDER= MAESTRO_LINK_MAP={}",
+                map.display()
+            ),
             "cargo bench --profile dev -p maestro-cli --bench footprint --no-run \
-             MAESTRO_CODE_ORDER="
+             MAESTRO_CODE_ORDER= MAESTRO_DATA_ORDER= MAESTRO_LINK_MAP="
                 .to_string(),
             format!(
-                "cargo build --locked --profile dist -p maestro-cli MAESTRO_CODE_ORDER={}",
-                order.display()
+                "cargo build --locked --profile dist -p maestro-cli MAESTRO_CODE_ORDER={} \
+                 MAESTRO_DATA_ORDER={} MAESTRO_LINK_MAP=",
+                order.display(),
+                data.display()
             ),
         ]
     );
+    // The map of the first pass is not left behind.
+    assert!(!map.exists());
     assert!(checkout.repo().join("target/dist/maestro").is_file());
     assert!(
         !checkout
@@ -163,6 +198,10 @@ fn dist_updates_the_committed_list_only_when_asked() {
     assert_eq!(
         checkout.read("crates/maestro-cli/code-order.txt"),
         "_ZN7maestro3run\n_ZN7maestro4main\n"
+    );
+    assert_eq!(
+        checkout.read("crates/maestro-cli/data-order.txt"),
+        ".rodata.hot\n"
     );
 
     let checkout = Checkout::new();

@@ -52,9 +52,10 @@ fn give_back_freed_memory_soon() {
     if std::env::var_os("MIMALLOC_PURGE_DELAY").is_some() {
         return;
     }
-    // SAFETY: sets one of mimalloc's options (15 is `mi_option_purge_delay`), which any thread
-    // may do at any time.
-    unsafe { libmimalloc_sys::mi_option_set(15, 10) }
+    // `mi_option_purge_delay` in mimalloc's option enum (the binary's test pins the number).
+    const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
+    // SAFETY: sets one of mimalloc's options, which any thread may do at any time.
+    unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, 10) }
 }
 
 fn main() {

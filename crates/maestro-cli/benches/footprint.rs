@@ -170,15 +170,15 @@ fn serve(runtime: &tokio::runtime::Runtime) {
 /// otherwise spread over the whole section (docs/benchmarks.md, "Footprint of a run").
 fn data_order(map: &str, base: u64) {
     use std::io::BufRead;
-    let sections = rodata_sections(map);
+    let lines: Vec<MapLine<'_>> = map.lines().filter_map(map_line).collect();
+    let sections = rodata_sections(&lines);
     assert!(
         !sections.is_empty(),
         "the link map has no `.rodata` input sections"
     );
     let (start, end) = (sections[0].0, sections.last().map_or(0, |s| s.0 + s.1));
-    let text = map
-        .lines()
-        .filter_map(map_line)
+    let text = lines
+        .iter()
         .find(|line| line.depth == 0 && line.name == ".text")
         .map(|line| (line.address, line.address + line.size))
         .expect("the link map has no `.text`");
@@ -277,10 +277,10 @@ fn map_line(line: &str) -> Option<MapLine<'_>> {
 
 /// `.rodata`'s input sections: address, size, section name, and whether the linker merged it
 /// (`<internal>`), sorted by address.
-fn rodata_sections(map: &str) -> Vec<(u64, u64, &str, bool)> {
+fn rodata_sections<'a>(lines: &[MapLine<'a>]) -> Vec<(u64, u64, &'a str, bool)> {
     let mut output = "";
     let mut sections = Vec::new();
-    for line in map.lines().filter_map(map_line) {
+    for line in lines {
         match line.depth {
             0 => output = line.name,
             1 if output == ".rodata" && line.size > 0 => {

@@ -2,6 +2,8 @@
 //! and description. Invalid pieces are listed too, marked, so nothing silently disappears.
 
 use std::io::Write as _;
+
+use crate::term::printable;
 use std::path::PathBuf;
 
 use maestro_piece::{discover, load_file};
@@ -145,7 +147,10 @@ pub(crate) fn run(args: Args) -> anyhow::Result<u8> {
             writeln!(
                 out,
                 "{:name_w$}  {:dialect_w$}  {:>9}  {}",
-                r.name, r.dialect, r.movements, r.description
+                printable(&r.name),
+                r.dialect,
+                r.movements,
+                printable(&r.description)
             )?;
         }
         Ok(())

@@ -2,6 +2,8 @@
 //! a movement, so a piece author sees exactly what the model gets.
 
 use std::io::Write as _;
+
+use crate::term::printable;
 use std::path::PathBuf;
 
 use anyhow::Context as _;
@@ -51,7 +53,10 @@ pub(crate) fn run(args: Args) -> anyhow::Result<u8> {
     let piece = match load_str(&source, &path, &opts) {
         Ok(loaded) => loaded.piece,
         Err(failed) => {
-            eprint!("{}", render_diagnostics(&source, &failed.errors));
+            eprint!(
+                "{}",
+                printable(&render_diagnostics(&source, &failed.errors))
+            );
             return Ok(1);
         }
     };
@@ -61,7 +66,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<u8> {
     write!(
         out,
         "===== system =====\n{}\n===== user =====\n{}",
-        prompt.system, prompt.user
+        printable(&prompt.system),
+        printable(&prompt.user)
     )?;
     Ok(0)
 }

@@ -5,6 +5,8 @@
 //! (a missing path, an unreadable file, a directory without pieces).
 
 use std::io::Write as _;
+
+use crate::term::printable;
 use std::path::{Path, PathBuf};
 
 use maestro_piece::{
@@ -147,7 +149,10 @@ fn human(
     match checked {
         Checked::Valid(loaded) => {
             if !quiet {
-                eprint!("{}", render_diagnostics(source, &loaded.warnings));
+                eprint!(
+                    "{}",
+                    printable(&render_diagnostics(source, &loaded.warnings))
+                );
             }
             let warnings = match loaded.warnings.len() {
                 0 => String::new(),
@@ -169,7 +174,7 @@ fn human(
                 all.extend(failed.warnings.iter().cloned());
             }
             all.sort_by_key(|d| (d.line, d.column));
-            eprint!("{}", render_diagnostics(source, &all));
+            eprint!("{}", printable(&render_diagnostics(source, &all)));
             let dialect = failed.dialect.map(|d| format!("{d}, ")).unwrap_or_default();
             writeln!(
                 out,

@@ -448,3 +448,62 @@ fn a_listing_whose_reader_went_away_stops_quietly() {
         out.status
     );
 }
+
+/// A piece is text from outside too: whoever wrote it, `validate`, `pieces` and `prompt` print
+/// its control characters escaped, in the excerpt, the message and the listing alike, so a
+/// piece cannot retitle the window or rewrite what the terminal shows.
+#[test]
+fn control_characters_in_a_piece_never_reach_the_terminal_raw() {
+    let home = tempfile::tempdir().unwrap();
+    let dir = home.path().join("mine");
+    std::fs::create_dir(&dir).unwrap();
+    let valid = "name: shown\n\
+                 description: \"red \\e[31mRED\\e[0m title \\e]0;PWNED\\a end\"\n\
+                 max_movements: 2\n\
+                 initial_movement: work\n\
+                 movements:\n  \
+                 - name: work\n    \
+                 edit: false\n    \
+                 persona: \"You \\e[2J work.\"\n    \
+                 instruction: \"Do it.\"\n    \
+                 allowed_tools: []\n    \
+                 rules: []\n    \
+                 default_next: ABORT\n";
+    std::fs::write(dir.join("shown.yaml"), valid).unwrap();
+    std::fs::write(
+        dir.join("broken.yaml"),
+        "name: \"x\\e]0;PWNED\\a\"\nmovements: 3\n",
+    )
+    .unwrap();
+    let raw = |s: &str| s.contains('\u{1b}') || s.contains('\u{7}');
+
+    let listed = run(maestro(home.path()).arg("pieces").arg(&dir));
+    assert!(listed.stdout.contains("shown"), "{}", listed.stdout);
+    assert!(!raw(&listed.stdout), "{:?}", listed.stdout);
+    assert!(
+        listed.stdout.contains("\\x1b]0;PWNED\\x07"),
+        "{}",
+        listed.stdout
+    );
+
+    let checked = run(maestro(home.path()).arg("validate").arg(&dir));
+    assert_eq!(checked.code, 1, "{}", checked.stderr);
+    assert!(checked.stderr.contains("PWNED"), "{}", checked.stderr);
+    assert!(
+        !raw(&checked.stderr) && !raw(&checked.stdout),
+        "{:?}",
+        checked.stderr
+    );
+
+    let prompt = run(maestro(home.path())
+        .arg("prompt")
+        .arg(dir.join("shown.yaml"))
+        .args(["--movement", "work", "--task", "t"]));
+    assert_eq!(prompt.code, 0, "{}", prompt.stderr);
+    assert!(
+        prompt.stdout.contains("You \\x1b[2J work."),
+        "{}",
+        prompt.stdout
+    );
+    assert!(!raw(&prompt.stdout), "{:?}", prompt.stdout);
+}

@@ -412,6 +412,13 @@ pub enum AccessError {
     /// No job has this id.
     #[error("no job with id {0}")]
     NoSuchJob(JobId),
+    /// An expiry (of a token, a share link, a session) that is zero, or more than 100 years
+    /// away.
+    #[error(
+        "an expiry must be more than zero and at most 100 years (36500 days, 876000 hours); \
+         give a smaller number, or none for no expiry"
+    )]
+    ExpiryOutOfRange,
     /// The store refused or failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -448,8 +455,19 @@ fn new_secret(prefix: &str) -> Secret {
     Secret::new(format!("{prefix}{}", hex::encode(bytes)))
 }
 
-fn later(store: &Store, after: Duration) -> OffsetDateTime {
-    store.now() + after
+/// The furthest an expiry may be: 100 years.
+const MAX_EXPIRY: Duration = Duration::from_secs(36_500 * 86_400);
+
+/// The time `after` from now; [`AccessError::ExpiryOutOfRange`] when `after` is zero (a thing
+/// expired when made) or over [`MAX_EXPIRY`] (which also keeps the sum a date).
+fn later(store: &Store, after: Duration) -> Result<OffsetDateTime, AccessError> {
+    if after.is_zero() || after > MAX_EXPIRY {
+        return Err(AccessError::ExpiryOutOfRange);
+    }
+    store
+        .now()
+        .checked_add(time::Duration::try_from(after).map_err(|_| AccessError::ExpiryOutOfRange)?)
+        .ok_or(AccessError::ExpiryOutOfRange)
 }
 
 /// Adds a user; admin when `admin`. An email that is already a user's is refused with
@@ -572,7 +590,7 @@ pub async fn create_token_as(
                 hash: secret_hash(token.expose()),
                 prefix: token.expose().chars().take(SHOWN_PREFIX_LEN).collect(),
                 scopes: Scope::join(&scopes),
-                expires_at: expires_in.map(|d| later(store, d)),
+                expires_at: expires_in.map(|d| later(store, d)).transpose()?,
             },
             actor,
         )
@@ -665,7 +683,7 @@ pub async fn create_session(
     }
     let id = new_secret("");
     let csrf = new_secret("");
-    let expires_at = later(store, ttl);
+    let expires_at = later(store, ttl)?;
     store
         .insert_session(
             &secret_hash(id.expose()),
@@ -750,7 +768,7 @@ pub async fn begin_login(
                 pkce_verifier: verifier.to_string(),
                 nonce: nonce.to_string(),
                 redirect_to,
-                expires_at: later(store, ttl),
+                expires_at: later(store, ttl)?,
             },
         )
         .await?;
@@ -815,7 +833,7 @@ pub async fn create_share(
             job,
             &secret_hash(token.expose()),
             created_by,
-            expires_in.map(|d| later(store, d)),
+            expires_in.map(|d| later(store, d)).transpose()?,
         )
         .await?;
     Ok((share.into(), token))

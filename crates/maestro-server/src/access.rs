@@ -7,7 +7,7 @@ use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
-use maestro_app::{AuditAction, AuthVia, Role, Scope};
+use maestro_app::{AccessError, AuditAction, AuthVia, Role, Scope};
 use serde::Deserialize;
 use utoipa::IntoParams;
 
@@ -323,6 +323,17 @@ pub(crate) async fn tokens(
     Ok(Json(maestro_app::list_tokens(state.store(), None).await?).into_response())
 }
 
+/// An access error, whose problem names the body's `field` when it is about the expiry.
+fn naming_expiry(field: &'static str) -> impl FnOnce(AccessError) -> ApiError {
+    move |e| match e {
+        e @ AccessError::ExpiryOutOfRange => {
+            ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, format!("`{field}`: {e}"))
+                .with("field", field.into())
+        }
+        e => e.into(),
+    }
+}
+
 /// `POST /admin/tokens`.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -346,6 +357,7 @@ pub(crate) struct NewTokenBody {
         (status = 201, description = "Created: `token` is shown this once", body = schema::NewToken),
         (status = 403, description = "Not an admin", body = schema::Problem),
         (status = 404, description = "No such user", body = schema::Problem),
+        (status = 422, description = "`expires_days` is zero or over 100 years", body = schema::Problem),
     ),
 )]
 pub(crate) async fn create_token(
@@ -363,7 +375,8 @@ pub(crate) async fn create_token(
         body.expires_days
             .map(|d| Duration::from_secs(d.saturating_mul(86_400))),
     )
-    .await?;
+    .await
+    .map_err(naming_expiry("expires_days"))?;
     let mut value = serde_json::to_value(&info).unwrap_or_default();
     if let serde_json::Value::Object(map) = &mut value {
         map.insert("token".into(), token.expose().into());
@@ -453,6 +466,7 @@ pub(crate) struct ShareBody {
     responses(
         (status = 201, description = "The link: `token` is shown this once", body = schema::NewShare),
         (status = 404, description = "No such job (or not one of yours)", body = schema::Problem),
+        (status = 422, description = "`expires_in_hours` is zero or over 100 years", body = schema::Problem),
     ),
 )]
 pub(crate) async fn share(
@@ -468,7 +482,8 @@ pub(crate) async fn share(
         body.expires_in_hours
             .map(|h| Duration::from_secs(h.saturating_mul(3600))),
     )
-    .await?;
+    .await
+    .map_err(naming_expiry("expires_in_hours"))?;
     let url = format!(
         "{}/share/{}",
         state

@@ -54,6 +54,9 @@ impl From<AccessError> for ApiError {
             | AccessError::NoSuchJob(_)) => ApiError::not_found(e.to_string()),
             e @ AccessError::UserExists { .. } => ApiError::conflict(e.to_string()),
             e @ AccessError::Disabled { .. } => ApiError::new(StatusCode::FORBIDDEN, e.to_string()),
+            e @ AccessError::ExpiryOutOfRange => {
+                ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, e.to_string())
+            }
             e => ApiError::bad_request(e.to_string()),
         }
     }

@@ -642,3 +642,84 @@ async fn a_login_through_the_openid_provider_gives_a_session_whose_writes_need_t
         assert!(!log.contains(secret), "a secret in the server's log");
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_expiry_of_zero_or_too_far_is_refused_naming_the_field() {
+    let project = auth_project("");
+    let root = user_with_token(&project, "root@example.test", true, "read,write,admin").await;
+    let out = project
+        .maestro(&[
+            "tokens",
+            "create",
+            "--user",
+            "root@example.test",
+            "--scopes",
+            "read",
+            "--expires-days",
+            "4294967295",
+        ])
+        .await;
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("an expiry must be more than zero and at most 100 years"),
+        "{}",
+        stderr(&out)
+    );
+    let served = project.serve("http://127.0.0.1:9", &["--no-worker"]);
+    let (status, job) = call(
+        &served,
+        "post",
+        "/api/v1/jobs",
+        Some(&root),
+        json!({"piece": "one", "task": "x"}),
+    )
+    .await;
+    assert_eq!(status, 201, "{job}");
+    let share = format!("/api/v1/jobs/{}/share", job["id"].as_str().unwrap());
+    for hours in [0_u64, 99_999_999_999] {
+        let (status, problem) = call(
+            &served,
+            "post",
+            &share,
+            Some(&root),
+            json!({"expires_in_hours": hours}),
+        )
+        .await;
+        assert_eq!(
+            (status, &problem["field"]),
+            (422, &json!("expires_in_hours")),
+            "{problem}"
+        );
+        assert!(
+            problem["detail"]
+                .as_str()
+                .unwrap()
+                .contains("at most 100 years"),
+            "{problem}"
+        );
+    }
+    for days in [0_u64, 4_294_967_295] {
+        let (status, problem) = call(
+            &served,
+            "post",
+            "/api/v1/admin/tokens",
+            Some(&root),
+            json!({"user": "root@example.test", "scopes": ["read"], "expires_days": days}),
+        )
+        .await;
+        assert_eq!(
+            (status, &problem["field"]),
+            (422, &json!("expires_days")),
+            "{problem}"
+        );
+    }
+    let (status, created) = call(
+        &served,
+        "post",
+        &share,
+        Some(&root),
+        json!({"expires_in_hours": 24}),
+    )
+    .await;
+    assert_eq!(status, 201, "{created}");
+}

@@ -605,6 +605,7 @@ mod tests {
                     piece_file: None,
                     subtasks: false,
                     model: Some("scripted-model".into()),
+                    max_iterations_per_movement: None,
                 },
             ),
             Event(

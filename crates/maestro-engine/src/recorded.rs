@@ -114,6 +114,8 @@ const PLACE_FIELDS: &[&str] = &[
     "run_id",
     "piece_file",
     "context_window",
+    // Taken from the record when it holds it; older records do not.
+    "max_iterations_per_movement",
 ];
 
 fn essence(event: &RunEvent) -> serde_json::Value {
@@ -206,6 +208,23 @@ impl Recorded {
             .iter()
             .find_map(|r| match &r.event {
                 RunEvent::RunStarted { context_window, .. } => Some(*context_window),
+                _ => None,
+            })
+    }
+
+    /// The `engine.max_iterations_per_movement` the record's `run_started` names, when it
+    /// names one.
+    pub(crate) fn max_iterations_per_movement(&self) -> Option<u32> {
+        let streams = self.inner.lock().ok()?;
+        streams
+            .by_movement
+            .get("")?
+            .iter()
+            .find_map(|r| match &r.event {
+                RunEvent::RunStarted {
+                    max_iterations_per_movement,
+                    ..
+                } => *max_iterations_per_movement,
                 _ => None,
             })
     }

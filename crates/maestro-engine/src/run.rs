@@ -329,9 +329,18 @@ impl Engine {
             (None, Some(window)) => window,
             (None, None) => self.provider.context_length(&self.config.model).await,
         };
+        // The limit that decides where the run goes is the one it started with: a resume or a
+        // replay with another setting would leave its record.
+        let mut config = self.config.clone();
+        if let Some(limit) = recorded
+            .as_ref()
+            .and_then(|r| r.max_iterations_per_movement())
+        {
+            config.max_iterations_per_movement = limit;
+        }
         let run = Arc::new(RunCtx {
             piece: Arc::clone(&piece),
-            config: self.config.clone(),
+            config,
             provider: Arc::clone(&self.provider),
             tools: self.tools.clone(),
             journal: Journal::with_record(logs, observers, recorded, last_seq),
@@ -455,6 +464,7 @@ impl Engine {
             piece_file: piece_file.map(|p| p.display().to_string()),
             subtasks: run.subtasks.is_some(),
             model: Some(run.config.model.clone()),
+            max_iterations_per_movement: Some(run.config.max_iterations_per_movement),
         })?;
         // The calls made before the run (the classifier's): a new run records those it was
         // given; a resumed one goes through those its record holds, so they match and the

@@ -13,7 +13,7 @@ pub enum RunEvent {
     /// The run began: always the first event, carrying everything a replay needs to know
     /// about the piece and where the run keeps its files.
     RunStarted {
-        /// The run's id (`YYYYMMDD-HHMMSS-xxxx`), also the name of its run directory.
+        /// The run's id (a time-ordered UUIDv7), also the name of its run directory.
         run_id: String,
         /// The piece's name.
         piece: String,
@@ -49,6 +49,12 @@ pub enum RunEvent {
         /// written before it was recorded.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         model: Option<String>,
+        /// `engine.max_iterations_per_movement` as the run started with it (`maestro run
+        /// --max-iterations`): a resume or a replay keeps it, since it decides where the run
+        /// goes. Absent in records written before it was recorded (those take the setting in
+        /// effect).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        max_iterations_per_movement: Option<u32>,
     },
     /// A visit of a movement began.
     MovementStarted {

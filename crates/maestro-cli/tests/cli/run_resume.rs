@@ -312,3 +312,56 @@ async fn a_finished_run_replays_with_no_model_call_and_a_changed_piece_diverges(
         "{stderr}"
     );
 }
+
+/// `--max-iterations` decides where a run goes (a movement that uses it up ends the run), so
+/// the run records it and a replay keeps it: a replay without the flag goes where the run went,
+/// and asks nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_with_its_own_iteration_limit_replays_with_that_limit() {
+    let server = ScriptedLlm::start([
+        Turn::tool_call("Read", json!({"file_path": "piece.yaml"})),
+        Turn::tool_call("Read", json!({"file_path": "piece.yaml"})),
+    ])
+    .await;
+    let dir = project(WRITER);
+    let out = maestro(
+        dir.path(),
+        &server.base_url(),
+        &[
+            "run",
+            "piece.yaml",
+            "--task",
+            "read it",
+            "--workspace",
+            ".",
+            "--max-iterations",
+            "2",
+        ],
+    )
+    .output()
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert_eq!(server.requests().len(), 2);
+    let run = only_run(dir.path()).unwrap();
+    let recorded = events(&run);
+    assert_eq!(
+        recorded[0]["max_iterations_per_movement"], 2,
+        "{recorded:?}"
+    );
+    assert!(
+        recorded
+            .iter()
+            .any(|e| e["type"] == "movement_finished" && e["reason"] == "max_iterations"),
+        "{recorded:?}"
+    );
+    let id = run.file_name().unwrap().to_str().unwrap().to_string();
+
+    let out = maestro(dir.path(), "http://127.0.0.1:9/v1", &["replay", &id])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("0 model calls"), "{stderr}");
+    assert_eq!(server.requests().len(), 2);
+}

@@ -161,7 +161,7 @@ pub async fn start(
             if task.trim().is_empty() {
                 return Err(StartError::EmptyTask);
             }
-            let mut job = NewJob::new(piece, task, submitted_by);
+            let mut job = NewJob::new(crate::pieces::piece_as_kept(piece), task, submitted_by);
             job.max_attempts = 1;
             job.budget = crate::budget::limits_of(budget);
             job.workspace = workspace

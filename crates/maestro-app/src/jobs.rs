@@ -116,8 +116,8 @@ pub enum JobError {
     },
 }
 
-/// Queues a task. The piece is looked up now, so that a misspelt name fails at once; the name
-/// (or path) is stored as given, and the worker looks it up again. A workspace is stored as an
+/// Queues a task. The piece is looked up now, so that a misspelt name fails at once; a name is
+/// stored as given (a piece file as an absolute path), and the worker looks it up again. A workspace is stored as an
 /// absolute path, since a worker may run elsewhere.
 pub async fn submit(store: &Store, config: &Config, s: Submission) -> Result<JobId, JobError> {
     if s.task.trim().is_empty() {
@@ -147,7 +147,11 @@ pub async fn submit(store: &Store, config: &Config, s: Submission) -> Result<Job
         ),
         None => None,
     };
-    let mut job = NewJob::new(s.piece, s.task, s.submitted_by);
+    let mut job = NewJob::new(
+        crate::pieces::piece_as_kept(s.piece),
+        s.task,
+        s.submitted_by,
+    );
     job.owner = s.owner;
     job.workspace = workspace;
     job.priority = s.priority;

@@ -137,6 +137,19 @@ fn searched_dirs(dirs: &[PathBuf], opts: &LoadOptions) -> Vec<PathBuf> {
     all
 }
 
+/// A piece as a job keeps it: a name as given, and a piece file as an absolute path, so that a
+/// worker, a resume or a replay started in another directory finds the same file.
+pub(crate) fn piece_as_kept(given: String) -> String {
+    let path = Path::new(&given);
+    if path.is_relative()
+        && path.is_file()
+        && let Ok(absolute) = std::path::absolute(path)
+    {
+        return absolute.display().to_string();
+    }
+    given
+}
+
 /// The piece `given` names: a file path, or the `name` (or file stem) of a piece in `dirs`
 /// or in TAKT's workflow directories, else one of TAKT v0.60's builtin workflows Maestro
 /// ships (those TAKT lists: not the internal ones, which are only called).

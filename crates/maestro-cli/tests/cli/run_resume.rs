@@ -365,3 +365,56 @@ async fn a_run_with_its_own_iteration_limit_replays_with_that_limit() {
     assert!(stderr.contains("0 model calls"), "{stderr}");
     assert_eq!(server.requests().len(), 2);
 }
+
+/// A run started from a piece file named relative to where it was started resumes and replays
+/// from any other directory: the job keeps the file's absolute path.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_of_a_relative_piece_file_replays_from_another_directory() {
+    let server = ScriptedLlm::start([Turn::tool_call(
+        "complete",
+        json!({"status": "success", "result": "done"}),
+    )])
+    .await;
+    let dir = project(WRITER);
+    let out = maestro(
+        dir.path(),
+        &server.base_url(),
+        &["run", "piece.yaml", "--task", "finish", "--workspace", "."],
+    )
+    .output()
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let run = only_run(dir.path()).unwrap();
+    let recorded = events(&run);
+    let piece_file = dir.path().canonicalize().unwrap().join("piece.yaml");
+    assert_eq!(
+        recorded[0]["piece_file"].as_str().map(PathBuf::from),
+        Some(piece_file)
+    );
+    let id = run.file_name().unwrap().to_str().unwrap().to_string();
+
+    let elsewhere = tempfile::tempdir().unwrap();
+    let db = format!(
+        "sqlite://{}",
+        dir.path().join(".maestro/maestro.db").display()
+    );
+    let runs = dir.path().join(".maestro/runs");
+    let out = maestro(
+        elsewhere.path(),
+        "http://127.0.0.1:9/v1",
+        &[
+            "replay",
+            &id,
+            "--db",
+            &db,
+            "--runs-dir",
+            runs.to_str().unwrap(),
+        ],
+    )
+    .output()
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("0 model calls"), "{stderr}");
+}

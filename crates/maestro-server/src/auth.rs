@@ -131,17 +131,12 @@ impl FromRequestParts<ServerState> for Caller {
 /// writes); 401 without either.
 async fn authenticated(parts: &Parts, state: &ServerState) -> Result<Caller, ApiError> {
     let principal = if let Some(value) = parts.headers.get(header::AUTHORIZATION) {
-        let token = value
-            .to_str()
-            .ok()
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(str::trim)
-            .ok_or_else(|| {
-                unauthorized(
-                    "the Authorization header must be `Bearer <token>`, with a token from \
+        let token = value.to_str().ok().and_then(bearer_token).ok_or_else(|| {
+            unauthorized(
+                "the Authorization header must be `Bearer <token>`, with a token from \
                          `maestro tokens create`",
-                )
-            })?;
+            )
+        })?;
         maestro_app::authenticate_token(state.store(), token)
             .await?
             .ok_or_else(|| {
@@ -185,6 +180,14 @@ async fn authenticated(parts: &Parts, state: &ServerState) -> Result<Caller, Api
         principal: Some(principal),
         job: None,
     })
+}
+
+/// The token of an `Authorization` value of the `Bearer` scheme, whose name is
+/// case-insensitive (RFC 7235): `Bearer mst_…`, `bearer mst_…`.
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.trim_start().split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
 }
 
 impl Caller {

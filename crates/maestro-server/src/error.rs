@@ -1,7 +1,9 @@
 //! Errors as `application/problem+json` (RFC 9457): a status, a title, and a detail a person
 //! can act on. Server faults are logged with their cause and answered without it.
 
+use axum::extract::Request;
 use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use maestro_app::{JobError, StoreError};
 use serde::Serialize;
@@ -133,6 +135,75 @@ impl From<StoreError> for ApiError {
             e => ApiError::internal("read or write the store", &e),
         }
     }
+}
+
+/// Every error answer as a problem document: an error the router or an extractor answered in
+/// plain text (a query string that does not parse, a method a route does not take, a path
+/// nothing serves) is rewritten here, so that no handler or extractor has to. Answers already
+/// typed (problems, the UI's HTML pages) pass as they are.
+pub(crate) async fn problems(request: Request, next: Next) -> Response {
+    let method = request.method().clone();
+    let path = request.uri().path().to_string();
+    let response = next.run(request).await;
+    let status = response.status();
+    let plain = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_none_or(|v| v.starts_with("text/plain"));
+    if !(status.is_client_error() || status.is_server_error()) || !plain {
+        return response;
+    }
+    let (mut parts, body) = response.into_parts();
+    // The router's and extractors' texts are short; a longer one is cut.
+    let text = match axum::body::to_bytes(body, 4096).await {
+        Ok(bytes) => String::from_utf8_lossy(&bytes).trim().to_string(),
+        Err(_) => String::new(),
+    };
+    let (new_parts, body) = plain_problem(status, method.as_str(), &path, &text)
+        .into_response()
+        .into_parts();
+    parts.headers.remove(header::CONTENT_LENGTH);
+    for (name, value) in &new_parts.headers {
+        parts.headers.insert(name.clone(), value.clone());
+    }
+    Response::from_parts(parts, body)
+}
+
+/// The problem for an error answered in plain `text`, saying what is wrong and what to do.
+fn plain_problem(status: StatusCode, method: &str, path: &str, text: &str) -> ApiError {
+    const ROUTES: &str = "`GET /api/v1/openapi.json` lists every route and its parameters";
+    if let Some(rest) = text.strip_prefix("Failed to deserialize query string: ") {
+        let field = rest
+            .split_once(": ")
+            .map(|(field, _)| field)
+            .filter(|f| !f.is_empty() && f.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'));
+        let problem = ApiError::new(
+            status,
+            format!("the query string of {method} {path} is not accepted: {rest}; {ROUTES}"),
+        );
+        return match field {
+            Some(field) => problem.with("field", field.into()),
+            None => problem,
+        };
+    }
+    let detail = match status {
+        // The router adds the `Allow` header after this layer has run.
+        StatusCode::METHOD_NOT_ALLOWED => format!(
+            "{path} does not take {method}; the `Allow` header of this answer lists the methods \
+             it takes, and {ROUTES}"
+        ),
+        StatusCode::NOT_FOUND => format!(
+            "nothing is at {method} {path} ({}); {ROUTES}",
+            if text.is_empty() { "no route" } else { text }
+        ),
+        _ if text.is_empty() => format!(
+            "{method} {path} was answered {}; {ROUTES}",
+            status.canonical_reason().unwrap_or("with an error")
+        ),
+        _ => format!("{method} {path}: {text}; {ROUTES}"),
+    };
+    ApiError::new(status, detail)
 }
 
 /// The result of a handler.

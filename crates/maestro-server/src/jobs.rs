@@ -232,7 +232,7 @@ pub(crate) struct ListQuery {
     get, path = "/api/v1/jobs", tag = "jobs", params(ListQuery),
     responses(
         (status = 200, description = "A page of jobs", body = schema::JobPage),
-        (status = 400, description = "A bad filter or cursor", body = schema::Problem),
+        (status = 400, description = "A bad filter, cursor or limit", body = schema::Problem),
     ),
 )]
 pub(crate) async fn list(
@@ -261,8 +261,18 @@ pub(crate) async fn list(
         parent: None,
         owner: caller.listing_owner(),
     };
-    let page =
-        maestro_app::jobs_page(state.store(), &filter, cursor, q.limit.unwrap_or(50)).await?;
+    let limit = match q.limit {
+        None => 50,
+        Some(n @ 1..=200) => n,
+        Some(n) => {
+            return Err(ApiError::bad_request(format!(
+                "`limit` {n} is out of range; give 1 to 200 jobs per page (default 50), and \
+                 follow `next_cursor` for more"
+            ))
+            .with("field", "limit".into()));
+        }
+    };
+    let page = maestro_app::jobs_page(state.store(), &filter, cursor, limit).await?;
     Ok(Json(page).into_response())
 }
 

@@ -103,6 +103,7 @@ pub fn router(state: ServerState) -> Router {
     let router = routes
         .merge(maestro_web::router())
         .fallback(not_found)
+        .layer(middleware::from_fn(crate::error::problems))
         .layer(DefaultBodyLimit::max(limits.max_upload_bytes))
         .layer(middleware::from_fn_with_state(state.clone(), observe))
         .with_state(state);

@@ -362,10 +362,61 @@ async fn bad_requests_get_problem_documents_that_say_what_to_fix() {
             "no job with id",
         ),
         ("GET", "/api/v1/nothing", Value::Null, 404, "openapi.json"),
+        // What the router and the extractors refuse is a problem too.
+        (
+            "GET",
+            "/api/v1/jobs?limit=abc",
+            Value::Null,
+            400,
+            "the query string of GET /api/v1/jobs is not accepted: limit: invalid digit",
+        ),
+        (
+            "GET",
+            "/api/v1/jobs?colour=red",
+            Value::Null,
+            400,
+            "unknown field `colour`",
+        ),
+        (
+            "GET",
+            "/api/v1/jobs?limit=0",
+            Value::Null,
+            400,
+            "`limit` 0 is out of range; give 1 to 200",
+        ),
+        (
+            "GET",
+            "/api/v1/jobs?limit=1000",
+            Value::Null,
+            400,
+            "`limit` 1000 is out of range; give 1 to 200",
+        ),
+        (
+            "GET",
+            "/api/v1/knowledge/search",
+            Value::Null,
+            400,
+            "missing field `q`",
+        ),
+        (
+            "DELETE",
+            "/api/v1/jobs",
+            Value::Null,
+            405,
+            "/api/v1/jobs does not take DELETE; the `Allow` header",
+        ),
+        (
+            "GET",
+            "/ui/..%2f..%2fetc%2fpasswd",
+            Value::Null,
+            404,
+            "no such file",
+        ),
     ];
     for (method, path, body, want, says) in cases {
         let request = match method {
             "POST" => served.http.post(served.url(path)).json(&body),
+            "DELETE" => served.http.delete(served.url(path)),
             _ => served.http.get(served.url(path)),
         };
         let response = request.send().await.unwrap();
@@ -383,6 +434,20 @@ async fn bad_requests_get_problem_documents_that_say_what_to_fix() {
             "{method} {path}: {problem}"
         );
     }
+    let id = submit(&served, "x").await;
+    let response = served
+        .http
+        .get(served.url(&format!("/api/v1/jobs/{id}/events?after=abc")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 400);
+    assert_eq!(
+        response.headers()["content-type"].to_str().unwrap(),
+        "application/problem+json"
+    );
+    let problem: Value = response.json().await.unwrap();
+    assert_eq!(problem["field"], "after", "{problem}");
     // A body over the limit.
     let big = "x".repeat(2 * 1024 * 1024);
     let (status, problem) = served
@@ -397,9 +462,9 @@ async fn bad_requests_get_problem_documents_that_say_what_to_fix() {
         .await
         .unwrap();
     assert_eq!(response.status().as_u16(), 415);
-    // Nothing was queued by any of it.
+    // Nothing was queued by any of it (but the job the events were asked of).
     let (_, page) = served.get("/api/v1/jobs").await;
-    assert_eq!(page["jobs"], json!([]));
+    assert_eq!(page["jobs"].as_array().unwrap().len(), 1, "{page}");
     served.stop().await;
 }
 

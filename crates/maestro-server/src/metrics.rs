@@ -278,3 +278,59 @@ impl Metrics {
         out
     }
 }
+
+/// The Prometheus text format 0.0.4 of an OpenMetrics exposition (what `prometheus_client`
+/// writes). The two differ in one point that matters here: OpenMetrics names a counter's
+/// family without `_total` (`# TYPE maestro_runs counter`) and its samples with it, while
+/// 0.0.4 wants the `HELP` and `TYPE` lines to carry the samples' name. `# EOF` (and `# UNIT`)
+/// stay: to a 0.0.4 reader they are comments.
+pub(crate) fn prometheus_text(openmetrics: &str) -> String {
+    let counters: std::collections::HashSet<&str> = openmetrics
+        .lines()
+        .filter_map(|line| line.strip_prefix("# TYPE "))
+        .filter_map(|rest| rest.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(openmetrics.len() + 16 * counters.len());
+    for line in openmetrics.split_inclusive('\n') {
+        let descriptor = ["# HELP ", "# TYPE "]
+            .into_iter()
+            .find_map(|prefix| Some((prefix, line.strip_prefix(prefix)?)));
+        match descriptor.and_then(|(prefix, rest)| Some((prefix, rest.split_once(' ')?))) {
+            Some((prefix, (name, tail)))
+                if counters.contains(name) && !name.ends_with("_total") =>
+            {
+                for part in [prefix, name, "_total ", tail] {
+                    out.push_str(part);
+                }
+            }
+            _ => out.push_str(line),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::prometheus_text;
+
+    #[test]
+    fn a_counter_s_help_and_type_name_its_samples() {
+        let openmetrics = "# HELP maestro_runs Runs, by how.\n\
+                           # TYPE maestro_runs counter\n\
+                           maestro_runs_total{status=\"completed\"} 1\n\
+                           # HELP maestro_queue_depth Jobs queued.\n\
+                           # TYPE maestro_queue_depth gauge\n\
+                           maestro_queue_depth 0\n\
+                           # EOF\n";
+        assert_eq!(
+            prometheus_text(openmetrics),
+            "# HELP maestro_runs_total Runs, by how.\n\
+             # TYPE maestro_runs_total counter\n\
+             maestro_runs_total{status=\"completed\"} 1\n\
+             # HELP maestro_queue_depth Jobs queued.\n\
+             # TYPE maestro_queue_depth gauge\n\
+             maestro_queue_depth 0\n\
+             # EOF\n"
+        );
+    }
+}

@@ -2,7 +2,7 @@
 //! is current) and `/metrics`.
 
 use axum::extract::State;
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
 use crate::error::ApiError;
@@ -42,19 +42,36 @@ pub(crate) async fn readyz(State(state): State<ServerState>) -> Response {
     responses((status = 200, description = "Prometheus text format", body = String,
         content_type = "text/plain; version=0.0.4")),
 )]
-pub(crate) async fn metrics(State(state): State<ServerState>) -> Response {
+pub(crate) async fn metrics(State(state): State<ServerState>, headers: HeaderMap) -> Response {
     let counts = match maestro_app::job_counts(state.store()).await {
         Ok(counts) => counts,
         Err(e) => return ApiError::from(e).into_response(),
     };
-    (
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
-        with_gateway(state.metrics().render(&counts), state.gateway()),
-    )
-        .into_response()
+    let openmetrics = with_gateway(state.metrics().render(&counts), state.gateway());
+    // A scraper that asks for OpenMetrics gets it as written; any other the 0.0.4 text.
+    let wants_openmetrics = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("application/openmetrics-text"));
+    if wants_openmetrics {
+        (
+            [(
+                header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            openmetrics,
+        )
+            .into_response()
+    } else {
+        (
+            [(
+                header::CONTENT_TYPE,
+                "text/plain; version=0.0.4; charset=utf-8",
+            )],
+            crate::metrics::prometheus_text(&openmetrics),
+        )
+            .into_response()
+    }
 }
 
 /// The server's metrics with the mounted gateway's before the closing `# EOF`.

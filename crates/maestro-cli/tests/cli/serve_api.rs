@@ -158,6 +158,39 @@ async fn a_job_is_followed_across_its_question_and_answer_to_its_end() {
         assert!(line.starts_with("maestro_"), "{line}");
         assert!(!line.contains(&id), "an id in a label: {line}");
     }
+    // The Prometheus text format 0.0.4: a counter's HELP and TYPE name its samples.
+    for line in [
+        "# TYPE maestro_http_requests_total counter",
+        "# TYPE maestro_model_calls_total counter",
+        "# HELP maestro_model_calls_total ",
+    ] {
+        assert!(metrics.contains(line), "{line} missing:\n{metrics}");
+    }
+    for counter in metrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE ")?.strip_suffix(" counter"))
+    {
+        assert!(counter.ends_with("_total"), "{counter}:\n{metrics}");
+    }
+    // OpenMetrics to a scraper that asks for it.
+    let response = served
+        .http
+        .get(served.url("/metrics"))
+        .header("Accept", "application/openmetrics-text; version=1.0.0")
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        response.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("application/openmetrics-text")
+    );
+    let openmetrics = response.text().await.unwrap();
+    assert!(
+        openmetrics.contains("# TYPE maestro_model_calls counter\n"),
+        "{openmetrics}"
+    );
     served.stop().await;
 }
 

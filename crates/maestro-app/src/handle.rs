@@ -112,6 +112,21 @@ pub enum StartError {
     /// The task is empty.
     #[error("the task is empty; say what the run should do")]
     EmptyTask,
+    /// The piece names no piece file, piece or builtin workflow: nothing was recorded.
+    #[error(transparent)]
+    NoSuchPiece(Box<crate::pieces::PieceError>),
+    /// The workspace named for the run is not a directory that exists.
+    #[error(
+        "the workspace {} {why}; create it first (mkdir -p), or leave out --workspace to work \
+         in the run's own workspace",
+        path.display()
+    )]
+    Workspace {
+        /// The directory named.
+        path: PathBuf,
+        /// What is wrong with it.
+        why: &'static str,
+    },
 }
 
 /// A run started in this process.
@@ -160,6 +175,38 @@ pub async fn start(
         } => {
             if task.trim().is_empty() {
                 return Err(StartError::EmptyTask);
+            }
+            // What a person mistyped is said before anything is recorded: no job is left
+            // behind for a piece that is not there or a workspace that does not exist.
+            if let Some(path) = &workspace {
+                match std::fs::metadata(path) {
+                    Ok(meta) if meta.is_dir() => {}
+                    Ok(_) => {
+                        return Err(StartError::Workspace {
+                            path: path.clone(),
+                            why: "is not a directory",
+                        });
+                    }
+                    Err(_) => {
+                        return Err(StartError::Workspace {
+                            path: path.clone(),
+                            why: "does not exist",
+                        });
+                    }
+                }
+            }
+            if piece != crate::AUTO && !std::path::Path::new(&piece).is_file() {
+                let (config, tag) = ctx.current_config().await;
+                let found = crate::piece_store::find_piece_in(
+                    &store,
+                    &piece,
+                    &config.paths.pieces_dirs,
+                    &ctx.load_options(&config, tag.as_ref()),
+                )
+                .await;
+                if let Err(e @ crate::pieces::PieceError::NotFound { .. }) = found {
+                    return Err(StartError::NoSuchPiece(Box::new(e)));
+                }
             }
             let mut job = NewJob::new(crate::pieces::piece_as_kept(piece), task, submitted_by);
             job.max_attempts = 1;

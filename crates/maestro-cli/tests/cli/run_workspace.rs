@@ -98,3 +98,52 @@ async fn an_editing_movement_writes_at_the_root_of_a_named_workspace() {
         ]
     );
 }
+
+/// A mistyped workspace or piece is said before anything is recorded: no directory is made
+/// where the user did not mean one, no job is left behind, and no model is asked.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_workspace_or_piece_that_is_not_there_is_refused_before_anything_is_recorded() {
+    let server = ScriptedLlm::start([]).await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("piece.yaml"), EDITOR).unwrap();
+    std::fs::write(dir.path().join("notes.txt"), "a file\n").unwrap();
+    let url = server.base_url();
+    let common = |extra: &[&str]| {
+        let mut list = vec![
+            "run",
+            "--task",
+            "edit it",
+            "--llm-base-url",
+            url.as_str(),
+            "--model",
+            "scripted-model",
+        ];
+        list.extend_from_slice(extra);
+        args(&list)
+    };
+    let missing = dir.path().join("no/such/dir");
+    let cases: [(Vec<String>, &str); 3] = [
+        (
+            common(&["piece.yaml", "--workspace", missing.to_str().unwrap()]),
+            "does not exist; create it first",
+        ),
+        (
+            common(&["piece.yaml", "--workspace", "notes.txt"]),
+            "is not a directory",
+        ),
+        (common(&["no-such-piece"]), "no-such-piece"),
+    ];
+    for (argv, said) in cases {
+        let out = maestro(dir.path(), argv.clone()).await;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{argv:?}: {stderr}");
+        assert!(stderr.contains(said), "{argv:?}: {stderr}");
+    }
+    assert!(!dir.path().join("no").exists(), "the workspace was created");
+    assert!(server.requests().is_empty());
+    let listed = maestro(dir.path(), args(&["jobs", "list", "--json"])).await;
+    let stdout = String::from_utf8_lossy(&listed.stdout);
+    assert_eq!(listed.status.code(), Some(0), "{stdout}");
+    // One JSON line per job; the store exists (a read-only command does not create one).
+    assert_eq!(stdout.trim(), "", "a job was left behind");
+}

@@ -44,13 +44,13 @@ pub(crate) struct Args {
     #[arg(long, value_enum)]
     tool_mode: Option<ToolModeArg>,
     /// The model's context window in tokens (default: asked from the endpoint).
-    #[arg(long)]
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     context_length: Option<u64>,
     /// Model calls one movement may make before the engine ends it.
-    #[arg(long)]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     max_iterations: Option<u32>,
     /// Cap on each answer's length in tokens.
-    #[arg(long)]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     max_tokens: Option<u32>,
     /// The most US dollars this run and its subtasks may spend together (priced by
     /// `llm.models.<model>.price`); a model call that could pass it is not made and the run

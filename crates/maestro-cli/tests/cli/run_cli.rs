@@ -484,3 +484,25 @@ async fn an_empty_task_is_refused_and_a_task_file_is_read() {
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("/nonexistent/task.md"), "{stderr}");
 }
+
+/// A limit of 0 is a mistake, not a run that ends at once: `--max-tokens`, `--max-iterations`
+/// and `--context-length` refuse it as a usage error, and nothing is recorded.
+#[test]
+fn zero_limits_are_usage_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    for flag in ["--max-tokens", "--max-iterations", "--context-length"] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_maestro"))
+            .current_dir(dir.path())
+            .env("HOME", dir.path())
+            .args(["run", "explore", "--task", "t", flag, "0"])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{flag}: {stderr}");
+        assert!(
+            stderr.contains(&format!("invalid value '0' for '{flag}")),
+            "{flag}: {stderr}"
+        );
+    }
+    assert!(!dir.path().join(".maestro").exists());
+}

@@ -740,3 +740,50 @@ async fn the_bearer_scheme_is_read_in_any_case() {
         .unwrap();
     assert_eq!(response.status().as_u16(), 401);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_workers_list_shows_a_user_only_their_own_running_jobs() {
+    let llm = maestro_testkit::ScriptedLlm::start([maestro_testkit::Turn::stall(
+        std::time::Duration::from_secs(60),
+    )])
+    .await;
+    let project = auth_project("");
+    let alice = user_with_token(&project, "alice@example.test", false, "read,write").await;
+    let bob = user_with_token(&project, "bob@example.test", false, "read,write").await;
+    let root = user_with_token(&project, "root@example.test", true, "read,write,admin").await;
+    let served = project.serve(&llm.base_url(), &[]);
+    let (status, job) = call(
+        &served,
+        "post",
+        "/api/v1/jobs",
+        Some(&alice),
+        json!({"piece": "one", "task": "x"}),
+    )
+    .await;
+    assert_eq!(status, 201, "{job}");
+    let id = job["id"].clone();
+    let running = |workers: &Value| -> Vec<Value> {
+        workers
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|w| w["running"].as_array().unwrap().clone())
+            .collect()
+    };
+    let started = std::time::Instant::now();
+    loop {
+        let (status, workers) =
+            call(&served, "get", "/api/v1/workers", Some(&root), Value::Null).await;
+        assert_eq!(status, 200, "{workers}");
+        if running(&workers) == [id.clone()] {
+            break;
+        }
+        assert!(started.elapsed().as_secs() < 30, "never running: {workers}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let (_, workers) = call(&served, "get", "/api/v1/workers", Some(&alice), Value::Null).await;
+    assert_eq!(running(&workers), [id.clone()], "{workers}");
+    let (_, workers) = call(&served, "get", "/api/v1/workers", Some(&bob), Value::Null).await;
+    assert!(!workers.as_array().unwrap().is_empty(), "{workers}");
+    assert_eq!(running(&workers), Vec::<Value>::new(), "{workers}");
+}

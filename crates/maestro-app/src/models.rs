@@ -12,7 +12,7 @@ pub enum ModelError {
     #[error(transparent)]
     Client(#[from] maestro_llm::ConfigError),
     /// Nothing answers at the endpoint.
-    #[error("{}", no_endpoint(base_url))]
+    #[error("{}", unreachable(base_url, cause))]
     Unreachable {
         /// The endpoint's API root (`llm.base_url`).
         base_url: String,
@@ -120,7 +120,9 @@ pub(crate) fn judge_served(
 ) -> Result<(), ModelError> {
     let served = match listed {
         Ok(served) => served,
-        Err(cause @ LlmError::Connect { .. }) => {
+        // An endpoint that takes the connection and then says nothing is as good as none: the
+        // run would only wait for it, call after call.
+        Err(cause @ (LlmError::Connect { .. } | LlmError::Timeout(_))) => {
             return Err(ModelError::Unreachable {
                 base_url: base.to_string(),
                 cause,
@@ -173,6 +175,19 @@ pub(crate) fn only_model(
     }
 }
 
+/// [`ModelError::Unreachable`]'s text: how to get an endpoint when none answers, and what the
+/// endpoint did when it took the connection but said nothing.
+fn unreachable(base: &str, cause: &LlmError) -> String {
+    match cause {
+        LlmError::Timeout(what) => format!(
+            "the model endpoint at {base} took the connection but did not answer in time ({what}); check \
+             that it is an OpenAI-compatible server that is not stuck, or give another with \
+             --llm-base-url or MAESTRO_LLM_BASE_URL"
+        ),
+        _ => no_endpoint(base),
+    }
+}
+
 /// The one line a user needs when nothing answers at `base`.
 pub fn no_endpoint(base: &str) -> String {
     format!(
@@ -188,7 +203,12 @@ pub async fn endpoint_unreachable(config: &Config) -> bool {
     let Ok(provider) = client(config) else {
         return false;
     };
-    matches!(provider.list_models().await, Err(LlmError::Connect { .. }))
+    // A refused connection says so at once; an endpoint that holds the connection without a
+    // word is not waited for here (this only picks the advice printed after a failed run).
+    matches!(
+        tokio::time::timeout(std::time::Duration::from_secs(2), provider.list_models()).await,
+        Ok(Err(LlmError::Connect { .. }))
+    )
 }
 
 #[cfg(test)]

@@ -110,6 +110,9 @@ pub enum RunError {
     /// budget cannot be read.
     #[error(transparent)]
     Budget(#[from] crate::budget::BudgetError),
+    /// The run was cancelled (Ctrl-C, SIGTERM) while it was being prepared, before it started.
+    #[error("cancelled before the run started")]
+    Cancelled,
 }
 
 impl RunError {
@@ -176,6 +179,7 @@ impl RunError {
                 EndReason::InternalError(text)
             }
             RunError::Engine(EngineError::Record(_)) => EndReason::RecordError(text),
+            RunError::Cancelled => EndReason::Cancelled,
         }
     }
 

@@ -119,7 +119,16 @@ async fn run_job(
     };
     let ran = async {
         let history = history(store, &lease).await?;
-        let prepared = prepare(ctx, &claimed, &history, &steer.live).await?;
+        // Preparing may wait on the endpoint (its model list): a stop asked for meanwhile ends
+        // the job there, as a stop during the run does.
+        let preparing = prepare(ctx, &claimed, &history, &steer.live);
+        let prepared = match &steer.stop {
+            Some(stop) => tokio::select! {
+                prepared = preparing => prepared?,
+                () = stop.cancelled() => return Err(RunError::Cancelled),
+            },
+            None => preparing.await?,
+        };
         run_prepared(ctx, &claimed, prepared, history, steer).await
     }
     .await;

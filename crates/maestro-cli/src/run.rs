@@ -277,6 +277,14 @@ async fn report(
             );
             return Ok(1);
         }
+        RunOutcome::Failed {
+            error: RunError::Cancelled,
+            ..
+        } => {
+            // Stopped while it was being prepared: recorded as cancelled, like a stop later on.
+            eprintln!("run cancelled before it started; nothing was asked of the model");
+            return Ok(RunStatus::Failed.exit_code() as u8);
+        }
         RunOutcome::Failed { error, .. } => return Err(explain_run_error(error)),
         RunOutcome::Fenced { why } => {
             eprintln!("the run stopped without writing its end: {why}");

@@ -37,8 +37,9 @@ use self::tool_modes::ToolModeFile;
 use self::wire::{Shape, Transport};
 use crate::{BoxFuture, ChatRequest, ChatResponse, LlmError, Provider, StreamEvent, ToolMode};
 
-/// Side requests (model listing, context detection) never wait longer than this.
-const SIDE_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// Side requests (model listing, context detection) never wait longer than this: they read a
+/// few fields an endpoint has at hand, so one that says nothing for this long is not answering.
+const SIDE_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A client for one OpenAI-compatible endpoint.
 ///

@@ -156,3 +156,110 @@ async fn a_run_whose_movement_reads_a_fifo_ends_and_the_process_exits() {
         requests[1]
     );
 }
+
+/// A loopback listener that takes every connection and never says a word: an endpoint that is
+/// stuck, or something else listening on its port. Lives while the returned thread runs.
+fn silent_endpoint() -> (String, std::net::TcpListener) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/v1", listener.local_addr().unwrap());
+    let accepting = listener.try_clone().unwrap();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for conn in accepting.incoming() {
+            match conn {
+                Ok(conn) => held.push(conn),
+                Err(_) => return,
+            }
+        }
+    });
+    (url, listener)
+}
+
+fn run_against(url: &str, dir: &Path) -> Command {
+    std::fs::write(
+        dir.join("piece.yaml"),
+        "name: quiet\ndescription: answers\nmax_movements: 2\ninitial_movement: ask\nmovements:\n  - name: ask\n    \
+         edit: false\n    persona: You answer.\n    instruction: \"{task}\"\n    \
+         allowed_tools: []\n    rules: []\n    default_next: ABORT\n",
+    )
+    .unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_maestro"));
+    cmd.current_dir(dir)
+        .env("HOME", dir)
+        .env_remove("MAESTRO_LLM_BASE_URL")
+        .env_remove("MAESTRO_MODEL")
+        .args([
+            "run",
+            "piece.yaml",
+            "--task",
+            "say hi",
+            "--llm-base-url",
+            url,
+        ])
+        .args(["--model", "m"]);
+    cmd
+}
+
+/// An endpoint that takes the connection and says nothing is not waited for through the idle
+/// timeout (120 s) and the context-length probes: the run says what the endpoint did once its
+/// model list goes unanswered (10 s), and records no call.
+#[test]
+fn a_run_against_a_silent_endpoint_says_so_instead_of_waiting() {
+    let (url, _listener) = silent_endpoint();
+    let dir = tempfile::tempdir().unwrap();
+    let done = run_guarded(run_against(&url, dir.path()), dir.path());
+    assert_eq!(done.code, Some(2), "{}", done.stderr);
+    assert!(
+        done.stderr
+            .contains("took the connection but did not answer in time"),
+        "{}",
+        done.stderr
+    );
+}
+
+/// Ctrl-C while the run is still being prepared (its endpoint checked) ends it there, recorded
+/// as cancelled, and the process exits at once rather than after the endpoint's timeouts.
+#[test]
+fn ctrl_c_while_a_run_is_prepared_ends_it_at_once() {
+    let (url, _listener) = silent_endpoint();
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = run_against(&url, dir.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.path().join("stderr.txt")).unwrap())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1_500));
+    let sent = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let signalled = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if signalled.elapsed() > Duration::from_secs(8) {
+            let _ = child.kill();
+            panic!("the process went on for 8 s after Ctrl-C");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let stderr = std::fs::read_to_string(dir.path().join("stderr.txt")).unwrap();
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("run cancelled before it started"),
+        "{stderr}"
+    );
+    let listed = Command::new(env!("CARGO_BIN_EXE_maestro"))
+        .current_dir(dir.path())
+        .env("HOME", dir.path())
+        .args(["jobs", "list", "--json"])
+        .output()
+        .unwrap();
+    let jobs = String::from_utf8_lossy(&listed.stdout);
+    let job: Value = serde_json::from_str(jobs.lines().next().unwrap()).unwrap();
+    assert_eq!(job["status"], "failed", "{jobs}");
+    assert_eq!(job["reason"], "cancelled", "{jobs}");
+}

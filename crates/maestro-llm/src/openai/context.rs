@@ -40,34 +40,55 @@ impl Endpoints {
     }
 }
 
-/// GETs (or POSTs `body` to) `url` and reads JSON; `None` on any failure, since every source here
-/// is optional.
+/// What one source of the context length said.
+pub(crate) enum Probe {
+    /// It answered with JSON.
+    Json(Value),
+    /// It answered, without what is asked (an error status, not JSON): another source may have it.
+    Unavailable,
+    /// Nothing answered (no connection, or no answer in time): no other source of the same
+    /// endpoint will, so the detection stops.
+    Silent,
+}
+
+impl Probe {
+    fn json(&self) -> Option<&Value> {
+        match self {
+            Probe::Json(value) => Some(value),
+            Probe::Unavailable | Probe::Silent => None,
+        }
+    }
+}
+
+/// GETs (or POSTs `body` to) `url` and reads JSON. Every source here is optional, so a failure
+/// is only noted.
 pub(crate) async fn fetch_json(
     client: &reqwest::Client,
     url: &str,
     body: Option<&Value>,
     timeout: Duration,
-) -> Option<Value> {
+) -> Probe {
     let request = match body {
         Some(body) => client.post(url).json(body),
         None => client.get(url),
     };
-    let response = tokio::time::timeout(timeout, request.send())
-        .await
-        .ok()?
-        .ok()?;
+    let response = match tokio::time::timeout(timeout, request.send()).await {
+        Ok(Ok(response)) => response,
+        Ok(Err(_)) | Err(_) => return Probe::Silent,
+    };
     if !response.status().is_success() {
         tracing::debug!(
             url,
             status = response.status().as_u16(),
             "context-length source not available"
         );
-        return None;
+        return Probe::Unavailable;
     }
-    tokio::time::timeout(timeout, response.json::<Value>())
-        .await
-        .ok()?
-        .ok()
+    match tokio::time::timeout(timeout, response.json::<Value>()).await {
+        Ok(Ok(value)) => Probe::Json(value),
+        Ok(Err(_)) => Probe::Unavailable,
+        Err(_) => Probe::Silent,
+    }
 }
 
 pub(crate) async fn detect(
@@ -77,17 +98,23 @@ pub(crate) async fn detect(
     timeout: Duration,
 ) -> Option<u64> {
     let models = fetch_json(client, &format!("{}/models", endpoints.base), None, timeout).await;
-    let entry = models.as_ref().and_then(|m| model_entry(m, model));
+    let entry = models.json().and_then(|m| model_entry(m, model));
     if let Some(n) = entry.and_then(declared_length) {
         return Some(n);
     }
+    if matches!(models, Probe::Silent) {
+        return None;
+    }
     let props = fetch_json(client, &format!("{}/props", endpoints.root), None, timeout).await;
-    if let Some(n) = props.as_ref().and_then(props_n_ctx) {
+    if let Some(n) = props.json().and_then(props_n_ctx) {
         return Some(n);
+    }
+    if matches!(props, Probe::Silent) {
+        return None;
     }
     let show_url = format!("{}/api/show", endpoints.root);
     let show = fetch_json(client, &show_url, Some(&json!({"model": model})), timeout).await;
-    if let Some(n) = show.as_ref().and_then(ollama_context_length) {
+    if let Some(n) = show.json().and_then(ollama_context_length) {
         return Some(n);
     }
     let meta = |key: &str| {

@@ -217,6 +217,20 @@ impl Caller {
         Ok(())
     }
 
+    /// Stored pieces are the admins' to change (with auth; without it, the machine's user's):
+    /// every user's jobs run them, and a stored piece wins over a directory's of the same name.
+    pub(crate) fn require_piece_change(&self) -> Result<(), ApiError> {
+        if self.principal.is_some() && !self.admin {
+            return Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                "stored pieces are written and deleted by admins only, as every user's jobs run \
+                 them; ask an admin to make the change (anyone who reads may check a piece with \
+                 `POST /api/v1/pieces/validate` and preview its prompts)",
+            ));
+        }
+        Ok(())
+    }
+
     /// The owner a listing is narrowed to: none for an admin, the caller's own otherwise.
     pub(crate) fn listing_owner(&self) -> Option<String> {
         if self.admin { None } else { self.owner.clone() }

@@ -100,6 +100,7 @@ pub(crate) async fn show(
     responses(
         (status = 200, description = "Written", body = schema::PieceVersion),
         (status = 400, description = "Not a piece name", body = schema::Problem),
+        (status = 403, description = "Not an admin", body = schema::Problem),
         (status = 422, description = "Invalid: `errors` has each with its path, line and column",
             body = schema::PieceProblem),
     ),
@@ -110,6 +111,7 @@ pub(crate) async fn put(
     Path(name): Path<String>,
     request: Request,
 ) -> ApiResult<Response> {
+    caller.require_piece_change()?;
     let yaml = yaml_body(&state, request).await?;
     let config = state.current_config().await;
     let stored = maestro_app::put_piece(state.store(), &config, &name, &yaml, &caller.name).await?;
@@ -308,6 +310,7 @@ pub(crate) async fn prompt_text(
     params(("name" = String, Path, description = "The piece's name")),
     responses(
         (status = 204, description = "Deleted"),
+        (status = 403, description = "Not an admin", body = schema::Problem),
         (status = 404, description = "No piece of that name in the store", body = schema::Problem),
         (status = 409, description = "The piece is a file in a pieces directory", body = schema::Problem),
     ),
@@ -317,6 +320,7 @@ pub(crate) async fn delete(
     caller: Caller,
     Path(name): Path<String>,
 ) -> ApiResult<Response> {
+    caller.require_piece_change()?;
     let config = state.current_config().await;
     match maestro_app::delete_piece(state.store(), &config, &name, &caller.name).await? {
         Some(stored) => {

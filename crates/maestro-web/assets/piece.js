@@ -2,7 +2,7 @@
 // (`POST /api/v1/pieces/validate`) with each error at its line; save (`PUT`) and delete for
 // pieces in the store (a pieces directory's file is read-only here); the diagram of the piece as
 // loaded; and `maestro prompt`'s exact prompts for any movement, one click away.
-import { ApiError, api, fail, field, h, notify, start, withQuery } from "/ui/lib.js";
+import { ApiError, api, fail, field, h, me, notify, start, withQuery } from "/ui/lib.js";
 import { drawDiagram } from "/ui/diagram.js";
 
 const DEBOUNCE_MS = 300;
@@ -267,9 +267,17 @@ start(async () => {
   });
 
   // --- Where it comes from, save and delete.
-  const readOnly = () => Boolean(piece && piece.origin && piece.origin.kind === "dir");
+  // Stored pieces are changed by admins only (the server refuses anyone else); until
+  // `/api/v1/me` answers, the buttons are as for an admin.
+  let mayChange = true;
+  const readOnly = () => !mayChange || Boolean(piece && piece.origin && piece.origin.kind === "dir");
   const showOrigin = () => {
-    if (!piece) {
+    if (!mayChange) {
+      origin.replaceChildren(
+        h("strong", {}, "Read-only here: "), "stored pieces are changed by admins only, as every user's jobs run them. ",
+        "Edits here are checked and drawn but cannot be saved.",
+      );
+    } else if (!piece) {
       origin.replaceChildren("Not in the store yet: ", h("strong", {}, "Save"), " writes it there, and every node's runs can use it.");
     } else if (readOnly()) {
       origin.replaceChildren(
@@ -372,6 +380,10 @@ start(async () => {
     ),
   );
   showOrigin();
+  me().then((who) => {
+    mayChange = who.role === "admin";
+    showOrigin();
+  }).catch(() => {});
   renderGutter();
 
   // The piece as loaded (its graph from the API) first; the text is checked again as it changes.

@@ -787,3 +787,73 @@ async fn the_workers_list_shows_a_user_only_their_own_running_jobs() {
     assert!(!workers.as_array().unwrap().is_empty(), "{workers}");
     assert_eq!(running(&workers), Vec::<Value>::new(), "{workers}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn stored_pieces_are_changed_by_admins_and_checked_by_anyone() {
+    const PIECE: &str = "name: shared\ndescription: every user's jobs run it\nmax_movements: 3\n\
+                         initial_movement: work\nmovements:\n  - name: work\n    edit: false\n    \
+                         persona: You work.\n    instruction: \"{task}\"\n    allowed_tools: [Read]\n    \
+                         rules: []\n";
+    let project = auth_project("");
+    let alice = user_with_token(&project, "alice@example.test", false, "read,write").await;
+    let root = user_with_token(&project, "root@example.test", true, "read,write").await;
+    let served = project.serve("http://127.0.0.1:9", &["--no-worker"]);
+    let send = |method: reqwest::Method, path: &str, token: &str| {
+        served
+            .http
+            .request(method, served.url(path))
+            .bearer_auth(token)
+            .header("content-type", "application/yaml")
+            .body(PIECE)
+            .send()
+    };
+    use reqwest::Method;
+    // A user who is not an admin may neither write nor delete a stored piece.
+    let response = send(Method::PUT, "/api/v1/pieces/shared", &alice)
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 403);
+    let problem: Value = response.json().await.unwrap();
+    assert!(
+        problem["detail"].as_str().unwrap().contains("admins only"),
+        "{problem}"
+    );
+    // An admin may.
+    let response = send(Method::PUT, "/api/v1/pieces/shared", &root)
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    let response = send(Method::DELETE, "/api/v1/pieces/shared", &alice)
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 403);
+    // Reading, validating and previewing the prompts stay anyone's.
+    let response = send(Method::GET, "/api/v1/pieces/shared", &alice)
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    let response = send(Method::POST, "/api/v1/pieces/validate", &alice)
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    let response = send(
+        Method::GET,
+        "/api/v1/pieces/shared/prompt?movement=work",
+        &alice,
+    )
+    .await
+    .unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    let response = send(
+        Method::POST,
+        "/api/v1/pieces/shared/prompt?movement=work",
+        &alice,
+    )
+    .await
+    .unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    let response = send(Method::DELETE, "/api/v1/pieces/shared", &root)
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 204);
+}

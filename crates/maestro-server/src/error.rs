@@ -96,26 +96,7 @@ impl From<JobError> for ApiError {
             JobError::NoSuchJob(id) => ApiError::not_found(format!("no job with id {id}")),
             JobError::Store(e) => e.into(),
             JobError::Files(e) => e.into(),
-            // The directories searched are the server's own paths: a client gets the names.
-            JobError::Piece(maestro_app::PieceError::NotFound { given, known, .. }) => {
-                ApiError::new(
-                    StatusCode::UNPROCESSABLE_ENTITY,
-                    format!(
-                        "no piece named `{}`; known pieces: {} (`GET /api/v1/pieces` lists them)",
-                        given.escape_debug(),
-                        if known.is_empty() {
-                            "none".to_string()
-                        } else {
-                            known.join(", ")
-                        }
-                    ),
-                )
-                .with("field", "piece".into())
-            }
-            JobError::Piece(e) => ApiError::new(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                maestro_app::error_chain(&e),
-            ),
+            JobError::Piece(e) => piece_problem(e),
             e @ (JobError::EmptyTask
             | JobError::MaxAttempts(_)
             | JobError::EmptyAnswer(_)
@@ -125,6 +106,38 @@ impl From<JobError> for ApiError {
             e => ApiError::internal("handle the job", &e),
         }
     }
+}
+
+/// A piece that could not be found or loaded, as 422 naming the field `piece`. The server's
+/// own paths (the directories searched, a piece file's place) stay in its log: a client gets
+/// names.
+pub(crate) fn piece_problem(e: maestro_app::PieceError) -> ApiError {
+    use maestro_app::PieceError;
+    let detail = match &e {
+        PieceError::NotFound { given, known, .. } => format!(
+            "no piece named `{}`; known pieces: {} (`GET /api/v1/pieces` lists them)",
+            given.escape_debug(),
+            if known.is_empty() {
+                "none".to_string()
+            } else {
+                known.join(", ")
+            }
+        ),
+        PieceError::Invalid { path, .. } => {
+            tracing::warn!("{}", maestro_app::error_chain(&e));
+            let name = path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            format!(
+                "the piece file `{}` on the server is not a valid piece; its errors are in the \
+                 server's log, and `maestro validate` on the server shows them",
+                name.escape_debug()
+            )
+        }
+        _ => maestro_app::error_chain(&e),
+    };
+    ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, detail).with("field", "piece".into())
 }
 
 impl From<StoreError> for ApiError {

@@ -8,6 +8,9 @@
 //! cursor. `Last-Event-ID` or `?after=SEQ` resumes after that event. With
 //! `Limits::max_stream` (`maestro serve --max-stream-secs`) a stream ends after that long, between
 //! two events, and its client resumes.
+//!
+//! No host path leaves the server: every event goes out through [`for_client`], which drops the
+//! run's directories and makes the files under them relative to the run directory.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -179,7 +182,7 @@ pub(crate) async fn stream_job(
             let Some(item) = item else {
                 return;
             };
-            let Some(event) = sse_event(&item) else {
+            let Some(event) = sse_event(&item, id) else {
                 continue;
             };
             if tx.send(event).await.is_err() {
@@ -195,10 +198,40 @@ pub(crate) async fn stream_job(
         .into_response())
 }
 
-fn sse_event(item: &Watched) -> Option<Event> {
+/// An event as the API sends it (the stream, `?format=jsonl`, a share link's): the line
+/// `events.jsonl` holds without the server's paths. `run_dir` and `workspace` are dropped; the
+/// files under the run directory (`prompt_log`, `transcript`, a report's `path`) are given
+/// relative to it (`logs/…`, `reports/…`), and `piece_file` by its file name.
+pub(crate) fn for_client(mut event: serde_json::Value, job: JobId) -> serde_json::Value {
+    let Some(fields) = event.as_object_mut() else {
+        return event;
+    };
+    fields.remove("run_dir");
+    fields.remove("workspace");
+    let run_dir = format!("/{job}/");
+    for key in ["prompt_log", "transcript", "path", "piece_file"] {
+        let Some(serde_json::Value::String(path)) = fields.get_mut(key) else {
+            continue;
+        };
+        let relative = match path.rfind(&run_dir) {
+            Some(at) if key != "piece_file" => path[at + run_dir.len()..].to_string(),
+            // Not under this job's run directory (a subtask's, another layout): the name alone.
+            _ => std::path::Path::new(path.as_str())
+                .file_name()
+                .map(|name| name.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+        };
+        *path = relative;
+    }
+    event
+}
+
+fn sse_event(item: &Watched, job: JobId) -> Option<Event> {
     match item {
         Watched::Event(record) => {
-            let data = serde_json::to_string(&**record).ok()?;
+            let data =
+                serde_json::to_string(&for_client(serde_json::to_value(&**record).ok()?, job))
+                    .ok()?;
             Some(
                 Event::default()
                     .id(record.seq.to_string())
@@ -228,7 +261,7 @@ async fn jsonl(state: &ServerState, id: JobId) -> ApiResult<Response> {
     let events = state.store().events(id, 0).await?;
     let mut body = String::new();
     for event in events {
-        body.push_str(&event.payload.to_string());
+        body.push_str(&for_client(event.payload, id).to_string());
         body.push('\n');
     }
     Ok(([(header::CONTENT_TYPE, "application/x-ndjson")], body).into_response())

@@ -34,11 +34,7 @@ impl From<ScheduleError> for ApiError {
             e @ ScheduleError::EmptyTask => {
                 ApiError::bad_request(e.to_string()).with("field", "task".into())
             }
-            ScheduleError::Piece(e) => ApiError::new(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                maestro_app::error_chain(&e),
-            )
-            .with("field", "piece".into()),
+            ScheduleError::Piece(e) => crate::error::piece_problem(e),
         }
     }
 }

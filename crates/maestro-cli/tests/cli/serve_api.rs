@@ -96,6 +96,23 @@ async fn a_job_is_followed_across_its_question_and_answer_to_its_end() {
         .await
         .unwrap();
     assert_eq!(jsonl.lines().count(), ids.len());
+    // No host path leaves the server: the run's directories are dropped, its files are
+    // relative to the run directory.
+    let home = project.path().to_str().unwrap();
+    let streamed: Vec<String> = seen.iter().map(|e| e.data.to_string()).collect();
+    for line in jsonl.lines().chain(streamed.iter().map(String::as_str)) {
+        let event: Value = serde_json::from_str(line).unwrap();
+        assert!(!line.contains(home), "a host path: {line}");
+        for key in ["run_dir", "workspace"] {
+            assert!(event.get(key).is_none(), "{key}: {line}");
+        }
+        for key in ["prompt_log", "transcript"] {
+            if let Some(path) = event.get(key) {
+                assert!(path.as_str().unwrap().starts_with("logs/"), "{key}: {line}");
+            }
+        }
+    }
+    assert!(jsonl.contains("\"prompt_log\":\"logs/"), "{jsonl}");
 
     let (_, comments) = served.get(&format!("/api/v1/jobs/{id}/comments")).await;
     let kinds: Vec<&str> = comments

@@ -298,4 +298,21 @@ async fn an_unknown_piece_is_named_without_the_server_s_paths() {
     let root = project.path().to_str().unwrap();
     assert!(!problem.to_string().contains(root), "{problem}");
     assert_eq!(problem["field"], "piece");
+    // A schedule of an unknown piece, likewise.
+    let (status, problem) = served
+        .post(
+            "/api/v1/schedules",
+            json!({"piece": "nosuch", "task": "x", "spec": "every 30m"}),
+        )
+        .await;
+    assert_eq!(status, 422, "{problem}");
+    assert!(!problem.to_string().contains(root), "{problem}");
+    assert!(
+        problem["detail"]
+            .as_str()
+            .unwrap()
+            .contains("known pieces: one"),
+        "{problem}"
+    );
+    assert_eq!(problem["field"], "piece");
 }

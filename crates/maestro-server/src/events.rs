@@ -266,3 +266,33 @@ async fn jsonl(state: &ServerState, id: JobId) -> ApiResult<Response> {
     }
     Ok(([(header::CONTENT_TYPE, "application/x-ndjson")], body).into_response())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::for_client;
+    use maestro_app::JobId;
+    use serde_json::json;
+
+    #[test]
+    fn an_event_leaves_without_the_server_s_paths() {
+        let job: JobId = "01a21469-d7c1-7768-a83c-3149cc1664aa".parse().unwrap();
+        let run = format!("/srv/maestro/runs/{job}");
+        let started = json!({"type": "run_started", "run_dir": run, "workspace": run,
+            "piece_file": "/srv/maestro/pieces/review.yaml", "task": "x"});
+        assert_eq!(
+            for_client(started, job),
+            json!({"type": "run_started", "piece_file": "review.yaml", "task": "x"})
+        );
+        let report = json!({"type": "report_written", "path": format!("{run}/reports/plan.md")});
+        assert_eq!(
+            for_client(report, job),
+            json!({"type": "report_written", "path": "reports/plan.md"})
+        );
+        // Under another run's directory (a subtask's): the file's name alone.
+        let other = json!({"type": "movement_started", "prompt_log": "/srv/runs/other/logs/1.md"});
+        assert_eq!(
+            for_client(other, job),
+            json!({"type": "movement_started", "prompt_log": "1.md"})
+        );
+    }
+}

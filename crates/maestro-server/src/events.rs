@@ -268,6 +268,7 @@ async fn jsonl(state: &ServerState, id: JobId) -> ApiResult<Response> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::for_client;
     use maestro_app::JobId;

@@ -138,11 +138,11 @@ impl ProgressModel {
                 (!ok).then(|| format!("  {tool} failed"))
             }
             RunEvent::JudgeRequest { movement, kind, .. } => {
-                Some(format!("  {movement}: {kind:?} call"))
+                Some(format!("  {movement}: {} call", wire(kind)))
             }
             RunEvent::ReportWritten { name, .. } => Some(format!("  report {name}")),
             RunEvent::ToolModeChanged { mode, reason, .. } => {
-                Some(format!("  tool mode now {mode:?}: {reason}"))
+                Some(format!("  tool mode now {}: {reason}", wire(mode)))
             }
             RunEvent::CycleWarning {
                 cycle,
@@ -158,7 +158,7 @@ impl ProgressModel {
                 cycle.join(" → ")
             )),
             RunEvent::Reminder { movement, kind, .. } => {
-                Some(format!("  {movement}: reminder ({kind:?})"))
+                Some(format!("  {movement}: reminder ({})", wire(kind)))
             }
             RunEvent::ContextWarning {
                 level,
@@ -166,7 +166,10 @@ impl ProgressModel {
                 context_length,
                 ..
             } => Some(format!(
-                "  context {level:?}: {used_tokens}/{context_length} tokens"
+                "  context {}: {}/{} tokens",
+                wire(level),
+                group_thousands(*used_tokens),
+                group_thousands(*context_length)
             )),
             RunEvent::LoopWarning {
                 movement,
@@ -186,11 +189,20 @@ impl ProgressModel {
                 next,
                 via,
                 parent,
+                reason,
                 ..
             } => {
                 self.activity = Activity::Working;
                 let indent = if parent.is_some() { "    " } else { "" };
-                Some(format!("{indent}✓ {movement} → {next} ({via:?})"))
+                // Why the engine ended the visit, when the model did not (`max_iterations`).
+                let why = reason
+                    .as_ref()
+                    .map(|r| format!("; {r}"))
+                    .unwrap_or_default();
+                Some(format!(
+                    "{indent}✓ {movement} → {next} ({}{why})",
+                    wire(via)
+                ))
             }
             RunEvent::RunFinished { status, reason, .. } => {
                 self.activity = Activity::Finished;
@@ -403,7 +415,18 @@ fn clock(elapsed: Duration) -> String {
     }
 }
 
-fn group_thousands(n: u64) -> String {
+/// A value as the record names it (`default_next`, `complete_tool`): its serde name, not its Rust
+/// one.
+fn wire(value: &impl serde::Serialize) -> String {
+    match serde_json::to_value(value) {
+        Ok(Value::String(name)) => name,
+        Ok(other) => other.to_string(),
+        Err(_) => String::from("?"),
+    }
+}
+
+/// `1234567` as `1,234,567`.
+pub(crate) fn group_thousands(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::new();
     for (i, c) in digits.chars().enumerate() {

@@ -364,23 +364,10 @@ async fn spend_line(store: &maestro_app::Store, run_id: &str, config: &Config) -
     };
     Some(format!(
         "tokens: {} (prompt {}, completion {}) · cost: {cost}",
-        thousands(usage.total_tokens),
-        thousands(usage.prompt_tokens),
-        thousands(usage.completion_tokens)
+        crate::progress::group_thousands(usage.total_tokens),
+        crate::progress::group_thousands(usage.prompt_tokens),
+        crate::progress::group_thousands(usage.completion_tokens)
     ))
-}
-
-/// `1234567` as `1,234,567`.
-fn thousands(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 /// Prints what a run error carries besides its message (a piece's diagnostics), and turns it

@@ -135,7 +135,53 @@ pub(crate) fn provider_message(body: &str) -> String {
     if trimmed.is_empty() {
         return "(empty response body)".to_string();
     }
+    if looks_like_html(trimmed) {
+        // A proxy's or a web server's error page: its words, not its markup, and few of them
+        // (the message goes into every retry's warning and the run's reason).
+        return format!("(an HTML page) {}", shorten(&html_text(trimmed), 300));
+    }
     shorten(trimmed, 2000)
+}
+
+fn looks_like_html(body: &str) -> bool {
+    let head: String = body
+        .chars()
+        .take(15)
+        .collect::<String>()
+        .to_ascii_lowercase();
+    head.starts_with("<!doctype html") || head.starts_with("<html")
+}
+
+/// The text of an HTML page: markup, `<style>` and `<script>` left out, white space collapsed.
+fn html_text(html: &str) -> String {
+    let mut out = String::with_capacity(html.len() / 2);
+    let mut rest = html;
+    while let Some(open) = rest.find('<') {
+        out.push_str(&rest[..open]);
+        out.push(' ');
+        let tag = &rest[open..];
+        let lower: String = tag.chars().take(8).collect::<String>().to_ascii_lowercase();
+        let skip_to = if lower.starts_with("<style") {
+            find_ci(tag, "</style>").map(|at| at + "</style>".len())
+        } else if lower.starts_with("<script") {
+            find_ci(tag, "</script>").map(|at| at + "</script>".len())
+        } else {
+            tag.find('>').map(|at| at + 1)
+        };
+        match skip_to {
+            Some(len) => rest = &tag[len..],
+            None => {
+                rest = "";
+                break;
+            }
+        }
+    }
+    out.push_str(rest);
+    out.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+fn find_ci(haystack: &str, needle: &str) -> Option<usize> {
+    haystack.to_ascii_lowercase().find(needle)
 }
 
 /// An error with its chain of causes, `outer: inner: root`, since reqwest's own message alone
@@ -234,6 +280,17 @@ mod tests {
         assert_eq!(provider_message(r#"{"detail":"bad"}"#), "bad");
         assert_eq!(provider_message("  plain text  "), "plain text");
         assert_eq!(provider_message(""), "(empty response body)");
+        let page = "<!DOCTYPE HTML>\n<html lang=\"en\">\n<head><title>Error response</title>\n\
+                    <style>p { color: red }</style></head>\n<body>\n<h1>Error response</h1>\n\
+                    <p>Error code: 501</p>\n<p>Message: Unsupported method ('POST').</p>\n\
+                    </body>\n</html>\n";
+        assert_eq!(
+            provider_message(page),
+            "(an HTML page) Error response Error response Error code: 501 Message: Unsupported \
+             method ('POST')."
+        );
+        let long = format!("<html><body>{}</body></html>", "word ".repeat(500));
+        assert!(provider_message(&long).chars().count() < 330);
     }
 
     #[test]

@@ -498,6 +498,57 @@ fn root_of(dirs: &[PathBuf]) -> PathBuf {
         .unwrap_or_default()
 }
 
+/// Whether the jobs of `owner` (a user's email) may change stored pieces: an admin's may.
+pub(crate) async fn may_write_pieces(
+    store: &Store,
+    owner: &str,
+) -> Result<bool, crate::access::AccessError> {
+    let user = crate::access::find_user(store, owner).await?;
+    Ok(user.is_some_and(|u| u.role == crate::access::Role::Admin))
+}
+
+/// The pieces as a job of a user who is not an admin sees them: read as they are, never
+/// written (`CreatePiece` and `UpdatePiece` answer why).
+#[derive(Debug)]
+pub(crate) struct ReadOnlyPieces {
+    pub inner: Arc<dyn maestro_tools::pieces::PieceWriter>,
+    /// The job's owner, named in the refusal.
+    pub owner: String,
+}
+
+impl maestro_tools::pieces::PieceWriter for ReadOnlyPieces {
+    fn exists<'a>(&'a self, name: &'a str) -> maestro_tools::pieces::PieceFuture<'a, bool> {
+        self.inner.exists(name)
+    }
+
+    fn save<'a>(
+        &'a self,
+        _name: &'a str,
+        _yaml: &'a str,
+    ) -> maestro_tools::pieces::PieceFuture<'a, String> {
+        Box::pin(async move {
+            Err(format!(
+                "only an admin's jobs change the stored pieces, and this job's owner {} is not \
+                 an admin; put the piece in the answer (or an output file) for an admin to add",
+                self.owner
+            ))
+        })
+    }
+
+    fn source<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> maestro_tools::pieces::PieceFuture<'a, Option<String>> {
+        self.inner.source(name)
+    }
+
+    fn stored(
+        &self,
+    ) -> maestro_tools::pieces::PieceFuture<'_, Vec<maestro_tools::pieces::StoredPieceLine>> {
+        self.inner.stored()
+    }
+}
+
 /// The [`maestro_tools::pieces::PieceWriter`] runs give `CreatePiece` and `UpdatePiece`: a
 /// piece the model writes goes to the store through [`put_piece`], where every later lookup
 /// (on any node) finds it.

@@ -571,6 +571,28 @@ async fn run_prepared(
     };
     let knowledge = ctx.knowledge(&config, tag.as_ref(), embedder);
     crate::knowledge_tools::register(&mut registry, knowledge, claimed.job.owner.as_deref());
+    // Stored pieces are every user's pieces: the job of a user who is not an admin reads them,
+    // and its `CreatePiece` and `UpdatePiece` are refused, as the API refuses that user.
+    if let Some(owner) = claimed.job.owner.as_deref()
+        && !crate::piece_store::may_write_pieces(&ctx.store, owner)
+            .await
+            .map_err(|e| match e {
+                crate::access::AccessError::Store(source) => RunError::Store {
+                    what: "the job owner's role",
+                    source,
+                },
+                e => RunError::Internal(crate::error_chain(&e)),
+            })?
+    {
+        let writer: Arc<dyn maestro_tools::pieces::PieceWriter> =
+            Arc::new(crate::piece_store::ReadOnlyPieces {
+                inner: ctx.piece_writer(&config),
+                owner: owner.to_string(),
+            });
+        for tool in maestro_tools::pieces::piece_writing_tools(registry.config(), &writer) {
+            registry.register(tool);
+        }
+    }
     // The run's own browser: started on its first BrowseWeb call, closed (its profile removed)
     // when the run's registry is dropped. A resumed run starts without one.
     registry.register(maestro_tools_browser::browse_web(&config.web));

@@ -708,3 +708,93 @@ async fn a_fresh_read_of_the_watch_sees_a_write_made_since_its_last_check() {
     .await
     .unwrap();
 }
+
+/// Stored pieces are every user's pieces: the job of a user who is not an admin reads them, but
+/// its `CreatePiece` is refused with the reason (the API refuses that user too), while an
+/// admin's job writes one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_an_admins_job_creates_a_stored_piece() {
+    let created = piece("made", "made by an agent", "You were made by an agent.");
+    let llm = ScriptedLlm::builder()
+        .model_id("model-a")
+        .turns([
+            Turn::tool_call(
+                "CreatePiece",
+                json!({"name": "made", "content": created.clone()}),
+            ),
+            Turn::text("Tried. [WORK:1]"),
+            Turn::tool_call(
+                "CreatePiece",
+                json!({"name": "made", "content": created.clone()}),
+            ),
+            Turn::text("Created it. [WORK:1]"),
+        ])
+        .start()
+        .await;
+    let project = Project::new(&llm.base_url(), "model-a");
+    let config = &project.config;
+    std::fs::write(
+        project.pieces_dir().join("maker.yaml"),
+        PIECE
+            .replace("NAME", "maker")
+            .replace("DESCRIPTION", "makes pieces")
+            .replace("PERSONA", "You make pieces.")
+            .replace(
+                "    edit: false\n",
+                "    edit: false\n    allowed_tools: [CreatePiece]\n",
+            ),
+    )
+    .unwrap();
+    let store = Store::open(&project.sqlite()).await.unwrap();
+    maestro_app::add_user(&store, "bob@example.com", false)
+        .await
+        .unwrap();
+    maestro_app::add_user(&store, "ana@example.com", true)
+        .await
+        .unwrap();
+    let shutdown = Shutdown::new();
+    let running = tokio::spawn({
+        let worker = worker(&store, config);
+        let shutdown = shutdown.clone();
+        async move { worker.run(shutdown).await.unwrap() }
+    });
+    let owned_by = |owner: &str| Submission {
+        piece: "maker".into(),
+        task: "make a piece".into(),
+        workspace: None,
+        class: None,
+        priority: 0,
+        max_attempts: None,
+        submitted_by: owner.into(),
+        owner: Some(owner.into()),
+        inputs: Vec::new(),
+        budget: Default::default(),
+    };
+    let bobs = submit(&store, config, owned_by("bob@example.com"))
+        .await
+        .unwrap();
+    finished(&store, bobs).await;
+    let refused = llm.requests()[1]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap_or("").to_string())
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(
+        refused.contains("only an admin's jobs change the stored pieces")
+            && refused.contains("bob@example.com"),
+        "{refused}"
+    );
+    assert!(store.piece_latest("made").await.unwrap().is_none());
+
+    let anas = submit(&store, config, owned_by("ana@example.com"))
+        .await
+        .unwrap();
+    finished(&store, anas).await;
+    shutdown.hand_back();
+    running.await.unwrap();
+    let stored = store.piece_latest("made").await.unwrap().unwrap();
+    assert_eq!(stored.yaml.as_deref(), Some(created.as_str()));
+}

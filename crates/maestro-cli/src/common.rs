@@ -57,7 +57,14 @@ pub(crate) fn load_options(dialect: Option<Dialect>, facets_dirs: &[PathBuf]) ->
 /// Prints the notes about piece files that were passed over because they do not load.
 pub(crate) fn note_skipped(skipped: &[Skipped]) {
     for skip in skipped {
-        eprintln!("note: skipping {}: {}", skip.path.display(), skip.errors);
+        let path = skip.path.display().to_string();
+        eprintln!(
+            "note: skipping {}: it does not load ({} error{}; `maestro validate {}` shows them)",
+            crate::term::printable(&path),
+            skip.errors,
+            if skip.errors == 1 { "" } else { "s" },
+            crate::term::printable(&path),
+        );
     }
 }
 

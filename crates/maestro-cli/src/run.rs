@@ -198,7 +198,13 @@ async fn run_async(args: Args) -> anyhow::Result<u8> {
         model_from_flag: args.model.model.is_some(),
         live_capacity: None,
     };
-    let handle = maestro_app::start(store.clone(), config.clone(), request).await?;
+    let handle = match maestro_app::start(store.clone(), config.clone(), request).await {
+        Ok(handle) => handle,
+        Err(maestro_app::StartError::NoSuchPiece(e)) => {
+            return Err(crate::common::explain_piece_error(*e));
+        }
+        Err(e) => return Err(e.into()),
+    };
     let stop = stop_signal()?;
     let shown = tokio::spawn(show(
         handle.subscribe_after(0),

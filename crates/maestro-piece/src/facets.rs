@@ -189,6 +189,20 @@ impl Resolver {
             if let Some(facet) = self.read(sink, name, &file, path, span) {
                 return self.expand(sink, kind, facet, path, span);
             }
+            if !is_simple_name(name) && !name.contains(char::is_whitespace) {
+                // `./personas/coder.md` with no such file: a path mistyped or a file moved, not
+                // prose to send the model.
+                sink.warn(
+                    path,
+                    span,
+                    format!(
+                        "{} `{name}` looks like a file path, but {} does not exist, so the text \
+                         `{name}` itself is used; paths are relative to the piece file",
+                        kind.label(),
+                        file.display()
+                    ),
+                );
+            }
             looked.push(file);
         }
         if is_simple_name(name) {

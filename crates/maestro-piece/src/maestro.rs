@@ -53,6 +53,14 @@ pub(crate) fn load(cx: &mut Cx<'_>, top: &Fields<'_>) -> Option<Piece> {
                 node.span,
                 format!("invalid piece name `{name}`; use lowercase letters, digits and `-` (pattern [a-z0-9-]+)"),
             );
+        } else if name == "auto" {
+            // `maestro run auto` and a job of piece `auto` ask the classifier to choose: a piece
+            // of that name could never be named.
+            sink.error(
+                &path,
+                node.span,
+                "the piece name `auto` is reserved (`auto` asks the classifier to choose a piece); rename the piece",
+            );
         }
         Some(name.to_owned())
     });

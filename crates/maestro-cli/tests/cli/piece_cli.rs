@@ -507,3 +507,36 @@ fn control_characters_in_a_piece_never_reach_the_terminal_raw() {
     );
     assert!(!raw(&prompt.stdout), "{:?}", prompt.stdout);
 }
+
+/// A piece file that does not load is passed over with a note that says so and how to see why,
+/// when a run looks for a piece by name among its neighbours.
+#[test]
+fn a_piece_passed_over_is_named_with_how_to_see_why() {
+    let home = tempfile::tempdir().unwrap();
+    let dir = home.path().join("mine");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(dir.join("broken.yaml"), "name: broken\nmovements: 3\n").unwrap();
+    let out = run(maestro(home.path())
+        .args(["run", "missing", "--task", "t", "--pieces-dir"])
+        .arg(&dir)
+        .args(["--llm-base-url", "http://127.0.0.1:9/v1", "--model", "m"]));
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    let broken = dir.join("broken.yaml");
+    assert!(
+        out.stderr.contains(&format!(
+            "note: skipping {}: it does not load (",
+            broken.display()
+        )) && out.stderr.contains(&format!(
+            "`maestro validate {}` shows them",
+            broken.display()
+        )),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr
+            .contains("no piece file or piece named `missing`"),
+        "{}",
+        out.stderr
+    );
+}

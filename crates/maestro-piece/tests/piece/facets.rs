@@ -302,3 +302,54 @@ movements:
         "takt-reviewer"
     );
 }
+
+/// A facet written as a path (`./personas/coder.md`, `../policies/x.md`) whose file is not there
+/// is a mistake, not prose: the piece still loads (the text is used, as TAKT does), with a
+/// warning that names the file looked for. Prose with a slash in it stays prose, unwarned.
+#[test]
+fn a_facet_path_that_names_no_file_warns() {
+    let tmp = tempfile::tempdir().unwrap();
+    let piece = tmp.path().join("pieces/p.yaml");
+    write(
+        &piece,
+        "\
+name: paths
+max_movements: 2
+initial_movement: a
+movements:
+  - name: a
+    edit: false
+    persona: ./personas/missing.md
+    policy: ../nowhere/policy.md
+    instruction: Compare the API/CLI output.
+    rules:
+      - condition: done
+        next: COMPLETE
+",
+    );
+    let opts = LoadOptions {
+        project_dir: Some(tmp.path().join("project")),
+        user_dir: Some(tmp.path().join("user")),
+        ..LoadOptions::default()
+    };
+    let loaded = valid_at(&fs::read_to_string(&piece).unwrap(), &piece, &opts);
+    let found = warnings(&loaded);
+    let about = |field: &str| {
+        found
+            .iter()
+            .find(|w| w.0 == field)
+            .map(|w| w.2.clone())
+            .unwrap_or_else(|| panic!("no warning at {field}: {found:#?}"))
+    };
+    let persona = about("movements[0].persona");
+    assert!(
+        persona.starts_with("persona `./personas/missing.md` looks like a file path, but ")
+            && persona.contains("pieces/./personas/missing.md does not exist"),
+        "{persona}"
+    );
+    assert!(about("movements[0].policy").contains("nowhere/policy.md does not exist"));
+    assert!(
+        !found.iter().any(|w| w.0 == "movements[0].instruction"),
+        "{found:#?}"
+    );
+}

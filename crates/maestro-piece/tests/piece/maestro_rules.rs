@@ -63,6 +63,18 @@ fn name_must_match_the_pattern() {
 }
 
 #[test]
+fn the_name_auto_is_reserved_for_the_classifier() {
+    assert_eq!(
+        errors(&edit(PIECE, "name: demo", "name: auto")),
+        vec![f(
+            "name",
+            1,
+            "the piece name `auto` is reserved (`auto` asks the classifier to choose a piece); rename the piece"
+        )]
+    );
+}
+
+#[test]
 fn top_level_fields_are_required() {
     for (line, key) in [
         ("name: demo\n", "name"),

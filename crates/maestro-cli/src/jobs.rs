@@ -50,6 +50,7 @@ pub(crate) enum JobsCommand {
         /// completed, aborted, exceeded, failed, cancelled).
         #[arg(long)]
         status: Option<String>,
+        /// One JSON object per job per line (nothing at all when there are none).
         #[arg(long)]
         json: bool,
         #[command(flatten)]
@@ -58,6 +59,7 @@ pub(crate) enum JobsCommand {
     /// Show one job.
     Show {
         id: String,
+        /// The job as one JSON object.
         #[arg(long)]
         json: bool,
         #[command(flatten)]

@@ -44,6 +44,9 @@ enum Command {
     /// List the pieces found in a directory.
     Pieces(pieces::Args),
     /// Run a task through a piece against an LLM endpoint.
+    #[command(override_usage = "maestro run [PIECE] --task TEXT [OPTIONS]\n       \
+                                maestro run [PIECE] --task-file FILE [OPTIONS]\n       \
+                                maestro run --resume ID [OPTIONS]")]
     Run(Box<run::Args>),
     /// Drive a finished run again from its record, with no model call and no tool run; exits 0
     /// when it reaches the same movements, transitions and status.

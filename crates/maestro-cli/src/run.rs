@@ -25,7 +25,8 @@ pub(crate) struct Args {
     /// The task to run; `-` reads it from standard input.
     #[arg(long, required_unless_present_any = ["resume", "task_file"], conflicts_with = "task_file")]
     task: Option<String>,
-    /// Read the task from this file (for a task longer than a command line).
+    /// Read the task from this file (for a task longer than a command line); `-` reads it
+    /// from standard input.
     #[arg(long)]
     task_file: Option<PathBuf>,
     /// Continue the run (the job) with this id where it stopped: after Ctrl-C, a failure or
@@ -149,8 +150,9 @@ pub(crate) fn task_text(
     task: Option<&str>,
     file: Option<&std::path::Path>,
 ) -> anyhow::Result<String> {
+    let stdin = task == Some("-") || file.is_some_and(|f| f == std::path::Path::new("-"));
     let text = match (task, file) {
-        (Some("-"), _) => {
+        _ if stdin => {
             let mut text = String::new();
             std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
                 .context("reading the task from standard input")?;

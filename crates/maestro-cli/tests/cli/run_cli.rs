@@ -506,3 +506,35 @@ fn zero_limits_are_usage_errors() {
     }
     assert!(!dir.path().join(".maestro").exists());
 }
+
+/// The usage line says how a run is started (a task, a task file, or a resume), and
+/// `--task-file -` reads standard input as `--task -` does.
+#[test]
+fn the_usage_names_every_way_to_start_and_a_task_file_of_dash_is_stdin() {
+    let dir = tempfile::tempdir().unwrap();
+    let maestro = || {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_maestro"));
+        cmd.current_dir(dir.path()).env("HOME", dir.path());
+        cmd
+    };
+    let help = maestro().args(["run", "--help"]).output().unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    for usage in [
+        "maestro run [PIECE] --task TEXT [OPTIONS]",
+        "maestro run [PIECE] --task-file FILE [OPTIONS]",
+        "maestro run --resume ID [OPTIONS]",
+    ] {
+        assert!(help.contains(usage), "{help}");
+    }
+    let mut child = maestro()
+        .args(["run", "explore", "--task-file", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdin.take());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("the task is empty"), "{stderr}");
+}

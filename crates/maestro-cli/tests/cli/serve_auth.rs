@@ -775,14 +775,14 @@ async fn the_workers_list_shows_a_user_only_their_own_running_jobs() {
         let (status, workers) =
             call(&served, "get", "/api/v1/workers", Some(&root), Value::Null).await;
         assert_eq!(status, 200, "{workers}");
-        if running(&workers) == [id.clone()] {
+        if running(&workers) == std::slice::from_ref(&id) {
             break;
         }
         assert!(started.elapsed().as_secs() < 30, "never running: {workers}");
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
     let (_, workers) = call(&served, "get", "/api/v1/workers", Some(&alice), Value::Null).await;
-    assert_eq!(running(&workers), [id.clone()], "{workers}");
+    assert_eq!(running(&workers), std::slice::from_ref(&id), "{workers}");
     let (_, workers) = call(&served, "get", "/api/v1/workers", Some(&bob), Value::Null).await;
     assert!(!workers.as_array().unwrap().is_empty(), "{workers}");
     assert_eq!(running(&workers), Vec::<Value>::new(), "{workers}");

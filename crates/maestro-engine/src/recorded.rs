@@ -198,35 +198,35 @@ impl Recorded {
         }
     }
 
-    /// The context window the record's `run_started` names (`Some(None)`: recorded as
-    /// unknown; `None`: no `run_started` recorded).
-    pub(crate) fn context_window(&self) -> Option<Option<u64>> {
+    /// What `read` takes from the record's `run_started`; `None` when none is recorded.
+    fn run_started<T>(&self, read: impl Fn(&RunEvent) -> Option<T>) -> Option<T> {
         let streams = self.inner.lock().ok()?;
         streams
             .by_movement
             .get("")?
             .iter()
-            .find_map(|r| match &r.event {
-                RunEvent::RunStarted { context_window, .. } => Some(*context_window),
-                _ => None,
-            })
+            .find_map(|r| read(&r.event))
+    }
+
+    /// The context window the record's `run_started` names (`Some(None)`: recorded as
+    /// unknown; `None`: no `run_started` recorded).
+    pub(crate) fn context_window(&self) -> Option<Option<u64>> {
+        self.run_started(|event| match event {
+            RunEvent::RunStarted { context_window, .. } => Some(*context_window),
+            _ => None,
+        })
     }
 
     /// The `engine.max_iterations_per_movement` the record's `run_started` names, when it
     /// names one.
     pub(crate) fn max_iterations_per_movement(&self) -> Option<u32> {
-        let streams = self.inner.lock().ok()?;
-        streams
-            .by_movement
-            .get("")?
-            .iter()
-            .find_map(|r| match &r.event {
-                RunEvent::RunStarted {
-                    max_iterations_per_movement,
-                    ..
-                } => *max_iterations_per_movement,
-                _ => None,
-            })
+        self.run_started(|event| match event {
+            RunEvent::RunStarted {
+                max_iterations_per_movement,
+                ..
+            } => *max_iterations_per_movement,
+            _ => None,
+        })
     }
 
     /// The calls the record holds from before the run started (the classifier's, purpose

@@ -394,6 +394,23 @@ async fn a_resumed_job_keeps_the_piece_version_it_started_with() {
     assert!(!seen.iter().any(|p| p.contains("You are two.")));
 }
 
+/// The piece `maker` in the project's pieces directory: one movement offered `tools` (a YAML
+/// list).
+fn write_maker(project: &Project, tools: &str) {
+    std::fs::write(
+        project.pieces_dir().join("maker.yaml"),
+        PIECE
+            .replace("NAME", "maker")
+            .replace("DESCRIPTION", "makes pieces")
+            .replace("PERSONA", "You make pieces.")
+            .replace(
+                "    edit: false\n",
+                &format!("    edit: false\n    allowed_tools: {tools}\n"),
+            ),
+    )
+    .unwrap();
+}
+
 /// `CreatePiece` in a run writes to the store: a later job (on a worker whose pieces directory
 /// never saw the file) runs the piece it created.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -417,18 +434,7 @@ async fn a_piece_created_by_the_tool_in_a_run_is_run_by_a_later_job() {
         .await;
     let project = Project::new(&llm.base_url(), "model-a");
     let config = &project.config;
-    std::fs::write(
-        project.pieces_dir().join("maker.yaml"),
-        PIECE
-            .replace("NAME", "maker")
-            .replace("DESCRIPTION", "makes pieces")
-            .replace("PERSONA", "You make pieces.")
-            .replace(
-                "    edit: false\n",
-                "    edit: false\n    allowed_tools: [CreatePiece, GetPiece, ListPieces]\n",
-            ),
-    )
-    .unwrap();
+    write_maker(&project, "[CreatePiece, GetPiece, ListPieces]");
     let store = Store::open(&project.sqlite()).await.unwrap();
     let shutdown = Shutdown::new();
     let running = tokio::spawn({
@@ -733,18 +739,7 @@ async fn only_an_admins_job_creates_a_stored_piece() {
         .await;
     let project = Project::new(&llm.base_url(), "model-a");
     let config = &project.config;
-    std::fs::write(
-        project.pieces_dir().join("maker.yaml"),
-        PIECE
-            .replace("NAME", "maker")
-            .replace("DESCRIPTION", "makes pieces")
-            .replace("PERSONA", "You make pieces.")
-            .replace(
-                "    edit: false\n",
-                "    edit: false\n    allowed_tools: [CreatePiece]\n",
-            ),
-    )
-    .unwrap();
+    write_maker(&project, "[CreatePiece]");
     let store = Store::open(&project.sqlite()).await.unwrap();
     maestro_app::add_user(&store, "bob@example.com", false)
         .await

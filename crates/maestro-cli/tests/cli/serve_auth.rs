@@ -828,30 +828,15 @@ async fn stored_pieces_are_changed_by_admins_and_checked_by_anyone() {
         .unwrap();
     assert_eq!(response.status().as_u16(), 403);
     // Reading, validating and previewing the prompts stay anyone's.
-    let response = send(Method::GET, "/api/v1/pieces/shared", &alice)
-        .await
-        .unwrap();
-    assert_eq!(response.status().as_u16(), 200);
-    let response = send(Method::POST, "/api/v1/pieces/validate", &alice)
-        .await
-        .unwrap();
-    assert_eq!(response.status().as_u16(), 200);
-    let response = send(
-        Method::GET,
-        "/api/v1/pieces/shared/prompt?movement=work",
-        &alice,
-    )
-    .await
-    .unwrap();
-    assert_eq!(response.status().as_u16(), 200);
-    let response = send(
-        Method::POST,
-        "/api/v1/pieces/shared/prompt?movement=work",
-        &alice,
-    )
-    .await
-    .unwrap();
-    assert_eq!(response.status().as_u16(), 200);
+    for (method, path) in [
+        (Method::GET, "/api/v1/pieces/shared"),
+        (Method::POST, "/api/v1/pieces/validate"),
+        (Method::GET, "/api/v1/pieces/shared/prompt?movement=work"),
+        (Method::POST, "/api/v1/pieces/shared/prompt?movement=work"),
+    ] {
+        let response = send(method.clone(), path, &alice).await.unwrap();
+        assert_eq!(response.status().as_u16(), 200, "{method} {path}");
+    }
     let response = send(Method::DELETE, "/api/v1/pieces/shared", &root)
         .await
         .unwrap();

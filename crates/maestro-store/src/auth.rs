@@ -619,11 +619,12 @@ impl Store {
     }
 
     /// Revokes the share link `id` and records `share_revoked` by `actor` in the audit log;
-    /// `false` when no link has this id.
+    /// `false` when no link has this id. A link revoked already stays as it was (`true`, and
+    /// nothing more in the audit log).
     pub async fn revoke_share(&self, id: &str, actor: &str) -> StoreResult<bool> {
         let mut tx = self.begin_write().await?;
         let row = sqlx::query::<Any>(
-            "UPDATE share_links SET revoked_at = COALESCE(revoked_at, $1) WHERE id = $2 \
+            "UPDATE share_links SET revoked_at = $1 WHERE id = $2 AND revoked_at IS NULL \
              RETURNING job_id",
         )
         .bind(self.now_ms())
@@ -631,7 +632,15 @@ impl Store {
         .fetch_optional(&mut *tx)
         .await
         .map_err(StoreError::query("revoke a share link"))?;
-        let Some(row) = row else { return Ok(false) };
+        let Some(row) = row else {
+            // Revoked already (nothing changes, nothing more is audited), or no such link.
+            let known = sqlx::query::<Any>("SELECT 1 FROM share_links WHERE id = $1")
+                .bind(id.to_string())
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(StoreError::query("look up a share link"))?;
+            return Ok(known.is_some());
+        };
         let job = parse_id(&col::<String>(&row, "job_id")?)?;
         self.audit_in(
             &mut tx,

@@ -124,7 +124,7 @@ pub(crate) async fn serve_file(
     } else {
         "attachment"
     };
-    if let Ok(v) = HeaderValue::from_str(&format!("{disposition}; filename=\"{name}\"")) {
+    if let Ok(v) = HeaderValue::from_str(&content_disposition(disposition, &name)) {
         headers.insert(header::CONTENT_DISPOSITION, v);
     }
     // Shown in a page or opened on its own, a file can run nothing and load nothing (a PDF
@@ -136,6 +136,35 @@ pub(crate) async fn serve_file(
         );
     }
     Ok(response)
+}
+
+/// `Content-Disposition` for a file called `name` (RFC 6266): `filename` as plain ASCII for
+/// every client, and `filename*` with the name as it is, in UTF-8, when it is not plain ASCII.
+fn content_disposition(disposition: &str, name: &str) -> String {
+    let plain = |c: char| c.is_ascii_graphic() || c == ' ';
+    let fallback: String = name
+        .chars()
+        .map(|c| {
+            if plain(c) && c != '"' && c != '\\' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if name.chars().all(|c| plain(c) && c != '"' && c != '\\') {
+        return format!("{disposition}; filename=\"{fallback}\"");
+    }
+    let mut encoded = String::with_capacity(name.len() * 3);
+    for byte in name.bytes() {
+        let keep = byte.is_ascii_alphanumeric() || b"!#$&+-.^_`|~".contains(&byte);
+        if keep {
+            encoded.push(char::from(byte));
+        } else {
+            encoded.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    format!("{disposition}; filename=\"{fallback}\"; filename*=UTF-8''{encoded}")
 }
 
 /// A plain type for text a browser may show; anything else downloads as bytes (never HTML, so
@@ -151,5 +180,22 @@ fn content_type(path: &str) -> &'static str {
         "jpg" | "jpeg" => "image/jpeg",
         "pdf" => "application/pdf",
         _ => "application/octet-stream",
+    }
+}
+
+#[cfg(test)]
+mod disposition_tests {
+    use super::content_disposition;
+
+    #[test]
+    fn a_name_that_is_not_plain_ascii_is_also_given_in_utf8() {
+        assert_eq!(
+            content_disposition("attachment", "report 1.txt"),
+            "attachment; filename=\"report 1.txt\""
+        );
+        assert_eq!(
+            content_disposition("inline", "ünï cødé.txt"),
+            "inline; filename=\"_n_ c_d_.txt\"; filename*=UTF-8''%C3%BCn%C3%AF%20c%C3%B8d%C3%A9.txt"
+        );
     }
 }

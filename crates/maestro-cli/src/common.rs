@@ -54,6 +54,16 @@ pub(crate) fn load_options(dialect: Option<Dialect>, facets_dirs: &[PathBuf]) ->
     }
 }
 
+/// The tools `allowed_tools` may name, and which this configuration sets up (`config`, else
+/// `~/.maestro/config.yaml` and `.maestro/config.yaml`): `validate`, `prompt` and `pieces`
+/// judge a piece by the same catalogue. A configuration that does not load is an error (exit
+/// 2), as in every other command.
+pub(crate) fn tool_catalog(config: Option<PathBuf>) -> anyhow::Result<maestro_piece::ToolCatalog> {
+    let (config, _files) = maestro_config::Config::load(maestro_config::LoadFrom::current(config)?)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok(maestro_app::tool_catalog(&config))
+}
+
 /// Prints the notes about piece files that were passed over because they do not load.
 pub(crate) fn note_skipped(skipped: &[Skipped]) {
     for skip in skipped {

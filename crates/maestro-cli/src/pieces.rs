@@ -39,7 +39,12 @@ pub(crate) fn run(args: Args) -> anyhow::Result<u8> {
         }
         None => default_dirs(),
     };
-    let opts = crate::common::load_options(None, &[]);
+    // The same judgement as `maestro validate`: a piece that names a tool that does not exist
+    // here is listed as invalid.
+    let opts = maestro_piece::LoadOptions {
+        tools: Some(crate::common::tool_catalog(None)?),
+        ..crate::common::load_options(None, &[])
+    };
     let mut rows = Vec::new();
     for dir in &dirs {
         for file in discover(dir) {

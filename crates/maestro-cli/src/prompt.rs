@@ -29,7 +29,10 @@ pub(crate) struct Args {
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<u8> {
-    let opts = crate::common::load_options(args.dialect, &args.facets_dirs);
+    let opts = maestro_piece::LoadOptions {
+        tools: Some(crate::common::tool_catalog(None)?),
+        ..crate::common::load_options(args.dialect, &args.facets_dirs)
+    };
     // Not a file: one of TAKT's builtin workflows by name, as `maestro run` finds them.
     let builtin = (!args.piece.is_file())
         .then(|| {

@@ -10,8 +10,7 @@ use crate::term::printable;
 use std::path::{Path, PathBuf};
 
 use maestro_piece::{
-    Diagnostic, Dialect, Failed, LoadOptions, Loaded, ToolCatalog, discover, load_bytes,
-    render_diagnostics,
+    Diagnostic, Dialect, Failed, LoadOptions, Loaded, discover, load_bytes, render_diagnostics,
 };
 
 #[derive(Debug, clap::Args)]
@@ -38,14 +37,6 @@ pub(crate) struct Args {
     pub paths: Vec<PathBuf>,
 }
 
-/// The tools `allowed_tools` may name, and which this configuration sets up. A configuration
-/// that does not load is an error (exit 2), as in every other command.
-fn tool_catalog(config: Option<PathBuf>) -> anyhow::Result<ToolCatalog> {
-    let (config, _files) = maestro_config::Config::load(maestro_config::LoadFrom::current(config)?)
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-    Ok(maestro_app::tool_catalog(&config))
-}
-
 /// One file's outcome.
 enum Checked {
     Valid(Box<Loaded>),
@@ -56,7 +47,7 @@ enum Checked {
 
 pub(crate) fn run(args: Args) -> anyhow::Result<u8> {
     let opts = LoadOptions {
-        tools: Some(tool_catalog(args.config.clone())?),
+        tools: Some(crate::common::tool_catalog(args.config.clone())?),
         ..crate::common::load_options(args.dialect, &args.facets_dirs)
     };
     let mut usage_error = false;

@@ -540,3 +540,35 @@ fn a_piece_passed_over_is_named_with_how_to_see_why() {
         out.stderr
     );
 }
+
+/// `pieces` and `prompt` judge a piece by the same tool catalogue as `validate`: a piece that
+/// names a tool that does not exist is listed as invalid, and has no prompt.
+#[test]
+fn pieces_and_prompt_refuse_an_unknown_tool_as_validate_does() {
+    let home = tempfile::tempdir().unwrap();
+    let dir = home.path().join("mine");
+    std::fs::create_dir(&dir).unwrap();
+    let explore = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../pieces/explore.yaml"),
+    )
+    .unwrap();
+    let bad = explore.replace("[Glob, Grep, Read]", "[Glob, Grepp, Read]");
+    assert_ne!(bad, explore);
+    std::fs::write(dir.join("bad.yaml"), bad).unwrap();
+    let listed = run(maestro(home.path()).arg("pieces").arg(&dir));
+    assert!(
+        listed.stdout.contains("INVALID (1 error"),
+        "{}",
+        listed.stdout
+    );
+    let prompt = run(maestro(home.path())
+        .arg("prompt")
+        .arg(dir.join("bad.yaml"))
+        .args(["--movement", "investigate", "--task", "t"]));
+    assert_eq!(prompt.code, 1, "{}", prompt.stderr);
+    assert!(
+        prompt.stderr.contains("unknown tool `Grepp`"),
+        "{}",
+        prompt.stderr
+    );
+}

@@ -22,10 +22,10 @@ pub(crate) struct ParsedFile {
 
 /// Parses `text` (the contents of `path`) and checks it against [`Config`].
 pub(crate) fn parse_file(path: &Path, text: &str) -> Result<ParsedFile, ConfigError> {
-    let keys = serde_saphyr::from_str::<KeyTree>(text).unwrap_or_default();
-    check_typed(path, text, &keys)?;
     // Strict booleans keep `bash_sandbox: off` a string in the untyped tree; the typed parse
-    // after merging still reads `yes`/`no` where a boolean is expected.
+    // after merging still reads `yes`/`no` where a boolean is expected. The untyped parse goes
+    // first, so that broken YAML (an unclosed `[` or quote) is said as such, not as a value of
+    // the wrong kind where the typed parse first stumbled.
     let mut options = Options::default();
     options.strict_booleans = true;
     let raw = serde_saphyr::from_str_with_options::<Value>(text, options).map_err(|e| {
@@ -34,8 +34,14 @@ pub(crate) fn parse_file(path: &Path, text: &str) -> Result<ParsedFile, ConfigEr
             line: None,
             column: None,
         };
-        saphyr_problem(origin, None, &e, Some(text))
+        let mut problem = saphyr_problem_of(origin, None, &e, Some(text));
+        problem.fix = "correct the YAML syntax here (an unclosed bracket or quote, or an \
+                       indentation that does not line up); see docs/configuration.md"
+            .into();
+        problem.into_error()
     })?;
+    let keys = serde_saphyr::from_str::<KeyTree>(text).unwrap_or_default();
+    check_typed(path, text, &keys)?;
     let raw = if raw.is_null() {
         Value::Object(Default::default())
     } else {
@@ -124,6 +130,16 @@ pub(crate) fn saphyr_problem(
     error: &serde_saphyr::Error,
     source: Option<&str>,
 ) -> ConfigError {
+    saphyr_problem_of(origin, field, error, source).into_error()
+}
+
+/// [`saphyr_problem`], before it becomes the error.
+fn saphyr_problem_of(
+    origin: Origin,
+    field: Option<String>,
+    error: &serde_saphyr::Error,
+    source: Option<&str>,
+) -> Problem {
     let origin = match origin {
         Origin::File { path, .. } => {
             let (line, column) = error
@@ -166,7 +182,6 @@ pub(crate) fn saphyr_problem(
         message,
         fix,
     }
-    .into_error()
 }
 
 /// A scalar type of serde's messages (`invalid u64`) in words.

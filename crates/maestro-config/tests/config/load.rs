@@ -387,6 +387,33 @@ fn a_wrong_type_names_the_field_and_what_was_expected() {
     assert_eq!(found.fix, "use one of the values listed");
 }
 
+/// Broken YAML is said as broken YAML, where it breaks, not as a value of the wrong kind where
+/// the typed reading first stumbled.
+#[test]
+fn broken_yaml_is_a_syntax_error_with_its_place() {
+    let dirs = Dirs::new();
+    let file = dirs.user_file("llm:\n  model: [\n");
+    let found = problem(dirs.load(&[]));
+    assert_eq!(
+        found.origin,
+        Origin::File {
+            path: file,
+            line: Some(2),
+            column: Some(10)
+        }
+    );
+    assert_eq!(found.message, "unclosed bracket '['");
+    assert!(
+        found.fix.starts_with("correct the YAML syntax here"),
+        "{found}"
+    );
+    // A well-formed value of the wrong kind is still said as such.
+    dirs.user_file("llm:\n  model: [a]\n");
+    let found = problem(dirs.load(&[]));
+    assert_eq!(found.field, "llm.model");
+    assert!(found.fix.starts_with("give `llm.model` a value"), "{found}");
+}
+
 #[test]
 fn a_value_out_of_range_points_at_the_file_that_set_it() {
     let dirs = Dirs::new();

@@ -38,15 +38,34 @@ pub(crate) fn settings_of(limits: BudgetLimits) -> BudgetSettings {
     }
 }
 
+/// Where the price of `model` is set, as a person can write it: the dotted path for a plain
+/// model id, the YAML for one with dots, slashes or colons in it (a `.gguf` path,
+/// `qwen3:8b`), which a dotted path cannot name.
+pub(crate) fn price_setting(model: &str) -> String {
+    if model
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    {
+        format!("llm.models.{model}.price")
+    } else {
+        format!(
+            "the price of this model under llm.models (in YAML: `llm: {{models: {{{}: {{price: \
+             {{input_per_mtok: …, output_per_mtok: …}}}}}}}}`)",
+            serde_json::Value::String(model.to_string())
+        )
+    }
+}
+
 /// Why a run with a cost cap cannot start.
 #[derive(Debug, thiserror::Error)]
 pub enum BudgetError {
     /// A cap in US dollars applies, and the run's model has no price to count it by.
     #[error(
         "a cost cap of ${cap} applies to this job (engine.max_cost_usd, a piece's budget or the \
-         job's own), but the model `{model}` has no price: set llm.models.{model}.price \
+         job's own), but the model `{model}` has no price: set {} \
          ({{input_per_mtok, output_per_mtok}}, US dollars per million tokens), or cap tokens \
-         with max_total_tokens instead"
+         with max_total_tokens instead",
+        price_setting(model)
     )]
     NoPrice {
         /// The cap in US dollars.
@@ -158,9 +177,9 @@ impl SpendGuard for StoreSpend {
                     return Err(SpendRefused::Exceeded {
                         cap: "max_cost_usd".into(),
                         message: format!(
-                            "a cost cap applies but the model `{0}` has no price: set \
-                             llm.models.{0}.price",
-                            ask.model
+                            "a cost cap applies but the model `{}` has no price: set {}",
+                            ask.model,
+                            price_setting(&ask.model)
                         ),
                     });
                 }
@@ -225,5 +244,20 @@ impl SpendGuard for StoreSpend {
                 tracing::warn!(budget = %self.budget, error = %crate::error_chain(&e), "cannot release a budget reservation");
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod price_tests {
+    use super::price_setting;
+
+    #[test]
+    fn a_model_id_a_dotted_path_cannot_name_is_given_as_yaml() {
+        assert_eq!(price_setting("gpt-4o_mini"), "llm.models.gpt-4o_mini.price");
+        assert_eq!(
+            price_setting("/models/SmolLM2.gguf"),
+            "the price of this model under llm.models (in YAML: `llm: {models: \
+             {\"/models/SmolLM2.gguf\": {price: {input_per_mtok: …, output_per_mtok: …}}}}`)"
+        );
     }
 }

@@ -21,6 +21,19 @@ pub enum Availability {
     Unavailable(String),
 }
 
+/// Tools that change files; offered only to movements with `edit: true` (`SplitPdf` writes new
+/// PDFs for the user, `AnnotateImage` an annotated copy, `MergeReviewedResults` a report,
+/// `InstallSkill` a skill every later run reads). The loader warns when a movement with
+/// `edit: false` allows one; the tool registry leaves them out of such a movement's tools.
+pub const EDIT_TOOLS: &[&str] = &[
+    "Write",
+    "Edit",
+    "SplitPdf",
+    "AnnotateImage",
+    "MergeReviewedResults",
+    "InstallSkill",
+];
+
 /// Every tool name the loader accepts in `allowed_tools`, with its [`Availability`].
 ///
 /// ```

@@ -38,7 +38,7 @@ pub mod when;
 mod workflow;
 mod yaml;
 
-pub use catalog::{Availability, ToolCatalog};
+pub use catalog::{Availability, EDIT_TOOLS, ToolCatalog};
 pub use detect::{Detection, detect_dialect};
 pub use diagnostic::{Diagnostic, Severity, render_diagnostics};
 pub use dynamic::{

@@ -289,6 +289,22 @@ fn read_movement(cx: &mut Cx<'_>, item: &Node, path: &str, known: &[&str]) -> Op
             .cloned()
             .collect();
         crate::allowed_tools::check_tools(cx, &well_formed, crate::allowed_tools::Names::Maestro);
+        if edit == Some(false) {
+            for tool in tools
+                .iter()
+                .filter(|t| crate::catalog::EDIT_TOOLS.contains(&t.text))
+            {
+                cx.sink.warn(
+                    &tool.path,
+                    tool.span,
+                    format!(
+                        "`{}` changes files, so it is offered only to a movement with `edit: \
+                         true`, and this one has `edit: false`; set `edit: true`, or drop `{}`",
+                        tool.text, tool.text
+                    ),
+                );
+            }
+        }
     }
     let sink = &mut cx.sink;
     let rules = m

@@ -18,17 +18,9 @@ pub const META_TOOLS: &[&str] = &["ReadToolDoc", "ListSkills", "ReadSkill"];
 /// Tools that run with the workspace to themselves (see `workspace::lock`).
 const EXCLUSIVE_TOOLS: &[&str] = &["Bash"];
 
-/// Tools that change files; offered only to movements with `edit: true` (`SplitPdf`, of
-/// `maestro-tools-documents`, writes new PDFs for the user, `AnnotateImage` an annotated copy;
-/// `MergeReviewedResults` a report; `InstallSkill` a skill every later run reads).
-pub const EDIT_TOOLS: &[&str] = &[
-    "Write",
-    "Edit",
-    "SplitPdf",
-    "AnnotateImage",
-    "MergeReviewedResults",
-    "InstallSkill",
-];
+/// Tools that change files; offered only to movements with `edit: true` (the loader's list, so
+/// that a piece is warned of what its movement will not get).
+pub use maestro_piece::EDIT_TOOLS;
 
 /// All tools known to this process. Cheap to clone (tools are shared).
 ///

@@ -63,6 +63,25 @@ fn name_must_match_the_pattern() {
 }
 
 #[test]
+fn a_tool_that_changes_files_in_a_movement_that_may_not_edit_warns() {
+    let src = edit(
+        PIECE,
+        "allowed_tools: [Read, Glob]",
+        "allowed_tools: [Read, Write]",
+    );
+    let loaded = valid(&src);
+    assert_eq!(
+        warnings(&loaded),
+        vec![f(
+            "movements[0].allowed_tools[1]",
+            10,
+            "`Write` changes files, so it is offered only to a movement with `edit: true`, and \
+             this one has `edit: false`; set `edit: true`, or drop `Write`"
+        )]
+    );
+}
+
+#[test]
 fn the_name_auto_is_reserved_for_the_classifier() {
     assert_eq!(
         errors(&edit(PIECE, "name: demo", "name: auto")),

@@ -129,6 +129,10 @@ pub async fn call_tool(
         _ if toolbox.registry.get(tool).is_none() => {
             ToolOutput::error(unknown_tool(tool, &toolbox.registry, config, request.edit))
         }
+        _ if !request.edit && EDIT_TOOLS.contains(&tool.as_str()) => ToolOutput::error(format!(
+            "`{tool}` changes files, so it is called only as a movement with `edit: true` would \
+             call it: add --edit"
+        )),
         _ => {
             toolbox
                 .registry

@@ -108,10 +108,9 @@ fn tool_failures_exit_one_with_the_error() {
     assert_eq!(out["ok"], false);
     assert_eq!(out["output"], Value::Null);
     assert!(
-        out["error"]
-            .as_str()
-            .unwrap()
-            .starts_with("`Write` is not available in this movement"),
+        out["error"].as_str().unwrap()
+            == "`Write` changes files, so it is called only as a movement with `edit: true` \
+                would call it: add --edit",
         "{out}"
     );
     let (code, out) = call(ws, &["Nope", "--input", "{}"]);

@@ -117,6 +117,23 @@ pub enum KnowledgeError {
     EmptyQuery,
 }
 
+impl KnowledgeError {
+    /// True when the URL given is not one to fetch at all (not http or https, no host, or an
+    /// address the SSRF guard refuses): the request's fault, not the far side's.
+    pub fn is_refused_url(&self) -> bool {
+        matches!(
+            self,
+            KnowledgeError::Web {
+                source: WebError::InvalidUrl { .. }
+                    | WebError::UnsupportedScheme { .. }
+                    | WebError::NoHost(_)
+                    | WebError::Blocked(_),
+                ..
+            }
+        )
+    }
+}
+
 /// Where a document comes from.
 #[derive(Debug, Clone)]
 pub enum DocumentSource {

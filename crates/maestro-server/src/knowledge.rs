@@ -23,6 +23,13 @@ impl From<KnowledgeError> for ApiError {
             KnowledgeError::Store(e) => e.into(),
             e @ KnowledgeError::NotFound(_) => ApiError::not_found(e.to_string()),
             e @ KnowledgeError::Forbidden(_) => ApiError::new(StatusCode::FORBIDDEN, e.to_string()),
+            // A URL that is not one to fetch (not http or https, no host, or one the SSRF
+            // guard refuses) is the request's fault, not the far side's.
+            e @ KnowledgeError::Web { .. } if e.is_refused_url() => ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                maestro_app::error_chain(&e),
+            )
+            .with("field", "url".into()),
             e @ (KnowledgeError::Web { .. }
             | KnowledgeError::Embeddings { .. }
             | KnowledgeError::Client(_)) => {

@@ -53,6 +53,12 @@ async fn documents_are_ingested_searched_listed_and_deleted_through_the_api() {
         .post("/api/v1/knowledge", json!({"title": "t"}))
         .await;
     assert_eq!(status, 400, "{problem}");
+    // A URL that is not one to fetch is the request's fault: 422 naming `url`, not 502.
+    for url in ["file:///etc/passwd", "http://127.0.0.1:9/secret"] {
+        let (status, problem) = served.post("/api/v1/knowledge", json!({"url": url})).await;
+        assert_eq!(status, 422, "{url}: {problem}");
+        assert_eq!(problem["field"], "url", "{problem}");
+    }
 
     let http = reqwest::Client::new();
     let deleted = http

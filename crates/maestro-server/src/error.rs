@@ -97,10 +97,30 @@ impl From<JobError> for ApiError {
             JobError::Store(e) => e.into(),
             JobError::Files(e) => e.into(),
             JobError::Piece(e) => piece_problem(e),
-            e @ (JobError::EmptyTask
-            | JobError::MaxAttempts(_)
-            | JobError::EmptyAnswer(_)
-            | JobError::EmptyComment(_)
+            // The app's texts speak the CLI's flags; a client of the API gets its own fields.
+            JobError::EmptyTask => ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "the task is empty; say what the job should do in `task`, e.g. \
+                 \"make the failing tests pass\"",
+            )
+            .with("field", "task".into()),
+            JobError::MaxAttempts(n) => ApiError::new(
+                StatusCode::BAD_REQUEST,
+                format!(
+                    "`max_attempts` {n} is not allowed: a job needs at least 1 attempt; give 1 for \
+                     no retry, or leave it out for the default"
+                ),
+            )
+            .with("field", "max_attempts".into()),
+            JobError::EmptyAnswer(id) => ApiError::new(
+                StatusCode::BAD_REQUEST,
+                format!(
+                    "the answer to job {id} is empty; write the answer to its question \
+                     (`GET /api/v1/jobs/{id}` shows it)"
+                ),
+            )
+            .with("field", "answer".into()),
+            e @ (JobError::EmptyComment(_)
             | JobError::NoSuchQuestion { .. }
             | JobError::NotAJob(_)) => ApiError::bad_request(e.to_string()),
             e => ApiError::internal("handle the job", &e),

@@ -381,7 +381,14 @@ async fn bad_requests_get_problem_documents_that_say_what_to_fix() {
             "/api/v1/jobs",
             json!({"piece": "one", "task": "  "}),
             400,
-            "the task is empty",
+            "the task is empty; say what the job should do in `task`",
+        ),
+        (
+            "POST",
+            "/api/v1/jobs",
+            json!({"piece": "one", "task": "x", "max_attempts": 0}),
+            400,
+            "`max_attempts` 0 is not allowed",
         ),
         (
             "POST",
@@ -479,10 +486,10 @@ async fn bad_requests_get_problem_documents_that_say_what_to_fix() {
         assert_eq!(status, want, "{method} {path}: {problem}");
         assert_eq!(kind, "application/problem+json", "{method} {path}");
         assert_eq!(problem["status"], json!(want));
-        assert!(
-            problem["detail"].as_str().unwrap().contains(says),
-            "{method} {path}: {problem}"
-        );
+        let detail = problem["detail"].as_str().unwrap();
+        assert!(detail.contains(says), "{method} {path}: {problem}");
+        // The API's own words, not the CLI's flags.
+        assert!(!detail.contains("--task"), "{method} {path}: {problem}");
     }
     let id = submit(&served, "x").await;
     let response = served

@@ -86,15 +86,7 @@ async fn tokens_scopes_and_owners_decide_what_a_request_may_do() {
     let root = user_with_token(&project, "root@example.test", true, "read,write,admin").await;
     let served = project.serve("http://127.0.0.1:9", &["--no-worker"]);
 
-    let (status, job) = call(
-        &served,
-        "post",
-        "/api/v1/jobs",
-        Some(&alice),
-        json!({"piece": "one", "task": "x"}),
-    )
-    .await;
-    assert_eq!(status, 201, "{job}");
+    let job = submit_as(&served, &alice).await;
     assert_eq!(job["owner"], "alice@example.test");
     let id = job["id"].as_str().unwrap().to_string();
 
@@ -391,6 +383,20 @@ async fn tokens_scopes_and_owners_decide_what_a_request_may_do() {
 }
 
 /// Fills a path template with `id` for `{id}` and a placeholder for the rest.
+/// Submits the job `one` / `x` as the holder of `token`; the job as the API answers it.
+async fn submit_as(served: &Served, token: &str) -> Value {
+    let (status, job) = call(
+        served,
+        "post",
+        "/api/v1/jobs",
+        Some(token),
+        json!({"piece": "one", "task": "x"}),
+    )
+    .await;
+    assert_eq!(status, 201, "{job}");
+    job
+}
+
 fn fill(path: &str, id: &str) -> String {
     let mut out = String::new();
     for part in path.split('/') {
@@ -658,15 +664,7 @@ async fn an_expiry_of_zero_or_too_far_is_refused_naming_the_field() {
         stderr(&out)
     );
     let served = project.serve("http://127.0.0.1:9", &["--no-worker"]);
-    let (status, job) = call(
-        &served,
-        "post",
-        "/api/v1/jobs",
-        Some(&root),
-        json!({"piece": "one", "task": "x"}),
-    )
-    .await;
-    assert_eq!(status, 201, "{job}");
+    let job = submit_as(&served, &root).await;
     let share = format!("/api/v1/jobs/{}/share", job["id"].as_str().unwrap());
     for hours in [0_u64, 99_999_999_999] {
         let (status, problem) = call(
@@ -752,15 +750,7 @@ async fn the_workers_list_shows_a_user_only_their_own_running_jobs() {
     let bob = user_with_token(&project, "bob@example.test", false, "read,write").await;
     let root = user_with_token(&project, "root@example.test", true, "read,write,admin").await;
     let served = project.serve(&llm.base_url(), &[]);
-    let (status, job) = call(
-        &served,
-        "post",
-        "/api/v1/jobs",
-        Some(&alice),
-        json!({"piece": "one", "task": "x"}),
-    )
-    .await;
-    assert_eq!(status, 201, "{job}");
+    let job = submit_as(&served, &alice).await;
     let id = job["id"].clone();
     let running = |workers: &Value| -> Vec<Value> {
         workers

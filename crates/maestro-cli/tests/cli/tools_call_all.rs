@@ -66,7 +66,7 @@ async fn edit_changes_only_writable_files_and_only_with_edit() {
 
     let error = error_output(call(d, "Edit", first.clone(), &[]).await);
     assert!(
-        error.starts_with("`Edit` is not available in this movement"),
+        error.starts_with("`Edit` changes files") && error.ends_with("add --edit"),
         "{error}"
     );
     assert_eq!(read(&notes), "one beta\ntwo beta\n");

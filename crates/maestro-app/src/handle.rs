@@ -179,20 +179,14 @@ pub async fn start(
             // What a person mistyped is said before anything is recorded: no job is left
             // behind for a piece that is not there or a workspace that does not exist.
             if let Some(path) = &workspace {
-                match std::fs::metadata(path) {
-                    Ok(meta) if meta.is_dir() => {}
-                    Ok(_) => {
-                        return Err(StartError::Workspace {
-                            path: path.clone(),
-                            why: "is not a directory",
-                        });
-                    }
-                    Err(_) => {
-                        return Err(StartError::Workspace {
-                            path: path.clone(),
-                            why: "does not exist",
-                        });
-                    }
+                let why = match std::fs::metadata(path) {
+                    Ok(meta) if meta.is_dir() => None,
+                    Ok(_) => Some("is not a directory"),
+                    Err(_) => Some("does not exist"),
+                };
+                if let Some(why) = why {
+                    let path = path.clone();
+                    return Err(StartError::Workspace { path, why });
                 }
             }
             if piece != crate::AUTO && !std::path::Path::new(&piece).is_file() {

@@ -499,12 +499,9 @@ fn root_of(dirs: &[PathBuf]) -> PathBuf {
 }
 
 /// Whether the jobs of `owner` (a user's email) may change stored pieces: an admin's may.
-pub(crate) async fn may_write_pieces(
-    store: &Store,
-    owner: &str,
-) -> Result<bool, crate::access::AccessError> {
-    let user = crate::access::find_user(store, owner).await?;
-    Ok(user.is_some_and(|u| u.role == crate::access::Role::Admin))
+pub(crate) async fn may_write_pieces(store: &Store, owner: &str) -> Result<bool, StoreError> {
+    let user = store.user_by_email(owner).await?;
+    Ok(user.is_some_and(|u| u.role == crate::access::Role::Admin.as_str()))
 }
 
 /// The pieces as a job of a user who is not an admin sees them: read as they are, never

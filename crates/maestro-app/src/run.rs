@@ -576,12 +576,9 @@ async fn run_prepared(
     if let Some(owner) = claimed.job.owner.as_deref()
         && !crate::piece_store::may_write_pieces(&ctx.store, owner)
             .await
-            .map_err(|e| match e {
-                crate::access::AccessError::Store(source) => RunError::Store {
-                    what: "the job owner's role",
-                    source,
-                },
-                e => RunError::Internal(crate::error_chain(&e)),
+            .map_err(|source| RunError::Store {
+                what: "the job owner's role",
+                source,
             })?
     {
         let writer: Arc<dyn maestro_tools::pieces::PieceWriter> =

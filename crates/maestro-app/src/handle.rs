@@ -112,9 +112,10 @@ pub enum StartError {
     /// The task is empty.
     #[error("the task is empty; say what the run should do")]
     EmptyTask,
-    /// The piece names no piece file, piece or builtin workflow: nothing was recorded.
+    /// The piece names no piece file, piece or builtin workflow, or it does not load: nothing
+    /// was recorded.
     #[error(transparent)]
-    NoSuchPiece(Box<crate::pieces::PieceError>),
+    Piece(Box<crate::pieces::PieceError>),
     /// The workspace named for the run is not a directory that exists.
     #[error(
         "the workspace {} {why}; create it first (mkdir -p), or leave out --workspace to work \
@@ -189,18 +190,18 @@ pub async fn start(
                     return Err(StartError::Workspace { path, why });
                 }
             }
-            if piece != crate::AUTO && !std::path::Path::new(&piece).is_file() {
+            // A piece that is not there or does not load is refused here too, as `maestro
+            // submit` refuses it: its errors are the answer, not a failed job.
+            if piece != crate::AUTO {
                 let (config, tag) = ctx.current_config().await;
-                let found = crate::piece_store::find_piece_in(
+                crate::piece_store::find_piece_in(
                     &store,
                     &piece,
                     &config.paths.pieces_dirs,
                     &ctx.load_options(&config, tag.as_ref()),
                 )
-                .await;
-                if let Err(e @ crate::pieces::PieceError::NotFound { .. }) = found {
-                    return Err(StartError::NoSuchPiece(Box::new(e)));
-                }
+                .await
+                .map_err(|e| StartError::Piece(Box::new(e)))?;
             }
             let mut job = NewJob::new(crate::pieces::piece_as_kept(piece), task, submitted_by);
             job.max_attempts = 1;

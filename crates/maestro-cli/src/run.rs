@@ -202,7 +202,7 @@ async fn run_async(args: Args) -> anyhow::Result<u8> {
     };
     let handle = match maestro_app::start(store.clone(), config.clone(), request).await {
         Ok(handle) => handle,
-        Err(maestro_app::StartError::NoSuchPiece(e)) => {
+        Err(maestro_app::StartError::Piece(e)) => {
             return Err(crate::common::explain_piece_error(*e));
         }
         Err(e) => return Err(e.into()),

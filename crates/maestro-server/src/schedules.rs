@@ -14,6 +14,16 @@ use crate::jobs::piece_name;
 use crate::openapi::schema;
 use crate::state::ServerState;
 
+/// A spec error's message as the API says it: the app's messages name the CLI's flags (`--cron
+/// `…` is not …`), and a request names no flag but the spec's kind, or the body's field.
+fn api_wording(e: &impl std::fmt::Display) -> String {
+    let message = e.to_string();
+    match message.strip_prefix("--") {
+        Some(rest) => rest.to_string(),
+        None => message,
+    }
+}
+
 impl From<ScheduleError> for ApiError {
     fn from(e: ScheduleError) -> ApiError {
         match e {
@@ -23,13 +33,13 @@ impl From<ScheduleError> for ApiError {
             ScheduleError::Store(e) => e.into(),
             // Each names the body's field at fault, so that a form can show it beside it.
             e @ ScheduleError::Spec(maestro_app::SpecError::Zone(_)) => {
-                ApiError::bad_request(e.to_string()).with("field", "tz".into())
+                ApiError::bad_request(api_wording(&e)).with("field", "tz".into())
             }
             e @ ScheduleError::Spec(maestro_app::SpecError::Misfire(_)) => {
-                ApiError::bad_request(e.to_string()).with("field", "misfire".into())
+                ApiError::bad_request(api_wording(&e)).with("field", "misfire".into())
             }
             e @ ScheduleError::Spec(_) => {
-                ApiError::bad_request(e.to_string()).with("field", "spec".into())
+                ApiError::bad_request(api_wording(&e)).with("field", "spec".into())
             }
             e @ ScheduleError::EmptyTask => {
                 ApiError::bad_request(e.to_string()).with("field", "task".into())
@@ -64,7 +74,7 @@ impl ScheduleBody {
         let spec = self.spec.parse::<Spec>().map_err(|e| {
             let why = match e {
                 maestro_app::SpecError::Stored(_) => String::new(),
-                e => format!(" ({e})"),
+                e => format!(" ({})", api_wording(&e)),
             };
             ApiError::bad_request(format!(
                 "`spec` `{}` is not understood{why}; write e.g. `cron 0 9 * * 1-5`, \
@@ -77,7 +87,7 @@ impl ScheduleBody {
         let misfire = match self.misfire.as_deref() {
             None => Misfire::default(),
             Some(m) => m.parse::<Misfire>().map_err(|e| {
-                ApiError::bad_request(e.to_string()).with("field", "misfire".into())
+                ApiError::bad_request(api_wording(&e)).with("field", "misfire".into())
             })?,
         };
         Ok(ScheduleRequest {
@@ -260,6 +270,13 @@ mod tests {
             let api = ApiError::from(ScheduleError::Spec(error));
             assert_eq!(api.status.as_u16(), 400);
             assert_eq!(api.extra["field"], field, "{}", api.detail);
+            // A request names no CLI flag: the message starts with the spec's kind or field.
+            assert!(!api.detail.contains("--"), "{}", api.detail);
+            assert!(
+                api.detail.starts_with(field) || field == "spec",
+                "{}",
+                api.detail
+            );
         }
         let api = ApiError::from(ScheduleError::EmptyTask);
         assert_eq!(api.extra["field"], "task");

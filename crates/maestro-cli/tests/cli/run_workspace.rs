@@ -102,11 +102,18 @@ async fn an_editing_movement_writes_at_the_root_of_a_named_workspace() {
 /// A mistyped workspace or piece is said before anything is recorded: no directory is made
 /// where the user did not mean one, no job is left behind, and no model is asked.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_workspace_or_piece_that_is_not_there_is_refused_before_anything_is_recorded() {
+async fn a_workspace_or_piece_that_is_not_there_or_does_not_load_is_refused_before_anything_is_recorded()
+ {
     let server = ScriptedLlm::start([]).await;
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("piece.yaml"), EDITOR).unwrap();
     std::fs::write(dir.path().join("notes.txt"), "a file\n").unwrap();
+    // A piece file that does not load: its errors are printed, and no failed job is recorded.
+    std::fs::write(
+        dir.path().join("broken.yaml"),
+        EDITOR.replacen("max_movements:", "max_movemnts:", 1),
+    )
+    .unwrap();
     let url = server.base_url();
     let common = |extra: &[&str]| {
         let mut list = vec![
@@ -122,7 +129,7 @@ async fn a_workspace_or_piece_that_is_not_there_is_refused_before_anything_is_re
         args(&list)
     };
     let missing = dir.path().join("no/such/dir");
-    let cases: [(Vec<String>, &str); 3] = [
+    let cases: [(Vec<String>, &str); 4] = [
         (
             common(&["piece.yaml", "--workspace", missing.to_str().unwrap()]),
             "does not exist; create it first",
@@ -132,6 +139,7 @@ async fn a_workspace_or_piece_that_is_not_there_is_refused_before_anything_is_re
             "is not a directory",
         ),
         (common(&["no-such-piece"]), "no-such-piece"),
+        (common(&["broken.yaml"]), "unknown field `max_movemnts`"),
     ];
     for (argv, said) in cases {
         let out = maestro(dir.path(), argv.clone()).await;

@@ -1,6 +1,26 @@
 //! The `maestro` binary: validate and inspect pieces, run tasks, queue jobs and run workers,
 //! try tools.
 
+// `print!`, `println!`, `eprint!` and `eprintln!` for every module below (declared before them,
+// so they shadow the standard ones there): a reader that went away (`maestro run … | head`)
+// ends the output, not the process. The standard macros panic on a closed pipe; a run whose
+// progress nobody reads any more goes on to its end and records it. Other write errors still
+// end the process as the standard macros do.
+macro_rules! print {
+    ($($arg:tt)*) => { $crate::term::write_out(format_args!($($arg)*)) };
+}
+macro_rules! println {
+    () => { $crate::term::write_out(format_args!("\n")) };
+    ($($arg:tt)*) => { $crate::term::write_out(format_args!("{}\n", format_args!($($arg)*))) };
+}
+macro_rules! eprint {
+    ($($arg:tt)*) => { $crate::term::write_err(format_args!($($arg)*)) };
+}
+macro_rules! eprintln {
+    () => { $crate::term::write_err(format_args!("\n")) };
+    ($($arg:tt)*) => { $crate::term::write_err(format_args!("{}\n", format_args!($($arg)*))) };
+}
+
 mod common;
 mod config;
 mod flags;

@@ -199,8 +199,15 @@ impl ProgressModel {
                     .as_ref()
                     .map(|r| format!("; {r}"))
                     .unwrap_or_default();
+                // A visit that ends the run in failure, or that the engine cut off, is not
+                // marked as done well.
+                let mark = if reason.is_some() || next == "ABORT" || next == "FAIL" {
+                    '✗'
+                } else {
+                    '✓'
+                };
                 Some(format!(
-                    "{indent}✓ {movement} → {next} ({}{why})",
+                    "{indent}{mark} {movement} → {next} ({}{why})",
                     wire(via)
                 ))
             }
@@ -596,7 +603,7 @@ fn one_line(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use maestro_protocol::{CallPurpose, Dialect, OutcomeSource};
+    use maestro_protocol::{CallPurpose, Dialect, EndReason, OutcomeSource};
     use maestro_protocol::{RunStatus, Usage};
     use serde_json::json;
 
@@ -761,6 +768,42 @@ mod tests {
                 },
             ),
         ]
+    }
+
+    /// A visit that ends the run in failure or that the engine cut off is marked ✗, not ✓.
+    #[test]
+    fn failed_and_cut_off_visits_are_not_marked_done() {
+        let finished = |next: &str, reason: Option<EndReason>| RunEvent::MovementFinished {
+            movement: "implement".into(),
+            next: next.into(),
+            via: OutcomeSource::Engine,
+            parent: None,
+            rule: None,
+            response: String::new(),
+            transcript: None,
+            summary: None,
+            lessons: vec![],
+            edge_prompt: None,
+            reason,
+        };
+        let mut model = ProgressModel::new(10);
+        let lines: Vec<String> = [
+            finished("review", None),
+            finished("FAIL", None),
+            finished("ABORT", None),
+            finished("review", Some(EndReason::MaxIterations)),
+        ]
+        .iter()
+        .flat_map(|event| model.apply(event))
+        .collect::<Vec<_>>()
+        .iter()
+        .map(|line| model.plain(line, Duration::from_millis(0)))
+        .collect();
+        let marks: Vec<char> = lines
+            .iter()
+            .map(|l| l.chars().find(|c| *c == '✓' || *c == '✗').unwrap())
+            .collect();
+        assert_eq!(marks, ['✓', '✗', '✗', '✗'], "{lines:#?}");
     }
 
     #[test]

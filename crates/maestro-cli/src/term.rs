@@ -4,6 +4,30 @@
 use std::borrow::Cow;
 use std::fmt::Write as _;
 
+/// Writes `args` to stdout ([`print!`] and [`println!`] in this crate): see [`write_to`].
+pub(crate) fn write_out(args: std::fmt::Arguments<'_>) {
+    write_to(&mut std::io::stdout().lock(), args, "stdout");
+}
+
+/// Writes `args` to stderr ([`eprint!`] and [`eprintln!`] in this crate): see [`write_to`].
+pub(crate) fn write_err(args: std::fmt::Arguments<'_>) {
+    write_to(&mut std::io::stderr().lock(), args, "stderr");
+}
+
+/// Writes `args` to `to`. A closed pipe (the reader went away) drops the text quietly; any
+/// other error ends the process as the standard `println!` does, rather than losing output
+/// silently (a full disk under `maestro jobs list > file`).
+fn write_to(to: &mut impl std::io::Write, args: std::fmt::Arguments<'_>, name: &str) {
+    if let Err(e) = to.write_fmt(args)
+        && e.kind() != std::io::ErrorKind::BrokenPipe
+    {
+        #[allow(clippy::panic)]
+        {
+            panic!("failed printing to {name}: {e}");
+        }
+    }
+}
+
 /// `s` with every control character escaped except newline and tab: the C0 controls
 /// (U+0000–U+001F), DEL (U+007F) and the C1 controls (U+0080–U+009F). A terminal would act on
 /// them (an escape sequence can retitle the window, clear the screen or rewrite what is shown;

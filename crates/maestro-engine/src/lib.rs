@@ -54,8 +54,8 @@ pub use event::{
 pub use journal::Journal;
 pub use log::{AppendError, AppendFuture, EventLog, JsonlLog, MemoryLog};
 pub use outcome::{
-    FrontmatterError, aggregate, eligible_rules, extract_frontmatter, last_tag, route,
-    validate_frontmatter,
+    FAILED_SUB_LABEL, FrontmatterError, aggregate, eligible_rules, extract_frontmatter, last_tag,
+    route, validate_frontmatter,
 };
 pub use record::{RunRecord, new_run_id};
 pub use recorded::{Divergence, ReplayMode};

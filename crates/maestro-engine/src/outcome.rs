@@ -70,13 +70,19 @@ fn tag_number(name: &[char], rest: &str) -> Option<usize> {
 ///   conditions, wherever it stands.
 ///
 /// A sub-movement that matched no rule fails `all()` and is skipped by `any()`; with no
-/// sub-movements neither holds.
+/// sub-movements neither holds. A TAKT sub-step that failed (the engine ended its visit:
+/// iterations or context used up, an invalid structured answer, …) stands in `sub_results` as
+/// [`FAILED_SUB_LABEL`], so `any("error")` / `all("error")` read it like any other label.
 pub fn aggregate(rules: &[(usize, &Rule)], sub_results: &[Option<String>]) -> Option<usize> {
     rules
         .iter()
         .find(|(_, rule)| aggregate_matches(&rule.condition, sub_results))
         .map(|(i, _)| *i)
 }
+
+/// TAKT's label for a parallel sub-step that failed: the runner puts it in place of a matched
+/// condition, so a parent's `any("error")` / `all("error")` aggregates count the failure.
+pub const FAILED_SUB_LABEL: &str = "error";
 
 fn aggregate_matches(condition: &Condition, subs: &[Option<String>]) -> bool {
     let matched =
@@ -290,6 +296,17 @@ mod tests {
             delay_before_ms: None,
             completion_retry: None,
         }
+    }
+
+    #[test]
+    fn failed_sub_steps_count_as_the_error_label() {
+        let any = rule(Condition::Any(vec![FAILED_SUB_LABEL.into()]), Some("retry"));
+        let all = rule(Condition::All(vec![FAILED_SUB_LABEL.into()]), Some("stop"));
+        let rules = [(1, &all), (2, &any)];
+        let failed = || Some(FAILED_SUB_LABEL.to_string());
+        assert_eq!(aggregate(&rules, &[failed(), failed()]), Some(1));
+        assert_eq!(aggregate(&rules, &[failed(), Some("done".into())]), Some(2));
+        assert_eq!(aggregate(&rules, &[None, Some("done".into())]), None);
     }
 
     #[test]

@@ -563,13 +563,29 @@ pub(crate) async fn run_subs(
     if let Some(e) = failure {
         return Err(e);
     }
-    let sub_results: Vec<Option<String>> = results
-        .iter()
-        .map(|r| match r.as_ref().map(|e| &e.step) {
+    // TAKT: a sub-step that failed counts as its `error` label for `any()` / `all()`.
+    let takt = run.piece.dialect == Dialect::Takt;
+    let mut sub_results: Vec<Option<String>> = Vec::with_capacity(results.len());
+    for (sub, result) in subs.iter().zip(&results) {
+        let step = result.as_ref().map(|e| &e.step);
+        sub_results.push(match step {
             Some(Step::Matched(condition)) => Some(condition.clone()),
+            Some(step) if takt && let Some(reason) = failed_sub(step) => {
+                run.emit(RunEvent::Warning {
+                    movement: Some(parent.name.clone()),
+                    message: format!(
+                        "sub-step `{}` failed ({reason}): it counts as `{}` for the aggregate rules of `{}`",
+                        sub.name,
+                        crate::outcome::FAILED_SUB_LABEL,
+                        parent.name
+                    ),
+                })
+                .await?;
+                Some(crate::outcome::FAILED_SUB_LABEL.to_string())
+            }
             _ => None,
-        })
-        .collect();
+        });
+    }
     let combined = subs
         .iter()
         .zip(&results)
@@ -606,6 +622,21 @@ pub(crate) async fn run_subs(
     wait_or_fall_back(run, parent, Some(&parent.name), &mut ended).await?;
     record_finished(run, parent, None, &ended, None).await?;
     Ok(ended)
+}
+
+/// Why a parallel sub-step failed, when it did: the engine ended its visit as `aborted` or
+/// `failed` (its iterations or context used up, an invalid structured answer, a predicate that
+/// could not be evaluated, …). An answer that matched none of its rules is not a failure: as in
+/// TAKT, it fails `all()` and is skipped by `any()`.
+fn failed_sub(step: &Step) -> Option<&EndReason> {
+    match step {
+        Step::Finish {
+            status: RunStatus::Aborted | RunStatus::Failed,
+            reason: Some(reason),
+            ..
+        } if *reason != EndReason::NoRuleMatched => Some(reason),
+        _ => None,
+    }
 }
 
 /// Why a step's companion reviewers do not run: TAKT runs them only when its `runtime.yaml`

@@ -538,3 +538,58 @@ fn the_usage_names_every_way_to_start_and_a_task_file_of_dash_is_stdin() {
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("the task is empty"), "{stderr}");
 }
+
+/// A run whose reader goes away (`maestro run … | head -1`) goes on to its end and records it:
+/// the progress and the result it can no longer print are dropped, and nothing panics (before,
+/// the first line written to the closed pipe ended the process with 101 and left the job
+/// running).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_whose_output_pipes_close_goes_on_to_its_end() {
+    let server = ScriptedLlm::start([
+        Turn::tool_call("Write", json!({"file_path": "a.txt", "content": "one\n"})),
+        Turn::tool_call("complete", json!({"status": "success", "result": "done"})),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("piece.yaml"),
+        "name: writer\ndescription: writes\nmax_movements: 2\ninitial_movement: write\n\
+         movements:\n  - name: write\n    edit: true\n    persona: You write.\n    \
+         instruction: \"{task}\"\n    allowed_tools: [Write]\n    rules: []\n",
+    )
+    .unwrap();
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_maestro"));
+    cmd.current_dir(dir.path())
+        .args(["run", "piece.yaml", "--task", "Write a.txt."])
+        .args(["--llm-base-url", &server.base_url()])
+        .args(["--model", "scripted-model", "--tool-mode", "native"])
+        .env("HOME", dir.path())
+        .env_remove("MAESTRO_LLM_BASE_URL")
+        .env_remove("MAESTRO_MODEL")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let status = tokio::task::spawn_blocking(move || {
+        let mut child = cmd.spawn().unwrap();
+        // Both readers go away before the run has printed anything.
+        drop(child.stdout.take());
+        drop(child.stderr.take());
+        child.wait().unwrap()
+    })
+    .await
+    .unwrap();
+    assert_eq!(status.code(), Some(0), "{status:?}");
+    assert_eq!(server.remaining(), 0, "the run stopped before its end");
+    let listed = std::process::Command::new(env!("CARGO_BIN_EXE_maestro"))
+        .current_dir(dir.path())
+        .args(["jobs", "list", "--json"])
+        .env("HOME", dir.path())
+        .output()
+        .unwrap();
+    let jobs: Vec<Value> = String::from_utf8_lossy(&listed.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(jobs.len(), 1, "{jobs:?}");
+    assert_eq!(jobs[0]["status"], "completed", "{jobs:?}");
+}

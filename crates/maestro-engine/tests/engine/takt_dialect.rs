@@ -332,6 +332,137 @@ async fn any_aggregate_sends_the_run_to_fix() {
     );
 }
 
+/// `reviewers` with one model call per visit: a sub-step that calls a tool instead of
+/// answering is cut off by `max_iterations_per_movement` and fails.
+async fn reviewers_with_a_failing_sub_step(
+    parent_rules: Vec<maestro_piece::Rule>,
+    supervise: Turn,
+) -> Ran {
+    let config = maestro_engine::EngineConfig {
+        max_iterations_per_movement: 1,
+        ..engine_config()
+    };
+    run_with(
+        reviewers(parent_rules),
+        vec![
+            Turn::when_contains(
+                "Perform the arch-review step",
+                Turn::tool_call("Read", json!({"file_path": "input/notes.txt"})),
+            ),
+            Turn::when_contains("Perform the supervise step", supervise),
+            Turn::when_contains("Perform the fix step", Turn::text("Fixed it. [FIX:1]")),
+        ],
+        config,
+        None,
+    )
+    .await
+}
+
+fn warnings(ran: &Ran) -> Vec<String> {
+    ran.events
+        .iter()
+        .filter_map(|r| match &r.event {
+            RunEvent::Warning { message, .. } => Some(message.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_failed_sub_step_takes_the_parents_any_error_rule() {
+    let rules = vec![
+        rule_if(Condition::Any(vec!["error".into()]), Some("fix")),
+        rule_if(Condition::All(vec!["approved".into()]), Some("COMPLETE")),
+    ];
+    let ran =
+        reviewers_with_a_failing_sub_step(rules, Turn::text("Checks pass. [SUPERVISE:1]")).await;
+    ran.assert_record_is_sound();
+    assert_eq!(ran.status(), ("completed".into(), None));
+    // The sub-step's own end says why it failed; the parent routed by its aggregate.
+    let arch = ran
+        .events
+        .iter()
+        .find_map(|r| match &r.event {
+            RunEvent::MovementFinished {
+                movement, reason, ..
+            } if movement == "arch-review" => Some(reason.as_ref().map(ToString::to_string)),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(arch, Some("max_iterations".to_string()));
+    let flow = via_of(&ran);
+    assert!(
+        flow.contains(&("reviewers".into(), OutcomeSource::Aggregate, "fix".into())),
+        "{flow:?}"
+    );
+    assert!(
+        flow.contains(&("fix".into(), OutcomeSource::Tag, "COMPLETE".into())),
+        "{flow:?}"
+    );
+    assert_eq!(
+        warnings(&ran),
+        vec![
+            "sub-step `arch-review` failed (max_iterations): it counts as `error` for the aggregate rules of `reviewers`"
+                .to_string()
+        ]
+    );
+}
+
+#[tokio::test]
+async fn all_error_needs_every_sub_step_to_fail() {
+    let rules = vec![
+        rule_if(Condition::All(vec!["error".into()]), Some("COMPLETE")),
+        rule_if(Condition::Any(vec!["error".into()]), Some("fix")),
+    ];
+    let ran =
+        reviewers_with_a_failing_sub_step(rules, Turn::text("Checks pass. [SUPERVISE:1]")).await;
+    ran.assert_record_is_sound();
+    assert_eq!(ran.status(), ("completed".into(), None));
+    let flow = via_of(&ran);
+    assert!(
+        flow.contains(&("reviewers".into(), OutcomeSource::Aggregate, "fix".into())),
+        "only one of two sub-steps failed, so `all(\"error\")` is not taken: {flow:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_sub_step_that_matched_no_rule_is_not_an_error() {
+    let rules = vec![
+        rule_if(Condition::Any(vec!["error".into()]), Some("fix")),
+        rule_if(
+            Condition::All(vec!["All checks passed".into()]),
+            Some("COMPLETE"),
+        ),
+    ];
+    // `supervise` answers with a tag outside its rules and the judge picks none of them: it
+    // matched nothing, which `any("error")` skips, so no rule of the parent holds.
+    let ran = run(
+        reviewers(rules),
+        vec![
+            Turn::when_contains(
+                "Perform the arch-review step",
+                Turn::text("Architecture fine. [ARCH-REVIEW:1]"),
+            ),
+            Turn::when_contains(
+                "Perform the supervise step",
+                Turn::text("Hmm. [SUPERVISE:7]"),
+            ),
+            Turn::text("none of them"),
+        ],
+    )
+    .await;
+    ran.assert_record_is_sound();
+    assert_eq!(
+        ran.status(),
+        ("aborted".into(), Some("no_rule_matched".into()))
+    );
+    assert!(
+        warnings(&ran)
+            .iter()
+            .all(|w| !w.contains("counts as `error`"))
+    );
+}
+
 #[tokio::test]
 async fn a_loop_monitor_runs_its_judge_at_the_threshold() {
     let mut p = piece(

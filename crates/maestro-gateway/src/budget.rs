@@ -1,6 +1,7 @@
 //! Key budgets on the store's budget ledger: before a request of a key with a budget goes to an
-//! upstream, its worst case (the prompt's estimated tokens plus the answer's cap, priced at the
-//! dearest target of the route) is reserved in one atomic store operation; the answer's real
+//! upstream, its worst case (the prompt's estimated tokens, with an allowance for the chat
+//! template, plus the answer's cap times the request's `n`, priced at the dearest target of the
+//! route) is reserved in one atomic store operation; the answer's real
 //! usage settles it. Concurrent requests, on one gateway or several sharing a store, can
 //! therefore never pass a budget together.
 //!
@@ -123,20 +124,47 @@ pub(crate) fn period_window(period: &str, now_ms: i64) -> Option<(String, i64)> 
     Some((label, resets))
 }
 
+/// The chat template's allowance per chat request, in tokens: the tokens a template adds around
+/// the messages once (a BOS token, the assistant's generation prompt, and the default system
+/// prompt some templates insert when the request sends none: Qwen2.5's "You are Qwen, created
+/// by Alibaba Cloud…" or Llama 3.1's knowledge and today's dates, about 20 to 30 tokens).
+pub(crate) const TEMPLATE_TOKENS_PER_REQUEST: u64 = 48;
+
+/// The chat template's allowance per message, in tokens: the role header and end-of-turn
+/// markers around each message (ChatML's `<|im_start|>role\n … <|im_end|>\n`, Llama 3's
+/// `<|start_header_id|>role<|end_header_id|>\n\n … <|eot_id|>`: 4 to 6 tokens).
+pub(crate) const TEMPLATE_TOKENS_PER_MESSAGE: u64 = 8;
+
 /// The prompt's estimated tokens: four bytes of the request's `messages`, `tools` and
-/// `response_format` (or an embedding's `input`) as JSON a token. The JSON's own quotes and
-/// keys count too, which leaves room for the chat template's tokens.
+/// `response_format` (or an embedding's `input`) as JSON a token, plus, for a chat request
+/// (one with `messages`), the chat template's allowance: [`TEMPLATE_TOKENS_PER_REQUEST`] and
+/// [`TEMPLATE_TOKENS_PER_MESSAGE`] for each message.
 pub(crate) fn estimated_prompt_tokens(request: &Map<String, Value>) -> u64 {
     let bytes: usize = ["messages", "tools", "response_format", "input", "prompt"]
         .iter()
         .filter_map(|field| request.get(*field))
         .map(|value| serde_json::to_string(value).map_or(0, |s| s.len()))
         .sum();
-    u64::try_from(bytes.div_ceil(4)).unwrap_or(u64::MAX)
+    let content = u64::try_from(bytes.div_ceil(4)).unwrap_or(u64::MAX);
+    let template = match request.get("messages") {
+        Some(Value::Array(messages)) => {
+            let count = u64::try_from(messages.len()).unwrap_or(u64::MAX);
+            TEMPLATE_TOKENS_PER_MESSAGE
+                .saturating_mul(count)
+                .saturating_add(TEMPLATE_TOKENS_PER_REQUEST)
+        }
+        _ => 0,
+    };
+    content.saturating_add(template)
 }
 
-/// The most answer tokens the request may get: its `max_completion_tokens` or `max_tokens`,
-/// else `default_cap`, which is then written into the request so the upstream keeps to it.
+/// How many answers the request asks for: its `n`, at least 1.
+pub(crate) fn choices(request: &Map<String, Value>) -> u64 {
+    request.get("n").and_then(Value::as_u64).unwrap_or(1).max(1)
+}
+
+/// The most answer tokens each of the request's choices may get: its `max_completion_tokens` or
+/// `max_tokens`, else `default_cap`, which is then written into the request so the upstream keeps to it.
 pub(crate) fn answer_cap(request: &mut Map<String, Value>, default_cap: u64) -> u64 {
     for field in ["max_completion_tokens", "max_tokens"] {
         if let Some(cap) = request.get(field).and_then(Value::as_u64) {
@@ -246,8 +274,9 @@ pub(crate) fn exhausted(
             Cap::Usd => format!("${}", dollars(needed)),
         };
         format!(
-            "the request may spend up to {worst} (its prompt and its max_tokens, or the gateway's \
-             default_max_tokens when it sends none), more than the whole {what} of the key {}… \
+            "the request may spend up to {worst} (its prompt's estimate with the chat template's \
+             allowance, and its max_tokens, or the gateway's default_max_tokens when it sends \
+             none, times its n), more than the whole {what} of the key {}… \
              ({}); send a smaller max_tokens",
             key.prefix, key.name
         )
@@ -346,6 +375,35 @@ mod tests {
         }))
         .expect("object");
         let estimate = estimated_prompt_tokens(&request);
-        assert!((100..=110).contains(&estimate), "{estimate}");
+        let template = TEMPLATE_TOKENS_PER_REQUEST + TEMPLATE_TOKENS_PER_MESSAGE;
+        assert!(
+            (100 + template..=110 + template).contains(&estimate),
+            "{estimate}"
+        );
+    }
+
+    #[test]
+    fn the_estimate_of_a_short_prompt_covers_its_chat_template() {
+        // llama.cpp counts 31 prompt tokens for "hi" once its chat template is applied.
+        let request: Map<String, Value> = serde_json::from_value(json!({
+            "model": "m",
+            "messages": [{"role": "user", "content": "hi"}],
+        }))
+        .expect("object");
+        assert!(estimated_prompt_tokens(&request) >= 31);
+        // Embeddings have no chat template.
+        let request: Map<String, Value> =
+            serde_json::from_value(json!({"model": "m", "input": "hi"})).expect("object");
+        assert_eq!(estimated_prompt_tokens(&request), 1);
+    }
+
+    #[test]
+    fn n_counts_the_choices() {
+        let mut request = Map::new();
+        assert_eq!(choices(&request), 1);
+        request.insert("n".into(), Value::from(3));
+        assert_eq!(choices(&request), 3);
+        request.insert("n".into(), Value::from(0));
+        assert_eq!(choices(&request), 1);
     }
 }

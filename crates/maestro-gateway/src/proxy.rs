@@ -13,8 +13,8 @@ use serde_json::{Map, Value, json};
 
 use crate::anthropic::Attempt;
 use crate::budget::{
-    Hold, RESERVATION_TTL, Spend, answer_cap, estimated_prompt_tokens, exhausted, key_budget,
-    micro_usd,
+    Hold, RESERVATION_TTL, Spend, answer_cap, choices, estimated_prompt_tokens, exhausted,
+    key_budget, micro_usd,
 };
 use crate::config::UpstreamKind;
 use crate::errors::error_response;
@@ -75,15 +75,33 @@ pub(crate) async fn embeddings(
     proxy(&gateway, Endpoint::Embeddings, &headers, &body).await
 }
 
-/// `GET /v1/models`: the public model names.
-pub(crate) async fn models(State(gateway): State<Gateway>) -> Response {
-    let data: Vec<Value> = gateway
-        .inner
-        .public_names
-        .iter()
+/// `GET /v1/models`: the public model names the request's key may call. It authenticates like
+/// the other routes: once a key exists, a request without a usable key gets the `401`.
+pub(crate) async fn models(State(gateway): State<Gateway>, headers: HeaderMap) -> Response {
+    let inner = &*gateway.inner;
+    let key = match crate::auth::authenticate(&inner.store, &headers, now_ms()).await {
+        Ok(key) => key,
+        Err(answer) => {
+            count_refused(inner);
+            return answer;
+        }
+    };
+    let data: Vec<Value> = callable_names(inner, key.as_ref())
+        .into_iter()
         .map(|id| json!({"id": id, "object": "model", "created": 0, "owned_by": "maestro-gateway"}))
         .collect();
     axum::Json(json!({"object": "list", "data": data})).into_response()
+}
+
+/// The public model names, sorted, that `key` may call (all of them without a key, or for a
+/// key that names no models).
+fn callable_names<'a>(inner: &'a Inner, key: Option<&GatewayKey>) -> Vec<&'a str> {
+    inner
+        .public_names
+        .iter()
+        .filter(|name| key.is_none_or(|k| k.allows(name)))
+        .map(String::as_str)
+        .collect()
 }
 
 /// What the metering of one request needs once its answer is complete.
@@ -310,7 +328,7 @@ async fn proxy(
             "missing_model",
             format!(
                 "the request names no `model`; use one of: {}",
-                inner.public_names.join(", ")
+                callable_names(inner, key.as_ref()).join(", ")
             ),
         );
     };
@@ -322,7 +340,7 @@ async fn proxy(
             "model_not_found",
             format!(
                 "the model {model:?} is not served here; use one of: {} (GET /v1/models lists them)",
-                inner.public_names.join(", ")
+                callable_names(inner, key.as_ref()).join(", ")
             ),
         );
     };
@@ -632,7 +650,10 @@ async fn admit(
         return Ok((admitted, None));
     };
     let completion = match endpoint {
-        Endpoint::Chat => answer_cap(request, inner.default_max_tokens),
+        // Each of the request's `n` choices may take the whole cap.
+        Endpoint::Chat => {
+            answer_cap(request, inner.default_max_tokens).saturating_mul(choices(request))
+        }
         Endpoint::Embeddings => 0,
     };
     let mut micro = 0;

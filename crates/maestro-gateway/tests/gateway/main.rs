@@ -7,5 +7,6 @@ mod support;
 
 mod anthropic;
 mod cached_pricing;
+mod keys;
 mod openai_client;
 mod proxy;

@@ -6,16 +6,51 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use std::collections::HashMap;
+
 use maestro_gateway::{
-    Gateway, GatewayConfig, GatewayStore, Price, Prices, StoreFuture, UsageRecord,
+    BudgetDenied, BudgetLimits, Cap, Gateway, GatewayConfig, GatewayKey, GatewayStore, Price,
+    Prices, Spend, StoreFuture, UsageRecord, key_hash,
 };
 use serde_json::Value;
 
-/// Usage records in memory.
+/// Usage records, virtual keys and a budget ledger in memory.
 #[derive(Debug, Default)]
 pub(crate) struct MemoryStore {
     pub(crate) records: Mutex<Vec<UsageRecord>>,
     pub(crate) batches: Mutex<Vec<usize>>,
+    pub(crate) keys: Mutex<Vec<GatewayKey>>,
+    /// Each budget's spent tokens.
+    pub(crate) spent: Mutex<HashMap<String, u64>>,
+    /// Open reservations: id to (budget, charge).
+    pub(crate) open: Mutex<HashMap<String, (String, Spend)>>,
+    /// Every charge reserved, in order.
+    pub(crate) reserved: Mutex<Vec<Spend>>,
+}
+
+/// A key named `name` for `secret`, allowed `models` (`None`: all), with a token budget.
+pub(crate) fn key(
+    secret: &str,
+    name: &str,
+    models: Option<&[&str]>,
+    budget_tokens: Option<i64>,
+) -> GatewayKey {
+    GatewayKey {
+        id: format!("id-{name}"),
+        name: name.into(),
+        hash: key_hash(secret),
+        prefix: secret.chars().take(8).collect(),
+        models: models.map(|m| m.iter().map(|s| s.to_string()).collect()),
+        budget_micro_usd: None,
+        budget_tokens,
+        period: None,
+        rpm: None,
+        tpm: None,
+        expires_at_ms: None,
+        created_at_ms: 0,
+        created_by: "test".into(),
+        revoked_at_ms: None,
+    }
 }
 
 impl GatewayStore for MemoryStore {
@@ -23,6 +58,75 @@ impl GatewayStore for MemoryStore {
         Box::pin(async move {
             self.batches.lock().unwrap().push(records.len());
             self.records.lock().unwrap().extend_from_slice(records);
+            Ok(())
+        })
+    }
+
+    fn key_by_hash<'a>(&'a self, hash: &'a str) -> StoreFuture<'a, Option<GatewayKey>> {
+        let key = self
+            .keys
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|k| k.hash == hash)
+            .cloned();
+        Box::pin(async move { Ok(key) })
+    }
+
+    fn keys_exist(&self) -> StoreFuture<'_, bool> {
+        let exist = self
+            .keys
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|k| k.revoked_at_ms.is_none());
+        Box::pin(async move { Ok(exist) })
+    }
+
+    fn budget_reserve<'a>(
+        &'a self,
+        budget: &'a str,
+        limits: BudgetLimits,
+        charge: Spend,
+        _ttl: Duration,
+    ) -> StoreFuture<'a, Result<String, BudgetDenied>> {
+        Box::pin(async move {
+            let spent = *self.spent.lock().unwrap().get(budget).unwrap_or(&0);
+            let mut open = self.open.lock().unwrap();
+            let held: u64 = open
+                .values()
+                .filter(|(b, _)| b == budget)
+                .map(|(_, s)| s.tokens)
+                .sum();
+            if let Some(limit) = limits.max_tokens
+                && spent + held + charge.tokens > limit
+            {
+                return Ok(Err(BudgetDenied {
+                    cap: Cap::Tokens,
+                    limit,
+                    spent,
+                    reserved: held,
+                }));
+            }
+            self.reserved.lock().unwrap().push(charge);
+            let id = format!("r{}", self.reserved.lock().unwrap().len());
+            open.insert(id.clone(), (budget.to_string(), charge));
+            Ok(Ok(id))
+        })
+    }
+
+    fn budget_settle<'a>(&'a self, reservation: &'a str, actual: Spend) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            if let Some((budget, _)) = self.open.lock().unwrap().remove(reservation) {
+                *self.spent.lock().unwrap().entry(budget).or_default() += actual.tokens;
+            }
+            Ok(())
+        })
+    }
+
+    fn budget_release<'a>(&'a self, reservation: &'a str) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            self.open.lock().unwrap().remove(reservation);
             Ok(())
         })
     }
@@ -73,6 +177,15 @@ pub(crate) async fn serve(config: Value, priced: &[&str]) -> Served {
 
 /// [`serve`] for a configuration already read (its keys read, say).
 pub(crate) async fn serve_config(config: GatewayConfig, priced: &[&str]) -> Served {
+    serve_keyed(config, priced, Vec::new()).await
+}
+
+/// [`serve_config`] with `keys` in its store.
+pub(crate) async fn serve_keyed(
+    config: GatewayConfig,
+    priced: &[&str],
+    keys: Vec<GatewayKey>,
+) -> Served {
     let prices: Prices = priced
         .iter()
         .map(|m| {
@@ -87,6 +200,7 @@ pub(crate) async fn serve_config(config: GatewayConfig, priced: &[&str]) -> Serv
         })
         .collect();
     let store = Arc::new(MemoryStore::default());
+    *store.keys.lock().unwrap() = keys;
     let gateway = Gateway::new(&config, prices, Some(store.clone())).unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();

@@ -177,6 +177,20 @@ pub fn find_piece(given: &str, dirs: &[PathBuf], opts: &LoadOptions) -> Result<F
             version: None,
         });
     }
+    // A file of that name that does not load is the piece meant: its errors are the answer,
+    // not "no piece named …" (nor a builtin of the same name in its place).
+    if let Some(broken) = skipped
+        .iter()
+        .find(|s| s.path.file_stem().is_some_and(|stem| stem == given))
+    {
+        let path = broken.path.clone();
+        return load_piece(&path, opts).map(|piece| Found {
+            piece,
+            path,
+            skipped: Vec::new(),
+            version: None,
+        });
+    }
     // Last, TAKT v0.60's builtin workflows shipped inside Maestro, as TAKT finds its own.
     if let Some(builtin) = maestro_piece::builtin_workflows()
         .into_iter()

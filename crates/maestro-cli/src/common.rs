@@ -1,10 +1,11 @@
 //! Helpers every command uses: the runtime of one command, who acts, how an id is printed, and
 //! how a piece error is shown. No command module holds a helper another imports.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
-use maestro_app::{PieceError, Skipped};
+use maestro_app::{Found, PieceError, PoolSize, Skipped, StoreError};
+use maestro_config::Config;
 use maestro_piece::{Dialect, LoadOptions, render_diagnostics};
 
 /// Runs one command on a current-thread runtime: a command waits on the model or the store
@@ -62,6 +63,26 @@ pub(crate) fn tool_catalog(config: Option<PathBuf>) -> anyhow::Result<maestro_pi
     let (config, _files) = maestro_config::Config::load(maestro_config::LoadFrom::current(config)?)
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     Ok(maestro_app::tool_catalog(&config))
+}
+
+/// The piece `given` names, found as `maestro run` finds it ([`maestro_app::find_piece_in`]):
+/// a piece file; else the store's live piece of that name, when the store exists (nothing is
+/// created); else a piece of the pieces directories (`paths.pieces_dirs`, `--pieces-dir`) or of
+/// TAKT's workflow directories; else one of TAKT v0.60's builtin workflows.
+pub(crate) async fn find_piece(
+    given: &str,
+    config: &Config,
+    opts: &LoadOptions,
+) -> Result<Found, PieceError> {
+    let dirs = &config.paths.pieces_dirs;
+    if !Path::new(given).is_file() && maestro_app::valid_piece_name(given) {
+        match maestro_app::open_store_existing(None, config, PoolSize::Single).await {
+            Ok(store) => return maestro_app::find_piece_in(&store, given, dirs, opts).await,
+            Err(StoreError::NotFound { .. }) => {}
+            Err(e) => return Err(PieceError::Store(e)),
+        }
+    }
+    maestro_app::find_piece(given, dirs, opts)
 }
 
 /// Prints the notes about piece files that were passed over because they do not load.

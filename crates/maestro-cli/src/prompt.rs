@@ -3,17 +3,20 @@
 
 use std::io::Write as _;
 
+use crate::flags::{ConfigFlag, PiecesFlag, settings};
 use crate::term::printable;
 use std::path::PathBuf;
 
-use anyhow::Context as _;
-use maestro_piece::{Dialect, load_str, render_diagnostics};
+use maestro_app::PieceError;
+use maestro_piece::{Dialect, render_diagnostics};
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
-    /// The piece file, or the name of a TAKT v0.60 builtin workflow.
+    /// The piece file, or a piece name as `maestro run` takes it (a piece of the pieces
+    /// directories or of TAKT's workflow directories, a stored piece, a TAKT v0.60 builtin
+    /// workflow: `maestro pieces` lists them).
     #[arg(value_name = "PIECE")]
-    pub piece: PathBuf,
+    pub piece: String,
     /// The movement (or parallel sub-movement) to show.
     #[arg(long, value_name = "NAME")]
     pub movement: String,
@@ -26,42 +29,37 @@ pub(crate) struct Args {
     /// An extra facet root, searched as DIR/<kind>/<name>.md after the built-in places.
     #[arg(long = "facets-dir", value_name = "DIR")]
     pub facets_dirs: Vec<PathBuf>,
+    #[command(flatten)]
+    pub pieces: PiecesFlag,
+    #[command(flatten)]
+    pub config: ConfigFlag,
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<u8> {
+    crate::common::block_on(run_async(args))
+}
+
+async fn run_async(args: Args) -> anyhow::Result<u8> {
+    let config = settings(&args.config, &[&args.pieces])?;
     let opts = maestro_piece::LoadOptions {
-        tools: Some(crate::common::tool_catalog(None)?),
+        tools: Some(maestro_app::tool_catalog(&config)),
         ..crate::common::load_options(args.dialect, &args.facets_dirs)
     };
-    // Not a file: one of TAKT's builtin workflows by name, as `maestro run` finds them.
-    let builtin = (!args.piece.is_file())
-        .then(|| {
-            maestro_piece::builtin_workflows()
-                .into_iter()
-                .find(|w| args.piece.as_os_str() == w.name)
-        })
-        .flatten();
-    let (source, path) = match builtin {
-        Some(w) => (w.text.to_owned(), w.path),
-        None => (
-            std::fs::read_to_string(&args.piece).with_context(|| {
-                format!(
-                    "cannot read {} (give a piece file, or the name of a TAKT builtin workflow: `maestro pieces` lists them)",
-                    args.piece.display()
-                )
-            })?,
-            args.piece.clone(),
-        ),
-    };
-    let piece = match load_str(&source, &path, &opts) {
-        Ok(loaded) => loaded.piece,
-        Err(failed) => {
+    // A file, or a name found as `maestro run` finds it.
+    let piece = match crate::common::find_piece(&args.piece, &config, &opts).await {
+        Ok(found) => found.piece,
+        Err(PieceError::Invalid {
+            source_text,
+            diagnostics,
+            ..
+        }) => {
             eprint!(
                 "{}",
-                printable(&render_diagnostics(&source, &failed.errors))
+                printable(&render_diagnostics(&source_text, &diagnostics.errors))
             );
             return Ok(1);
         }
+        Err(e) => return Err(crate::common::explain_piece_error(e)),
     };
     let prompt = maestro_app::movement_prompt(&piece, &args.movement, &args.task)?;
     let stdout = std::io::stdout();

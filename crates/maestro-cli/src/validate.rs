@@ -9,9 +9,13 @@ use std::io::Write as _;
 use crate::term::printable;
 use std::path::{Path, PathBuf};
 
+use maestro_app::PieceError;
+use maestro_config::Config;
 use maestro_piece::{
     Diagnostic, Dialect, Failed, LoadOptions, Loaded, discover, load_bytes, render_diagnostics,
 };
+
+use crate::flags::{ConfigFlag, PiecesFlag, settings};
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
@@ -32,7 +36,10 @@ pub(crate) struct Args {
     /// and `.maestro/config.yaml` (which tools exist here: web search, SSH connections, …).
     #[arg(long)]
     pub config: Option<PathBuf>,
-    /// Piece files, or directories searched for *.yaml / *.yml.
+    #[command(flatten)]
+    pub pieces: PiecesFlag,
+    /// Piece files, directories searched for *.yaml / *.yml, or piece names as `maestro run`
+    /// takes them (the file a name resolves to is checked).
     #[arg(required = true, value_name = "PATH")]
     pub paths: Vec<PathBuf>,
 }
@@ -46,8 +53,18 @@ enum Checked {
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<u8> {
+    crate::common::block_on(run_async(args))
+}
+
+async fn run_async(args: Args) -> anyhow::Result<u8> {
+    let config = settings(
+        &ConfigFlag {
+            config: args.config.clone(),
+        },
+        &[&args.pieces],
+    )?;
     let opts = LoadOptions {
-        tools: Some(crate::common::tool_catalog(args.config.clone())?),
+        tools: Some(maestro_app::tool_catalog(&config)),
         ..crate::common::load_options(args.dialect, &args.facets_dirs)
     };
     let mut usage_error = false;
@@ -56,19 +73,43 @@ pub(crate) fn run(args: Args) -> anyhow::Result<u8> {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     for root in &args.paths {
-        if !root.exists() {
-            usage_error = true;
-            report_unreadable(&mut out, args.json, root, "no such file or directory")?;
-            continue;
-        }
-        let files = discover(root);
-        if files.is_empty() {
-            usage_error = true;
-            report_unreadable(&mut out, args.json, root, "no *.yaml or *.yml files here")?;
-            continue;
-        }
-        for file in files {
-            let (source, checked) = check(&file, &opts);
+        let items = if root.exists() {
+            let files = discover(root);
+            if files.is_empty() {
+                usage_error = true;
+                report_unreadable(&mut out, args.json, root, "no *.yaml or *.yml files here")?;
+                continue;
+            }
+            files.into_iter().map(Item::File).collect()
+        } else {
+            match by_name(root, &config, &opts).await {
+                Ok(items) => {
+                    if !args.json {
+                        for item in &items {
+                            eprintln!(
+                                "note: `{}` is {}",
+                                printable(&root.display().to_string()),
+                                printable(&item.path().display().to_string())
+                            );
+                        }
+                    }
+                    items
+                }
+                Err(why) => {
+                    usage_error = true;
+                    report_unreadable(&mut out, args.json, root, &why)?;
+                    continue;
+                }
+            }
+        };
+        for item in items {
+            let (file, (source, checked)) = match item {
+                Item::File(file) => {
+                    let checked = check(&file, &opts);
+                    (file, checked)
+                }
+                Item::Checked(file, source, checked) => (file, (source, *checked)),
+            };
             match &checked {
                 Checked::Valid(_) => valid += 1,
                 Checked::Invalid(_) => invalid += 1,
@@ -96,6 +137,96 @@ pub(crate) fn run(args: Args) -> anyhow::Result<u8> {
     } else {
         0
     })
+}
+
+/// What a path given to `validate` stands for.
+enum Item {
+    /// A piece file, to check.
+    File(PathBuf),
+    /// A piece that has no file of its own (a builtin workflow, a stored piece), checked.
+    Checked(PathBuf, String, Box<Checked>),
+}
+
+impl Item {
+    fn path(&self) -> &Path {
+        match self {
+            Item::File(path) | Item::Checked(path, ..) => path,
+        }
+    }
+}
+
+/// The piece `given` names when it is no path that exists, found as `maestro run` finds it;
+/// else why not (`run`'s "not found" error, listing the pieces that are known). A piece file
+/// of that name that does not load is checked, to show why.
+async fn by_name(given: &Path, config: &Config, opts: &LoadOptions) -> Result<Vec<Item>, String> {
+    let name = given.to_string_lossy();
+    match crate::common::find_piece(&name, config, opts).await {
+        Ok(found) if found.path.is_file() => Ok(vec![Item::File(found.path)]),
+        Ok(found) => {
+            // A builtin workflow is checked from its text, for its warnings too.
+            if let Some(builtin) = maestro_piece::builtin_workflows()
+                .into_iter()
+                .find(|w| w.path == found.path)
+            {
+                let checked = match load_bytes(builtin.text.as_bytes(), &builtin.path, opts) {
+                    Ok(loaded) => Checked::Valid(Box::new(loaded)),
+                    Err(failed) => Checked::Invalid(failed),
+                };
+                return Ok(vec![Item::Checked(
+                    builtin.path,
+                    builtin.text.to_owned(),
+                    Box::new(checked),
+                )]);
+            }
+            let loaded = Loaded {
+                piece: found.piece,
+                warnings: Vec::new(),
+            };
+            Ok(vec![Item::Checked(
+                found.path,
+                String::new(),
+                Box::new(Checked::Valid(Box::new(loaded))),
+            )])
+        }
+        Err(PieceError::Invalid {
+            path,
+            source_text,
+            diagnostics,
+        }) => Ok(vec![Item::Checked(
+            path,
+            source_text,
+            Box::new(Checked::Invalid(*diagnostics)),
+        )]),
+        Err(PieceError::NotFound { skipped, .. })
+            if skipped.iter().any(|s| named(&s.path, given)) =>
+        {
+            Ok(skipped
+                .into_iter()
+                .filter(|s| named(&s.path, given))
+                .map(|s| Item::File(s.path))
+                .collect())
+        }
+        Err(PieceError::NotFound { .. }) if looks_like_a_file(given) => {
+            Err("no such file or directory".to_owned())
+        }
+        Err(e) => {
+            if let PieceError::NotFound { skipped, .. } = &e {
+                crate::common::note_skipped(skipped);
+            }
+            Err(maestro_app::error_chain(&e))
+        }
+    }
+}
+
+/// Whether `file` is the piece file `name` would find, were it valid (its stem).
+fn named(file: &Path, name: &Path) -> bool {
+    file.file_stem()
+        .is_some_and(|stem| stem == name.as_os_str())
+}
+
+/// A path with a directory or a piece file's extension, not a piece name.
+fn looks_like_a_file(given: &Path) -> bool {
+    given.components().count() > 1 || given.extension().is_some_and(|e| e == "yaml" || e == "yml")
 }
 
 fn check(file: &Path, opts: &LoadOptions) -> (String, Checked) {

@@ -235,7 +235,9 @@ fn load_tree(cx: &mut Cx<'_>, root: &Node, dialect: Dialect) -> Option<Piece> {
 }
 
 /// Every `*.yaml` / `*.yml` file below `dir`, sorted. A file path is returned as is. Symlinked
-/// directories are not followed (no cycles).
+/// directories are not followed (no cycles). Below a TAKT root ([`takt_root`]: a project's
+/// `.takt/`, or a copy of TAKT's builtins), only its `workflows/` and `pieces/` hold pieces:
+/// its step fragments, facet pools, companions, provider options and settings are not pieces.
 pub fn discover(dir: &Path) -> Vec<PathBuf> {
     let mut found = Vec::new();
     if dir.is_file() {
@@ -244,6 +246,15 @@ pub fn discover(dir: &Path) -> Vec<PathBuf> {
     }
     let mut pending = vec![dir.to_owned()];
     while let Some(d) = pending.pop() {
+        if takt_root(&d) {
+            pending.extend(
+                TAKT_PIECE_DIRS
+                    .iter()
+                    .map(|sub| d.join(sub))
+                    .filter(|sub| sub.is_dir()),
+            );
+            continue;
+        }
         let Ok(entries) = std::fs::read_dir(&d) else {
             continue;
         };
@@ -261,6 +272,34 @@ pub fn discover(dir: &Path) -> Vec<PathBuf> {
     }
     found.sort();
     found
+}
+
+/// The directories of a TAKT root that hold workflows (v0.36 and later) and pieces (before).
+const TAKT_PIECE_DIRS: [&str; 2] = ["workflows", "pieces"];
+
+/// What else a TAKT root holds beside its workflows: facets, step fragments and the rest.
+const TAKT_ROOT_DIRS: [&str; 11] = [
+    "facets",
+    "steps",
+    "facet-pools",
+    "companions",
+    "provider-options",
+    "personas",
+    "policies",
+    "instructions",
+    "knowledge",
+    "output-contracts",
+    "report-formats",
+];
+
+/// Whether `dir` is laid out as TAKT keeps a project (`.takt/`) or its builtins: a `workflows/`
+/// or `pieces/` directory beside facets, step fragments or the like, or any `.takt` directory
+/// that has one of the two.
+fn takt_root(dir: &Path) -> bool {
+    let holds_pieces = TAKT_PIECE_DIRS.iter().any(|sub| dir.join(sub).is_dir());
+    holds_pieces
+        && (dir.file_name().is_some_and(|name| name == ".takt")
+            || TAKT_ROOT_DIRS.iter().any(|sub| dir.join(sub).is_dir()))
 }
 
 fn is_yaml(path: &Path) -> bool {

@@ -572,3 +572,109 @@ fn pieces_and_prompt_refuse_an_unknown_tool_as_validate_does() {
         prompt.stderr
     );
 }
+
+/// A TAKT workflow of the project, named as `maestro run` and `maestro pieces` name it.
+fn project_with_caller_workflow() -> (tempfile::TempDir, PathBuf) {
+    let home = tempfile::tempdir().unwrap();
+    let dir = home.path().join(".takt/workflows");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("caller.yaml");
+    std::fs::write(
+        &file,
+        "name: caller\ndescription: Calls nobody.\nmax_steps: 3\ninitial_step: implement\nsteps:\n  - name: implement\n    persona: coder\n    instruction: Implement it.\n    rules:\n      - condition: done\n        next: COMPLETE\n",
+    )
+    .unwrap();
+    (home, file)
+}
+
+/// `prompt NAME` finds a workflow of the project's `.takt/workflows/` by name, as `run` does.
+#[test]
+fn prompt_finds_a_project_workflow_by_name() {
+    let (home, _) = project_with_caller_workflow();
+    let listed = run(maestro(home.path()).arg("pieces"));
+    assert!(listed.stdout.contains("caller"), "{}", listed.stdout);
+    let out = run(maestro(home.path()).args([
+        "prompt",
+        "caller",
+        "--movement",
+        "implement",
+        "--task",
+        "Add a --verbose flag.",
+    ]));
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(
+        out.stdout.starts_with("===== system =====\n")
+            && out.stdout.contains("Add a --verbose flag."),
+        "{}",
+        out.stdout
+    );
+}
+
+/// `validate NAME` checks the file the name resolves to, and says which file that is.
+#[test]
+fn validate_checks_the_file_a_piece_name_resolves_to() {
+    let (home, file) = project_with_caller_workflow();
+    let out = run(maestro(home.path()).args(["validate", "caller"]));
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert_eq!(
+        out.stdout,
+        format!(
+            "valid    {} (takt, 1 movement)\n1 file: 1 valid, 0 invalid\n",
+            file.display()
+        )
+    );
+    // A builtin workflow by name, as `run` finds it last.
+    let builtin = run(maestro(home.path()).args(["validate", "--quiet", "default-mini"]));
+    assert_eq!(builtin.code, 0, "{}{}", builtin.stdout, builtin.stderr);
+    assert!(
+        builtin
+            .stdout
+            .starts_with("valid    builtin:takt-v0.60/en/workflows/default-mini.yaml (takt, "),
+        "{}",
+        builtin.stdout
+    );
+    // A workflow of that name that does not load is checked, to show why.
+    let broken = file.with_file_name("broken.yaml");
+    std::fs::write(&broken, "name: broken\nmovements: 3\n").unwrap();
+    let out = run(maestro(home.path()).args(["validate", "broken"]));
+    assert_eq!(out.code, 1, "{}{}", out.stdout, out.stderr);
+    assert!(
+        out.stdout
+            .starts_with(&format!("invalid  {} (", broken.display())),
+        "{}",
+        out.stdout
+    );
+}
+
+/// An unknown name gets `run`'s not-found error, listing what is known, from both commands.
+#[test]
+fn prompt_and_validate_refuse_an_unknown_name_as_run_does() {
+    let (home, _) = project_with_caller_workflow();
+    let prompt = run(maestro(home.path()).args([
+        "prompt",
+        "callr",
+        "--movement",
+        "implement",
+        "--task",
+        "t",
+    ]));
+    assert_eq!(prompt.code, 2, "{}", prompt.stderr);
+    assert!(
+        prompt
+            .stderr
+            .contains("no piece file or piece named `callr` (searched ")
+            && prompt.stderr.contains("known pieces: caller"),
+        "{}",
+        prompt.stderr
+    );
+    let validate = run(maestro(home.path()).args(["validate", "callr"]));
+    assert_eq!(validate.code, 2, "{}", validate.stderr);
+    assert!(
+        validate
+            .stderr
+            .contains("no piece file or piece named `callr` (searched ")
+            && validate.stderr.contains("known pieces: caller"),
+        "{}",
+        validate.stderr
+    );
+}

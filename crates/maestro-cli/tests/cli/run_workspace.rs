@@ -129,7 +129,7 @@ async fn a_workspace_or_piece_that_is_not_there_or_does_not_load_is_refused_befo
         args(&list)
     };
     let missing = dir.path().join("no/such/dir");
-    let cases: [(Vec<String>, &str); 4] = [
+    let cases: [(Vec<String>, &str); 5] = [
         (
             common(&["piece.yaml", "--workspace", missing.to_str().unwrap()]),
             "does not exist; create it first",
@@ -140,6 +140,11 @@ async fn a_workspace_or_piece_that_is_not_there_or_does_not_load_is_refused_befo
         ),
         (common(&["no-such-piece"]), "no-such-piece"),
         (common(&["broken.yaml"]), "unknown field `max_movemnts`"),
+        // Named, not given as a file: its errors, not "no piece named `broken`".
+        (
+            common(&["broken", "--pieces-dir", "."]),
+            "unknown field `max_movemnts`",
+        ),
     ];
     for (argv, said) in cases {
         let out = maestro(dir.path(), argv.clone()).await;

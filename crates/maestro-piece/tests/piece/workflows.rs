@@ -108,3 +108,57 @@ fn a_workflow_steps_prompt_is_assembled_from_the_builtin_facets() {
     insta::assert_snapshot!("review_backend_gather_system", prompt.system);
     insta::assert_snapshot!("review_backend_gather_user", prompt.user);
 }
+
+/// A directory laid out as TAKT keeps its builtins or a project's `.takt/`: only `workflows/`
+/// (and `pieces/`) hold pieces; step fragments, facet pools, companions, provider options and
+/// the settings files beside them are not offered as pieces, wherever the walk starts.
+#[test]
+fn below_a_takt_root_only_workflows_and_pieces_are_discovered() {
+    let builtins = fixtures().join("takt-v0.60/builtins/en");
+    let found = discover(&builtins);
+    assert_eq!(found.len(), 64, "{found:#?}");
+    assert!(
+        found.iter().all(|f| f.parent() == Some(workflows_dir().as_path())),
+        "{found:#?}"
+    );
+    let project = tempfile::tempdir().unwrap();
+    let takt = project.path().join(".takt");
+    for dir in ["workflows", "pieces", "steps", "facets/personas"] {
+        std::fs::create_dir_all(takt.join(dir)).unwrap();
+    }
+    for file in [
+        "workflows/mine.yaml",
+        "pieces/old.yaml",
+        "steps/final-check.yaml",
+        "config.yaml",
+    ] {
+        std::fs::write(takt.join(file), "name: x\n").unwrap();
+    }
+    std::fs::write(project.path().join("other.yaml"), "name: y\n").unwrap();
+    let names = |found: Vec<PathBuf>| -> Vec<String> {
+        found
+            .iter()
+            .map(|f| {
+                f.strip_prefix(project.path())
+                    .unwrap()
+                    .display()
+                    .to_string()
+            })
+            .collect()
+    };
+    assert_eq!(
+        names(discover(project.path())),
+        [".takt/pieces/old.yaml", ".takt/workflows/mine.yaml", "other.yaml"]
+    );
+    assert_eq!(
+        names(discover(&takt)),
+        [".takt/pieces/old.yaml", ".takt/workflows/mine.yaml"]
+    );
+    // A pieces directory of Maestro's own with a `workflows/` folder in it is walked whole.
+    let own = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(own.path().join("workflows")).unwrap();
+    std::fs::create_dir_all(own.path().join("team")).unwrap();
+    std::fs::write(own.path().join("workflows/a.yaml"), "name: a\n").unwrap();
+    std::fs::write(own.path().join("team/b.yaml"), "name: b\n").unwrap();
+    assert_eq!(discover(own.path()).len(), 2);
+}

@@ -320,10 +320,33 @@ impl<'a> Agent<'a> {
 
     /// A request whose estimated size (4 characters a token) already fills the window is not
     /// sent: the endpoint would refuse it, and the movement ends as if the context were full.
+    ///
+    /// The estimate counts text that differs from one copy of the run to another (the paths of
+    /// its directories, the tools on offer), so a resumed or replayed run takes the decision
+    /// from its record where the record reached this point: a recorded `context_warning` of
+    /// level `force` is written again as it was, a recorded request is sent.
     async fn surely_too_long(&mut self) -> Result<bool, EngineError> {
         let Some(window) = self.meter.window() else {
             return Ok(false);
         };
+        let recorded = self
+            .run
+            .journal
+            .recorded()
+            .and_then(|r| r.next_event(self.name()));
+        match recorded {
+            Some(
+                event @ RunEvent::ContextWarning {
+                    level: ContextLevel::Force,
+                    ..
+                },
+            ) => {
+                self.run.emit(event).await?;
+                return Ok(true);
+            }
+            Some(RunEvent::LlmRequest { .. }) => return Ok(false),
+            _ => {}
+        }
         let estimate = crate::spend::estimated_tokens(&self.messages, &self.tools);
         if estimate < window {
             return Ok(false);

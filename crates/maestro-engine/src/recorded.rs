@@ -145,6 +145,54 @@ pub(crate) fn describe(event: &RunEvent) -> String {
     text
 }
 
+/// Longest field value a divergence message quotes.
+const QUOTED_CHARS: usize = 120;
+
+/// `expected` and `got` described for a divergence message. When both read the same (the same
+/// kind of event of the same movement), each also names its values of the fields that differ,
+/// e.g. "`context_warning` of `plan` (used_tokens: 20328)".
+pub(crate) fn describe_pair(expected: &RunEvent, got: &RunEvent) -> (String, String) {
+    let (mut left, mut right) = (describe(expected), describe(got));
+    if left != right {
+        return (left, right);
+    }
+    let (a, b) = (essence(expected), essence(got));
+    let (Some(a), Some(b)) = (a.as_object(), b.as_object()) else {
+        return (left, right);
+    };
+    let null = serde_json::Value::Null;
+    let mut keys: Vec<&String> = a.keys().chain(b.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    let differing: Vec<&String> = keys
+        .into_iter()
+        .filter(|k| a.get(*k).unwrap_or(&null) != b.get(*k).unwrap_or(&null))
+        .collect();
+    if differing.is_empty() {
+        return (left, right);
+    }
+    let fields = |map: &serde_json::Map<String, serde_json::Value>| {
+        differing
+            .iter()
+            .map(|k| format!("{k}: {}", quoted(map.get(*k).unwrap_or(&null))))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    left.push_str(&format!(" ({})", fields(a)));
+    right.push_str(&format!(" ({})", fields(b)));
+    (left, right)
+}
+
+/// A field's value as JSON, cut to [`QUOTED_CHARS`] characters.
+fn quoted(value: &serde_json::Value) -> String {
+    let text = value.to_string();
+    if text.chars().count() <= QUOTED_CHARS {
+        return text;
+    }
+    let cut: String = text.chars().take(QUOTED_CHARS).collect();
+    format!("{cut}…")
+}
+
 impl Recorded {
     /// In `Resume` mode a run that ended `failed` (stopped by its user, or by an error such as
     /// an endpoint that went away) goes on past that end: the recorded end is not expected
@@ -293,11 +341,14 @@ impl Recorded {
                 Matched::Recorded(Box::new(recorded))
             }
             Some(_) if passive(event) => Matched::New,
-            Some(recorded) => Matched::Diverged(Divergence {
-                seq: Some(recorded.seq),
-                expected: Some(describe(&recorded.event)),
-                got: describe(event),
-            }),
+            Some(recorded) => {
+                let (expected, got) = describe_pair(&recorded.event, event);
+                Matched::Diverged(Divergence {
+                    seq: Some(recorded.seq),
+                    expected: Some(expected),
+                    got,
+                })
+            }
             None => {
                 let strict = match event {
                     RunEvent::MovementStarted { parent, .. } => parent.is_none(),
@@ -532,3 +583,45 @@ pub(crate) fn safe_to_repeat(tool: &str, edit: bool) -> bool {
 pub(crate) const INTERRUPTED: &str = "this call was interrupted before it finished (the run \
      was stopped and resumed) and its effect is unknown: it may have done all, part or none of \
      its work. Check the current state before you retry it.";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::ContextLevel;
+
+    fn warning(used_tokens: u64) -> RunEvent {
+        RunEvent::ContextWarning {
+            movement: "develop/plan".into(),
+            level: ContextLevel::Force,
+            used_tokens,
+            context_length: 4_096,
+        }
+    }
+
+    #[test]
+    fn a_divergence_between_events_of_one_kind_names_the_fields_that_differ() {
+        let (expected, got) = describe_pair(&warning(20_328), &warning(20_400));
+        assert_eq!(
+            expected,
+            "`context_warning` of `develop/plan` (used_tokens: 20328)"
+        );
+        assert_eq!(
+            got,
+            "`context_warning` of `develop/plan` (used_tokens: 20400)"
+        );
+        let long = RunEvent::Warning {
+            movement: Some("plan".into()),
+            message: "x".repeat(500),
+        };
+        let short = RunEvent::Warning {
+            movement: Some("plan".into()),
+            message: "y".into(),
+        };
+        let (expected, got) = describe_pair(&long, &short);
+        assert!(expected.ends_with("…)"), "{expected}");
+        assert!(expected.chars().count() < 200, "{expected}");
+        assert_eq!(got, "`warning` of `plan` (message: \"y\")");
+        // Events of different kinds are told apart by their kind alone.
+        assert_eq!(describe_pair(&warning(1), &short).1, "`warning` of `plan`");
+    }
+}

@@ -324,7 +324,13 @@ impl Engine {
             .filter(|r| r.mode() == ReplayMode::Resume && !r.holds_final_end())
             .map(|_| last_seq);
         let recorded_window = recorded.as_ref().and_then(|r| r.context_window());
+        // A replay runs with the window the run had, whatever the configuration says now; a
+        // resumed run goes on with the configured one.
+        let replaying = recorded
+            .as_ref()
+            .is_some_and(|r| r.mode() == ReplayMode::Verify);
         let context_window = match (self.config.context_length, recorded_window) {
+            (_, Some(window)) if replaying => window,
             (Some(length), _) => Some(length),
             (None, Some(window)) => window,
             (None, None) => self.provider.context_length(&self.config.model).await,

@@ -203,7 +203,9 @@ pub(crate) async fn enter(
 /// How the workflow that just ended hands its end on. Outside any call `finish` ends the run.
 /// Inside one, a completed or aborted workflow returns `COMPLETE`, its `return:` label or
 /// `ABORT` to the calling step, whose rules route it (`Ok(None)`: the caller goes on); a run
-/// that stopped for another reason (`max_steps`, a question, a failure) stops as it is.
+/// that stopped for another reason (`max_steps`, a question, a failure) stops as it is. When
+/// the caller's rule aborts on the `ABORT` of a callee the engine cut (`context_exhausted`,
+/// `max_iterations`, …), the run ends with the callee's reason rather than `abort_rule`.
 pub(crate) async fn returned(
     run: &RunCtx,
     mut finish: Finish,
@@ -224,6 +226,12 @@ pub(crate) async fn returned(
             _ => return Ok(Some(finish)),
         };
         let response = state.previous_response.clone().unwrap_or_default();
+        // A callee the engine cut (its context, its iterations, …) hands its reason on: the
+        // caller's `ABORT` rule only passes that end along.
+        let cut = match (&finish.status, &finish.reason) {
+            (RunStatus::Aborted, Some(reason)) if engine_cut(reason) => Some(reason.clone()),
+            _ => None,
+        };
         run.emit(RunEvent::WorkflowCallReturned {
             movement: frame.movement.clone(),
             workflow: frame.workflow.clone(),
@@ -279,10 +287,10 @@ pub(crate) async fn returned(
             Target::Abort => Finish {
                 status: RunStatus::Aborted,
                 result: response,
-                reason: Some(if index.is_some() {
-                    EndReason::AbortRule
-                } else {
-                    EndReason::NoRuleMatched
+                reason: Some(match (index, cut) {
+                    (Some(_), Some(cut)) => cut,
+                    (Some(_), None) => EndReason::AbortRule,
+                    (None, _) => EndReason::NoRuleMatched,
                 }),
             },
             Target::Ask => Finish {
@@ -297,6 +305,12 @@ pub(crate) async fn returned(
             },
         };
     }
+}
+
+/// Whether a workflow that ended with `reason` was ended by the engine rather than by its
+/// model's outcome (an `ABORT` rule or the `complete` tool).
+fn engine_cut(reason: &EndReason) -> bool {
+    !matches!(reason, EndReason::AbortRule | EndReason::CompleteTool)
 }
 
 #[cfg(test)]

@@ -527,3 +527,74 @@ fn the_piece_hash_covers_every_called_workflow() {
         "a resume must see that a called workflow changed"
     );
 }
+
+/// `default-mini` on a model whose window its first prompt does not fit: the engine ends
+/// `develop/plan`, and the run ends with the callee's reason, not the caller's `ABORT` rule.
+async fn default_mini_on_a_small_window() -> Ran {
+    let config = maestro_engine::EngineConfig {
+        context_length: Some(4_096),
+        ..engine_config()
+    };
+    run_with(load(&builtin("default-mini")), vec![], config, None).await
+}
+
+#[tokio::test]
+async fn a_callee_cut_by_the_engine_ends_the_run_with_its_reason() {
+    let ran = default_mini_on_a_small_window().await;
+    ran.assert_record_is_sound();
+    assert!(ran.requests().is_empty());
+    assert_eq!(
+        calls(&ran),
+        [
+            "call develop mini-core at develop/plan [develop]",
+            "return develop ABORT",
+        ]
+    );
+    assert_eq!(
+        ran.status(),
+        ("aborted".into(), Some("context_exhausted".into())),
+        "{:?}",
+        transitions(&ran)
+    );
+}
+
+#[tokio::test]
+async fn a_replay_of_a_context_exhausted_call_ends_the_same_way_with_no_call() {
+    let ran = default_mini_on_a_small_window().await;
+    assert_eq!(ran.status().0, "aborted");
+    assert_eq!(ran.count("context_warning"), 1);
+    // The replay's engine does not know the window (it was detected at run time), or is
+    // configured with another one, and its scratch directory is elsewhere: the window and the
+    // decision not to send the prompt come from the record.
+    for context_length in [None, Some(100_000)] {
+        let settled = maestro_testkit::ScriptedLlm::start([]).await;
+        let provider: std::sync::Arc<dyn maestro_llm::Provider> = std::sync::Arc::new(
+            maestro_llm::OpenAiCompat::new(maestro_llm::OpenAiConfig::new(settled.base_url()))
+                .unwrap(),
+        );
+        let engine = maestro_engine::Engine::new(
+            provider,
+            maestro_tools::Registry::builtin(maestro_tools::ToolsConfig::default()),
+            maestro_engine::EngineConfig {
+                context_length,
+                ..engine_config()
+            },
+        );
+        let scratch = tempfile::tempdir().unwrap();
+        let deeper = scratch
+            .path()
+            .join("a/much/longer/scratch/directory/than/the/run/had/at/its/time");
+        std::fs::create_dir_all(&deeper).unwrap();
+        let record = maestro_engine::RunRecord::open(&deeper, "replay", None).unwrap();
+        let report = engine
+            .replay(
+                std::sync::Arc::new(load(&builtin("default-mini"))),
+                ran.events.clone(),
+                record,
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(report.status.to_string(), "aborted");
+        assert_eq!(settled.requests().len(), 0);
+    }
+}

@@ -67,14 +67,21 @@ impl ToolCatalog {
     /// The known name closest to `name`: the same name in another case, or one a few typing
     /// mistakes away (at most a third of its length, at least 1 and at most 3 edits).
     pub fn suggestion(&self, name: &str) -> Option<&str> {
-        let wanted = name.to_ascii_lowercase();
-        let budget = (wanted.chars().count() / 3).clamp(1, 3);
-        self.names()
-            .map(|known| (edit_distance(&wanted, &known.to_ascii_lowercase()), known))
-            .filter(|(distance, _)| *distance <= budget)
-            .min_by_key(|(distance, _)| *distance)
-            .map(|(_, known)| known)
+        closest(name, self.names())
     }
+}
+
+/// Of `known`, the name closest to `name`: the same name in another case, or one a few typing
+/// mistakes away (at most a third of its length, at least 1 and at most 3 edits).
+pub(crate) fn closest<'k>(name: &str, known: impl IntoIterator<Item = &'k str>) -> Option<&'k str> {
+    let wanted = name.to_ascii_lowercase();
+    let budget = (wanted.chars().count() / 3).clamp(1, 3);
+    known
+        .into_iter()
+        .map(|known| (edit_distance(&wanted, &known.to_ascii_lowercase()), known))
+        .filter(|(distance, _)| *distance <= budget)
+        .min_by_key(|(distance, _)| *distance)
+        .map(|(_, known)| known)
 }
 
 /// Edit distance over characters where swapping two neighbours counts as one edit (optimal

@@ -184,8 +184,11 @@ pub(crate) fn fields<'n>(
     });
     for key in unknown_keys.by_ref().take(MAX_UNKNOWN_PER_MAPPING) {
         let key_path = join_key(path, &key.text);
+        let hint = crate::catalog::closest(&key.text, known.iter().copied())
+            .map(|near| format!("; did you mean `{near}`?"))
+            .unwrap_or_default();
         let message = format!(
-            "unknown field `{}` in {what}; known: {}",
+            "unknown field `{}` in {what}{hint}; known: {}",
             key.text,
             known.join(", ")
         );

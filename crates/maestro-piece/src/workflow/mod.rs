@@ -216,7 +216,12 @@ pub(crate) fn load_with(
 ) -> Option<Piece> {
     const WHAT: &str = "a TAKT workflow";
     check_top_keys(cx, root);
-    let top = fields(&mut cx.sink, root, "", WHAT, &all_top_keys(), Unknown::Warn)?;
+    // Every key `check_top_keys` refused is reported there, once, as an error.
+    let mut known = all_top_keys();
+    if let Some(entries) = root.as_map() {
+        known.extend(entries.iter().map(|(key, _)| key.text.as_str()));
+    }
+    let top = fields(&mut cx.sink, root, "", WHAT, &known, Unknown::Warn)?;
     cx.facets.read_sections(&mut cx.sink, &top);
     let layers = Layers::new(cx.sink.file(), cx.opts);
     let name = top.required_string(&mut cx.sink, "name", WHAT);
@@ -376,10 +381,13 @@ fn check_top_keys(cx: &mut Cx<'_>, root: &Node) {
             );
             continue;
         }
+        let near = crate::catalog::closest(&key.text, TOP_KEYS.iter().copied())
+            .map(|near| format!("; did you mean `{near}`?"))
+            .unwrap_or_default();
         let hint = match key.text.as_str() {
             "params" => "; a callable workflow declares its parameters under `subworkflow.params`",
             "returns" | "callable" | "visibility" => "; it belongs under `subworkflow:`",
-            _ => "",
+            _ => near.as_str(),
         };
         cx.sink.error(
             &key.text,

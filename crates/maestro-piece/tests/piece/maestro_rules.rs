@@ -484,6 +484,30 @@ fn unknown_keys_are_errors() {
     );
 }
 
+/// A key a typing mistake away from a known one names it.
+#[test]
+fn a_mistyped_key_is_answered_with_the_known_one() {
+    assert_eq!(
+        errors(&edit(
+            PIECE,
+            "    edit: true\n",
+            "    edit: true\n    instrution: Do it.\n"
+        )),
+        vec![f(
+            "movements[1].instrution",
+            16,
+            "unknown field `instrution` in a movement; did you mean `instruction`?; known: name, edit, persona, instruction, allowed_tools, allowed_commands, allowed_ssh_connections, rules, default_next, max_consecutive_revisits"
+        )]
+    );
+    assert!(
+        errors(&edit(PIECE, "max_movements: 10\n", "max_movemnts: 10\n"))
+            .iter()
+            .any(|e| e.2.starts_with(
+                "unknown field `max_movemnts` in a maestro piece; did you mean `max_movements`?"
+            )),
+    );
+}
+
 #[test]
 fn wrong_types_say_what_was_found() {
     assert_eq!(

@@ -67,6 +67,27 @@ fn an_unknown_top_level_key_is_an_error_the_top_level_is_strict() {
     );
 }
 
+/// A mistyped top-level key is one error that names the key meant, and no warning besides.
+#[test]
+fn a_mistyped_top_level_key_is_one_error_that_names_the_key_meant() {
+    let (path, text) = workflow("default-mini");
+    let text = support::edit(&text, "max_steps: 21\n", "max_step: 21\n");
+    let failed = match load_str(&text, &path, &LoadOptions::default()) {
+        Ok(_) => panic!("a mistyped top-level key still loads"),
+        Err(failed) => failed,
+    };
+    let about = |d: &&Diagnostic| d.path == "max_step";
+    let errors: Vec<&Diagnostic> = failed.errors.iter().filter(about).collect();
+    assert_eq!(errors.len(), 1, "{errors:#?}");
+    assert!(
+        errors[0].message.contains("did you mean `max_steps`?"),
+        "{}",
+        errors[0].message
+    );
+    let warnings: Vec<&Diagnostic> = failed.warnings.iter().filter(about).collect();
+    assert!(warnings.is_empty(), "{warnings:#?}");
+}
+
 #[test]
 fn removed_top_level_keys_say_where_the_setting_went() {
     caught(

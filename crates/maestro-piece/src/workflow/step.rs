@@ -1856,6 +1856,15 @@ fn read_rules(
                 );
                 None
             }
+            (Some((_, p)), None) if role == Role::Sub => {
+                cx.sink.ignored(
+                    "next",
+                    &p,
+                    r.key_span("next").unwrap_or(item.span),
+                    "a parallel sub-step's rules only classify its result; the parent step's rules pick the next step",
+                );
+                None
+            }
             (Some((n, p)), None) => {
                 let text = string(&mut cx.sink, n, &p);
                 match text {
@@ -1869,7 +1878,17 @@ fn read_rules(
                             &p,
                             n.span,
                             format!(
-                                "unknown step `{t}`; known: {}, COMPLETE, ABORT",
+                                "unknown step `{t}`{}; known: {}, COMPLETE, ABORT",
+                                crate::catalog::closest(
+                                    t,
+                                    scope
+                                        .steps
+                                        .iter()
+                                        .map(String::as_str)
+                                        .chain(["COMPLETE", "ABORT"])
+                                )
+                                .map(|near| format!("; did you mean `{near}`?"))
+                                .unwrap_or_default(),
                                 known_list(&scope.steps)
                             ),
                         );

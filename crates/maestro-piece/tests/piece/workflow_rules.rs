@@ -88,6 +88,40 @@ fn a_mistyped_top_level_key_is_one_error_that_names_the_key_meant() {
     assert!(warnings.is_empty(), "{warnings:#?}");
 }
 
+/// A `next` on a parallel sub-step's rule routes nothing (the parent's rules do): it is said,
+/// not taken silently.
+#[test]
+fn a_next_on_a_parallel_sub_step_rule_is_ignored_with_a_warning() {
+    let (path, text) = workflow("compound-eye");
+    let text = support::edit(
+        &text,
+        "          - condition: failed\n        output_contracts:\n          report:\n            - name: eye1-review.md\n",
+        "          - condition: failed\n            next: COMPLETE\n        output_contracts:\n          report:\n            - name: eye1-review.md\n",
+    );
+    let loaded = load_str(&text, &path, &LoadOptions::default()).unwrap();
+    assert!(
+        loaded
+            .warnings
+            .iter()
+            .any(|w| w.message.starts_with("`next` is ignored: a parallel sub-step's rules")),
+        "{:#?}",
+        loaded.warnings
+    );
+}
+
+/// A mistyped step name in `next` names the step meant.
+#[test]
+fn a_mistyped_next_names_the_step_meant() {
+    caught(
+        "compound-eye",
+        "next: synthesize",
+        "next: synthesise",
+        "next: synthesise",
+        "steps[0].rules[1].next",
+        "unknown step `synthesise`; did you mean `synthesize`?",
+    );
+}
+
 #[test]
 fn removed_top_level_keys_say_where_the_setting_went() {
     caught(

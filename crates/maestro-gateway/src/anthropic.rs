@@ -25,10 +25,11 @@ use serde_json::{Map, Value, json};
 use crate::errors::{error_response, stream_error_event};
 use crate::gateway::Gateway;
 use crate::proxy::{
-    Endpoint, Failure, Meter, TokenCounts, describe, fail, first_byte, timeout_text,
+    Endpoint, Failure, Meter, TokenCounts, content_type_text, describe, fail, first_byte,
+    is_event_stream, status_failure, timeout_text,
 };
 use crate::route::Upstream;
-use crate::stream::{data_of, event_end};
+use crate::stream::{data_of, event_end, idle_limited};
 use crate::usage::UsageStatus;
 
 type UpstreamBody = Pin<Box<dyn Stream<Item = reqwest::Result<Bytes>> + Send>>;
@@ -143,20 +144,23 @@ impl Call<'_> {
         };
         let status = answer.status();
         if status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error() {
-            let reason = if status == StatusCode::TOO_MANY_REQUESTS {
-                "status_429"
-            } else {
-                "status_5xx"
-            };
-            return Attempt::Failed(fail(
-                inner,
-                upstream,
-                reason,
-                format!("HTTP {}", status.as_u16()),
-                Some(status),
-            ));
+            return Attempt::Failed(status_failure(inner, upstream, answer, deadline).await);
         }
         if self.stream && status.is_success() {
+            let content_type = answer.headers().get(header::CONTENT_TYPE);
+            if !is_event_stream(content_type) {
+                return Attempt::Failed(fail(
+                    inner,
+                    upstream,
+                    "invalid",
+                    format!(
+                        "HTTP {} with {} instead of text/event-stream for a streamed request",
+                        status.as_u16(),
+                        content_type_text(content_type)
+                    ),
+                    None,
+                ));
+            }
             let mut translating = Translating {
                 translator: StreamTranslator::new(meter_model(meter)),
                 buf: BytesMut::new(),
@@ -204,6 +208,7 @@ impl Call<'_> {
                 }
             };
             first_byte(inner, meter);
+            let body = idle_limited(body, inner.stream_idle_timeout);
             let stream = TranslatedStream {
                 gateway: self.gateway.clone(),
                 meter: meter.clone(),
@@ -359,7 +364,7 @@ struct TranslatedStream {
     meter: Meter,
     upstream_name: String,
     pending: Option<Bytes>,
-    body: UpstreamBody,
+    body: crate::stream::Upstream,
     translating: Translating,
     ended: bool,
     finished: bool,
@@ -440,7 +445,7 @@ impl Stream for TranslatedStream {
                     }
                 }
                 Poll::Ready(Some(Err(e))) => {
-                    let out = this.cut(b"", &describe(&e));
+                    let out = this.cut(b"", &e);
                     return Poll::Ready(Some(Ok(out)));
                 }
                 Poll::Ready(None) => {

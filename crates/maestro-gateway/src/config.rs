@@ -16,13 +16,18 @@ pub struct GatewayConfig {
     pub upstreams: BTreeMap<String, UpstreamConfig>,
     /// The model names clients ask for, each routed to one or more upstream models.
     pub models: BTreeMap<String, Vec<RouteTarget>>,
-    /// How long an upstream that failed (connect error, 429, 5xx) is passed over, in seconds.
+    /// How long an upstream that failed (connect error, 429, 5xx) is passed over, in seconds;
+    /// longer when its 429 or 5xx asks so with `Retry-After` (at most 600 s).
     pub cooldown_secs: u64,
     /// How long to wait for an upstream's TCP (and TLS) connection, in seconds.
     pub connect_timeout_secs: u64,
     /// The longest a request may take at an upstream before its first byte, in seconds; a
     /// stream may then last as long as the upstream keeps sending.
     pub first_byte_timeout_secs: u64,
+    /// The longest a stream may go without a chunk from its upstream once its first byte came,
+    /// in seconds; past it the stream is cut (the SSE `stream_cut` error event) and recorded
+    /// `cut`.
+    pub stream_idle_timeout_secs: u64,
     /// The answer cap (`max_tokens`) written into a chat request that has none when its key
     /// has a budget, so that the reservation made for it bounds what it can spend.
     pub default_max_tokens: u64,
@@ -37,6 +42,7 @@ impl Default for GatewayConfig {
             cooldown_secs: 30,
             connect_timeout_secs: 10,
             first_byte_timeout_secs: 600,
+            stream_idle_timeout_secs: 60,
             default_max_tokens: 4096,
         }
     }
@@ -214,6 +220,7 @@ impl GatewayConfig {
         for (field, value) in [
             ("connect_timeout_secs", self.connect_timeout_secs),
             ("first_byte_timeout_secs", self.first_byte_timeout_secs),
+            ("stream_idle_timeout_secs", self.stream_idle_timeout_secs),
         ] {
             if value == 0 {
                 fail(

@@ -87,6 +87,8 @@ pub(crate) struct Inner {
     >,
     pub cooldown: Duration,
     pub first_byte_timeout: Duration,
+    /// The longest a stream may go without a chunk after its first.
+    pub stream_idle_timeout: Duration,
     pub epoch: Instant,
     /// The answer cap written into a budgeted request without one.
     pub default_max_tokens: u64,
@@ -222,6 +224,7 @@ impl Gateway {
                 writer: Mutex::new(writer),
                 cooldown: Duration::from_secs(config.cooldown_secs),
                 first_byte_timeout: Duration::from_secs(config.first_byte_timeout_secs.max(1)),
+                stream_idle_timeout: Duration::from_secs(config.stream_idle_timeout_secs.max(1)),
                 epoch: Instant::now(),
                 default_max_tokens: config.default_max_tokens.max(1),
                 limits: crate::limits::Limits::default(),

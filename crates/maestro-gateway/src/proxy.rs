@@ -26,7 +26,7 @@ use crate::metrics::{
 };
 use crate::route::Route;
 use crate::route::millis_since;
-use crate::stream::MeteredStream;
+use crate::stream::{MeteredStream, idle_limited};
 use crate::usage::{UsageRecord, UsageStatus};
 
 /// The header a Maestro run names its job with.
@@ -283,6 +283,8 @@ pub(crate) struct Failure {
     upstream: String,
     detail: String,
     status: Option<StatusCode>,
+    /// The upstream's `Retry-After`, in seconds.
+    retry_after: Option<u64>,
 }
 
 async fn proxy(
@@ -478,22 +480,25 @@ async fn proxy(
         };
         let status = answer.status();
         if status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error() {
-            let reason = if status == StatusCode::TOO_MANY_REQUESTS {
-                "status_429"
-            } else {
-                "status_5xx"
-            };
-            failures.push(fail(
-                inner,
-                upstream,
-                reason,
-                format!("HTTP {}", status.as_u16()),
-                Some(status),
-            ));
+            failures.push(status_failure(inner, upstream, answer, deadline).await);
             continue;
         }
         let content_type = answer.headers().get(header::CONTENT_TYPE).cloned();
         if stream && status.is_success() {
+            if !is_event_stream(content_type.as_ref()) {
+                failures.push(fail(
+                    inner,
+                    upstream,
+                    "invalid",
+                    format!(
+                        "HTTP {} with {} instead of text/event-stream for a streamed request",
+                        status.as_u16(),
+                        content_type_text(content_type.as_ref())
+                    ),
+                    None,
+                ));
+                continue;
+            }
             let mut body = answer.bytes_stream();
             let first = match tokio::time::timeout_at(deadline, body.next()).await {
                 Ok(Some(Ok(first))) => first,
@@ -528,7 +533,7 @@ async fn proxy(
                 meter,
                 upstream.name.clone(),
                 first,
-                Box::pin(body),
+                idle_limited(body, inner.stream_idle_timeout),
                 !client_wants_usage,
             );
             let mut response = Response::new(Body::from_stream(metered));
@@ -559,16 +564,29 @@ async fn proxy(
                 continue;
             }
         };
-        first_byte(inner, &meter);
         let (usage_status, counts) = if status.is_success() {
-            let counts = serde_json::from_slice::<AnswerUsage>(&bytes)
-                .ok()
-                .and_then(|a| a.usage)
-                .unwrap_or_default();
+            // A success that is not a JSON object is a broken answer: the next upstream may
+            // give a real one.
+            let Some(counts) = whole_answer(&bytes) else {
+                failures.push(fail(
+                    inner,
+                    upstream,
+                    "invalid",
+                    format!(
+                        "HTTP {} with a body that is not a JSON object ({}, {} bytes)",
+                        status.as_u16(),
+                        content_type_text(content_type.as_ref()),
+                        bytes.len()
+                    ),
+                    None,
+                ));
+                continue;
+            };
             (UsageStatus::Ok, counts)
         } else {
             (UsageStatus::Rejected, TokenCounts::default())
         };
+        first_byte(inner, &meter);
         meter.finish(inner, usage_status, status.as_u16(), counts);
         let mut response = Response::new(Body::from(bytes));
         *response.status_mut() = status;
@@ -612,7 +630,13 @@ async fn proxy(
         .iter()
         .map(|f| format!("{}: {}", f.upstream, f.detail))
         .collect();
-    error_response(
+    // The soonest any busy upstream said it would take requests again.
+    let retry_after = if all_busy {
+        failures.iter().filter_map(|f| f.retry_after).min()
+    } else {
+        None
+    };
+    let mut response = error_response(
         status,
         "upstream_error",
         if all_busy {
@@ -621,11 +645,48 @@ async fn proxy(
             "upstreams_failed"
         },
         format!(
-            "every upstream of the model {model:?} failed before answering ({}); each is passed over for {} s after a failure; try again later",
+            "every upstream of the model {model:?} failed before answering ({}); each is passed over for {} s after a failure (longer when its Retry-After asks it); try again later",
             tried.join("; "),
             inner.cooldown.as_secs()
         ),
-    )
+    );
+    if let Some(seconds) = retry_after {
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+    }
+    response
+}
+
+/// The token counts of a whole answer that is a JSON object (none reported: zero); `None`
+/// when the body is not one.
+fn whole_answer(bytes: &[u8]) -> Option<TokenCounts> {
+    if bytes.trim_ascii_start().first() != Some(&b'{') {
+        return None;
+    }
+    match serde_json::from_slice::<AnswerUsage>(bytes) {
+        Ok(answer) => Some(answer.usage.unwrap_or_default()),
+        // An object whose `usage` has another shape is still an answer, uncounted.
+        Err(_) => serde_json::from_slice::<serde::de::IgnoredAny>(bytes)
+            .ok()
+            .map(|_| TokenCounts::default()),
+    }
+}
+
+/// Whether a content type is `text/event-stream` (parameters aside).
+pub(crate) fn is_event_stream(content_type: Option<&HeaderValue>) -> bool {
+    content_type
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("text/event-stream"))
+}
+
+/// A content type in words, for a failure's detail.
+pub(crate) fn content_type_text(content_type: Option<&HeaderValue>) -> String {
+    match content_type.and_then(|v| v.to_str().ok()) {
+        Some(v) => format!("content-type {:?}", v.chars().take(100).collect::<String>()),
+        None => "no content-type".into(),
+    }
 }
 
 /// A keyed request's admission: its key's rate limits, then a reservation on its key's budget
@@ -730,7 +791,134 @@ pub(crate) fn fail(
     detail: String,
     status: Option<StatusCode>,
 ) -> Failure {
-    let cooldown_ms = u64::try_from(inner.cooldown.as_millis()).unwrap_or(u64::MAX);
+    fail_after(inner, upstream, reason, detail, status, None)
+}
+
+/// The longest cool-down an upstream's `Retry-After` gives it.
+const MAX_RETRY_AFTER_SECS: u64 = 600;
+/// The most of an upstream's error message repeated in the gateway's, in characters.
+const MAX_UPSTREAM_MESSAGE: usize = 300;
+/// The most of an upstream's error body read for its message.
+const MAX_ERROR_BODY: usize = 64 * 1024;
+/// The longest wait for an upstream's error body.
+const ERROR_BODY_WAIT: Duration = Duration::from_secs(5);
+
+/// An upstream's 429 or 5xx as a failure: its `Retry-After` (seconds) sets its cool-down when
+/// longer than `gateway.cooldown_secs` (at most [`MAX_RETRY_AFTER_SECS`]), and its error's
+/// `message` is kept in the detail.
+pub(crate) async fn status_failure(
+    inner: &Inner,
+    upstream: &crate::route::Upstream,
+    mut answer: reqwest::Response,
+    deadline: tokio::time::Instant,
+) -> Failure {
+    let status = answer.status();
+    let reason = if status == StatusCode::TOO_MANY_REQUESTS {
+        "status_429"
+    } else {
+        "status_5xx"
+    };
+    let retry_after = retry_after_secs(answer.headers());
+    let until = deadline.min(tokio::time::Instant::now() + ERROR_BODY_WAIT);
+    let mut body = Vec::new();
+    while body.len() < MAX_ERROR_BODY {
+        match tokio::time::timeout_at(until, answer.chunk()).await {
+            Ok(Ok(Some(chunk))) => body.extend_from_slice(&chunk),
+            _ => break,
+        }
+    }
+    let mut detail = format!("HTTP {}", status.as_u16());
+    if let Some(message) = upstream_message(&body, upstream) {
+        detail.push_str(": ");
+        detail.push_str(&message);
+    }
+    fail_after(inner, upstream, reason, detail, Some(status), retry_after)
+}
+
+/// `Retry-After` in its seconds form.
+fn retry_after_secs(headers: &HeaderMap) -> Option<u64> {
+    let value = headers.get(header::RETRY_AFTER)?.to_str().ok()?.trim();
+    if let Ok(seconds) = value.parse::<u64>() {
+        return Some(seconds);
+    }
+    let seconds = value.parse::<f64>().ok()?;
+    // Whole seconds, rounded up; the cast saturates.
+    (seconds.is_finite() && seconds >= 0.0).then(|| seconds.ceil() as u64)
+}
+
+/// The `error.message` of an upstream's JSON error body, on one line, at most
+/// [`MAX_UPSTREAM_MESSAGE`] characters, with the upstream's key and anything like a key
+/// blanked out.
+fn upstream_message(body: &[u8], upstream: &crate::route::Upstream) -> Option<String> {
+    let value: Value = serde_json::from_slice(body).ok()?;
+    let message = value
+        .pointer("/error/message")
+        .or_else(|| value.get("error").filter(|e| e.is_string()))
+        .or_else(|| value.get("message"))
+        .and_then(Value::as_str)?;
+    let mut text: String = message
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    if let Some(key) = upstream
+        .authorization
+        .as_ref()
+        .and_then(|a| a.to_str().ok())
+        .map(|a| a.strip_prefix("Bearer ").unwrap_or(a).trim())
+        .filter(|k| !k.is_empty())
+    {
+        text = text.replace(key, "[redacted]");
+    }
+    let text = text
+        .split_whitespace()
+        .map(|word| {
+            if looks_like_key(word) {
+                "[redacted]"
+            } else {
+                word
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ");
+    if text.is_empty() {
+        return None;
+    }
+    let mut chars = text.chars();
+    let mut short: String = chars.by_ref().take(MAX_UPSTREAM_MESSAGE).collect();
+    if chars.next().is_some() {
+        short.push('…');
+    }
+    Some(short)
+}
+
+/// A word that may be an API key: `sk-…`, `mk-…` and the like, or a long run of key
+/// characters.
+fn looks_like_key(word: &str) -> bool {
+    let word = word.trim_matches(|c: char| !c.is_ascii_alphanumeric() && c != '-' && c != '_');
+    let prefixed = ["sk-", "mk-", "sk_", "key-", "pk-", "rk-"]
+        .iter()
+        .any(|p| word.len() > p.len() + 4 && word.to_ascii_lowercase().starts_with(p));
+    let long_token = word.len() >= 32
+        && word
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        && word.chars().any(|c| c.is_ascii_digit());
+    prefixed || long_token
+}
+
+/// [`fail`], the cool-down lengthened to `retry_after` seconds when the upstream asked for
+/// more than `gateway.cooldown_secs` (at most [`MAX_RETRY_AFTER_SECS`]).
+fn fail_after(
+    inner: &Inner,
+    upstream: &crate::route::Upstream,
+    reason: &'static str,
+    detail: String,
+    status: Option<StatusCode>,
+    retry_after: Option<u64>,
+) -> Failure {
+    let asked = Duration::from_secs(retry_after.unwrap_or(0).min(MAX_RETRY_AFTER_SECS));
+    let cooldown = inner.cooldown.max(asked);
+    let cooldown_ms = u64::try_from(cooldown.as_millis()).unwrap_or(u64::MAX);
     upstream.cool_down(millis_since(inner.epoch).saturating_add(cooldown_ms));
     inner
         .metrics
@@ -745,6 +933,7 @@ pub(crate) fn fail(
         upstream: upstream.name.clone(),
         detail,
         status,
+        retry_after,
     }
 }
 

@@ -4,18 +4,48 @@
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use futures::Stream;
+use futures::{Stream, StreamExt as _};
 use serde::Deserialize;
 use serde::de::IgnoredAny;
 
 use crate::errors::stream_error_event;
 use crate::gateway::Gateway;
-use crate::proxy::{Meter, TokenCounts};
+use crate::proxy::{Meter, TokenCounts, describe};
 use crate::usage::UsageStatus;
 
-type Upstream = Pin<Box<dyn Stream<Item = reqwest::Result<Bytes>> + Send>>;
+/// The rest of an upstream's stream after its first chunk: its chunks, or why it broke off
+/// (an error of the connection, or no chunk for the idle timeout), after which it ends.
+pub(crate) type Upstream = Pin<Box<dyn Stream<Item = Result<Bytes, String>> + Send>>;
+
+/// `body` with `idle` as the longest wait for each chunk: past it, an error in words and the
+/// end (the upstream's connection is dropped with it).
+pub(crate) fn idle_limited<S>(body: S, idle: Duration) -> Upstream
+where
+    S: Stream<Item = reqwest::Result<Bytes>> + Send + 'static,
+{
+    let body = Box::pin(body);
+    Box::pin(futures::stream::unfold(
+        Some(body),
+        move |state| async move {
+            let mut body = state?;
+            match tokio::time::timeout(idle, body.next()).await {
+                Ok(Some(Ok(bytes))) => Some((Ok(bytes), Some(body))),
+                Ok(Some(Err(e))) => Some((Err(describe(&e)), None)),
+                Ok(None) => None,
+                Err(_) => Some((
+                    Err(format!(
+                        "it sent nothing for {} s (gateway.stream_idle_timeout_secs)",
+                        idle.as_secs()
+                    )),
+                    None,
+                )),
+            }
+        },
+    ))
+}
 
 /// The client's side of a streamed answer.
 pub(crate) struct MeteredStream {
@@ -167,7 +197,7 @@ impl Stream for MeteredStream {
                 }
                 Some(Err(e)) => {
                     this.ended = true;
-                    let out = this.cut(&e.to_string());
+                    let out = this.cut(&e);
                     return Poll::Ready(Some(Ok(out)));
                 }
                 None => {

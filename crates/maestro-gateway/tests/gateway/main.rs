@@ -10,3 +10,4 @@ mod cached_pricing;
 mod keys;
 mod openai_client;
 mod proxy;
+mod upstream_faults;

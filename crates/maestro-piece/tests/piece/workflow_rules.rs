@@ -100,10 +100,9 @@ fn a_next_on_a_parallel_sub_step_rule_is_ignored_with_a_warning() {
     );
     let loaded = load_str(&text, &path, &LoadOptions::default()).unwrap();
     assert!(
-        loaded
-            .warnings
-            .iter()
-            .any(|w| w.message.starts_with("`next` is ignored: a parallel sub-step's rules")),
+        loaded.warnings.iter().any(|w| w
+            .message
+            .starts_with("`next` is ignored: a parallel sub-step's rules")),
         "{:#?}",
         loaded.warnings
     );

@@ -118,7 +118,9 @@ fn below_a_takt_root_only_workflows_and_pieces_are_discovered() {
     let found = discover(&builtins);
     assert_eq!(found.len(), 64, "{found:#?}");
     assert!(
-        found.iter().all(|f| f.parent() == Some(workflows_dir().as_path())),
+        found
+            .iter()
+            .all(|f| f.parent() == Some(workflows_dir().as_path())),
         "{found:#?}"
     );
     let project = tempfile::tempdir().unwrap();
@@ -148,7 +150,11 @@ fn below_a_takt_root_only_workflows_and_pieces_are_discovered() {
     };
     assert_eq!(
         names(discover(project.path())),
-        [".takt/pieces/old.yaml", ".takt/workflows/mine.yaml", "other.yaml"]
+        [
+            ".takt/pieces/old.yaml",
+            ".takt/workflows/mine.yaml",
+            "other.yaml"
+        ]
     );
     assert_eq!(
         names(discover(&takt)),

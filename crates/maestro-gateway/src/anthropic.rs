@@ -25,8 +25,8 @@ use serde_json::{Map, Value, json};
 use crate::errors::{error_response, stream_error_event};
 use crate::gateway::Gateway;
 use crate::proxy::{
-    Endpoint, Failure, Meter, TokenCounts, content_type_text, describe, fail, first_byte,
-    is_event_stream, status_failure, timeout_text,
+    Endpoint, Failure, Meter, TokenCounts, describe, fail, first_byte, is_event_stream,
+    not_a_stream, status_failure, timeout_text,
 };
 use crate::route::Upstream;
 use crate::stream::{data_of, event_end, idle_limited};
@@ -149,17 +149,7 @@ impl Call<'_> {
         if self.stream && status.is_success() {
             let content_type = answer.headers().get(header::CONTENT_TYPE);
             if !is_event_stream(content_type) {
-                return Attempt::Failed(fail(
-                    inner,
-                    upstream,
-                    "invalid",
-                    format!(
-                        "HTTP {} with {} instead of text/event-stream for a streamed request",
-                        status.as_u16(),
-                        content_type_text(content_type)
-                    ),
-                    None,
-                ));
+                return Attempt::Failed(not_a_stream(inner, upstream, status, content_type));
             }
             let mut translating = Translating {
                 translator: StreamTranslator::new(meter_model(meter)),

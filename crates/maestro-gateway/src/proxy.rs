@@ -486,17 +486,7 @@ async fn proxy(
         let content_type = answer.headers().get(header::CONTENT_TYPE).cloned();
         if stream && status.is_success() {
             if !is_event_stream(content_type.as_ref()) {
-                failures.push(fail(
-                    inner,
-                    upstream,
-                    "invalid",
-                    format!(
-                        "HTTP {} with {} instead of text/event-stream for a streamed request",
-                        status.as_u16(),
-                        content_type_text(content_type.as_ref())
-                    ),
-                    None,
-                ));
+                failures.push(not_a_stream(inner, upstream, status, content_type.as_ref()));
                 continue;
             }
             let mut body = answer.bytes_stream();
@@ -687,6 +677,27 @@ pub(crate) fn content_type_text(content_type: Option<&HeaderValue>) -> String {
         Some(v) => format!("content-type {:?}", v.chars().take(100).collect::<String>()),
         None => "no content-type".into(),
     }
+}
+
+/// The failure of an upstream that answered a streamed request with something other than
+/// `text/event-stream`: nothing of it is sent, and the next upstream is tried.
+pub(crate) fn not_a_stream(
+    inner: &Inner,
+    upstream: &crate::route::Upstream,
+    status: StatusCode,
+    content_type: Option<&HeaderValue>,
+) -> Failure {
+    fail(
+        inner,
+        upstream,
+        "invalid",
+        format!(
+            "HTTP {} with {} instead of text/event-stream for a streamed request",
+            status.as_u16(),
+            content_type_text(content_type)
+        ),
+        None,
+    )
 }
 
 /// A keyed request's admission: its key's rate limits, then a reservation on its key's budget

@@ -9,27 +9,13 @@ use maestro_testkit::{ScriptedLlm, Turn};
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 
-use support::{client, closed_port, serve};
+use support::{client, closed_port, serve, sse};
 
 fn one_upstream(url: &str) -> Value {
     json!({
         "upstreams": {"primary": {"kind": "openai", "base_url": url}},
         "models": {"team-model": [{"upstream": "primary", "model": "some-model"}]},
     })
-}
-
-/// Reads an SSE body into its `data:` payloads and the names of its `event:` lines.
-fn sse(body: &str) -> (Vec<String>, Vec<String>) {
-    let mut data = Vec::new();
-    let mut events = Vec::new();
-    for line in body.lines() {
-        if let Some(d) = line.strip_prefix("data: ") {
-            data.push(d.to_string());
-        } else if let Some(e) = line.strip_prefix("event: ") {
-            events.push(e.to_string());
-        }
-    }
-    (data, events)
 }
 
 #[tokio::test]

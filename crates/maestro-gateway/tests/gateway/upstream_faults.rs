@@ -16,7 +16,7 @@ use maestro_gateway::{GatewayConfig, UsageStatus};
 use maestro_protocol::Secret;
 use serde_json::{Value, json};
 
-use support::{client, key, serve, serve_config, serve_keyed};
+use support::{client, key, serve, serve_config, serve_keyed, sse};
 
 /// Serves `app` on 127.0.0.1 and gives its OpenAI base URL (`http://…/v1`).
 async fn upstream(app: Router) -> String {
@@ -83,19 +83,6 @@ fn routed(upstreams: &[(&str, &str)], extra: Value) -> Value {
     config
 }
 
-fn sse_events(body: &str) -> (Vec<String>, Vec<String>) {
-    let mut data = Vec::new();
-    let mut events = Vec::new();
-    for line in body.lines() {
-        if let Some(d) = line.strip_prefix("data: ") {
-            data.push(d.to_string());
-        } else if let Some(e) = line.strip_prefix("event: ") {
-            events.push(e.to_string());
-        }
-    }
-    (data, events)
-}
-
 #[tokio::test]
 async fn a_stream_that_stalls_after_its_first_chunks_is_cut_after_the_idle_timeout_and_settled() {
     // Three chunks, then nothing for far longer than the idle timeout.
@@ -140,7 +127,7 @@ async fn a_stream_that_stalls_after_its_first_chunks_is_cut_after_the_idle_timeo
     let text = answer.text().await.unwrap();
     let took = started.elapsed();
     assert!(took < Duration::from_secs(10), "took {took:?}: {text}");
-    let (data, events) = sse_events(&text);
+    let (data, events) = sse(&text);
     assert_eq!(events, ["error"], "{text}");
     assert!(!data.iter().any(|d| d == "[DONE]"), "{text}");
     let content: String = data

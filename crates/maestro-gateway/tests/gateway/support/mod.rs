@@ -223,6 +223,20 @@ pub(crate) fn closed_port() -> SocketAddr {
 }
 
 /// The HTTP client of the tests.
+/// Reads an SSE body into its `data:` payloads and the names of its `event:` lines.
+pub(crate) fn sse(body: &str) -> (Vec<String>, Vec<String>) {
+    let mut data = Vec::new();
+    let mut events = Vec::new();
+    for line in body.lines() {
+        if let Some(d) = line.strip_prefix("data: ") {
+            data.push(d.to_string());
+        } else if let Some(e) = line.strip_prefix("event: ") {
+            events.push(e.to_string());
+        }
+    }
+    (data, events)
+}
+
 pub(crate) fn client() -> reqwest::Client {
     reqwest::Client::builder()
         .timeout(Duration::from_secs(30))

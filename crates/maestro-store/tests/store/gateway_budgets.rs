@@ -16,7 +16,8 @@ use serde_json::{Value, json};
 
 use common::Db;
 
-/// The prompt every request sends: its estimate is 8 tokens (32 bytes of JSON, 4 a token).
+/// The prompt every request sends: its estimate is 64 tokens (32 bytes of JSON, 4 a token: 8;
+/// and the chat template's allowance, 48 a request and 8 a message).
 fn prompt() -> Value {
     json!([{"role": "user", "content": "hi"}])
 }
@@ -126,16 +127,16 @@ async fn settled(store: &Store, budget: &str) -> maestro_store::BudgetState {
 
 async fn a_burst_never_passes_a_keys_budget(db: Db) {
     let store = db.open().await;
-    // Each answer spends 8 prompt and 10 answer tokens: exactly what a request reserves (its
-    // prompt's estimate and its max_tokens), so the budget of 180 fits ten.
+    // Each answer spends 64 prompt and 10 answer tokens: exactly what a request reserves (its
+    // prompt's estimate and its max_tokens), so the budget of 740 fits ten.
     let upstream =
-        ScriptedLlm::start((0..100).map(|_| Turn::text("hello").with_usage(8, 10))).await;
+        ScriptedLlm::start((0..100).map(|_| Turn::text("hello").with_usage(64, 10))).await;
     let served = serve(&store, &upstream, per_mtok(1.0)).await;
     let (secret, key) = make_key(
         &store,
         "team",
         Limits {
-            budget_tokens: Some(180),
+            budget_tokens: Some(740),
             ..NONE
         },
     )
@@ -161,7 +162,7 @@ async fn a_burst_never_passes_a_keys_budget(db: Db) {
                 let error = &body["error"];
                 assert_eq!(error["code"], "budget_exceeded", "{body}");
                 assert_eq!(error["budget"]["cap"], "tokens", "{body}");
-                assert_eq!(error["budget"]["limit"], 180, "{body}");
+                assert_eq!(error["budget"]["limit"], 740, "{body}");
                 assert_eq!(error["budget"]["resets_at"], Value::Null, "{body}");
                 let message = error["message"].as_str().unwrap();
                 assert!(
@@ -182,7 +183,7 @@ async fn a_burst_never_passes_a_keys_budget(db: Db) {
     // The client's own answer cap went upstream unchanged.
     assert!(upstream.requests().iter().all(|r| r["max_tokens"] == 10));
     let state = settled(&store, &format!("key:{}", key.id)).await;
-    assert_eq!(state.spent.tokens, 180);
+    assert_eq!(state.spent.tokens, 740);
 
     served.gateway.close().await;
     served.server.abort();
@@ -195,7 +196,7 @@ async fn a_burst_never_passes_a_keys_budget(db: Db) {
         .find(|r| r.key.as_deref() == Some("team"))
         .unwrap();
     assert_eq!(team.requests, 10);
-    assert!(team.prompt_tokens + team.completion_tokens <= 180);
+    assert!(team.prompt_tokens + team.completion_tokens <= 740);
 }
 
 on_both_backends!(a_burst_never_passes_a_keys_budget);
@@ -203,14 +204,14 @@ on_both_backends!(a_burst_never_passes_a_keys_budget);
 async fn a_dollar_budget_per_day_refuses_with_its_reset_and_needs_prices(db: Db) {
     let store = db.open().await;
     let upstream = ScriptedLlm::start((0..4).map(|_| Turn::text("hello").with_usage(8, 10))).await;
-    // 8 prompt tokens at $10/M and 100 answer tokens at $10/M: a request reserves $0.00108;
-    // the answer spends 18 tokens, $0.00018.
+    // 64 prompt tokens (the estimate) at $10/M and 100 answer tokens at $10/M: a request
+    // reserves $0.00164; the answer spends 18 tokens, $0.00018.
     let served = serve(&store, &upstream, per_mtok(10.0)).await;
     let (secret, key) = make_key(
         &store,
         "daily",
         Limits {
-            budget_micro_usd: Some(1_200),
+            budget_micro_usd: Some(1_700),
             period: Some("day"),
             ..NONE
         },
@@ -225,13 +226,13 @@ async fn a_dollar_budget_per_day_refuses_with_its_reset_and_needs_prices(db: Db)
     let state = settled(&store, &budget).await;
     assert_eq!(state.spent.micro_usd, 180);
     assert_eq!(state.spent.tokens, 18);
-    // $0.00018 spent: another $0.00108 would pass $0.0012.
+    // $0.00018 spent: another $0.00164 would pass $0.0017.
     let (status, answer) = call(&http, &served.base, &secret, body.clone()).await;
     assert_eq!(status, 429, "{answer}");
     let error = &answer["error"];
     assert_eq!(error["budget"]["cap"], "usd");
     assert_eq!(error["budget"]["period"], "day");
-    assert_eq!(error["budget"]["limit"], 0.0012);
+    assert_eq!(error["budget"]["limit"], 0.0017);
     assert_eq!(error["budget"]["spent"], 0.00018);
     let tomorrow = today.next_day().unwrap();
     assert_eq!(
@@ -244,7 +245,7 @@ async fn a_dollar_budget_per_day_refuses_with_its_reset_and_needs_prices(db: Db)
         message.contains("dollar budget per day") && message.contains("it resets at"),
         "{message}"
     );
-    // A smaller answer cap fits.
+    // A smaller answer cap fits ($0.00114 more).
     let small = json!({"model": "team-model", "messages": prompt(), "max_tokens": 50});
     assert_eq!(call(&http, &served.base, &secret, small).await.0, 200);
     served.gateway.close().await;
@@ -315,7 +316,7 @@ async fn a_budgeted_request_without_max_tokens_gets_the_default_cap(db: Db) {
     assert_eq!(status, 429, "{answer}");
     let message = answer["error"]["message"].as_str().unwrap();
     assert!(
-        message.contains("up to 4104 tokens") && message.contains("send a smaller max_tokens"),
+        message.contains("up to 4160 tokens") && message.contains("send a smaller max_tokens"),
         "{message}"
     );
     served.gateway.close().await;
@@ -369,13 +370,13 @@ async fn rpm_and_tpm_refuse_with_429_and_retry_after(db: Db) {
             .contains("limited to 3 requests per minute")
     );
 
-    // TPM 20: the first request counts its prompt's 8 and then its answer's 2 (10); the second
-    // is admitted below 20 and brings the minute to 20; a third finds the minute used.
+    // TPM 132: the first request counts its prompt's estimate, 64, and then its answer's 2 (66);
+    // the second is admitted below 132 and brings the minute to 132; a third finds it used.
     let (tpm_key, _) = make_key(
         &store,
         "tpm",
         Limits {
-            tpm: Some(20),
+            tpm: Some(132),
             ..NONE
         },
     )

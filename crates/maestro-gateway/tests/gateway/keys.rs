@@ -107,6 +107,22 @@ const HI_BYTES_ESTIMATE: u64 = 8;
 /// The chat template's allowance for one request of one message (docs/gateway.md).
 const TEMPLATE_ONE_MESSAGE: u64 = 48 + 8;
 
+/// `"hi"` asked of `team-model` with the key `BUDGETED`, `max_tokens` and `n` as given.
+async fn ask_hi(gateway: &Served, max_tokens: u64, n: u64) -> reqwest::Response {
+    client()
+        .post(format!("{}/chat/completions", gateway.base_url()))
+        .bearer_auth(BUDGETED)
+        .json(&json!({
+            "model": "team-model",
+            "messages": [{"role": "user", "content": "hi"}],
+            "max_tokens": max_tokens,
+            "n": n,
+        }))
+        .send()
+        .await
+        .unwrap()
+}
+
 #[tokio::test]
 async fn a_budget_reserves_the_chat_template_so_a_short_prompt_cannot_overrun_it() {
     // llama.cpp counts 31 prompt tokens for "hi" with its chat template.
@@ -119,17 +135,7 @@ async fn a_budget_reserves_the_chat_template_so_a_short_prompt_cannot_overrun_it
         vec![key(BUDGETED, "budgeted", None, Some(30))],
     )
     .await;
-    let answer = client()
-        .post(format!("{}/chat/completions", gateway.base_url()))
-        .bearer_auth(BUDGETED)
-        .json(&json!({
-            "model": "team-model",
-            "messages": [{"role": "user", "content": "hi"}],
-            "max_tokens": 16,
-        }))
-        .send()
-        .await
-        .unwrap();
+    let answer = ask_hi(&gateway, 16, 1).await;
     let status = answer.status();
     let body: Value = answer.json().await.unwrap();
     assert_eq!(status, 429, "{body}");
@@ -158,26 +164,14 @@ async fn n_choices_reserve_n_completions() {
         vec![key(BUDGETED, "budgeted", None, Some((prompt + 250) as i64))],
     )
     .await;
-    let chat = |n: u64| {
-        client()
-            .post(format!("{}/chat/completions", gateway.base_url()))
-            .bearer_auth(BUDGETED)
-            .json(&json!({
-                "model": "team-model",
-                "messages": [{"role": "user", "content": "hi"}],
-                "max_tokens": 100,
-                "n": n,
-            }))
-            .send()
-    };
-    let answer = chat(3).await.unwrap();
+    let answer = ask_hi(&gateway, 100, 3).await;
     let status = answer.status();
     let body: Value = answer.json().await.unwrap();
     assert_eq!(status, 429, "{body}");
     assert_eq!(body["error"]["code"], "budget_exceeded");
     assert!(upstream.requests().is_empty());
 
-    let answer = chat(1).await.unwrap();
+    let answer = ask_hi(&gateway, 100, 1).await;
     assert_eq!(answer.status(), 200);
     let reserved: Vec<u64> = gateway
         .store
@@ -200,18 +194,7 @@ async fn n_3_reserves_three_completions() {
         vec![key(BUDGETED, "budgeted", None, Some(10_000))],
     )
     .await;
-    let answer = client()
-        .post(format!("{}/chat/completions", gateway.base_url()))
-        .bearer_auth(BUDGETED)
-        .json(&json!({
-            "model": "team-model",
-            "messages": [{"role": "user", "content": "hi"}],
-            "max_tokens": 100,
-            "n": 3,
-        }))
-        .send()
-        .await
-        .unwrap();
+    let answer = ask_hi(&gateway, 100, 3).await;
     assert_eq!(answer.status(), 200);
     let reserved: Vec<u64> = gateway
         .store

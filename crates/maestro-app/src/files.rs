@@ -292,7 +292,8 @@ pub async fn read_job_file(
     Err(FileError::NoSuchFile { job, path: path.0 })
 }
 
-/// Why an input could not be laid out in the workspace.
+/// Why the job's inputs, or the outputs its earlier runs recorded, could not be laid out in
+/// the workspace a run starts in.
 #[derive(Debug, thiserror::Error)]
 pub enum InputError {
     /// The store failed.
@@ -302,6 +303,20 @@ pub enum InputError {
     #[error("the input file `input/{path}` cannot be written in the run's workspace")]
     Write {
         /// The file's path under `input/`.
+        path: String,
+        /// The run's workspace (not in the message, which a job's reason carries).
+        workspace: PathBuf,
+        /// Why.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// The store failed while the recorded outputs were read.
+    #[error("reading the job's recorded output files failed")]
+    OutputsStore(#[source] StoreError),
+    /// A recorded output could not be written back.
+    #[error("the recorded output file `output/{path}` cannot be written in the run's workspace")]
+    Output {
+        /// The file's path under `output/`.
         path: String,
         /// The run's workspace (not in the message, which a job's reason carries).
         workspace: PathBuf,
@@ -404,54 +419,25 @@ pub(crate) async fn collect_outputs(workspace: &Path, limits: FileLimits) -> Out
     let root = workspace.join("output");
     // Most runs leave nothing: a missing or empty `output/` is seen here, without a task on the
     // blocking pool (a thousand runs ending together would start hundreds of its threads).
-    match std::fs::read_dir(&root) {
-        // What the walk below finds in a directory it cannot read: nothing.
-        Err(_) => return Outputs::default(),
-        Ok(mut entries) => {
-            if entries.next().is_none() {
-                return Outputs::default();
-            }
-        }
+    if output_is_empty(&root) {
+        return Outputs::default();
     }
     tokio::task::spawn_blocking(move || {
-        let mut found = Vec::new();
-        let mut outputs = Outputs::default();
-        walk(&root, "", &mut found, &mut outputs.skipped);
-        found.sort();
-        let mut total: u64 = 0;
-        for (rel, abs) in found {
-            if outputs.files.len() >= limits.max_files {
-                outputs.skipped.push(format!(
-                    "output/{rel}: more than {} files (`files.max_files`)",
-                    limits.max_files
-                ));
-                continue;
-            }
-            let size = std::fs::symlink_metadata(&abs).map_or(0, |m| m.len());
-            if size > limits.max_file_bytes {
-                outputs.skipped.push(format!(
-                    "output/{rel}: {size} bytes, over {} per file (`files.max_upload_mb`)",
-                    limits.max_file_bytes
-                ));
-                continue;
-            }
-            if total.saturating_add(size) > limits.max_total_bytes {
-                outputs.skipped.push(format!(
-                    "output/{rel}: {size} bytes would take the job's outputs over {} bytes \
-                     (`files.max_job_mb`)",
-                    limits.max_total_bytes
-                ));
-                continue;
-            }
+        let scan = scan_outputs(&root, limits);
+        let mut outputs = Outputs {
+            files: Vec::with_capacity(scan.files.len()),
+            skipped: scan.skipped,
+        };
+        for seen in scan.files {
             // Opened without following a symlink, and only as a regular file.
-            match maestro_tools::regular_file::read(&abs) {
-                Ok(bytes) => {
-                    total = total.saturating_add(u64::try_from(bytes.len()).unwrap_or(u64::MAX));
-                    outputs.files.push(NewFile { path: rel, bytes });
-                }
+            match maestro_tools::regular_file::read(&seen.abs) {
+                Ok(bytes) => outputs.files.push(NewFile {
+                    path: seen.rel,
+                    bytes,
+                }),
                 Err(e) => outputs
                     .skipped
-                    .push(format!("output/{rel}: cannot be read ({e})")),
+                    .push(format!("output/{}: cannot be read ({e})", seen.rel)),
             }
         }
         outputs
@@ -461,6 +447,104 @@ pub(crate) async fn collect_outputs(workspace: &Path, limits: FileLimits) -> Out
         files: Vec::new(),
         skipped: vec![format!("output/: could not be read ({e})")],
     })
+}
+
+/// Whether `root` (a workspace's `output/`) is missing, unreadable or empty: one directory read,
+/// on the calling thread.
+pub(crate) fn output_is_empty(root: &Path) -> bool {
+    match std::fs::read_dir(root) {
+        // What the walk finds in a directory it cannot read: nothing.
+        Err(_) => true,
+        Ok(mut entries) => entries.next().is_none(),
+    }
+}
+
+/// What tells that a file under `output/` changed without reading it: its size, modification
+/// time and inode, as a scan saw them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Stamp {
+    size: u64,
+    modified: Option<std::time::SystemTime>,
+    inode: u64,
+}
+
+impl Stamp {
+    /// The stamp of the file `meta` describes.
+    pub(crate) fn of(meta: &std::fs::Metadata) -> Stamp {
+        use std::os::unix::fs::MetadataExt as _;
+        Stamp {
+            size: meta.len(),
+            modified: meta.modified().ok(),
+            inode: meta.ino(),
+        }
+    }
+}
+
+/// A regular file a scan of `output/` found within the limits.
+#[derive(Debug)]
+pub(crate) struct Seen {
+    /// Relative to `output/`, '/'-separated.
+    pub rel: String,
+    /// Its host path.
+    pub abs: PathBuf,
+    /// Its size and times when the scan saw it.
+    pub stamp: Stamp,
+}
+
+/// What [`scan_outputs`] found.
+#[derive(Debug, Default)]
+pub(crate) struct Scan {
+    /// The files within the limits, by path.
+    pub files: Vec<Seen>,
+    /// The files left out, each with why.
+    pub skipped: Vec<String>,
+}
+
+/// The regular files under `root` (a workspace's `output/`), by path, that are within `limits`
+/// (counted in path order, by their size on disk), with their stamps; nothing is read. Symlinks
+/// are never followed, FIFOs, sockets and devices are left out. Blocks: call it off the runtime.
+pub(crate) fn scan_outputs(root: &Path, limits: FileLimits) -> Scan {
+    let mut found = Vec::new();
+    let mut scan = Scan::default();
+    walk(root, "", &mut found, &mut scan.skipped);
+    found.sort();
+    let mut total: u64 = 0;
+    for (rel, abs) in found {
+        if scan.files.len() >= limits.max_files {
+            scan.skipped.push(format!(
+                "output/{rel}: more than {} files (`files.max_files`)",
+                limits.max_files
+            ));
+            continue;
+        }
+        let Ok(meta) = std::fs::symlink_metadata(&abs) else {
+            // Gone since the walk saw it.
+            continue;
+        };
+        let size = meta.len();
+        if size > limits.max_file_bytes {
+            scan.skipped.push(format!(
+                "output/{rel}: {size} bytes, over {} per file (`files.max_upload_mb`)",
+                limits.max_file_bytes
+            ));
+            continue;
+        }
+        if total.saturating_add(size) > limits.max_total_bytes {
+            scan.skipped.push(format!(
+                "output/{rel}: {size} bytes would take the job's outputs over {} bytes \
+                 (`files.max_job_mb`)",
+                limits.max_total_bytes
+            ));
+            continue;
+        }
+        total = total.saturating_add(size);
+        scan.files.push(Seen {
+            rel,
+            abs,
+            stamp: Stamp::of(&meta),
+        });
+    }
+    scan
 }
 
 /// Every regular file under `dir` (relative to `output/` as `prefix`), without following a

@@ -44,6 +44,7 @@ mod listing;
 mod live;
 mod models;
 mod outcome;
+mod outputs;
 mod piece_store;
 mod piece_view;
 mod pieces;
@@ -144,8 +145,8 @@ pub use piece_store::{
     put_piece, valid_piece_name, validate_piece_text,
 };
 pub use piece_view::{
-    EdgeKind, GraphEdge, GraphMovement, MovementKind, NoSuchMovement, PieceGraph, PieceLookupError,
-    loaded_piece, movement_prompt, piece_graph,
+    EdgeKind, GraphEdge, GraphMovement, MovementKind, MovementView, NoSuchMovement, PieceGraph,
+    PieceLookupError, Runs, loaded_piece, movement_prompt, movement_view, piece_graph,
 };
 pub use pieces::{
     AUTO, Available, Chosen, Found, PieceError, Skipped, available_pieces, classify_piece,

@@ -26,6 +26,7 @@ use crate::completer::Completer;
 use crate::context::JobContext;
 use crate::live::LiveSink;
 use crate::outcome::{RunError, RunOutcome, RunSummary};
+use crate::outputs::OutputSync;
 use crate::piece_store::{
     available_pieces_in, find_piece_in, stored_live_piece, stored_path, stored_piece_at,
 };
@@ -611,16 +612,19 @@ async fn run_prepared(
     let spec = run_spec(
         ctx, claimed, piece, piece_file, history, answers, &config, &steer,
     )
-    .map(|spec| RunSpec {
-        preamble,
-        attribution: Some(claimed.job.id.to_string()),
-        spend,
-        ..spec
+    .map(|(spec, outputs)| {
+        let spec = RunSpec {
+            preamble,
+            attribution: Some(claimed.job.id.to_string()),
+            spend,
+            ..spec
+        };
+        (spec, outputs)
     });
     let ran = match spec {
-        Ok(mut spec) => match with_inputs(ctx, claimed, &mut spec).await {
+        Ok((mut spec, outputs)) => match with_files(ctx, claimed, &mut spec, &outputs).await {
             Ok(()) => {
-                workspace = Some(spec.record.workspace.clone());
+                workspace = Some((spec.record.workspace.clone(), outputs));
                 match engine.run_spec(spec).await {
                     Ok(RunEnd::Finished(report)) => Ok(Ran::Finished(report)),
                     Ok(RunEnd::Retry { reason }) => Ok(Ran::Retry(reason)),
@@ -635,10 +639,10 @@ async fn run_prepared(
     forward.abort();
     // What the run left in `output/`, recorded before its end or park is: whoever sees the
     // job's new status can read its files.
-    if let Some(workspace) = workspace
+    if let Some((workspace, outputs)) = workspace
         && matches!(ran, Ok(Ran::Finished(_)) | Err(_))
     {
-        record_outputs(ctx, claimed, &workspace, &steer.live).await;
+        record_outputs(ctx, claimed, &workspace, &outputs, &steer.live).await;
     }
     // The MCP servers live as long as the run: the engine's registry goes first so that the
     // hub holds the last handle on each connection and can wait for the servers to exit.
@@ -649,15 +653,25 @@ async fn run_prepared(
     ran
 }
 
-/// Lays the job's input files out under the workspace's `input/` (again on a resume: the same
-/// content), and tells the run where they are and that what it leaves in `output/` is
+/// Lays the job's files out in the workspace before the run starts: the outputs its earlier
+/// runs recorded under `output/` when the run goes on from the job's record (on any node; see
+/// `outputs.rs` for which copy wins), and its input files under `input/` (again on a resume:
+/// the same content), telling the run where they are and that what it leaves in `output/` is
 /// delivered.
-async fn with_inputs(
+async fn with_files(
     ctx: &JobContext,
     claimed: &Claimed,
     spec: &mut RunSpec,
+    outputs: &OutputSync,
 ) -> Result<(), RunError> {
-    // The claim said whether the job has any (inputs come only with the submission).
+    // Outputs are recorded only under a lease: a first claim has none to lay out.
+    if !first_claim(&claimed.lease) {
+        outputs
+            .restore(claimed.job.id)
+            .await
+            .map_err(RunError::Inputs)?;
+    }
+    // The claim said whether the job has any inputs (they come only with the submission).
     if !claimed.has_inputs {
         return Ok(());
     }
@@ -676,15 +690,18 @@ async fn record_outputs(
     ctx: &JobContext,
     claimed: &Claimed,
     workspace: &std::path::Path,
+    synced: &OutputSync,
     live: &LiveSink,
 ) {
     let job = claimed.job.id;
     let limits = crate::files::FileLimits::from_config(&ctx.config.files);
     let outputs = crate::files::collect_outputs(workspace, limits).await;
     // A first attempt that left no files has none to record and no earlier ones to forget
-    // (outputs are recorded only under a lease): no write transaction, which a thousand runs
-    // ending together would otherwise queue for, one by one.
-    let nothing_to_write = outputs.files.is_empty() && first_claim(&claimed.lease);
+    // (outputs are recorded only under a lease, and this run recorded none as it went): no
+    // write transaction, which a thousand runs ending together would otherwise queue for, one
+    // by one.
+    let nothing_to_write =
+        outputs.files.is_empty() && first_claim(&claimed.lease) && !synced.recorded_any().await;
     if !outputs.skipped.is_empty() {
         let note = format!(
             "output files not delivered:\n- {}",
@@ -715,6 +732,8 @@ async fn record_outputs(
 /// The engine's run of the job: its directory named by the job id, its events in the store
 /// (first, the authority) and in `events.jsonl`, and whatever the store already holds as the
 /// history to resume from.
+/// With it, the run's [`OutputSync`]: its store log records what changed under `output/`
+/// before the result of a call that may have changed it.
 #[allow(clippy::too_many_arguments)]
 fn run_spec(
     ctx: &JobContext,
@@ -725,7 +744,7 @@ fn run_spec(
     answers: Vec<String>,
     config: &Arc<Config>,
     steer: &Steer<'_>,
-) -> Result<RunSpec, RunError> {
+) -> Result<(RunSpec, Arc<OutputSync>), RunError> {
     let workspace = claimed.job.workspace.as_ref().map(PathBuf::from);
     let mut record = RunRecord::open(
         &config.paths.runs_dir,
@@ -748,11 +767,18 @@ fn run_spec(
                 },
             ))
         })?;
+    let outputs = Arc::new(OutputSync::new(
+        ctx.store.clone(),
+        claimed.lease.clone(),
+        record.workspace.clone(),
+        crate::files::FileLimits::from_config(&ctx.config.files),
+    ));
     let store_log = StoreLog::new(
         ctx.events.clone(),
         claimed.lease.clone(),
         Arc::clone(steer.latch),
-    );
+    )
+    .with_outputs(Arc::clone(&outputs));
     let mut spec = RunSpec::new(piece, &claimed.job.task, record);
     spec.logs = vec![Arc::new(store_log), Arc::new(jsonl)];
     spec.observers = vec![Arc::clone(&steer.live) as Arc<dyn EventSink>];
@@ -781,7 +807,7 @@ fn run_spec(
         &ctx.store,
         &claimed.job,
     )));
-    Ok(spec)
+    Ok((spec, outputs))
 }
 
 /// Drives a finished run's record again: the piece it started with, the tools it was offered
@@ -885,10 +911,20 @@ mod tests {
             .execute(&mut other)
             .await
             .unwrap();
-        tokio::time::timeout(
-            Duration::from_secs(5),
-            record_outputs(&ctx, &first, ws.path(), &live),
-        )
+        let synced = |claimed: &Claimed| {
+            OutputSync::new(
+                store.clone(),
+                claimed.lease.clone(),
+                ws.path().to_path_buf(),
+                crate::files::FileLimits::default(),
+            )
+        };
+        let first_sync = synced(&first);
+        tokio::time::timeout(Duration::from_secs(5), async {
+            // Nor does a tool call's check of an `output/` that is not there.
+            first_sync.record_changes().await.unwrap();
+            record_outputs(&ctx, &first, ws.path(), &first_sync, &live).await;
+        })
         .await
         .expect("a first attempt without outputs waited for the store's write lock");
         sqlx::raw_sql("ROLLBACK").execute(&mut other).await.unwrap();
@@ -896,12 +932,53 @@ mod tests {
         // The first attempt leaves a file after all; the next attempt leaves none.
         std::fs::create_dir(ws.path().join("output")).unwrap();
         std::fs::write(ws.path().join("output/a.txt"), "a").unwrap();
-        record_outputs(&ctx, &first, ws.path(), &live).await;
+        record_outputs(&ctx, &first, ws.path(), &first_sync, &live).await;
         assert_eq!(store.job_files(id).await.unwrap().len(), 1);
         store.release(&first.lease).await.unwrap();
         let second = claim().await;
         std::fs::remove_file(ws.path().join("output/a.txt")).unwrap();
-        record_outputs(&ctx, &second, ws.path(), &live).await;
+        record_outputs(&ctx, &second, ws.path(), &synced(&second), &live).await;
+        assert!(store.job_files(id).await.unwrap().is_empty());
+    }
+
+    /// A first attempt whose tool call's file was recorded as the run went, and removed before
+    /// the run ended, has that file forgotten at the end.
+    #[tokio::test]
+    async fn a_file_recorded_during_a_first_attempt_and_removed_is_forgotten_at_its_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&StoreUrl::Sqlite {
+            path: dir.path().join("maestro.db"),
+        })
+        .await
+        .unwrap();
+        let id = store.submit(NewJob::new("p", "t", "alice")).await.unwrap();
+        let ctx = JobContext::new(
+            store.clone(),
+            Arc::new(Config::default()),
+            LeaseKeeper::new(store.clone(), LEASE),
+            false,
+        );
+        let live = LiveSink {
+            run: ctx.live.open(id),
+        };
+        let first = store
+            .claim_batch("w", &Classes::Any, LEASE, 1)
+            .await
+            .unwrap()
+            .remove(0);
+        let ws = tempfile::tempdir().unwrap();
+        let synced = OutputSync::new(
+            store.clone(),
+            first.lease.clone(),
+            ws.path().to_path_buf(),
+            crate::files::FileLimits::default(),
+        );
+        std::fs::create_dir(ws.path().join("output")).unwrap();
+        std::fs::write(ws.path().join("output/a.txt"), "a").unwrap();
+        synced.record_changes().await.unwrap();
+        assert_eq!(store.job_files(id).await.unwrap().len(), 1);
+        std::fs::remove_file(ws.path().join("output/a.txt")).unwrap();
+        record_outputs(&ctx, &first, ws.path(), &synced, &live).await;
         assert!(store.job_files(id).await.unwrap().is_empty());
     }
 }

@@ -5,11 +5,13 @@
 use std::fmt;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use maestro_engine::{AppendError, AppendFuture, EventLog, EventRecord};
+use maestro_engine::{AppendError, AppendFuture, EventLog, EventRecord, RunEvent};
 use maestro_store::{EventBatch, JobQueue, Lease, NewEvent, Store, StoreError, StoreResult};
 use serde_json::value::RawValue;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
+
+use crate::outputs::{OutputSync, SyncError};
 
 /// At most this many runs' batches go into one transaction.
 const MAX_GROUP: usize = 512;
@@ -53,6 +55,10 @@ pub enum AppendFailure {
     /// were written is unknown.
     #[error("the event writer stopped before confirming the events of job {0}")]
     Unconfirmed(maestro_store::JobId),
+    /// The files a tool call left under `output/` could not be recorded before its result: the
+    /// result is not appended either.
+    #[error("recording the run's output files before a tool result failed: {0}")]
+    Outputs(String),
 }
 
 /// The one writer of a worker's events. Every run hands it its batches, and it commits
@@ -154,6 +160,8 @@ pub struct StoreLog {
     writer: EventWriter,
     lease: Lease,
     latch: Arc<StopLatch>,
+    /// The run's `output/`, recorded before the result of a call that may have changed it.
+    outputs: Option<Arc<OutputSync>>,
 }
 
 impl StoreLog {
@@ -163,7 +171,16 @@ impl StoreLog {
             writer,
             lease,
             latch,
+            outputs: None,
         }
+    }
+
+    /// Before it appends the result of a tool call that may have written files
+    /// ([`maestro_engine::may_write_outputs`]), the log records what changed under the run's
+    /// `output/` (`outputs`): a result in the record always has its files in the store.
+    pub(crate) fn with_outputs(mut self, outputs: Arc<OutputSync>) -> StoreLog {
+        self.outputs = Some(outputs);
+        self
     }
 
     /// Appends `records` with the writer's next commit, fenced by the lease. A lost lease or a
@@ -191,6 +208,18 @@ impl StoreLog {
         if let Some(why) = self.latch.closed() {
             return Err(AppendFailure::Fenced(why));
         }
+        if let Some(outputs) = &self.outputs
+            && records.iter().any(|record| {
+                matches!(&record.event, RunEvent::ToolResult { tool, .. }
+                    if maestro_engine::may_write_outputs(tool))
+            })
+            && let Err(e) = outputs.record_changes().await
+        {
+            return Err(match e {
+                SyncError::Store(e) => self.refused(e),
+                e => AppendFailure::Outputs(e.to_string()),
+            });
+        }
         let rows = records
             .iter()
             .zip(json)
@@ -204,12 +233,19 @@ impl StoreLog {
             .collect();
         match self.writer.append(&self.lease, rows).await? {
             Ok(()) => Ok(()),
-            Err(e @ (StoreError::LeaseLost { .. } | StoreError::JobCancelled(_))) => {
+            Err(e) => Err(self.refused(e)),
+        }
+    }
+
+    /// A write the store refused: a lost lease or a cancelled job closes the [`StopLatch`].
+    fn refused(&self, e: StoreError) -> AppendFailure {
+        match e {
+            StoreError::LeaseLost { .. } | StoreError::JobCancelled(_) => {
                 let why = e.to_string();
                 self.latch.close(why.clone());
-                Err(AppendFailure::Fenced(why))
+                AppendFailure::Fenced(why)
             }
-            Err(e) => Err(AppendFailure::Store(e)),
+            e => AppendFailure::Store(e),
         }
     }
 }
@@ -236,6 +272,8 @@ fn append_error(e: AppendFailure) -> AppendError {
     match e {
         AppendFailure::Fenced(why) => AppendError::Fenced(why),
         AppendFailure::Store(e) => AppendError::Store(Box::new(e)),
-        e @ AppendFailure::Unconfirmed(_) => AppendError::Store(Box::new(e)),
+        e @ (AppendFailure::Unconfirmed(_) | AppendFailure::Outputs(_)) => {
+            AppendError::Store(Box::new(e))
+        }
     }
 }

@@ -58,12 +58,13 @@ pub use outcome::{
     route, validate_frontmatter,
 };
 pub use record::{RunRecord, new_run_id};
-pub use recorded::{Divergence, ReplayMode};
+pub use recorded::{Divergence, ReplayMode, may_write_outputs};
 pub use review::{BATCH_REVIEW, ReviewArgs, review_spec};
 pub use run::{Engine, RunEnd, RunReport, RunSpec};
 pub use spend::{SpendAsk, SpendFuture, SpendGuard, SpendRefused, SpendTicket};
 pub use state::{PieceIdentity, RunPhase, RunState};
 pub use steps::frame::CallFrame;
+pub use steps::workflow_call::called_workflow;
 pub use steps::{
     EnqueueRequest, EnqueuedTask, QueueCounts, SystemFuture, SystemHost, WorkflowState,
 };

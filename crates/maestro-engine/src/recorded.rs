@@ -560,13 +560,45 @@ impl Streams {
     }
 }
 
+/// The tools whose calls only read: nothing in the workspace or elsewhere changes.
+const ONLY_READ: &[&str] = &[
+    "Read",
+    "Glob",
+    "Grep",
+    "WebFetch",
+    "WebSearch",
+    "GetChecklist",
+    "ListPieces",
+    "GetPiece",
+    "ReadToolDoc",
+    "ReadSkill",
+    "ListSkills",
+    "ReadImage",
+];
+
+/// Whether a call of `tool` may have changed files under the workspace's `output/`: every tool
+/// but those that only read, the spawn (it makes `subtasks/<n>/`), BatchReviewTextWithLLM (it
+/// writes under `input/`) and the movement's control tools (`write_report` writes in the run's
+/// `reports/`). A tool of an MCP server, a command or a download may write anywhere, so it
+/// counts. The files such a call left are recorded before its result is (`maestro-app`).
+pub fn may_write_outputs(tool: &str) -> bool {
+    !(ONLY_READ.contains(&tool)
+        || matches!(
+            tool,
+            crate::subtasks::SPAWN_SUBTASK
+                | crate::review::BATCH_REVIEW
+                | crate::control::TRANSITION
+                | crate::control::COMPLETE
+                | crate::control::WRITE_REPORT
+        ))
+}
+
 /// Whether a tool call that was interrupted before its result was recorded may simply run
 /// again: tools that only read. Everything else (writes, commands, downloads, remote hosts, MCP
 /// servers, piece edits) might have done part of its work, so the model is told instead.
 pub(crate) fn safe_to_repeat(tool: &str, edit: bool) -> bool {
     match tool {
-        "Read" | "Glob" | "Grep" | "WebFetch" | "WebSearch" | "GetChecklist" | "ListPieces"
-        | "GetPiece" | "ReadToolDoc" | "ReadSkill" | "ListSkills" | "ReadImage" => true,
+        t if ONLY_READ.contains(&t) => true,
         // Without `edit`, SQLite opens the database read-only.
         "SQLite" => !edit,
         // A spawn is keyed by the call: repeated, it finds the child it made.
@@ -623,5 +655,30 @@ mod tests {
         assert_eq!(got, "`warning` of `plan` (message: \"y\")");
         // Events of different kinds are told apart by their kind alone.
         assert_eq!(describe_pair(&warning(1), &short).1, "`warning` of `plan`");
+    }
+
+    #[test]
+    fn only_tools_that_may_write_files_count_as_writing_outputs() {
+        for writes in [
+            "Write",
+            "Edit",
+            "Bash",
+            "SQLite",
+            "DownloadFile",
+            "mcp__fs__write",
+        ] {
+            assert!(may_write_outputs(writes), "{writes}");
+        }
+        for reads in [
+            "Read",
+            "Glob",
+            "Grep",
+            "complete",
+            "transition",
+            "write_report",
+        ] {
+            assert!(!may_write_outputs(reads), "{reads}");
+        }
+        assert!(!may_write_outputs(crate::subtasks::SPAWN_SUBTASK));
     }
 }

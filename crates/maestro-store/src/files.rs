@@ -74,6 +74,12 @@ pub struct NewFile {
     pub bytes: Vec<u8>,
 }
 
+/// The key of `bytes` in the `blobs` table, as [`StoredFile::hash`] holds it: their SHA-256,
+/// lowercase hex. Whoever holds a copy of a job's file tells whether it is the stored one by it.
+pub fn blob_hash(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
 const FILE_COLUMNS: &str = "job_id, kind, path, hash, size, created_at";
 
 fn file_from_row(row: &AnyRow) -> StoreResult<StoredFile> {
@@ -106,19 +112,7 @@ impl Store {
     /// the lease: a run whose lease was lost records nothing.
     pub async fn record_outputs(&self, lease: &Lease, outputs: &[NewFile]) -> StoreResult<()> {
         let mut tx = self.begin_write().await?;
-        let check = format!(
-            "SELECT fence FROM jobs WHERE {FENCED}{}",
-            self.backend.share_lock()
-        );
-        let owned = sqlx::query::<Any>(sqlx::AssertSqlSafe(check))
-            .bind(lease.job_id.to_string())
-            .bind(lease.fence)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(StoreError::query("check a lease before recording outputs"))?;
-        if owned.is_none() {
-            return Err(self.lease_error_in(&mut *tx, lease).await);
-        }
+        self.check_lease_for_outputs(&mut tx, lease).await?;
         sqlx::query::<Any>("DELETE FROM job_files WHERE job_id = $1 AND kind = 'output'")
             .bind(lease.job_id.to_string())
             .execute(&mut *tx)
@@ -131,6 +125,54 @@ impl Store {
             .map_err(StoreError::query("commit a job's outputs"))
     }
 
+    /// Records what changed in the `output/` of the run under `lease` since it last recorded
+    /// it: `changed` files are written (in place of their earlier bytes), `removed` paths are
+    /// forgotten, and every other output stays as it is. One transaction fenced by the lease,
+    /// as [`Store::record_outputs`]: a run whose lease was lost records nothing.
+    pub async fn record_output_changes(
+        &self,
+        lease: &Lease,
+        changed: &[NewFile],
+        removed: &[String],
+    ) -> StoreResult<()> {
+        let mut tx = self.begin_write().await?;
+        self.check_lease_for_outputs(&mut tx, lease).await?;
+        for path in removed {
+            sqlx::query::<Any>(
+                "DELETE FROM job_files WHERE job_id = $1 AND kind = 'output' AND path = $2",
+            )
+            .bind(lease.job_id.to_string())
+            .bind(path.clone())
+            .execute(&mut *tx)
+            .await
+            .map_err(StoreError::query("forget a job's removed output"))?;
+        }
+        self.put_files(&mut tx, lease.job_id, FileKind::Output, changed)
+            .await?;
+        tx.commit()
+            .await
+            .map_err(StoreError::query("commit a job's changed outputs"))
+    }
+
+    /// Checks, inside `tx`, that `lease` is still the job's newest and the job still running,
+    /// and holds the row until `tx` ends: outputs are written only by the run that owns the job.
+    async fn check_lease_for_outputs(&self, tx: &mut WriteTx, lease: &Lease) -> StoreResult<()> {
+        let check = format!(
+            "SELECT fence FROM jobs WHERE {FENCED}{}",
+            self.backend.share_lock()
+        );
+        let owned = sqlx::query::<Any>(sqlx::AssertSqlSafe(check))
+            .bind(lease.job_id.to_string())
+            .bind(lease.fence)
+            .fetch_optional(&mut **tx)
+            .await
+            .map_err(StoreError::query("check a lease before recording outputs"))?;
+        if owned.is_none() {
+            return Err(self.lease_error_in(&mut **tx, lease).await);
+        }
+        Ok(())
+    }
+
     /// Writes `files`' blobs and rows inside `tx` (a row already there for a path is replaced).
     async fn put_files(
         &self,
@@ -141,7 +183,7 @@ impl Store {
     ) -> StoreResult<()> {
         let now = self.now_ms();
         for file in files {
-            let hash = hex::encode(Sha256::digest(&file.bytes));
+            let hash = blob_hash(&file.bytes);
             let size = i64::try_from(file.bytes.len()).unwrap_or(i64::MAX);
             sqlx::query::<Any>(
                 "INSERT INTO blobs (hash, size, data, created_at) VALUES ($1, $2, $3, $4) \

@@ -57,7 +57,7 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use config_versions::{ConfigPut, ConfigVersion};
 pub use error::{StoreError, StoreResult};
 pub use events::EventBatch;
-pub use files::{FileKind, NewFile, StoredFile};
+pub use files::{FileKind, NewFile, StoredFile, blob_hash};
 pub use gateway::{UsageGroup, UsageTotal};
 pub use knowledge::{
     ChunkHit, Ingested, KnowledgeScope, MAX_QUERY_TERMS, NewChunk, NewDocument, SHARED_OWNER,

@@ -206,3 +206,142 @@ async fn a_park_records_the_outputs_and_a_file_over_the_limit_is_left_out_with_a
         "{notes:?}"
     );
 }
+
+/// The tool results of the job's record, as the model read them: `(tool, ok, output)`.
+fn tool_results(events: &[maestro_protocol::EventRecord]) -> Vec<(String, bool, String)> {
+    events
+        .iter()
+        .filter_map(|e| match &e.event {
+            maestro_protocol::RunEvent::ToolResult {
+                tool, ok, output, ..
+            } => Some((tool.clone(), *ok, output.clone().unwrap_or_default())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The job's output files with their bytes, by path, read from `store`.
+async fn outputs(store: &Store, id: maestro_app::JobId) -> Vec<(String, String)> {
+    let mut found = Vec::new();
+    for file in job_files(store, id).await.unwrap() {
+        if file.kind == FileKind::Output {
+            let (_, bytes) = read_job_file(store, id, &file.path).await.unwrap();
+            found.push((file.path, String::from_utf8(bytes.to_vec()).unwrap()));
+        }
+    }
+    found
+}
+
+/// A run writes a file to `output/` and asks a question; the job parks on one node and its
+/// answer is run on another (its own store handle and runs directory, none of the first's
+/// files): the run finds the file it wrote before the question, and the job ends with both.
+async fn outputs_recorded_at_a_park_are_laid_out_where_the_run_resumes(project: Project) {
+    let id = project
+        .submit("Write before the question, read it after", Vec::new())
+        .await;
+    let first = project.worker();
+    project.until(id, JobStatus::WaitingInput).await;
+    first.stop().await;
+    maestro_app::answer_job(&project.store, id, "alice", "go on")
+        .await
+        .unwrap();
+
+    let mut elsewhere = project.config.clone();
+    elsewhere.paths.runs_dir = project.dir.path().join("other-node/runs");
+    let store = Store::open(&project.url).await.unwrap();
+    let second = project.worker_with(store, elsewhere.clone());
+    second.start();
+    project.until(id, JobStatus::Completed).await;
+    second.stop().await;
+
+    let results = tool_results(&project.stored(id).await);
+    let read_back = results
+        .iter()
+        .find(|(tool, ..)| tool == "Read")
+        .unwrap_or_else(|| panic!("no Read in {results:?}"));
+    assert!(
+        read_back.1 && read_back.2.contains("written before the question"),
+        "{results:?}"
+    );
+    // The second node's workspace holds it too, and the store keeps both files.
+    let laid_out = elsewhere.paths.runs_dir.join(id.to_string()).join("output");
+    assert_eq!(
+        std::fs::read_to_string(laid_out.join("before.txt")).unwrap(),
+        "written before the question"
+    );
+    assert_eq!(
+        outputs(&project.store, id).await,
+        vec![
+            ("after.txt".into(), "written after the answer".into()),
+            ("before.txt".into(), "written before the question".into()),
+        ]
+    );
+}
+
+fn park_and_resume_turns() -> Vec<maestro_testkit::Turn> {
+    vec![
+        write("output/before.txt", "written before the question"),
+        support::ask("Go on?"),
+        read("output/before.txt"),
+        write("output/after.txt", "written after the answer"),
+        done("both written"),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parked_jobs_outputs_reach_the_node_that_resumes_it() {
+    let server = ScriptedLlm::start(park_and_resume_turns()).await;
+    let project = Project::sqlite(&server.base_url()).await;
+    outputs_recorded_at_a_park_are_laid_out_where_the_run_resumes(project).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    no_postgres,
+    ignore = "PostgreSQL is not installed: apt-get install postgresql (scripts/prerequisites.sh)"
+)]
+async fn a_parked_jobs_outputs_reach_the_node_that_resumes_it_on_postgres() {
+    let cluster = tokio::task::spawn_blocking(maestro_testkit::PgCluster::start)
+        .await
+        .unwrap();
+    let server = ScriptedLlm::start(park_and_resume_turns()).await;
+    let url = maestro_app::StoreUrl::Postgres { url: cluster.url() };
+    let project = Project::on(tempfile::tempdir().unwrap(), url, &server.base_url()).await;
+    outputs_recorded_at_a_park_are_laid_out_where_the_run_resumes(project).await;
+}
+
+/// A file a tool call wrote is in the store as soon as the call's result is in the record,
+/// while the run goes on (its next model call is held back): a run that takes the job over from
+/// there finds it, though it does not run the call again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_calls_files_are_stored_before_its_result_is() {
+    let server = ScriptedLlm::start([
+        write("output/a.txt", "written by the first call"),
+        done("written").with_delay(std::time::Duration::from_secs(3)),
+    ])
+    .await;
+    let project = Project::sqlite(&server.base_url()).await;
+    let id = project.submit("Write a file", Vec::new()).await;
+    let worker = project.worker();
+    let seen = tokio::time::timeout(std::time::Duration::from_secs(30), async {
+        loop {
+            let events = project.stored(id).await;
+            if !tool_results(&events).is_empty() {
+                return events;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the call's result was never recorded");
+    assert!(
+        !seen.iter().any(|e| e.event.kind() == "run_finished"),
+        "the run ended before the check"
+    );
+    assert_eq!(
+        outputs(&project.store, id).await,
+        vec![("a.txt".into(), "written by the first call".into())]
+    );
+    project.until(id, JobStatus::Completed).await;
+    worker.stop().await;
+}

@@ -13,6 +13,7 @@ mod gateway_cli;
 mod jobs_answer;
 mod jobs_cli;
 mod jobs_crash;
+mod jobs_outputs;
 mod jobs_spend;
 mod jobs_subtasks;
 mod jobs_workers;

@@ -31,7 +31,84 @@ on_both_backends!(
     a_claim_says_which_jobs_have_inputs_and_stored_pieces,
     a_claim_whose_hints_cannot_be_read_still_claims_and_leaves_the_run_to_look,
     a_watcher_hears_of_events_and_status_changes_from_another_handle,
+    changed_outputs_are_recorded_alone_under_the_lease,
 );
+
+/// A run records what changed in its `output/` as it goes: the changed files are written, the
+/// removed ones forgotten, the others kept as they were; a lost lease records nothing.
+async fn changed_outputs_are_recorded_alone_under_the_lease(db: Db) {
+    let store = db.open().await;
+    let id = store
+        .submit(NewJob::new("default", "write", "alice"))
+        .await
+        .unwrap();
+    let claimed = store
+        .claim("w", &Classes::Any, LEASE)
+        .await
+        .unwrap()
+        .unwrap();
+    store
+        .record_output_changes(
+            &claimed.lease,
+            &[
+                file("a.txt", b"a"),
+                file("b.txt", b"b"),
+                file("c.txt", b"c"),
+            ],
+            &[],
+        )
+        .await
+        .unwrap();
+    store
+        .record_output_changes(
+            &claimed.lease,
+            &[file("b.txt", b"b, again"), file("d.txt", b"d")],
+            &["c.txt".to_string(), "never.txt".to_string()],
+        )
+        .await
+        .unwrap();
+    let outputs = |store: Store| async move {
+        store
+            .job_file_contents(id, FileKind::Output)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|(f, bytes)| (f.path, bytes, f.hash))
+            .collect::<Vec<_>>()
+    };
+    let now = outputs(store.clone()).await;
+    let listed: Vec<(&str, &[u8])> = now
+        .iter()
+        .map(|(path, bytes, _)| (path.as_str(), bytes.as_slice()))
+        .collect();
+    assert_eq!(
+        listed,
+        vec![
+            ("a.txt", &b"a"[..]),
+            ("b.txt", &b"b, again"[..]),
+            ("d.txt", &b"d"[..])
+        ]
+    );
+    for (_, bytes, hash) in &now {
+        assert_eq!(hash, &maestro_store::blob_hash(bytes));
+    }
+
+    // Taken over: the stale lease records nothing.
+    store.release(&claimed.lease).await.unwrap();
+    let refused = store
+        .record_output_changes(
+            &claimed.lease,
+            &[file("late.txt", b"late")],
+            &["a.txt".into()],
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(refused, StoreError::LeaseLost { .. }),
+        "{refused:?}"
+    );
+    assert_eq!(outputs(store.clone()).await, now);
+}
 
 async fn a_claim_says_which_jobs_have_inputs_and_stored_pieces(db: Db) {
     let store = db.open().await;

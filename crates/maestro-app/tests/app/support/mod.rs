@@ -99,9 +99,14 @@ impl Project {
 
     /// A worker of one slot on `store`.
     pub(crate) fn worker_on(&self, store: Store) -> RunningWorker {
+        self.worker_with(store, self.config.clone())
+    }
+
+    /// A worker of one slot on `store` with `config` (another node: its own runs directory).
+    pub(crate) fn worker_with(&self, store: Store, config: Config) -> RunningWorker {
         let worker = Worker::new(
             store,
-            self.config.clone(),
+            config,
             WorkerOptions {
                 name: "w".into(),
                 profiles: vec![Profile {

@@ -4,7 +4,7 @@
 
 use maestro_config::Config;
 use maestro_piece::prompt::{Prompt, PromptContext, assemble};
-use maestro_piece::{Condition, Dialect, Movement, Piece, Target};
+use maestro_piece::{Condition, Dialect, Movement, Piece, StepKind, Target};
 use maestro_store::Store;
 
 use crate::piece_store::{PieceDiagnostic, dir_piece_found, load_stored_piece, valid_piece_name};
@@ -248,38 +248,148 @@ pub struct NoSuchMovement {
     pub piece: String,
     /// The movement asked for.
     pub movement: String,
-    /// Its movements and sub-movements, in file order.
+    /// Its movements and sub-movements, and the steps of the workflows it calls as
+    /// `CALLER/STEP`, in file order.
     pub known: Vec<String>,
 }
 
 /// The system prompt and first user message the engine sends when a run of `piece` with the
-/// task `task` starts `movement` (a movement or a parallel sub-movement) in its first
-/// iteration: what `maestro prompt` prints.
+/// task `task` starts `movement` (a movement, a parallel sub-movement, or a step of a called
+/// workflow by its path, `develop/plan`) in its first iteration, as an agent would get them.
 pub fn movement_prompt(
     piece: &Piece,
     movement: &str,
     task: &str,
 ) -> Result<Prompt, NoSuchMovement> {
-    let Some(found) = piece.movement(movement) else {
-        let mut known = Vec::new();
-        for m in &piece.movements {
-            known.push(m.name.clone());
-            known.extend(m.parallel.iter().map(|s| s.name.clone()));
-        }
-        return Err(NoSuchMovement {
-            piece: piece.name.clone(),
-            movement: movement.to_string(),
-            known,
-        });
+    let (workflow, found) = movement_at(piece, movement)?;
+    Ok(first_prompt(&workflow, &found, task))
+}
+
+/// What a run does when it starts `movement` (as [`movement_prompt`] takes it): the prompts of
+/// a movement that calls the model, or, for one that makes no model call itself, the steps it
+/// runs instead. What `maestro prompt` prints.
+pub fn movement_view(
+    piece: &Piece,
+    movement: &str,
+    task: &str,
+) -> Result<MovementView, NoSuchMovement> {
+    let (workflow, found) = movement_at(piece, movement)?;
+    let runs = match &found.kind {
+        StepKind::WorkflowCall(call) => Some(Runs::Workflow {
+            name: call.callee.name.clone(),
+            initial: format!("{}/{}", found.name, call.callee.initial_movement),
+            steps: call
+                .callee
+                .movements
+                .iter()
+                .map(|m| format!("{}/{}", found.name, m.name))
+                .collect(),
+        }),
+        StepKind::System(_) => Some(Runs::System),
+        StepKind::Agent if found.is_parallel() && found.dynamic.is_none() => Some(Runs::Parallel {
+            steps: found.parallel.iter().map(|s| s.name.clone()).collect(),
+        }),
+        _ => None,
     };
+    Ok(match runs {
+        Some(runs) => MovementView::NoModelCall {
+            movement: found.name.clone(),
+            runs,
+        },
+        None => MovementView::Prompt(first_prompt(&workflow, &found, task)),
+    })
+}
+
+/// What a run does when it starts a movement: see [`movement_view`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MovementView {
+    /// The movement calls the model: its first messages.
+    Prompt(Prompt),
+    /// The movement makes no model call itself.
+    NoModelCall {
+        /// The movement, by the path `--movement` takes.
+        movement: String,
+        /// What runs instead.
+        runs: Runs,
+    },
+}
+
+/// What a movement that makes no model call runs instead.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Runs {
+    /// A `workflow_call` step: the called workflow, whose steps run in its place.
+    Workflow {
+        /// The called workflow's name.
+        name: String,
+        /// The step it starts with, by its path.
+        initial: String,
+        /// Its steps, by the paths `--movement` takes, in file order.
+        steps: Vec<String>,
+    },
+    /// A parallel parent: its sub-steps, which run at the same time; its rules read their
+    /// results.
+    Parallel {
+        /// The sub-steps, in file order.
+        steps: Vec<String>,
+    },
+    /// A TAKT system step: engine-side inputs and effects.
+    System,
+}
+
+/// The prompts of `movement` of `workflow` in a run's first iteration.
+fn first_prompt(workflow: &Piece, movement: &Movement, task: &str) -> Prompt {
     let ctx = PromptContext {
         task: task.to_string(),
         iteration: 1,
-        max_movements: piece.max_movements,
+        max_movements: workflow.max_movements,
         movement_iteration: 1,
         ..PromptContext::default()
     };
-    Ok(assemble(piece, found, &ctx))
+    assemble(workflow, movement, &ctx)
+}
+
+/// The movement `path` names, with the workflow a run is in when it runs it: `piece` for its
+/// own movements and parallel sub-movements, else, for `CALLER/…/STEP`, the workflow called by
+/// the `workflow_call` steps on the path, as the engine names and renders it.
+fn movement_at(piece: &Piece, path: &str) -> Result<(Piece, Movement), NoSuchMovement> {
+    let unknown = || NoSuchMovement {
+        piece: piece.name.clone(),
+        movement: path.to_string(),
+        known: step_paths(piece, ""),
+    };
+    let own = maestro_engine::called_workflow(piece, &[]).map_err(|_| unknown())?;
+    if let Some(found) = own.movement(path).cloned() {
+        return Ok((own, found));
+    }
+    let segments: Vec<&str> = path.split('/').collect();
+    let callers = &segments[..segments.len() - 1];
+    if callers.is_empty() {
+        return Err(unknown());
+    }
+    let workflow = maestro_engine::called_workflow(piece, callers).map_err(|_| unknown())?;
+    let found = workflow.movement(path).cloned().ok_or_else(unknown)?;
+    Ok((workflow, found))
+}
+
+/// Every movement of `piece` by the path `--movement` takes: each movement, its parallel
+/// sub-movements, and the steps of the workflow a `workflow_call` step calls, under its name.
+fn step_paths(piece: &Piece, prefix: &str) -> Vec<String> {
+    let under = |name: &str| {
+        if prefix.is_empty() {
+            name.to_string()
+        } else {
+            format!("{prefix}/{name}")
+        }
+    };
+    let mut paths = Vec::new();
+    for m in &piece.movements {
+        paths.push(under(&m.name));
+        paths.extend(m.parallel.iter().map(|s| under(&s.name)));
+        if let StepKind::WorkflowCall(call) = &m.kind {
+            paths.extend(step_paths(&call.callee, &under(&m.name)));
+        }
+    }
+    paths
 }
 
 /// Why a piece could not be had by name.

@@ -1,5 +1,7 @@
 //! `maestro prompt`: print the system prompt and first user message the engine would send for
-//! a movement, so a piece author sees exactly what the model gets.
+//! a movement, so a piece author sees exactly what the model gets; for a movement that makes no
+//! model call itself (a `workflow_call` step, a parallel parent, a system step), say so and
+//! list the steps it runs.
 
 use std::io::Write as _;
 
@@ -7,7 +9,7 @@ use crate::flags::{ConfigFlag, PiecesFlag, settings};
 use crate::term::printable;
 use std::path::PathBuf;
 
-use maestro_app::PieceError;
+use maestro_app::{MovementView, PieceError, Runs};
 use maestro_piece::{Dialect, render_diagnostics};
 
 #[derive(Debug, clap::Args)]
@@ -17,7 +19,8 @@ pub(crate) struct Args {
     /// workflow: `maestro pieces` lists them).
     #[arg(value_name = "PIECE")]
     pub piece: String,
-    /// The movement (or parallel sub-movement) to show.
+    /// The movement to show: a movement, a parallel sub-movement, or a step of a workflow a
+    /// `workflow_call` step calls, as CALLER/STEP (`develop/plan`).
     #[arg(long, value_name = "NAME")]
     pub movement: String,
     /// The task text, as a user would give it.
@@ -61,14 +64,78 @@ async fn run_async(args: Args) -> anyhow::Result<u8> {
         }
         Err(e) => return Err(crate::common::explain_piece_error(e)),
     };
-    let prompt = maestro_app::movement_prompt(&piece, &args.movement, &args.task)?;
+    let view = maestro_app::movement_view(&piece, &args.movement, &args.task)?;
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
-    write!(
-        out,
-        "===== system =====\n{}\n===== user =====\n{}",
-        printable(&prompt.system),
-        printable(&prompt.user)
-    )?;
+    match view {
+        MovementView::Prompt(prompt) => write!(
+            out,
+            "===== system =====\n{}\n===== user =====\n{}",
+            printable(&prompt.system),
+            printable(&prompt.user)
+        )?,
+        MovementView::NoModelCall { movement, runs } => {
+            write!(
+                out,
+                "{}",
+                printable(&no_model_call(&args, &movement, &runs))
+            )?;
+        }
+    }
     Ok(0)
+}
+
+/// What `maestro prompt` says of a movement that makes no model call itself: what it does
+/// instead, and the steps it runs with the command that shows each one's prompt.
+fn no_model_call(args: &Args, movement: &str, runs: &Runs) -> String {
+    let (what, steps) = match runs {
+        Runs::Workflow {
+            name,
+            initial,
+            steps,
+        } => (
+            format!(
+                "it calls the workflow `{name}`, which runs in its place, starting at \
+                 `{initial}`."
+            ),
+            steps.as_slice(),
+        ),
+        Runs::Parallel { steps } => (
+            "its sub-steps run at the same time, and its rules read their results.".to_string(),
+            steps.as_slice(),
+        ),
+        Runs::System => (
+            "the engine reads its inputs and runs its effects, and its rules route on the \
+             results."
+                .to_string(),
+            &[][..],
+        ),
+    };
+    let mut text = format!("`{movement}` makes no model call itself: {what}\n");
+    if !steps.is_empty() {
+        text.push_str("\nThe steps it runs, each with the command that shows its prompt:\n");
+        for step in steps {
+            text.push_str(&format!(
+                "  {step}\n    maestro prompt {} --movement {} --task {}\n",
+                shell_word(&args.piece),
+                shell_word(step),
+                shell_word(&args.task)
+            ));
+        }
+    }
+    text
+}
+
+/// `word` as a shell reads it back: as it is when it holds nothing the shell treats
+/// specially, else in single quotes.
+fn shell_word(word: &str) -> String {
+    let plain = !word.is_empty()
+        && word
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_-./:=@%+,".contains(c));
+    if plain {
+        word.to_string()
+    } else {
+        format!("'{}'", word.replace('\'', "'\\''"))
+    }
 }

@@ -1,6 +1,6 @@
 //! `maestro run`: start a run of a task (or the resume of a stopped one) through the app's one
-//! run path, show its progress from the run's live subscription, print the result and exit with
-//! the run's status.
+//! run path, show its progress from the run's live subscription, print the result (or, for a
+//! run that did not complete, why it ended) and exit with the run's status.
 
 use std::path::PathBuf;
 
@@ -22,6 +22,9 @@ pub(crate) struct Args {
     /// A piece file, a piece name found in the pieces directories, or `auto` (the default) to
     /// let the classifier choose.
     piece: Option<String>,
+    /// The piece, as TAKT names it (`takt --workflow NAME`): the same as giving NAME as PIECE.
+    #[arg(long, value_name = "NAME", conflicts_with = "piece")]
+    workflow: Option<String>,
     /// The task to run; `-` reads it from standard input.
     #[arg(long, required_unless_present_any = ["resume", "task_file"], conflicts_with = "task_file")]
     task: Option<String>,
@@ -32,7 +35,7 @@ pub(crate) struct Args {
     /// Continue the run (the job) with this id where it stopped: after Ctrl-C, a failure or
     /// kill -9. What its record holds is reused: no recorded model answer is asked again and no
     /// recorded tool call runs again.
-    #[arg(long, conflicts_with_all = ["piece", "task", "task_file", "workspace"])]
+    #[arg(long, conflicts_with_all = ["piece", "workflow", "task", "task_file", "workspace"])]
     resume: Option<String>,
     /// Work in this directory instead of the run directory's own workspace; an editing
     /// movement may then write anywhere inside it.
@@ -183,6 +186,7 @@ async fn run_async(args: Args) -> anyhow::Result<u8> {
             piece: args
                 .piece
                 .clone()
+                .or_else(|| args.workflow.clone())
                 .unwrap_or_else(|| maestro_app::AUTO.to_string()),
             task: task_text(args.task.as_deref(), args.task_file.as_deref())?,
             workspace: args.workspace.clone(),
@@ -327,10 +331,35 @@ async fn report(
             id = summary.run_id
         );
     }
-    if !jsonl && !summary.result.is_empty() {
-        println!("{}", crate::term::printable(&summary.result));
+    if !jsonl {
+        match did_not_complete(&summary) {
+            Some(failure) => println!("{}", crate::term::printable(&failure)),
+            None if !summary.result.is_empty() => {
+                println!("{}", crate::term::printable(&summary.result));
+            }
+            None => {}
+        }
     }
     Ok(summary.status.exit_code() as u8)
+}
+
+/// What a run that failed, aborted or went past a limit prints where a completed run prints
+/// its result: how it ended and why, marked as an error. Its last answer is no result, and is
+/// kept in the record. `None` for a run that completed or waits (for an answer, for subtasks).
+fn did_not_complete(summary: &maestro_app::RunSummary) -> Option<String> {
+    match summary.status {
+        RunStatus::Failed | RunStatus::Aborted | RunStatus::Exceeded => {}
+        RunStatus::Completed | RunStatus::NeedsUserInput | RunStatus::WaitingSubtasks => {
+            return None;
+        }
+    }
+    Some(match &summary.reason {
+        Some(reason) => format!(
+            "error: the run did not complete: {} ({reason})",
+            summary.status
+        ),
+        None => format!("error: the run did not complete: {}", summary.status),
+    })
 }
 
 /// The run's tokens and cost, from its record in the store: `tokens: 1,234 (prompt 1,000,

@@ -306,8 +306,14 @@ impl<'a> Builder<'a> {
 
     fn scan_error(&self, e: &ScanError) -> YamlError {
         let at = *e.marker();
-        let span = self.positions.point(at);
+        let mut span = self.positions.point(at);
         let info = e.info();
+        let about_tabs = info
+            .split(|c: char| !c.is_alphanumeric())
+            .any(|w| w == "tab" || w == "tabs");
+        if about_tabs && let Some(tab) = self.indenting_tab_after(span) {
+            span = tab;
+        }
         let found = self
             .positions
             .source
@@ -323,10 +329,7 @@ impl<'a> Builder<'a> {
                 "YAML syntax error: {info}{code}; YAML allows no control characters but tab and \
                  line breaks: remove it"
             )
-        } else if info
-            .split(|c: char| !c.is_alphanumeric())
-            .any(|w| w == "tab" || w == "tabs")
-        {
+        } else if about_tabs {
             format!("YAML syntax error: {info}; indent with spaces, not tabs")
         } else {
             format!("YAML syntax error: {info}")
@@ -336,6 +339,53 @@ impl<'a> Builder<'a> {
             span,
             path: String::new(),
         }
+    }
+
+    /// The tab a tab error is about, where the parser's mark is not on it: the tab in the
+    /// indentation of the marked line (the mark is past the indentation, on the content), or,
+    /// when the parser marked the start of the value it was reading (a multi-line plain
+    /// scalar, a block scalar's indicator), the first tab in the indentation of a later line
+    /// that has content. `None` when the mark is on a tab already or no such tab is found.
+    fn indenting_tab_after(&self, at: Span) -> Option<Span> {
+        let source = self.positions.source;
+        if source.get(at.start..)?.starts_with('\t') {
+            return None;
+        }
+        let tab_in_indentation = |line_start: usize| {
+            let rest = source.get(line_start..)?;
+            let text = rest.split('\n').next().unwrap_or(rest);
+            let indent = text.len() - text.trim_start_matches([' ', '\t']).len();
+            let content = text[indent..].trim_end_matches('\r');
+            let tab = text[..indent].find('\t')?;
+            Some((tab, indent, content.is_empty() || content.starts_with('#')))
+        };
+        let span_at = |line_start: usize, tab: usize, line: usize| Span {
+            start: line_start + tab,
+            end: line_start + tab + 1,
+            line,
+            column: tab + 1,
+        };
+        let marked_line = source.get(..at.start)?.rfind('\n').map_or(0, |n| n + 1);
+        if let Some((tab, indent, _)) = tab_in_indentation(marked_line)
+            && at.start >= marked_line + indent
+        {
+            return Some(span_at(marked_line, tab, at.line));
+        }
+        let mut line_start = at.start + source.get(at.start..)?.find('\n')? + 1;
+        let mut line = at.line + 1;
+        while line_start < source.len() {
+            if let Some((tab, _, blank)) = tab_in_indentation(line_start)
+                && !blank
+            {
+                return Some(span_at(line_start, tab, line));
+            }
+            line_start += source
+                .get(line_start..)?
+                .find('\n')
+                .map_or(source.len() - line_start, |n| n + 1);
+            line += 1;
+        }
+        None
     }
 
     fn document(&mut self) -> Result<Option<Node>, YamlError> {

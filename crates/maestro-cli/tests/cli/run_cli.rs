@@ -232,6 +232,65 @@ async fn events_jsonl_goes_to_stdout_and_an_abort_exits_3() {
     assert_eq!(seqs, (1..=lines.len() as u64).collect::<Vec<_>>());
 }
 
+/// A run that did not complete prints why it ended, marked as a failure, where a completed
+/// run prints its result: never its last answer as if it were one.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_aborted_run_prints_its_end_reason_not_its_last_answer() {
+    let server = ScriptedLlm::start([
+        Turn::text("Too vague to plan.\n[PLAN:3]"),
+        Turn::text("No report: the request is unclear."),
+    ])
+    .await;
+    let piece = fixture("takt-v0.30/builtins/en/pieces/default.yaml");
+    let (out, _dir) = maestro_run(
+        &server,
+        &[piece.to_str().unwrap(), "--task", "Do the thing"],
+    )
+    .await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "stderr:\n{stderr}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "error: the run did not complete: aborted (abort_rule)\n"
+    );
+}
+
+/// `--workflow NAME`, as TAKT users type it, names the piece as PIECE does.
+#[tokio::test(flavor = "multi_thread")]
+async fn run_takes_the_piece_as_workflow_too() {
+    let server = ScriptedLlm::start([
+        Turn::text("Too vague to plan.\n[PLAN:3]"),
+        Turn::text("No report: the request is unclear."),
+    ])
+    .await;
+    let piece = fixture("takt-v0.30/builtins/en/pieces/default.yaml");
+    let (out, dir) = maestro_run(
+        &server,
+        &[
+            "--workflow",
+            piece.to_str().unwrap(),
+            "--task",
+            "Do the thing",
+        ],
+    )
+    .await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "stderr:\n{stderr}");
+    let events = events_of(dir.path());
+    assert_eq!(events[0]["type"], "run_started");
+    assert_eq!(events[0]["piece"], "default", "{:?}", events[0]);
+
+    // Both at once is a usage error that names them.
+    let (out, _dir) = maestro_run(
+        &server,
+        &["default", "--workflow", "default", "--task", "Do the thing"],
+    )
+    .await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "stderr:\n{stderr}");
+    assert!(stderr.contains("--workflow"), "{stderr}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn the_classifier_picks_a_piece_or_says_none_fits() {
     let server = ScriptedLlm::start([

@@ -129,3 +129,74 @@ fn pieces_lists_the_builtin_workflows_a_user_may_run_and_prompt_shows_one() {
     assert_eq!(code, 0, "{stderr}");
     assert!(stdout.contains("Add a flag."), "{stdout}");
 }
+
+/// `--movement CALLER/STEP` shows a step of a called workflow as a run sends it: the
+/// `workflow_call` step `develop` of `default-mini` runs `mini-core`, whose `plan` runs as
+/// `develop/plan`.
+#[test]
+fn prompt_shows_a_step_of_a_called_workflow_by_its_path() {
+    let empty = tempfile::tempdir().unwrap();
+    let (code, stdout, stderr) = run(maestro(empty.path()).args([
+        "prompt",
+        "default-mini",
+        "--movement",
+        "develop/plan",
+        "--task",
+        "Add a flag.",
+    ]));
+    assert_eq!(code, 0, "{stderr}");
+    insta::assert_snapshot!("prompt_workflow_default_mini_develop_plan", stdout);
+    // A path that leads nowhere names the paths there are.
+    let (code, _, stderr) = run(maestro(empty.path()).args([
+        "prompt",
+        "default-mini",
+        "--movement",
+        "develop/plam",
+        "--task",
+        "x",
+    ]));
+    assert_eq!(code, 2);
+    assert!(
+        stderr.starts_with(
+            "error: piece `default-mini` has no movement `develop/plam`; known: develop, develop/plan, develop/implement, develop/reviewers, "
+        ),
+        "{stderr}"
+    );
+}
+
+/// A `workflow_call` step, a parallel parent and a system step make no model call:
+/// `maestro prompt` says so and lists the steps they run, each with the command that shows
+/// its prompt.
+#[test]
+fn prompt_says_which_steps_make_no_model_call_and_what_they_run() {
+    let empty = tempfile::tempdir().unwrap();
+    for (piece, movement, snapshot) in [
+        (
+            "default-mini",
+            "develop",
+            "prompt_workflow_default_mini_develop",
+        ),
+        (
+            "default-mini",
+            "develop/reviewers",
+            "prompt_workflow_default_mini_develop_reviewers",
+        ),
+        (
+            "auto-improvement-loop",
+            "route_context",
+            "prompt_workflow_auto_improvement_loop_route_context",
+        ),
+    ] {
+        let (code, stdout, stderr) = run(maestro(empty.path()).args([
+            "prompt",
+            piece,
+            "--movement",
+            movement,
+            "--task",
+            "Add a flag.",
+        ]));
+        assert_eq!(code, 0, "{stderr}");
+        assert!(!stdout.contains("===== system ====="), "{stdout}");
+        insta::assert_snapshot!(snapshot, stdout);
+    }
+}

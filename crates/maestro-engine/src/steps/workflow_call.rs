@@ -63,6 +63,39 @@ pub(crate) fn current(root: &Arc<Piece>, state: &RunState) -> Result<Arc<Piece>,
     )))
 }
 
+/// The workflow a run is in inside the calls `callers`: the `workflow_call` steps from the
+/// root down (`["develop"]` for the step `develop/plan`). It is what the run has there: the
+/// called workflow with its steps named by the call stack, its `{var:…}` placeholders rendered
+/// with the calls' `vars`, and the root's `max_movements`; with no callers, the root itself.
+/// `Err(n)`: `callers[n]` is no `workflow_call` step of the workflow the callers before it
+/// reach.
+pub fn called_workflow(root: &Piece, callers: &[&str]) -> Result<Piece, usize> {
+    let mut piece = root;
+    let mut vars = BTreeMap::new();
+    for (n, caller) in callers.iter().enumerate() {
+        let call = piece
+            .movements
+            .iter()
+            .find(|m| m.name == *caller)
+            .and_then(|m| match &m.kind {
+                StepKind::WorkflowCall(call) => Some(call),
+                _ => None,
+            })
+            .ok_or(n)?;
+        vars.extend(call.vars.iter().map(|(k, v)| (k.clone(), v.clone())));
+        piece = &call.callee;
+    }
+    if callers.is_empty() && !mentions_vars(piece) {
+        return Ok(root.clone());
+    }
+    Ok(qualified(
+        piece,
+        &callers.join("/"),
+        &vars,
+        root.max_movements,
+    ))
+}
+
 /// `name` (named by the call stack) without the stack's `prefix`.
 fn local_name<'a>(prefix: &str, name: &'a str) -> &'a str {
     if prefix.is_empty() {

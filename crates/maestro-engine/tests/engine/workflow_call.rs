@@ -431,6 +431,35 @@ async fn max_steps_is_shared_by_the_call_tree_and_the_call_step_uses_no_iteratio
     );
 }
 
+/// `called_workflow` gives the workflow a run is in inside a call, as the run has it: its
+/// steps named by the call stack, the call's vars rendered, the root's step budget.
+#[test]
+fn called_workflow_is_the_callee_as_a_run_has_it() {
+    let (_dir, piece) = workflows(&[("parent", &PARENT.replace("MAX", "4")), ("child", CHILD)]);
+    let root = maestro_engine::called_workflow(&piece, &[]).unwrap();
+    assert_eq!(root, piece);
+    let child = maestro_engine::called_workflow(&piece, &["build"]).unwrap();
+    assert_eq!(child.name, "child");
+    assert_eq!(child.max_movements, 4);
+    assert_eq!(child.initial_movement, "build/write");
+    assert_eq!(child.movement_names(), ["build/write", "build/check"]);
+    let write = child.movement("build/write").unwrap();
+    assert_eq!(
+        write.instruction.as_ref().unwrap().text,
+        "Write it in follow_up mode for unspecified."
+    );
+    // `plan` calls nothing, `nothing` is no step: the index of the caller that is not a call.
+    assert_eq!(maestro_engine::called_workflow(&piece, &["plan"]), Err(0));
+    assert_eq!(
+        maestro_engine::called_workflow(&piece, &["build", "write"]),
+        Err(1)
+    );
+    assert_eq!(
+        maestro_engine::called_workflow(&piece, &["nothing"]),
+        Err(0)
+    );
+}
+
 #[tokio::test]
 async fn a_called_workflows_return_label_ends_the_call_with_the_callers_rule() {
     let (_dir, piece) = workflows(&[("parent", &PARENT.replace("MAX", "10")), ("child", CHILD)]);

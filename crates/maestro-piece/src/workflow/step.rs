@@ -1839,6 +1839,7 @@ fn read_rules(
                 match condition::parse(text) {
                     Ok(c) => {
                         check_condition(cx, &c, role, subs, call_returns, &p, n.span);
+                        check_state_steps(cx, &c, scope, &p, n.span);
                         Some(c)
                     }
                     Err(e) => {
@@ -2100,6 +2101,37 @@ fn check_condition(
             path,
             span,
             "a system step runs no agent, so its rules route on `when(…)` predicates only",
+        );
+    }
+}
+
+/// The steps a condition's `when(…)` predicate reads (`structured.<step>.…`,
+/// `context.<step>.…`, `effect.<step>.…`) must be steps of this workflow: a name that is none
+/// is an error with the closest step name, as an unknown `next` is.
+fn check_state_steps(cx: &mut Cx<'_>, c: &Condition, scope: &Scope, path: &str, span: Span) {
+    let Condition::When { predicate, .. } = c else {
+        return;
+    };
+    let Ok(expr) = crate::when::WhenExpr::parse(predicate) else {
+        return;
+    };
+    let mut reported: Vec<&str> = Vec::new();
+    for reference in expr.references() {
+        let step = reference.step.as_str();
+        if scope.steps.iter().any(|s| s == step) || reported.contains(&step) {
+            continue;
+        }
+        reported.push(step);
+        cx.sink.error(
+            path,
+            span,
+            format!(
+                "`{reference}` names the unknown step `{step}`{}; known: {}",
+                crate::catalog::closest(step, scope.steps.iter().map(String::as_str))
+                    .map(|near| format!("; did you mean `{near}`?"))
+                    .unwrap_or_default(),
+                known_list(&scope.steps)
+            ),
         );
     }
 }

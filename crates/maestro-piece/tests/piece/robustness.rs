@@ -34,6 +34,52 @@ fn tabs_are_errors() {
     );
 }
 
+/// A tab inside a multi-line value or a block scalar is reported where the tab is, not on the
+/// line where the value starts.
+#[test]
+fn tab_errors_name_the_line_and_column_of_the_tab() {
+    let at = |src: &str| {
+        let failed = load_str(src, Path::new("piece.yaml"), &LoadOptions::default())
+            .expect_err("a tab in the indentation is an error");
+        assert_eq!(failed.errors.len(), 1, "{failed}");
+        let d = &failed.errors[0];
+        assert!(
+            d.message.ends_with("indent with spaces, not tabs"),
+            "{}",
+            d.message
+        );
+        (d.line, d.column)
+    };
+    // a tab starting the line after a scalar
+    assert_eq!(
+        at("name: x\nmovements:\n  - name: a\n\tpersona: p\n"),
+        (4, 1)
+    );
+    // a tab after spaces
+    assert_eq!(
+        at("name: x\nmovements:\n  - name: a\n    persona: p\n  \tedit: true\n"),
+        (5, 3)
+    );
+    // a blank line between the value and the tab
+    assert_eq!(
+        at("name: x\nmovements:\n  - name: a\n    persona: p\n\n\t  edit: true\n"),
+        (6, 1)
+    );
+    // at the top level
+    assert_eq!(at("name: x\n\tdescription: d\n"), (2, 1));
+    // a tab that starts a line with content: the tab, not the content after it, and not a
+    // later line with a tab
+    assert_eq!(
+        at("name: x\nmovements:\n\t- name: a\n\t  persona: p\n"),
+        (3, 1)
+    );
+    // the first line of a block scalar
+    assert_eq!(
+        at("name: x\nmovements:\n  - name: a\n    instruction: |\n\tdo it\n"),
+        (5, 1)
+    );
+}
+
 #[test]
 fn duplicate_keys_name_the_path_and_both_lines() {
     let src = "name: x\ndescription: d\nmax_movements: 2\ninitial_movement: a\nmovements:\n  - name: a\n    edit: false\n    edit: true\n    persona: p q\n    instruction: i j\n    allowed_tools: []\n    rules: []\n";

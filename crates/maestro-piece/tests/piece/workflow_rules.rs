@@ -737,3 +737,70 @@ fn a_when_predicate_takt_cannot_parse_is_an_error_at_its_condition() {
         "effect.<step>.<type>.<field>",
     );
 }
+
+/// A `when(…)` predicate reads the state of a step of its own workflow: a step name that is
+/// not one is an error at the condition, with the closest step name.
+#[test]
+fn a_when_predicate_naming_an_unknown_step_is_an_error_with_a_suggestion() {
+    let (file, text) = workflow("auto-improvement-loop");
+    for (to, name, near) in [
+        (
+            "when(structured.plan_from_isue.action == \"enqueue_new_task\")",
+            "plan_from_isue",
+            Some("plan_from_issue"),
+        ),
+        ("when(structured.other.x == 1)", "other", None),
+    ] {
+        let broken = support::edit(
+            &text,
+            "when(structured.plan_from_issue.action == \"enqueue_new_task\")",
+            to,
+        );
+        let errors = match load_str(&broken, &file, &LoadOptions::default()) {
+            Ok(_) => panic!("`{to}` still loads"),
+            Err(failed) => failed.errors,
+        };
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        let e = &errors[0];
+        assert_eq!(e.file, file);
+        assert_eq!(e.path, "steps[1].rules[0].condition");
+        assert_eq!(e.line, line_of(&broken, to));
+        assert!(
+            e.message.starts_with(&format!("`structured.{name}.",))
+                && e.message
+                    .contains(&format!("names the unknown step `{name}`")),
+            "{}",
+            e.message
+        );
+        match near {
+            Some(near) => assert!(
+                e.message.contains(&format!("did you mean `{near}`?")),
+                "{}",
+                e.message
+            ),
+            None => assert!(!e.message.contains("did you mean"), "{}", e.message),
+        }
+        assert!(
+            e.message.contains("known: route_context, "),
+            "{}",
+            e.message
+        );
+    }
+    // `context.` and `effect.` references are checked the same way.
+    for (from, to) in [
+        (
+            "when(context.route_context.selected_pr.exists == true)",
+            "when(context.route_contxt.selected_pr.exists == true)",
+        ),
+        (
+            "when(effect.merge_pr.merge_pr.success == true)",
+            "when(effect.merge_p.merge_pr.success == true)",
+        ),
+    ] {
+        let (_, errors) = broken("auto-improvement-loop", from, to);
+        assert!(
+            errors.iter().any(|e| e.message.contains("did you mean")),
+            "{errors:?}"
+        );
+    }
+}

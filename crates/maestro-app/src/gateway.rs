@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use maestro_config::Config;
-use maestro_gateway::{GatewayStore, Price, Prices};
+use maestro_gateway::{GatewayConfig, GatewayStore, Price, Prices};
 use maestro_store::Store;
 
 pub use maestro_gateway::{Gateway, GatewayError, GatewayKey, KEY_PREFIX, key_hash, new_key};
@@ -75,6 +75,10 @@ pub enum GatewayKeyError {
         /// What is wrong and what to write instead.
         message: String,
     },
+    /// Another key has the name already (a revoked one keeps its name): usage is summed by
+    /// name, so two keys of one name would share it.
+    #[error("{}", name_taken(.0))]
+    NameTaken(Box<GatewayKey>),
     /// No key has the id.
     #[error(
         "no gateway key has the id {0:?}; `maestro gateway keys list` (or GET /api/v1/gateway/keys) shows the ids"
@@ -102,11 +106,34 @@ fn positive(value: Option<u64>, field: &'static str) -> Result<Option<i64>, Gate
     }
 }
 
+fn name_taken(existing: &GatewayKey) -> String {
+    format!(
+        "a key named {:?} exists already (id {}, prefix {}…, {}); usage is summed by name, so \
+         give this key another name, e.g. {:?}",
+        existing.name,
+        existing.id,
+        existing.prefix,
+        key_state(existing, now_ms()),
+        format!("{}-2", existing.name)
+    )
+}
+
+fn now_ms() -> i64 {
+    i64::try_from(time::OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000)
+        .unwrap_or(i64::MAX)
+}
+
 /// Makes a key and records it in the audit log as made by `actor` (its name and prefix, never
 /// the key). Returns the key, to show this once, and what the store keeps of it.
+///
+/// Refused, with the field and the fix: a model no route of `gateway` (the `gateway:` section
+/// of the configuration in effect) serves, a `period` without a budget to reset, an `expires`
+/// that has passed, and a name another key has (revoked keys keep theirs; creators racing for
+/// one name get one key between them).
 pub async fn create_gateway_key_as(
     store: &Store,
     actor: &str,
+    gateway: &GatewayConfig,
     new: NewGatewayKey,
 ) -> Result<(String, GatewayKey), GatewayKeyError> {
     let name = new.name.trim().to_string();
@@ -122,6 +149,25 @@ pub async fn create_gateway_key_as(
         .map(|m| m.trim().to_string())
         .filter(|m| !m.is_empty())
         .collect();
+    if let Some(unserved) = models.iter().find(|m| !gateway.models.contains_key(*m)) {
+        let served: Vec<&str> = gateway.models.keys().map(String::as_str).collect();
+        return Err(GatewayKeyError::Invalid {
+            field: "models",
+            message: if served.is_empty() {
+                format!(
+                    "{unserved:?} is not served: the configuration routes no model \
+                     (gateway.models is empty); add the route to gateway.models, or leave the \
+                     models out for every model"
+                )
+            } else {
+                format!(
+                    "{unserved:?} is not served by any route of gateway.models; name served \
+                     models ({}), or add the route to gateway.models first",
+                    served.join(", ")
+                )
+            },
+        });
+    }
     let budget_micro_usd = match new.budget_usd {
         None => None,
         Some(usd) if usd.is_finite() && usd > 0.0 && usd < 9.0e12 => {
@@ -146,6 +192,18 @@ pub async fn create_gateway_key_as(
             });
         }
     };
+    if let Some(period) = &period
+        && new.budget_usd.is_none()
+        && new.budget_tokens.is_none()
+    {
+        return Err(GatewayKeyError::Invalid {
+            field: "period",
+            message: format!(
+                "{period:?} is when a budget starts again, and the key has no budget; add a \
+                 dollar or token budget for each {period}, or leave the period out"
+            ),
+        });
+    }
     let expires_at_ms = match &new.expires {
         None => None,
         Some(text) => {
@@ -157,7 +215,17 @@ pub async fn create_gateway_key_as(
                         "{text:?} is not an RFC 3339 time; write e.g. 2027-01-01T00:00:00Z"
                     ),
                 })?;
-            Some(i64::try_from(at.unix_timestamp_nanos() / 1_000_000).unwrap_or(i64::MAX))
+            let at_ms = i64::try_from(at.unix_timestamp_nanos() / 1_000_000).unwrap_or(i64::MAX);
+            if at_ms <= now_ms() {
+                return Err(GatewayKeyError::Invalid {
+                    field: "expires",
+                    message: format!(
+                        "{text:?} has passed, so the key would never work; give a time in the \
+                         future, or leave it out for a key that does not expire"
+                    ),
+                });
+            }
+            Some(at_ms)
         }
     };
     let (secret, hash, prefix) = new_key();
@@ -177,7 +245,10 @@ pub async fn create_gateway_key_as(
         created_by: actor.to_string(),
         revoked_at_ms: None,
     };
-    let stored = store.insert_gateway_key(&key).await?;
+    let stored = store
+        .insert_gateway_key(&key)
+        .await?
+        .map_err(|existing| GatewayKeyError::NameTaken(Box::new(existing)))?;
     store
         .record_audit(
             actor,
@@ -217,13 +288,7 @@ pub async fn revoke_gateway_key_as(
 /// `budget_usd`, `budget_tokens`, `period`, `rpm`, `tpm`, `expires_at`, `created_at`,
 /// `created_by`, `revoked_at`, and `state` (`active`, `expired` or `revoked`).
 pub fn gateway_key_view(key: &GatewayKey, now_ms: i64) -> serde_json::Value {
-    let state = if key.revoked_at_ms.is_some() {
-        "revoked"
-    } else if !key.is_usable(now_ms) {
-        "expired"
-    } else {
-        "active"
-    };
+    let state = key_state(key, now_ms);
     serde_json::json!({
         "id": key.id, "name": key.name, "prefix": key.prefix, "models": key.models,
         "budget_usd": key.budget_micro_usd.map(|m| m as f64 / 1_000_000.0),
@@ -232,6 +297,17 @@ pub fn gateway_key_view(key: &GatewayKey, now_ms: i64) -> serde_json::Value {
         "created_at": rfc3339(Some(key.created_at_ms)), "created_by": key.created_by,
         "revoked_at": rfc3339(key.revoked_at_ms), "state": state,
     })
+}
+
+/// A key's state at `now_ms`: `active`, `expired` or `revoked`.
+fn key_state(key: &GatewayKey, now_ms: i64) -> &'static str {
+    if key.revoked_at_ms.is_some() {
+        "revoked"
+    } else if !key.is_usable(now_ms) {
+        "expired"
+    } else {
+        "active"
+    }
 }
 
 /// Unix milliseconds as RFC 3339.

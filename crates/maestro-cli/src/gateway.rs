@@ -174,7 +174,7 @@ pub(crate) fn parse_time(text: &str, flag: &str) -> anyhow::Result<i64> {
 }
 
 async fn show_usage(args: UsageArgs) -> anyhow::Result<u8> {
-    let config = args.store.configuration()?;
+    let config = crate::gateway_keys::configuration(&args.store)?;
     let store = args.store.open_existing(&config).await?;
     let from = match &args.from {
         Some(text) => parse_time(text, "--from")?,

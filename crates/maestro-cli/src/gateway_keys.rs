@@ -87,6 +87,16 @@ impl KeysArgs {
     }
 }
 
+/// The configuration for a command that never calls a model: the model servers' keys (the
+/// variables `gateway.upstreams.*.api_key_env` and `llm.api_key_env` name) are not read, so
+/// managing keys does not need them set.
+pub(crate) fn configuration(args: &StoreArgs) -> anyhow::Result<maestro_config::Config> {
+    let from = maestro_config::LoadFrom::current(args.config.config.clone())?;
+    let (config, _files) = maestro_config::Config::load_without_model_keys(from)
+        .map_err(|e| anyhow::anyhow!(maestro_app::error_chain(&e)))?;
+    Ok(config)
+}
+
 pub(crate) async fn run(args: KeysArgs) -> anyhow::Result<u8> {
     match args.command {
         KeysCommand::Create(create) => create_key(create).await,
@@ -113,16 +123,21 @@ async fn create_key(args: CreateArgs) -> anyhow::Result<u8> {
         tpm: args.tpm,
         expires: args.expires,
     };
-    let config = args.store.configuration()?;
+    let config = configuration(&args.store)?;
     let store = args.store.open(&config).await?;
-    let (secret, stored) =
-        match maestro_app::create_gateway_key_as(&store, &crate::common::actor(), new).await {
-            Ok(made) => made,
-            Err(maestro_app::GatewayKeyError::Invalid { field, message }) => {
-                bail!("--{} {message}", field.replace('_', "-"))
-            }
-            Err(e) => return Err(e.into()),
-        };
+    let made =
+        maestro_app::create_gateway_key_as(&store, &crate::common::actor(), &config.gateway, new)
+            .await;
+    let (secret, stored) = match made {
+        Ok(made) => made,
+        Err(maestro_app::GatewayKeyError::Invalid { field, message }) => {
+            bail!("--{} {message}", field.replace('_', "-"))
+        }
+        Err(e @ maestro_app::GatewayKeyError::NameTaken(_)) => {
+            bail!("--name: {e} (in {})", store.url())
+        }
+        Err(e) => return Err(e.into()),
+    };
     if args.json {
         println!("{}", json!({"key": secret, "id": stored.id}));
     } else {
@@ -136,7 +151,7 @@ async fn create_key(args: CreateArgs) -> anyhow::Result<u8> {
 }
 
 async fn list_keys(args: ListArgs) -> anyhow::Result<u8> {
-    let config = args.store.configuration()?;
+    let config = configuration(&args.store)?;
     let store = args.store.open_existing(&config).await?;
     let keys = store.gateway_keys().await?;
     let now = time::OffsetDateTime::now_utc().unix_timestamp() * 1000;
@@ -171,7 +186,7 @@ async fn list_keys(args: ListArgs) -> anyhow::Result<u8> {
 }
 
 async fn revoke_key(args: RevokeArgs) -> anyhow::Result<u8> {
-    let config = args.store.configuration()?;
+    let config = configuration(&args.store)?;
     let store = args.store.open_existing(&config).await?;
     match maestro_app::revoke_gateway_key_as(&store, &crate::common::actor(), &args.id).await {
         Ok(()) => {}

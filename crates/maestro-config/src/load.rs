@@ -78,6 +78,22 @@ impl Config {
         from: LoadFrom,
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<(Config, Vec<PathBuf>), ConfigError> {
+        Config::load_inner(from, env, true)
+    }
+
+    /// [`Config::load`] for a command that never calls a model (managing the gateway's virtual
+    /// keys, reading its usage): the model servers' API keys (`MAESTRO_API_KEY`, the variables
+    /// `llm.api_key_env` and `gateway.upstreams.*.api_key_env` name) are not read, so those
+    /// variables need not be set; the configuration holds no key but one written in a file.
+    pub fn load_without_model_keys(from: LoadFrom) -> Result<(Config, Vec<PathBuf>), ConfigError> {
+        Config::load_inner(from, |name| std::env::var(name).ok(), false)
+    }
+
+    fn load_inner(
+        from: LoadFrom,
+        env: impl Fn(&str) -> Option<String>,
+        read_model_keys: bool,
+    ) -> Result<(Config, Vec<PathBuf>), ConfigError> {
         let env = |name: &str| env(name).filter(|v| !v.is_empty());
         let (sources, root) = discover(&from)?;
         let mut merged = Value::Object(Default::default());
@@ -131,7 +147,9 @@ impl Config {
                 paths: files.clone(),
             }
         };
-        if let Some(key) = env(ENV_API_KEY) {
+        if !read_model_keys {
+            // Neither the model's key nor the upstreams' is read.
+        } else if let Some(key) = env(ENV_API_KEY) {
             config.llm.api_key = Some(Secret::new(key));
         } else if let Some(var) = config.llm.api_key_env.clone().filter(|v| !v.is_empty()) {
             match env(&var) {
@@ -150,7 +168,7 @@ impl Config {
                 None => {}
             }
         }
-        if let Err(check) = config.gateway.read_keys(|var| env(var)) {
+        if read_model_keys && let Err(check) = config.gateway.read_keys(|var| env(var)) {
             return Err(Problem {
                 origin: locate(&check.field),
                 field: check.field.join("."),

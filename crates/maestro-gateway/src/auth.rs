@@ -100,27 +100,50 @@ fn unauthorized(message: String) -> Response {
     response
 }
 
+/// A request the gateway does not serve for its key: the answer to send, and the key's name
+/// when the store knows the key (revoked or expired), for the metrics' `key` label.
+pub(crate) struct Unauthenticated {
+    pub answer: Response,
+    pub key_name: Option<String>,
+}
+
+impl Unauthenticated {
+    fn unknown(answer: Response) -> Unauthenticated {
+        Unauthenticated {
+            answer,
+            key_name: None,
+        }
+    }
+
+    fn of(key: &GatewayKey, answer: Response) -> Unauthenticated {
+        Unauthenticated {
+            answer,
+            key_name: Some(key.name.clone()),
+        }
+    }
+}
+
 /// The key the request presents, `None` when the gateway needs none, or the `401` (`503` when the
 /// store cannot be read) to answer. The key itself is never part of an answer or a log line.
 pub(crate) async fn authenticate(
     store: &KeyStore,
     headers: &HeaderMap,
     now_ms: i64,
-) -> Result<Option<GatewayKey>, Response> {
+) -> Result<Option<GatewayKey>, Unauthenticated> {
     let cache = store;
     let Some(store) = &store.0 else {
         return Ok(None);
     };
     let unavailable = |e: crate::usage::GatewayStoreError| {
         tracing::warn!(error = %e, "the gateway could not read its keys from the store");
-        error_response(
+        Unauthenticated::unknown(error_response(
             StatusCode::SERVICE_UNAVAILABLE,
             "server_error",
             "keys_unavailable",
             "the gateway could not read its keys from its store; try again, and if it persists \
              check the store the gateway was started with (its log names the cause)"
                 .into(),
-        )
+        ))
     };
     let presented = headers
         .get(header::AUTHORIZATION)
@@ -130,33 +153,39 @@ pub(crate) async fn authenticate(
         .filter(|v| !v.is_empty());
     let Some(presented) = presented else {
         return if cache.keys_exist(store).await.map_err(unavailable)? {
-            Err(unauthorized(
+            Err(Unauthenticated::unknown(unauthorized(
                 "this gateway requires a virtual key: send `Authorization: Bearer mk-…` (the \
                  OpenAI clients' api_key); `maestro gateway keys create --name NAME` makes one"
                     .into(),
-            ))
+            )))
         } else {
             Ok(None)
         };
     };
     let hash = key_hash(presented);
     match cache.key_by_hash(store, &hash).await.map_err(unavailable)? {
-        Some(key) if key.revoked_at_ms.is_some() => Err(unauthorized(format!(
-            "the key {}… ({}) was revoked; ask for a new one (`maestro gateway keys create`)",
-            key.prefix, key.name
-        ))),
-        Some(key) if !key.is_usable(now_ms) => Err(unauthorized(format!(
-            "the key {}… ({}) has expired; ask for a new one (`maestro gateway keys create`)",
-            key.prefix, key.name
-        ))),
+        Some(key) if key.revoked_at_ms.is_some() => Err(Unauthenticated::of(
+            &key,
+            unauthorized(format!(
+                "the key {}… ({}) was revoked; ask for a new one (`maestro gateway keys create`)",
+                key.prefix, key.name
+            )),
+        )),
+        Some(key) if !key.is_usable(now_ms) => Err(Unauthenticated::of(
+            &key,
+            unauthorized(format!(
+                "the key {}… ({}) has expired; ask for a new one (`maestro gateway keys create`)",
+                key.prefix, key.name
+            )),
+        )),
         Some(key) => Ok(Some(key)),
         None => {
             if cache.keys_exist(store).await.map_err(unavailable)? {
-                Err(unauthorized(
+                Err(Unauthenticated::unknown(unauthorized(
                     "the API key is not one of this gateway's virtual keys; use a key \
                      `maestro gateway keys create` printed"
                         .into(),
-                ))
+                )))
             } else {
                 // No keys at all: the gateway is open, and a client's placeholder key is fine.
                 Ok(None)

@@ -190,6 +190,11 @@ pub(crate) struct Hold {
     pub store: Arc<dyn GatewayStore>,
     pub reservation: String,
     pub reserved: Spend,
+    /// The reservation's prompt tokens (the prompt's estimate) and answer tokens (the answer's
+    /// cap times `n`), which `reserved.tokens` sums: what a request charged in full is recorded
+    /// as.
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
 }
 
 impl std::fmt::Debug for Hold {
@@ -197,6 +202,8 @@ impl std::fmt::Debug for Hold {
         f.debug_struct("Hold")
             .field("reservation", &self.reservation)
             .field("reserved", &self.reserved)
+            .field("prompt_tokens", &self.prompt_tokens)
+            .field("completion_tokens", &self.completion_tokens)
             .finish_non_exhaustive()
     }
 }

@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::Router;
+use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -14,6 +15,10 @@ use crate::config::{GatewayConfig, UpstreamKind};
 use crate::metrics::Metrics;
 use crate::route::{Route, Target, Upstream};
 use crate::usage::{GatewayStore, UsageSender, start_writer};
+
+/// The largest request body the gateway reads, in bytes (2 MiB); a larger one is answered
+/// `413` in OpenAI's error shape.
+pub(crate) const MAX_BODY_BYTES: usize = 2 * 1024 * 1024;
 
 /// What one model's tokens cost, US dollars per million.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -234,12 +239,15 @@ impl Gateway {
     }
 
     /// The OpenAI-compatible routes, to be nested at `/v1`: `/chat/completions`,
-    /// `/embeddings`, `/models`.
+    /// `/embeddings`, `/models` and `/models/{id}`. Request bodies are read up to 2 MiB.
     pub fn router(&self) -> Router {
         Router::new()
             .route("/chat/completions", post(crate::proxy::chat))
             .route("/embeddings", post(crate::proxy::embeddings))
             .route("/models", get(crate::proxy::models))
+            // A public name may hold slashes (`org/model`), as OpenAI clients send it.
+            .route("/models/{*id}", get(crate::proxy::model))
+            .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
             .with_state(self.clone())
     }
 

@@ -4,7 +4,8 @@
 use std::time::{Duration, Instant};
 
 use axum::body::{Body, Bytes};
-use axum::extract::State;
+use axum::extract::rejection::{BytesRejection, PathRejection};
+use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt as _;
@@ -18,7 +19,7 @@ use crate::budget::{
 };
 use crate::config::UpstreamKind;
 use crate::errors::error_response;
-use crate::gateway::{Gateway, Inner};
+use crate::gateway::{Gateway, Inner, MAX_BODY_BYTES};
 use crate::keys::GatewayKey;
 use crate::limits::Admitted;
 use crate::metrics::{
@@ -62,35 +63,106 @@ impl Endpoint {
 pub(crate) async fn chat(
     State(gateway): State<Gateway>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    proxy(&gateway, Endpoint::Chat, &headers, &body).await
+    proxy(&gateway, Endpoint::Chat, &headers, body).await
 }
 
 pub(crate) async fn embeddings(
     State(gateway): State<Gateway>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    proxy(&gateway, Endpoint::Embeddings, &headers, &body).await
+    proxy(&gateway, Endpoint::Embeddings, &headers, body).await
+}
+
+/// The request's key, or the answer for a request that does not authenticate (counted as
+/// refused, under the key's name when the store knows the key).
+async fn authenticated(inner: &Inner, headers: &HeaderMap) -> Result<Option<GatewayKey>, Response> {
+    crate::auth::authenticate(&inner.store, headers, now_ms())
+        .await
+        .map_err(|refused| {
+            count_refused_as(inner, refused.key_name.as_deref().unwrap_or(NO_KEY), None);
+            refused.answer
+        })
+}
+
+/// A model object as `/v1/models` lists it.
+fn model_object(id: &str) -> Value {
+    json!({"id": id, "object": "model", "created": 0, "owned_by": "maestro-gateway"})
 }
 
 /// `GET /v1/models`: the public model names the request's key may call. It authenticates like
 /// the other routes: once a key exists, a request without a usable key gets the `401`.
 pub(crate) async fn models(State(gateway): State<Gateway>, headers: HeaderMap) -> Response {
     let inner = &*gateway.inner;
-    let key = match crate::auth::authenticate(&inner.store, &headers, now_ms()).await {
+    let key = match authenticated(inner, &headers).await {
         Ok(key) => key,
-        Err(answer) => {
-            count_refused(inner);
-            return answer;
-        }
+        Err(answer) => return answer,
     };
     let data: Vec<Value> = callable_names(inner, key.as_ref())
         .into_iter()
-        .map(|id| json!({"id": id, "object": "model", "created": 0, "owned_by": "maestro-gateway"}))
+        .map(model_object)
         .collect();
     axum::Json(json!({"object": "list", "data": data})).into_response()
+}
+
+/// `GET /v1/models/{id}`: one public model name as `/v1/models` lists it, authenticated and
+/// filtered by the key as that list is; a model the key may not call, or that no route serves,
+/// is a `404` (`model_not_found`).
+pub(crate) async fn model(
+    State(gateway): State<Gateway>,
+    headers: HeaderMap,
+    id: Result<Path<String>, PathRejection>,
+) -> Response {
+    let inner = &*gateway.inner;
+    let key = match authenticated(inner, &headers).await {
+        Ok(key) => key,
+        Err(answer) => return answer,
+    };
+    let id = match id {
+        Ok(Path(id)) => id,
+        Err(rejection) => {
+            return refuse(
+                inner,
+                key.as_ref(),
+                None,
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                "invalid_model",
+                format!(
+                    "the model id in the path cannot be read ({}); send a public model name as GET /v1/models lists it",
+                    rejection.body_text()
+                ),
+            );
+        }
+    };
+    let served = inner
+        .routes
+        .get_key_value(&id)
+        .map(|(name, _)| name.as_str());
+    match served {
+        Some(name) if key.as_ref().is_none_or(|k| k.allows(name)) => {
+            axum::Json(model_object(name)).into_response()
+        }
+        _ => refuse(
+            inner,
+            key.as_ref(),
+            served,
+            StatusCode::NOT_FOUND,
+            "invalid_request_error",
+            "model_not_found",
+            format!(
+                "the model {id:?} does not exist here{}; use one of: {} (GET /v1/models lists them)",
+                if key.is_some() {
+                    " or the key may not call it"
+                } else {
+                    ""
+                },
+                callable_names(inner, key.as_ref()).join(", ")
+            ),
+        ),
+    }
 }
 
 /// The public model names, sorted, that `key` may call (all of them without a key, or for a
@@ -153,6 +225,9 @@ impl Meter {
         if let Some(admitted) = self.admitted.clone() {
             admitted.finish(total, inner.store.0.clone());
         }
+        // What the usage record says was spent: what the upstream reported, or, for a request
+        // charged its whole reservation, that reservation.
+        let mut recorded = (prompt_tokens, completion_tokens, cost_usd, false);
         if let Some(hold) = self.hold.clone() {
             // The upstream did the work unless it refused or none answered; what a cut or
             // abandoned answer spent is unknown without its usage, so it is charged in full.
@@ -161,6 +236,15 @@ impl Meter {
                 tokens: total,
                 micro_usd: cost_usd.map_or(0, micro_usd),
             });
+            if spent && actual.is_none() {
+                let cost = if hold.reserved.micro_usd > 0 {
+                    // A dollar budget was charged the reservation's price.
+                    Some(hold.reserved.micro_usd as f64 / 1_000_000.0)
+                } else {
+                    price.map(|p| p.cost_usd(hold.prompt_tokens, 0, hold.completion_tokens))
+                };
+                recorded = (hold.prompt_tokens, hold.completion_tokens, cost, true);
+            }
             hold.close(spent, actual);
         }
         let metrics = &inner.metrics;
@@ -205,6 +289,7 @@ impl Meter {
                 model: self.model.clone(),
             })
             .observe(latency.as_secs_f64());
+        let (prompt_tokens, completion_tokens, cost_usd, estimated) = recorded;
         let record = UsageRecord {
             at_ms: self.at_ms,
             key_id: self.key_id.clone(),
@@ -216,6 +301,7 @@ impl Meter {
             prompt_tokens,
             completion_tokens,
             cost_usd,
+            estimated,
             latency_ms: u64::try_from(latency.as_millis()).unwrap_or(u64::MAX),
             status,
             http_status,
@@ -291,26 +377,29 @@ async fn proxy(
     gateway: &Gateway,
     endpoint: Endpoint,
     headers: &HeaderMap,
-    body: &[u8],
+    body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let inner = &*gateway.inner;
     let started = Instant::now();
-    let key = match crate::auth::authenticate(&inner.store, headers, now_ms()).await {
+    let key = match authenticated(inner, headers).await {
         Ok(key) => key,
-        Err(answer) => {
-            count_refused(inner);
-            return answer;
-        }
+        Err(answer) => return answer,
     };
-    let mut request: Map<String, Value> = match serde_json::from_slice(body) {
+    let body = match body {
+        Ok(body) => body,
+        Err(rejection) => return unreadable_body(inner, key.as_ref(), &rejection),
+    };
+    let mut request: Map<String, Value> = match serde_json::from_slice(&body) {
         Ok(Value::Object(map)) => map,
         Ok(_) => {
-            return refuse(inner, StatusCode::BAD_REQUEST, "invalid_request_error", "invalid_body",
+            return refuse(inner, key.as_ref(), None, StatusCode::BAD_REQUEST, "invalid_request_error", "invalid_body",
                 "the request body is a JSON value but not an object; send the request as a JSON object".into());
         }
         Err(e) => {
             return refuse(
                 inner,
+                key.as_ref(),
+                None,
                 StatusCode::BAD_REQUEST,
                 "invalid_request_error",
                 "invalid_body",
@@ -325,6 +414,8 @@ async fn proxy(
     else {
         return refuse(
             inner,
+            key.as_ref(),
+            None,
             StatusCode::BAD_REQUEST,
             "invalid_request_error",
             "missing_model",
@@ -337,6 +428,8 @@ async fn proxy(
     let Some(route) = inner.routes.get(&model) else {
         return refuse(
             inner,
+            key.as_ref(),
+            None,
             StatusCode::NOT_FOUND,
             "invalid_request_error",
             "model_not_found",
@@ -351,6 +444,8 @@ async fn proxy(
     {
         return refuse(
             inner,
+            Some(key),
+            Some(&model),
             StatusCode::FORBIDDEN,
             "permission_error",
             "model_not_allowed",
@@ -366,7 +461,7 @@ async fn proxy(
         Some(key) => match admit(inner, key, endpoint, route, &model, &mut request).await {
             Ok(admission) => admission,
             Err(answer) => {
-                count_refused(inner);
+                count_refused(inner, Some(key), Some(&model));
                 return answer;
             }
         },
@@ -435,6 +530,8 @@ async fn proxy(
             Err(e) => {
                 return refuse(
                     inner,
+                    key.as_ref(),
+                    Some(&model),
                     StatusCode::BAD_REQUEST,
                     "invalid_request_error",
                     "invalid_body",
@@ -763,6 +860,8 @@ async fn admit(
                 store: store.clone(),
                 reservation,
                 reserved: charge,
+                prompt_tokens: prompt,
+                completion_tokens: completion,
             }),
         )),
         Ok(Err(denied)) => Err(exhausted(key, denied, charge, resets)),
@@ -967,27 +1066,69 @@ pub(crate) fn timeout_text(limit: Duration) -> String {
     )
 }
 
-/// A request the gateway answers itself, counted under `refused`.
+/// A request the gateway answers itself, counted under `refused` with its key and model as
+/// far as they are known (`model` only when a route names it).
 fn refuse(
     inner: &Inner,
+    key: Option<&GatewayKey>,
+    model: Option<&str>,
     status: StatusCode,
     kind: &'static str,
     code: &'static str,
     message: String,
 ) -> Response {
-    count_refused(inner);
+    count_refused(inner, key, model);
     error_response(status, kind, code, message)
 }
 
-/// Counts a request the gateway answered itself.
-fn count_refused(inner: &Inner) {
+/// The answer to a body the gateway could not read: one past [`MAX_BODY_BYTES`] is a `413`.
+fn unreadable_body(
+    inner: &Inner,
+    key: Option<&GatewayKey>,
+    rejection: &BytesRejection,
+) -> Response {
+    if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        return refuse(
+            inner,
+            key,
+            None,
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "invalid_request_error",
+            "request_too_large",
+            format!(
+                "the request body is larger than the gateway's limit of 2 MiB ({MAX_BODY_BYTES} bytes); send a smaller request (fewer or shorter messages, images by URL instead of inline)"
+            ),
+        );
+    }
+    refuse(
+        inner,
+        key,
+        None,
+        rejection.status(),
+        "invalid_request_error",
+        "invalid_body",
+        format!(
+            "the request body could not be read ({}); send the request again",
+            rejection.body_text()
+        ),
+    )
+}
+
+/// Counts a request the gateway answered itself, under `key` (by its name) and `model` (a
+/// public name a route gives; `None`: `(unknown)`).
+fn count_refused(inner: &Inner, key: Option<&GatewayKey>, model: Option<&str>) {
+    count_refused_as(inner, key.map_or(NO_KEY, |k| k.name.as_str()), model);
+}
+
+/// [`count_refused`] by the key's name.
+fn count_refused_as(inner: &Inner, key: &str, model: Option<&str>) {
     inner
         .metrics
         .requests
         .get_or_create(&RequestLabels {
             upstream: String::new(),
-            model: UNKNOWN_MODEL.to_string(),
-            key: NO_KEY.to_string(),
+            model: model.unwrap_or(UNKNOWN_MODEL).to_string(),
+            key: key.to_string(),
             status: "refused",
         })
         .inc();

@@ -65,12 +65,21 @@ pub struct UsageRecord {
     pub upstream: Option<String>,
     /// The model name sent to that upstream.
     pub upstream_model: Option<String>,
-    /// Prompt tokens the upstream reported.
+    /// Prompt tokens the upstream reported; with `estimated`, those the key's budget was
+    /// charged for (the prompt's estimate).
     pub prompt_tokens: u64,
-    /// Answer tokens the upstream reported.
+    /// Answer tokens the upstream reported; with `estimated`, those the key's budget was charged
+    /// for (the answer's cap times `n`).
     pub completion_tokens: u64,
     /// The cost in US dollars from `llm.models.<upstream model>.price`; unknown without a price.
+    /// With `estimated`, the cost of the charged tokens (for a key with a dollar budget, what
+    /// its budget was charged).
     pub cost_usd: Option<f64>,
+    /// The answer reported no usage (a stream cut or abandoned before its usage chunk, a whole
+    /// answer without a readable `usage`), and the request's key was charged its whole budget
+    /// reservation: the tokens and cost are that reservation, not what the upstream counted.
+    #[serde(default)]
+    pub estimated: bool,
     /// From the request's arrival to the end of the answer, milliseconds.
     pub latency_ms: u64,
     /// How it ended.

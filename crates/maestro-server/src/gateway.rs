@@ -24,6 +24,13 @@ impl From<maestro_app::GatewayKeyError> for ApiError {
             maestro_app::GatewayKeyError::Invalid { field, message } => {
                 ApiError::bad_request(format!("`{field}`: {message}")).with("field", field.into())
             }
+            maestro_app::GatewayKeyError::NameTaken(existing) => {
+                let id = existing.id.clone();
+                let taken = maestro_app::GatewayKeyError::NameTaken(existing);
+                ApiError::conflict(format!("`name`: {taken}"))
+                    .with("field", "name".into())
+                    .with("existing_id", id.into())
+            }
             e @ maestro_app::GatewayKeyError::NotFound(_) => ApiError::not_found(e.to_string()),
             maestro_app::GatewayKeyError::Store(e) => e.into(),
         }
@@ -82,8 +89,9 @@ pub(crate) struct NewKeyBody {
     post, path = "/api/v1/gateway/keys", tag = "gateway", request_body = NewKeyBody,
     responses(
         (status = 201, description = "Made: `key` is shown this once", body = schema::NewGatewayKey),
-        (status = 400, description = "A field cannot be used (the problem names it)", body = schema::Problem),
+        (status = 400, description = "A field cannot be used (the problem names it): a model no route of `gateway.models` serves, a `period` without a budget, an `expires` that has passed, …", body = schema::Problem),
         (status = 403, description = "Not an admin", body = schema::Problem),
+        (status = 409, description = "Another key has the name (revoked keys keep theirs); `existing_id` names it", body = schema::Problem),
     ),
 )]
 pub(crate) async fn create_key(
@@ -101,8 +109,11 @@ pub(crate) async fn create_key(
         tpm: body.tpm,
         expires: body.expires,
     };
+    // The routes of the configuration in effect are the models a key may name.
+    let config = state.current_config().await;
     let (secret, stored) =
-        maestro_app::create_gateway_key_as(state.store(), &caller.name, new).await?;
+        maestro_app::create_gateway_key_as(state.store(), &caller.name, &config.gateway, new)
+            .await?;
     let mut view = maestro_app::gateway_key_view(&stored, now_ms());
     if let Some(object) = view.as_object_mut() {
         object.insert("key".into(), secret.into());

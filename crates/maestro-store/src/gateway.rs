@@ -57,8 +57,8 @@ impl Store {
             sqlx::query::<Any>(
                 "INSERT INTO gateway_usage (at, key_id, key_name, endpoint, model, upstream, \
                  upstream_model, prompt_tokens, completion_tokens, cost_usd, latency_ms, status, \
-                 http_status, job, movement) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
+                 http_status, job, movement, estimated) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)",
             )
             .bind(r.at_ms)
             .bind(r.key_id.clone())
@@ -75,6 +75,7 @@ impl Store {
             .bind(i64::from(r.http_status))
             .bind(r.job.clone())
             .bind(r.movement.clone())
+            .bind(i64::from(r.estimated))
             .execute(&mut *tx)
             .await
             .map_err(StoreError::query("write the gateway's usage records"))?;

@@ -45,8 +45,14 @@ fn key_from_row(row: &AnyRow) -> StoreResult<GatewayKey> {
 
 impl Store {
     /// Stores a new virtual key; its `id` and `created_at_ms` are the store's (a UUIDv7, now),
-    /// whatever `key` holds. Returns the key as stored.
-    pub async fn insert_gateway_key(&self, key: &GatewayKey) -> StoreResult<GatewayKey> {
+    /// whatever `key` holds. Returns the key as stored, or `Err` with the key that has its name
+    /// already (revoked keys keep theirs): a name belongs to one key, since usage is summed by
+    /// it. Creators racing for one name get one key between them, on either backend (the
+    /// unique index `gateway_keys_name`).
+    pub async fn insert_gateway_key(
+        &self,
+        key: &GatewayKey,
+    ) -> StoreResult<Result<GatewayKey, GatewayKey>> {
         let id = Uuid::now_v7().to_string();
         let models = match &key.models {
             Some(models) => {
@@ -58,10 +64,11 @@ impl Store {
             }
             None => None,
         };
-        sqlx::query::<Any>(
+        let inserted = sqlx::query::<Any>(
             "INSERT INTO gateway_keys (id, name, hash, prefix, models, budget_micro_usd, \
              budget_tokens, period, rpm, tpm, expires_at, created_at, created_by) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) \
+             ON CONFLICT (name) DO NOTHING",
         )
         .bind(id.clone())
         .bind(key.name.clone())
@@ -79,11 +86,34 @@ impl Store {
         .execute(&self.pool)
         .await
         .map_err(StoreError::query("store a gateway key"))?;
+        if inserted.rows_affected() == 0 {
+            return match self.gateway_key_by_name(&key.name).await? {
+                Some(existing) => Ok(Err(existing)),
+                None => Err(StoreError::Corrupt {
+                    what: format!(
+                        "the gateway key name {:?} is taken, yet no key has it",
+                        key.name
+                    ),
+                }),
+            };
+        }
         self.gateway_key(&id)
             .await?
+            .map(Ok)
             .ok_or_else(|| StoreError::Corrupt {
                 what: format!("the gateway key {id} just stored cannot be read back"),
             })
+    }
+
+    /// The virtual key named `name`, revoked or not.
+    pub async fn gateway_key_by_name(&self, name: &str) -> StoreResult<Option<GatewayKey>> {
+        let sql = format!("SELECT {KEY_COLUMNS} FROM gateway_keys WHERE name = $1");
+        let row = sqlx::query::<Any>(sqlx::AssertSqlSafe(sql))
+            .bind(name.to_string())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(StoreError::query("look a gateway key up by name"))?;
+        row.as_ref().map(key_from_row).transpose()
     }
 
     /// The virtual key with the id `id`.

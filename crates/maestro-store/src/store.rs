@@ -249,10 +249,16 @@ const MIGRATIONS: &[EmbeddedMigration] = &[
         sqlite: include_str!("../migrations/sqlite/0011_knowledge.sql"),
         postgres: include_str!("../migrations/postgres/0011_knowledge.sql"),
     },
+    EmbeddedMigration {
+        version: 12,
+        description: "gateway key names",
+        sqlite: include_str!("../migrations/sqlite/0012_gateway_key_names.sql"),
+        postgres: include_str!("../migrations/postgres/0012_gateway_key_names.sql"),
+    },
 ];
 
 /// The newest schema version this build knows.
-pub const SCHEMA_VERSION: i64 = 11;
+pub const SCHEMA_VERSION: i64 = 12;
 
 fn migrator(backend: Backend, up_to: i64) -> Migrator {
     let migrations = MIGRATIONS

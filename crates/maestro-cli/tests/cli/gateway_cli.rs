@@ -101,9 +101,24 @@ fn run_maestro(project: &Project, args: &[&str]) -> std::process::Output {
     project.command(args).output().unwrap()
 }
 
+/// A project whose configuration routes `team-model` and `other` to an upstream whose key is
+/// read from `GW_TEST_KEY`, which the key commands are run without.
+fn keys_project() -> Project {
+    let project = Project::new();
+    std::fs::write(
+        project.path().join(".maestro/config.yaml"),
+        "llm:\n  tool_mode: native\n\
+         gateway:\n  upstreams:\n    primary: {kind: openai, base_url: \"http://127.0.0.1:9/v1\", api_key_env: GW_TEST_KEY}\n\
+         \x20 models:\n    team-model:\n      - {upstream: primary, model: some-model}\n\
+         \x20   other:\n      - {upstream: primary, model: other-model}\n",
+    )
+    .unwrap();
+    project
+}
+
 #[test]
 fn gateway_keys_are_printed_once_listed_without_the_key_and_revoked_by_id() {
-    let project = Project::new();
+    let project = keys_project();
     let out = run_maestro(
         &project,
         &[
@@ -433,4 +448,143 @@ async fn keys_are_made_listed_and_revoked_over_the_api_and_usage_reads_back() {
     assert!(!audit.to_string().contains(&key), "{audit}");
     let log = served.stop().await;
     assert!(!log.contains(&key) && !log.contains(UPSTREAM_KEY), "{log}");
+}
+
+#[test]
+fn keys_and_usage_are_managed_without_the_upstreams_keys_set() {
+    let project = keys_project();
+    let run = |args: &[&str]| {
+        let out = project
+            .command(args)
+            .env_remove("GW_TEST_KEY")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let created: Value = serde_json::from_str(&run(&[
+        "gateway",
+        "keys",
+        "create",
+        "--name",
+        "ci",
+        "--models",
+        "team-model",
+        "--json",
+    ]))
+    .unwrap();
+    let id = created["id"].as_str().unwrap();
+    assert!(run(&["gateway", "keys", "list", "--json"]).contains(id));
+    run(&["gateway", "keys", "revoke", id]);
+    run(&["gateway", "usage", "--by", "key", "--json"]);
+}
+
+#[test]
+fn a_key_with_a_field_that_cannot_be_used_is_refused_naming_the_field() {
+    let project = keys_project();
+    let create = |extra: &[&str]| {
+        let mut args = vec!["gateway", "keys", "create", "--json"];
+        args.extend(extra);
+        with_upstream_key(&project, &args)
+    };
+    let refused = |extra: &[&str], says: &[&str]| {
+        let out = create(extra);
+        assert!(!out.status.success(), "{extra:?} was accepted");
+        let text = stderr(&out);
+        for word in says {
+            assert!(text.contains(word), "{extra:?}: {text}");
+        }
+    };
+    refused(
+        &["--name", "a", "--period", "day"],
+        &["--period", "no budget", "leave the period out"],
+    );
+    refused(
+        &["--name", "b", "--models", "team-model,made-up"],
+        &[
+            "--models",
+            "\"made-up\" is not served",
+            "team-model",
+            "other",
+        ],
+    );
+    refused(
+        &["--name", "c", "--expires", "2020-01-01T00:00:00Z"],
+        &["--expires", "has passed", "in the future"],
+    );
+    let out = create(&["--name", "ci"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let first: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let first_id = first["id"].as_str().unwrap();
+    refused(
+        &["--name", "ci", "--budget-tokens", "100"],
+        &[
+            "--name",
+            "a key named \"ci\" exists already",
+            first_id,
+            "another name",
+        ],
+    );
+    // A revoked key keeps its name: its usage stays its own.
+    let out = with_upstream_key(&project, &["gateway", "keys", "revoke", first_id]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    refused(&["--name", "ci"], &["exists already", "revoked"]);
+    // None of the refused ones was made.
+    let out = with_upstream_key(&project, &["gateway", "keys", "list", "--json"]);
+    assert_eq!(String::from_utf8(out.stdout).unwrap().lines().count(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_key_with_a_field_that_cannot_be_used_is_refused_over_the_api() {
+    let upstream = ScriptedLlm::start([]).await;
+    let project = gateway_project(&upstream, None);
+    let served = project.serve_with_env(
+        &upstream.base_url(),
+        &["--no-worker"],
+        &[("GW_TEST_KEY", UPSTREAM_KEY)],
+    );
+    for (body, field, says) in [
+        (
+            json!({"name": "a", "period": "week"}),
+            "period",
+            "no budget",
+        ),
+        (
+            json!({"name": "b", "models": ["made-up"]}),
+            "models",
+            "team-model",
+        ),
+        (
+            json!({"name": "c", "expires": "2020-01-01T00:00:00Z"}),
+            "expires",
+            "has passed",
+        ),
+    ] {
+        let (status, problem) = served.post("/api/v1/gateway/keys", body.clone()).await;
+        assert_eq!(status, 400, "{body}: {problem}");
+        assert_eq!(problem["field"], field, "{problem}");
+        let detail = problem["detail"].as_str().unwrap();
+        assert!(detail.contains(field) && detail.contains(says), "{detail}");
+    }
+    let (status, made) = served
+        .post(
+            "/api/v1/gateway/keys",
+            json!({"name": "team", "budget_tokens": 1000, "period": "day"}),
+        )
+        .await;
+    assert_eq!(status, 201, "{made}");
+    let (status, problem) = served
+        .post("/api/v1/gateway/keys", json!({"name": "team"}))
+        .await;
+    assert_eq!(status, 409, "{problem}");
+    assert_eq!(problem["field"], "name", "{problem}");
+    assert_eq!(problem["existing_id"], made["id"], "{problem}");
+    let detail = problem["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("exists already") && detail.contains(made["id"].as_str().unwrap()),
+        "{detail}"
+    );
+    let (_, listed) = served.get("/api/v1/gateway/keys").await;
+    assert_eq!(listed.as_array().unwrap().len(), 1, "{listed}");
+    served.stop().await;
 }

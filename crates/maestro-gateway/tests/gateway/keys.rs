@@ -206,3 +206,139 @@ async fn n_3_reserves_three_completions() {
         .collect();
     assert_eq!(reserved, [prompt + 3 * 100]);
 }
+
+async fn get_model(gateway: &Served, bearer: Option<&str>, id: &str) -> (u16, Value) {
+    let mut request = client().get(format!("{}/models/{id}", gateway.base_url()));
+    if let Some(bearer) = bearer {
+        request = request.bearer_auth(bearer);
+    }
+    let answer = request.send().await.unwrap();
+    let status = answer.status().as_u16();
+    (status, answer.json().await.unwrap())
+}
+
+#[tokio::test]
+async fn one_model_is_retrieved_by_id_for_a_key_that_may_call_it() {
+    let upstream = ScriptedLlm::start([]).await;
+    let mut config = two_models(&upstream.base_url());
+    // A public name with a slash, as model names of some servers have.
+    config
+        .models
+        .insert("org/big-model".into(), config.models["team-model"].clone());
+    let gateway = serve_keyed(
+        config,
+        &[],
+        vec![
+            key(OPEN, "open", None, None),
+            key(NARROW, "narrow", Some(&["team-model"]), None),
+        ],
+    )
+    .await;
+
+    for id in ["team-model", "org/big-model", "secret-model"] {
+        let (status, body) = get_model(&gateway, Some(OPEN), id).await;
+        assert_eq!(status, 200, "{id}: {body}");
+        assert_eq!(
+            body,
+            json!({"id": id, "object": "model", "created": 0, "owned_by": "maestro-gateway"})
+        );
+    }
+    let (status, body) = get_model(&gateway, Some(NARROW), "team-model").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["id"], "team-model");
+
+    // A model the key may not call, and one no route serves, are not found, in OpenAI's shape.
+    for id in ["secret-model", "made-up-model"] {
+        let (status, body) = get_model(&gateway, Some(NARROW), id).await;
+        assert_eq!(status, 404, "{id}: {body}");
+        assert_eq!(body["error"]["code"], "model_not_found", "{body}");
+        assert_eq!(body["error"]["type"], "invalid_request_error", "{body}");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains(id) && message.contains("team-model"),
+            "{message}"
+        );
+        assert!(
+            !message.contains("secret-model") || id == "secret-model",
+            "{message}"
+        );
+    }
+
+    // It authenticates as /v1/models does.
+    for bearer in [None, Some("mk-not-a-key-of-this-gateway")] {
+        let (status, body) = get_model(&gateway, bearer, "team-model").await;
+        assert_eq!(status, 401, "{bearer:?}: {body}");
+        assert_eq!(body["error"]["code"], "invalid_api_key");
+    }
+    assert!(upstream.requests().is_empty());
+}
+
+#[tokio::test]
+async fn refusals_are_counted_under_the_key_and_model_they_are_known_for() {
+    let upstream = ScriptedLlm::start([Turn::text("hello").with_usage(8, 2)]).await;
+    let mut limited = key("mk-limited-key-with-one-rpm", "limited", None, None);
+    limited.rpm = Some(1);
+    let mut revoked = key("mk-revoked-key-of-the-past", "revoked", None, None);
+    revoked.revoked_at_ms = Some(1);
+    let gateway = serve_keyed(
+        two_models(&upstream.base_url()),
+        &[],
+        vec![
+            key(BUDGETED, "budgeted", None, Some(10)),
+            key(NARROW, "narrow", Some(&["team-model"]), None),
+            limited,
+            revoked,
+        ],
+    )
+    .await;
+    let chat = |bearer: &'static str, model: &'static str| {
+        let url = format!("{}/chat/completions", gateway.base_url());
+        async move {
+            client()
+                .post(url)
+                .bearer_auth(bearer)
+                .json(&json!({"model": model, "messages": [{"role": "user", "content": "hi"}]}))
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        }
+    };
+    // Over its budget.
+    assert_eq!(chat(BUDGETED, "team-model").await, 429);
+    // A model the key may not call, and one no route serves.
+    assert_eq!(chat(NARROW, "secret-model").await, 403);
+    assert_eq!(chat(NARROW, "made-up-model").await, 404);
+    // Over its rate: the first passes, the second is refused.
+    assert_eq!(chat("mk-limited-key-with-one-rpm", "team-model").await, 200);
+    assert_eq!(chat("mk-limited-key-with-one-rpm", "team-model").await, 429);
+    // A revoked key.
+    assert_eq!(chat("mk-revoked-key-of-the-past", "team-model").await, 401);
+    // Over the size limit.
+    let answer = client()
+        .post(format!("{}/chat/completions", gateway.base_url()))
+        .bearer_auth(NARROW)
+        .json(&json!({"model": "team-model",
+            "messages": [{"role": "user", "content": "x".repeat(3 * 1024 * 1024)}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 413);
+
+    let metrics = gateway.metrics().await;
+    for series in [
+        r#"{upstream="",model="team-model",key="budgeted",status="refused"} 1"#,
+        r#"{upstream="",model="secret-model",key="narrow",status="refused"} 1"#,
+        r#"{upstream="",model="(unknown)",key="narrow",status="refused"} 2"#,
+        r#"{upstream="",model="team-model",key="limited",status="refused"} 1"#,
+        r#"{upstream="",model="(unknown)",key="revoked",status="refused"} 1"#,
+    ] {
+        assert!(
+            metrics.contains(&format!("maestro_gateway_requests_total{series}")),
+            "{series} in:\n{metrics}"
+        );
+    }
+    assert!(!metrics.contains("made-up-model"), "{metrics}");
+    assert_eq!(upstream.requests().len(), 1);
+}

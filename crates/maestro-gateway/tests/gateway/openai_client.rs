@@ -1,6 +1,7 @@
 //! The official `openai` Python package through the gateway to scripted upstreams over real
 //! HTTP: chat with and without streaming, tool calls (whole and streamed), embeddings, a stream
-//! cut by the upstream (the client raises), an unknown model (the client's NotFoundError).
+//! cut by the upstream (the client raises), an unknown model (the client's NotFoundError), the
+//! models listed and retrieved one by one.
 
 use crate::support;
 
@@ -78,6 +79,14 @@ async fn the_openai_python_client_chats_streams_calls_tools_and_embeds_through_t
     );
     let unknown = seen["unknown"].as_str().unwrap();
     assert!(unknown.starts_with("NotFoundError: "), "{unknown}");
+    let names = json!(["cut-model", "embedder", "team-model"]);
+    assert_eq!(seen["models"], json!({"listed": names, "retrieved": names}));
+    let unknown = seen["unknown_model"].as_str().unwrap();
+    assert!(
+        unknown.starts_with("NotFoundError: ")
+            && unknown.contains("\"no-such-model\" does not exist"),
+        "{unknown}"
+    );
 
     // The client's key went nowhere.
     for request in upstream.recorded() {

@@ -439,3 +439,41 @@ async fn every_request_of_a_burst_is_recorded_through_the_batching_writer() {
     let batches = gateway.store.batches.lock().unwrap().clone();
     assert_eq!(batches.iter().sum::<usize>(), 200);
 }
+
+#[tokio::test]
+async fn a_body_over_the_size_limit_is_a_413_in_openai_error_shape() {
+    let upstream = ScriptedLlm::start([]).await;
+    let gateway = serve(one_upstream(&upstream.base_url()), &[]).await;
+    // 2 MiB of prompt alone: the body, with its JSON around it, is past the limit.
+    let request = json!({
+        "model": "team-model",
+        "messages": [{"role": "user", "content": "x".repeat(2 * 1024 * 1024)}],
+    });
+    for path in ["chat/completions", "embeddings"] {
+        let answer = client()
+            .post(format!("{}/{path}", gateway.base_url()))
+            .json(&request)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), 413, "{path}");
+        assert_eq!(
+            answer.headers()["content-type"],
+            "application/json",
+            "{path}"
+        );
+        let body: Value = answer.json().await.unwrap();
+        assert_eq!(body["error"]["code"], "request_too_large", "{body}");
+        assert_eq!(body["error"]["type"], "invalid_request_error", "{body}");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(message.contains("2 MiB"), "{message}");
+    }
+    assert!(upstream.requests().is_empty());
+    let metrics = gateway.metrics().await;
+    assert!(
+        metrics.contains(
+            r#"maestro_gateway_requests_total{upstream="",model="(unknown)",key="",status="refused"} 2"#
+        ),
+        "{metrics}"
+    );
+}

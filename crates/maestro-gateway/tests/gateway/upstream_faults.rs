@@ -412,3 +412,142 @@ async fn a_long_upstream_message_is_trimmed() {
     let kept = message.matches("x ").count() + message.matches("x…").count();
     assert!((140..=160).contains(&kept), "{kept}: {message}");
 }
+
+#[tokio::test]
+async fn answers_charged_their_whole_reservation_are_recorded_with_what_was_charged() {
+    // A stream that ends without [DONE] (cut), a stream that stalls while the client goes away
+    // (abandoned), and whole answers without a readable `usage`: none says what it spent.
+    let cut = answering(|| {
+        let body = String::from_utf8(chunk("half an answer").to_vec()).unwrap();
+        response(200, "text/event-stream", body)
+    })
+    .await;
+    let stalling = upstream(Router::new().route(
+        "/v1/chat/completions",
+        post(|| async {
+            let chunks = futures::stream::once(async { Ok::<_, std::io::Error>(chunk("one")) })
+                .chain(futures::stream::once(async {
+                    tokio::time::sleep(Duration::from_secs(120)).await;
+                    Ok(Bytes::from_static(b"data: [DONE]\n\n"))
+                }));
+            let mut response = Response::new(Body::from_stream(chunks));
+            response.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/event-stream"),
+            );
+            response
+        }),
+    ))
+    .await;
+    let no_usage = answering(|| {
+        let body = json!({"id": "c1", "object": "chat.completion", "model": "m",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"},
+                         "finish_reason": "stop"}]});
+        response(200, "application/json", body.to_string())
+    })
+    .await;
+    let odd_usage = answering(|| {
+        let body = json!({"id": "c1", "object": "chat.completion", "model": "m",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"},
+                         "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": "many"}});
+        response(200, "application/json", body.to_string())
+    })
+    .await;
+    let config: GatewayConfig = serde_json::from_value(json!({
+        "upstreams": {
+            "cut": {"kind": "openai", "base_url": cut},
+            "stalling": {"kind": "openai", "base_url": stalling},
+            "no-usage": {"kind": "openai", "base_url": no_usage},
+            "odd-usage": {"kind": "openai", "base_url": odd_usage},
+        },
+        "models": {
+            "cut-model": [{"upstream": "cut", "model": "m"}],
+            "stall-model": [{"upstream": "stalling", "model": "m"}],
+            "quiet-model": [{"upstream": "no-usage", "model": "m"}],
+            "odd-model": [{"upstream": "odd-usage", "model": "m"}],
+        },
+    }))
+    .unwrap();
+    let secret = "mk-charged-in-full-key";
+    let gateway = serve_keyed(
+        config,
+        &["m"],
+        vec![key(secret, "ci", None, Some(1_000_000))],
+    )
+    .await;
+    let ask = |model: &str, stream: bool| {
+        client()
+            .post(format!("{}/chat/completions", gateway.base_url()))
+            .bearer_auth(secret)
+            .json(&json!({"model": model, "stream": stream, "max_tokens": 100,
+                "messages": [{"role": "user", "content": "hi"}]}))
+            .send()
+    };
+    let answer = ask("cut-model", true).await.unwrap();
+    assert_eq!(answer.status(), 200);
+    let (_, events) = sse(&answer.text().await.unwrap());
+    assert_eq!(events, ["error"]);
+    for model in ["quiet-model", "odd-model"] {
+        let answer = ask(model, false).await.unwrap();
+        assert_eq!(answer.status(), 200, "{model}");
+    }
+    // The client reads the first chunk and goes away.
+    let answer = ask("stall-model", true).await.unwrap();
+    let mut body = answer.bytes_stream();
+    body.next().await.unwrap().unwrap();
+    drop(body);
+
+    // Every reservation settles (by tasks of their own: wait for them a little).
+    for _ in 0..250 {
+        if gateway.store.reserved.lock().unwrap().len() == 4
+            && gateway.store.open.lock().unwrap().is_empty()
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(gateway.store.open.lock().unwrap().is_empty());
+    let reserved = gateway.store.reserved.lock().unwrap().clone();
+    // "hi": 8 tokens of JSON and the chat template's 56, and max_tokens 100.
+    assert!(
+        reserved.iter().all(|r| r.tokens == 64 + 100),
+        "{reserved:?}"
+    );
+    let spent: u64 = gateway.store.spent.lock().unwrap().values().sum();
+    assert_eq!(spent, 4 * 164, "each is charged its whole reservation");
+
+    let records = gateway.records().await;
+    let mut seen: Vec<(String, UsageStatus)> = records
+        .iter()
+        .map(|r| (r.model.clone(), r.status))
+        .collect();
+    seen.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(
+        seen,
+        [
+            ("cut-model".to_string(), UsageStatus::Cut),
+            ("odd-model".to_string(), UsageStatus::Ok),
+            ("quiet-model".to_string(), UsageStatus::Ok),
+            ("stall-model".to_string(), UsageStatus::Abandoned),
+        ]
+    );
+    for record in &records {
+        // The record says what the ledger charged, and that it is an estimate.
+        assert_eq!(
+            (record.prompt_tokens, record.completion_tokens),
+            (64, 100),
+            "{record:?}"
+        );
+        // $1 per million prompt tokens, $2 per million answer tokens.
+        let cost = record.cost_usd.unwrap();
+        assert!((cost - (64.0 + 200.0) / 1e6).abs() < 1e-12, "{record:?}");
+        let json = serde_json::to_value(record).unwrap();
+        assert_eq!(json["estimated"], true, "{json}");
+    }
+    let recorded: u64 = records
+        .iter()
+        .map(|r| r.prompt_tokens + r.completion_tokens)
+        .sum();
+    assert_eq!(recorded, spent, "usage and ledger agree");
+}

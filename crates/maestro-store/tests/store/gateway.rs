@@ -6,6 +6,7 @@ use crate::common;
 use maestro_gateway::{GatewayStore, UsageRecord, UsageStatus};
 use maestro_store::{UsageGroup, UsageTotal};
 use pretty_assertions::assert_eq;
+use sqlx::Connection;
 
 use common::Db;
 
@@ -28,6 +29,7 @@ fn record(
         prompt_tokens: tokens.0,
         completion_tokens: tokens.1,
         cost_usd: cost,
+        estimated: false,
         latency_ms: 12,
         status: UsageStatus::Ok,
         http_status: 200,
@@ -110,3 +112,24 @@ async fn usage_is_written_in_a_batch_and_summed_per_key_model_and_job(db: Db) {
 }
 
 on_both_backends!(usage_is_written_in_a_batch_and_summed_per_key_model_and_job);
+
+async fn a_record_of_what_was_charged_in_full_is_stored_as_an_estimate(db: Db) {
+    let store = db.open().await;
+    let mut charged = record(1_000, Some("ana"), "team-model", None, (64, 100), Some(0.1));
+    charged.estimated = true;
+    let reported = record(2_000, Some("ana"), "team-model", None, (31, 7), Some(0.01));
+    GatewayStore::record_usage(&store, &[charged, reported])
+        .await
+        .unwrap();
+    let mut conn = sqlx::AnyConnection::connect(&db.raw_url()).await.unwrap();
+    let estimated: Vec<(i64, i64)> = sqlx::query_as::<sqlx::Any, (i64, i64)>(
+        "SELECT prompt_tokens, estimated FROM gateway_usage ORDER BY at",
+    )
+    .fetch_all(&mut conn)
+    .await
+    .unwrap();
+    conn.close().await.unwrap();
+    assert_eq!(estimated, [(64, 1), (31, 0)]);
+}
+
+on_both_backends!(a_record_of_what_was_charged_in_full_is_stored_as_an_estimate);

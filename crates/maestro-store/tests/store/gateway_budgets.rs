@@ -56,7 +56,7 @@ async fn make_key(store: &Store, name: &str, limits: Limits) -> (String, Gateway
         created_by: "test".into(),
         revoked_at_ms: None,
     };
-    let key = store.insert_gateway_key(&key).await.unwrap();
+    let key = store.insert_gateway_key(&key).await.unwrap().unwrap();
     (secret, key)
 }
 

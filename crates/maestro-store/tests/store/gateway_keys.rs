@@ -11,6 +11,7 @@ use maestro_store::Store;
 use maestro_testkit::{ScriptedLlm, Turn};
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
+use sqlx::Connection;
 
 use common::Db;
 
@@ -74,11 +75,11 @@ async fn keys_guard_the_gateway_once_one_exists(db: Db) {
     assert_eq!(call(&base, Some("placeholder"), "team-model").await.0, 200);
 
     let (good, good_key) = key("ana", Some(&["team-model"]), None);
-    let good_key = store.insert_gateway_key(&good_key).await.unwrap();
+    let good_key = store.insert_gateway_key(&good_key).await.unwrap().unwrap();
     let (old, old_key) = key("old", None, Some(1_000));
-    store.insert_gateway_key(&old_key).await.unwrap();
+    store.insert_gateway_key(&old_key).await.unwrap().unwrap();
     let (gone, gone_key) = key("gone", None, None);
-    let gone_key = store.insert_gateway_key(&gone_key).await.unwrap();
+    let gone_key = store.insert_gateway_key(&gone_key).await.unwrap().unwrap();
     assert!(store.revoke_gateway_key(&gone_key.id).await.unwrap());
     assert!(!store.revoke_gateway_key("no-such-key").await.unwrap());
     // The gateway takes "no key exists" from memory for a second.
@@ -141,3 +142,114 @@ async fn keys_guard_the_gateway_once_one_exists(db: Db) {
 }
 
 on_both_backends!(keys_guard_the_gateway_once_one_exists);
+
+async fn a_name_is_given_to_one_key_even_when_creators_race(db: Db) {
+    let store = db.open().await;
+    let creators = (0..8).map(|_| {
+        let store = store.clone();
+        tokio::spawn(async move {
+            let (_, team) = key("team", None, None);
+            store.insert_gateway_key(&team).await.unwrap()
+        })
+    });
+    let mut made = Vec::new();
+    let mut refused = Vec::new();
+    for creator in futures::future::join_all(creators).await {
+        match creator.unwrap() {
+            Ok(key) => made.push(key),
+            Err(existing) => refused.push(existing),
+        }
+    }
+    let keys = store.gateway_keys().await.unwrap();
+    let teams = keys.iter().filter(|k| k.name == "team").count();
+    assert_eq!(teams, 1, "{keys:?}");
+    assert_eq!(made.len(), 1);
+    // Each creator that lost is told which key has the name.
+    assert_eq!(refused.len(), 7);
+    assert!(refused.iter().all(|k| k.id == made[0].id), "{refused:?}");
+
+    // A revoked key keeps its name.
+    assert!(store.revoke_gateway_key(&made[0].id).await.unwrap());
+    let (_, again) = key("team", None, None);
+    let existing = store.insert_gateway_key(&again).await.unwrap().unwrap_err();
+    assert_eq!(existing.id, made[0].id);
+    assert!(existing.revoked_at_ms.is_some());
+}
+
+on_both_backends!(a_name_is_given_to_one_key_even_when_creators_race);
+
+async fn keys_of_one_name_in_an_older_store_are_told_apart_by_the_upgrade(db: Db) {
+    // A store as version 11 left it: three keys named "ci", one "solo", with usage under each.
+    let old = Store::connect(&db.url).await.unwrap();
+    old.migrate_to(11).await.unwrap();
+    old.close().await;
+    let mut conn = sqlx::AnyConnection::connect(&db.raw_url()).await.unwrap();
+    for (id, name, created_at) in [
+        ("k1", "ci", 1_000),
+        ("k2", "ci", 2_000),
+        ("k3", "ci", 2_000),
+        ("k4", "solo", 3_000),
+    ] {
+        sqlx::query::<sqlx::Any>(
+            "INSERT INTO gateway_keys (id, name, hash, prefix, created_at, created_by) \
+             VALUES ($1, $2, $3, 'mk-abc', $4, 'test')",
+        )
+        .bind(id)
+        .bind(name)
+        .bind(format!("hash-{id}"))
+        .bind(created_at)
+        .execute(&mut conn)
+        .await
+        .unwrap();
+        sqlx::query::<sqlx::Any>(
+            "INSERT INTO gateway_usage (at, key_id, key_name, endpoint, model, prompt_tokens, \
+             completion_tokens, latency_ms, status, http_status) \
+             VALUES (5000, $1, $2, 'chat', 'team-model', 10, 1, 5, 'ok', 200)",
+        )
+        .bind(id)
+        .bind(name)
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    }
+    conn.close().await.unwrap();
+
+    let store = db.open().await;
+    let names: Vec<(String, String)> = store
+        .gateway_keys()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|k| (k.id, k.name))
+        .collect();
+    // The oldest keeps its name; the others get their id beside it.
+    assert_eq!(
+        names,
+        [
+            ("k1".to_string(), "ci".to_string()),
+            ("k2".to_string(), "ci (k2)".to_string()),
+            ("k3".to_string(), "ci (k3)".to_string()),
+            ("k4".to_string(), "solo".to_string()),
+        ]
+    );
+    // Their usage is summed apart from then on.
+    let mut by_key: Vec<(Option<String>, u64)> = store
+        .gateway_usage(maestro_store::UsageGroup::Key, 0, i64::MAX)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| (r.key, r.requests))
+        .collect();
+    by_key.sort();
+    assert_eq!(
+        by_key,
+        [
+            (Some("ci".to_string()), 1),
+            (Some("ci (k2)".to_string()), 1),
+            (Some("ci (k3)".to_string()), 1),
+            (Some("solo".to_string()), 1),
+        ]
+    );
+}
+
+on_both_backends!(keys_of_one_name_in_an_older_store_are_told_apart_by_the_upgrade);

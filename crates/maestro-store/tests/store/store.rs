@@ -79,14 +79,14 @@ async fn migrations_are_idempotent(db: Db) {
     let first = db.open().await;
     assert_eq!(
         first.applied_migrations().await.unwrap(),
-        vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]
+        vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]
     );
     first.close().await;
     let second = db.open().await;
     second.migrate_to(SCHEMA_VERSION).await.unwrap();
     assert_eq!(
         second.applied_migrations().await.unwrap(),
-        vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]
+        vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]
     );
     submit(&second, "still works", "alice").await;
     // A build that knows only version 1 refuses the newer database instead of using it.
@@ -124,7 +124,7 @@ async fn an_old_database_upgrades_in_place(db: Db) {
     let store = db.open().await;
     assert_eq!(
         store.applied_migrations().await.unwrap(),
-        vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]
+        vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]
     );
     let job = store.job(id).await.unwrap().unwrap();
     assert_eq!(

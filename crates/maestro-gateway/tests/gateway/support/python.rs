@@ -6,7 +6,7 @@ use serde_json::Value;
 
 /// The client script: `python3 - BASE_URL CHAT_MODEL EMBED_MODEL CUT_MODEL` (an empty name
 /// skips that part). It prints what each call returned, and for the cut stream whether the
-/// client raised.
+/// client raised; then every model listed, retrieved one by one, and a model not served.
 pub(crate) const CLIENT: &str = r#"
 import json, sys
 import openai
@@ -69,6 +69,14 @@ try:
     out["unknown"] = "answered"
 except openai.NotFoundError as err:
     out["unknown"] = "NotFoundError: " + str(err)
+
+listed = [m.id for m in client.models.list()]
+out["models"] = {"listed": listed, "retrieved": [client.models.retrieve(m).id for m in listed]}
+try:
+    client.models.retrieve("no-such-model")
+    out["unknown_model"] = "answered"
+except openai.NotFoundError as err:
+    out["unknown_model"] = "NotFoundError: " + str(err)
 
 print(json.dumps(out))
 "#;

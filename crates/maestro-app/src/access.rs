@@ -415,8 +415,8 @@ pub enum AccessError {
     /// An expiry (of a token, a share link, a session) that is zero, or more than 100 years
     /// away.
     #[error(
-        "an expiry must be more than zero and at most 100 years (36500 days, 876000 hours); \
-         give a smaller number, or none for no expiry"
+        "an expiry must be at least 1 (day or hour) and at most 100 years (36500 days, 876000 \
+         hours); give one in that range, or none for no expiry"
     )]
     ExpiryOutOfRange,
     /// The store refused or failed.

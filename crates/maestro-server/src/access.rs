@@ -13,7 +13,7 @@ use utoipa::IntoParams;
 
 use crate::auth::{CSRF_COOKIE, Caller, SESSION_COOKIE, cookie};
 use crate::error::{ApiError, ApiResult};
-use crate::extract::ApiJson;
+use crate::extract::{ApiJson, OptionalJson};
 use crate::oidc::LOGIN_TTL;
 use crate::openapi::schema;
 use crate::state::ServerState;
@@ -323,12 +323,28 @@ pub(crate) async fn tokens(
     Ok(Json(maestro_app::list_tokens(state.store(), None).await?).into_response())
 }
 
-/// An access error, whose problem names the body's `field` when it is about the expiry.
-fn naming_expiry(field: &'static str) -> impl FnOnce(AccessError) -> ApiError {
+/// An expiry in the body (`field`, in `unit`s, at most `max` of them: 100 years) out of range,
+/// as 422 naming the field and the bound it crossed; another access error as it maps.
+fn naming_expiry(
+    field: &'static str,
+    given: u64,
+    unit: &'static str,
+    max: u64,
+) -> impl FnOnce(AccessError) -> ApiError {
     move |e| match e {
-        e @ AccessError::ExpiryOutOfRange => {
-            ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, format!("`{field}`: {e}"))
-                .with("field", field.into())
+        AccessError::ExpiryOutOfRange => {
+            let detail = if given == 0 {
+                format!(
+                    "`{field}` is 0: it must be at least 1 (a link or token that expires at once \
+                     is of no use); give 1 to {max} {unit}, or leave it out for no expiry"
+                )
+            } else {
+                format!(
+                    "`{field}` {given} is too far: it must be at most {max} {unit} (100 years); \
+                     give a smaller number, or leave it out for no expiry"
+                )
+            };
+            ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, detail).with("field", field.into())
         }
         e => e.into(),
     }
@@ -376,7 +392,12 @@ pub(crate) async fn create_token(
             .map(|d| Duration::from_secs(d.saturating_mul(86_400))),
     )
     .await
-    .map_err(naming_expiry("expires_days"))?;
+    .map_err(naming_expiry(
+        "expires_days",
+        body.expires_days.unwrap_or_default(),
+        "days",
+        36_500,
+    ))?;
     let mut value = serde_json::to_value(&info).unwrap_or_default();
     if let serde_json::Value::Object(map) = &mut value {
         map.insert("token".into(), token.expose().into());
@@ -461,7 +482,9 @@ pub(crate) struct ShareBody {
 
 /// Share a job read-only: its result, events and output files, through an unguessable link.
 #[utoipa::path(
-    post, path = "/api/v1/jobs/{id}/share", tag = "jobs", request_body = ShareBody,
+    post, path = "/api/v1/jobs/{id}/share", tag = "jobs",
+    request_body(content = Option<ShareBody>, description = "Optional: no body, or an empty one, is \
+        `{}` (a link until revoked)"),
     params(("id" = String, Path, description = "The job's id")),
     responses(
         (status = 201, description = "The link: `token` is shown this once", body = schema::NewShare),
@@ -472,7 +495,7 @@ pub(crate) struct ShareBody {
 pub(crate) async fn share(
     State(state): State<ServerState>,
     caller: Caller,
-    ApiJson(body): ApiJson<ShareBody>,
+    OptionalJson(body): OptionalJson<ShareBody>,
 ) -> ApiResult<Response> {
     let id = caller.job()?;
     let (info, token) = maestro_app::create_share(
@@ -483,7 +506,12 @@ pub(crate) async fn share(
             .map(|h| Duration::from_secs(h.saturating_mul(3600))),
     )
     .await
-    .map_err(naming_expiry("expires_in_hours"))?;
+    .map_err(naming_expiry(
+        "expires_in_hours",
+        body.expires_in_hours.unwrap_or_default(),
+        "hours",
+        876_000,
+    ))?;
     let url = format!(
         "{}/share/{}",
         state

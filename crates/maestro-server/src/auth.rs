@@ -12,7 +12,7 @@ use std::collections::HashMap;
 
 use axum::extract::{FromRequestParts, MatchedPath, Path};
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use maestro_app::{AccessError, JobId, JobQueue, Principal, Role, Scope};
 
 use crate::error::ApiError;
@@ -62,8 +62,32 @@ impl From<AccessError> for ApiError {
     }
 }
 
-fn unauthorized(detail: &str) -> ApiError {
-    ApiError::new(StatusCode::UNAUTHORIZED, detail)
+/// The realm of the `WWW-Authenticate` challenge.
+const REALM: &str = "maestro";
+
+/// 401 with a `WWW-Authenticate: Bearer` challenge (RFC 6750): `error="invalid_token"` when a
+/// bearer token was given and is not one.
+fn unauthorized(detail: String, bad_token: bool) -> ApiError {
+    let challenge = if bad_token {
+        format!("Bearer realm=\"{REALM}\", error=\"invalid_token\"")
+    } else {
+        format!("Bearer realm=\"{REALM}\"")
+    };
+    let error = ApiError::new(StatusCode::UNAUTHORIZED, detail);
+    match HeaderValue::from_str(&challenge) {
+        Ok(value) => error.with_header(header::WWW_AUTHENTICATE, value),
+        Err(_) => error,
+    }
+}
+
+/// How to get credentials: a token, and the login when an OpenID provider is configured.
+fn how_to_sign_in(state: &ServerState) -> &'static str {
+    if state.oidc().is_some() {
+        "send `Authorization: Bearer <token>` (from `maestro tokens create`), or log in at \
+         /auth/login"
+    } else {
+        "send `Authorization: Bearer <token>` (from `maestro tokens create`)"
+    }
 }
 
 /// The value of cookie `name`, if the request has it.
@@ -134,22 +158,32 @@ async fn authenticated(parts: &Parts, state: &ServerState) -> Result<Caller, Api
         let token = value.to_str().ok().and_then(bearer_token).ok_or_else(|| {
             unauthorized(
                 "the Authorization header must be `Bearer <token>`, with a token from \
-                         `maestro tokens create`",
+                 `maestro tokens create`"
+                    .to_string(),
+                false,
             )
         })?;
         maestro_app::authenticate_token(state.store(), token)
             .await?
             .ok_or_else(|| {
                 unauthorized(
-                    "the API token is not valid: unknown, revoked or expired (or its user \
-                         is disabled); create another with `maestro tokens create`",
+                    "the API token is not valid: unknown, revoked or expired (or its user is \
+                     disabled); create another with `maestro tokens create`"
+                        .to_string(),
+                    true,
                 )
             })?
     } else if let Some(session) = cookie(&parts.headers, SESSION_COOKIE) {
         let (principal, csrf) = maestro_app::session_principal(state.store(), session)
             .await?
             .ok_or_else(|| {
-                unauthorized("the session has ended or expired; log in again at /auth/login")
+                unauthorized(
+                    format!(
+                        "the session has ended or expired; {}",
+                        how_to_sign_in(state)
+                    ),
+                    false,
+                )
             })?;
         let safe = matches!(parts.method, Method::GET | Method::HEAD | Method::OPTIONS);
         if !safe {
@@ -169,8 +203,8 @@ async fn authenticated(parts: &Parts, state: &ServerState) -> Result<Caller, Api
         principal
     } else {
         return Err(unauthorized(
-            "this server needs credentials: send `Authorization: Bearer <token>` (from \
-                 `maestro tokens create`), or log in at /auth/login",
+            format!("this server needs credentials: {}", how_to_sign_in(state)),
+            false,
         ));
     };
     Ok(Caller {

@@ -2,11 +2,14 @@
 //! can act on. Server faults are logged with their cause and answered without it.
 
 use axum::extract::Request;
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use maestro_app::{JobError, StoreError};
 use serde::Serialize;
+
+/// The seconds a client is told to wait (`Retry-After`) when the store does not answer.
+pub(crate) const RETRY_AFTER_SECS: u64 = 5;
 
 /// An error answer.
 #[derive(Debug, Clone)]
@@ -17,6 +20,9 @@ pub struct ApiError {
     pub detail: String,
     /// Fields added to the problem document (`errors`, `fields`, …).
     pub extra: serde_json::Map<String, serde_json::Value>,
+    /// Headers the answer carries (`WWW-Authenticate`, `Retry-After`); boxed, as most answers
+    /// have none and errors travel by value.
+    pub(crate) headers: Option<Box<HeaderMap>>,
 }
 
 #[derive(Serialize)]
@@ -36,7 +42,21 @@ impl ApiError {
             status,
             detail: detail.into(),
             extra: serde_json::Map::new(),
+            headers: None,
         }
+    }
+
+    /// 503 with `Retry-After`: the store did not answer (`why`); the request may be sent again
+    /// in a few seconds.
+    pub(crate) fn store_unavailable(why: &str) -> ApiError {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "the store does not answer ({why}); nothing was done, send the request again in \
+                 {RETRY_AFTER_SECS} s (`/readyz` says when the server is ready again)"
+            ),
+        )
+        .with_header(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS))
     }
 
     /// 400: the request itself is wrong.
@@ -54,8 +74,13 @@ impl ApiError {
         ApiError::new(StatusCode::CONFLICT, detail)
     }
 
-    /// 500, logged with its cause; the answer says only that the server failed.
+    /// 500, logged with its cause; the answer says only that the server failed. A cause that
+    /// is the store not answering (a connection that cannot be had or broke) is 503 instead.
     pub fn internal(what: &str, cause: &(dyn std::error::Error + 'static)) -> ApiError {
+        if store_unavailable(cause) {
+            tracing::warn!("{what}: {}", maestro_app::error_chain(cause));
+            return ApiError::store_unavailable("its connection failed");
+        }
         tracing::error!("{what}: {}", maestro_app::error_chain(cause));
         ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -68,6 +93,26 @@ impl ApiError {
         self.extra.insert(key.to_string(), value);
         self
     }
+
+    /// Adds a header to the answer.
+    pub(crate) fn with_header(mut self, name: HeaderName, value: HeaderValue) -> ApiError {
+        self.headers.get_or_insert_default().insert(name, value);
+        self
+    }
+}
+
+/// Whether `cause`, or an error it was caused by, is the store not answering.
+fn store_unavailable(cause: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(cause);
+    while let Some(e) = next {
+        if e.downcast_ref::<StoreError>()
+            .is_some_and(StoreError::is_unavailable)
+        {
+            return true;
+        }
+        next = e.source();
+    }
+    false
 }
 
 impl IntoResponse for ApiError {
@@ -82,7 +127,11 @@ impl IntoResponse for ApiError {
         })
         .unwrap_or_default();
         let mut response = (self.status, body).into_response();
-        response.headers_mut().insert(
+        let headers = response.headers_mut();
+        if let Some(extra) = self.headers {
+            headers.extend(*extra);
+        }
+        headers.insert(
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/problem+json"),
         );
@@ -120,9 +169,14 @@ impl From<JobError> for ApiError {
                 ),
             )
             .with("field", "answer".into()),
-            e @ (JobError::EmptyComment(_)
-            | JobError::NoSuchQuestion { .. }
-            | JobError::NotAJob(_)) => ApiError::bad_request(e.to_string()),
+            JobError::EmptyComment(id) => ApiError::bad_request(format!(
+                "the comment on job {id} is empty; write what you want to say in `body`"
+            ))
+            .with("field", "body".into()),
+            e @ JobError::NoSuchQuestion { .. } => {
+                ApiError::bad_request(e.to_string()).with("field", "in_reply_to".into())
+            }
+            e @ JobError::NotAJob(_) => ApiError::bad_request(e.to_string()),
             e => ApiError::internal("handle the job", &e),
         }
     }

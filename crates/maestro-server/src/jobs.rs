@@ -80,7 +80,8 @@ impl SubmitBody {
         {
             return Err(ApiError::bad_request(
                 "`class` must be 1 to 64 characters: the name of a task class workers serve",
-            ));
+            )
+            .with("field", "class".into()));
         }
         let budget = match self.budget {
             Some(b) => maestro_config::BudgetSettings {
@@ -126,11 +127,8 @@ pub(crate) async fn submit(
     caller: Caller,
     request: axum::extract::Request,
 ) -> ApiResult<Response> {
-    let multipart = request
-        .headers()
-        .get(axum::http::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("multipart/form-data"));
+    let multipart =
+        crate::extract::media_type(request.headers()).as_deref() == Some("multipart/form-data");
     let submission = if multipart {
         let form = axum::extract::Multipart::from_request(request, &state)
             .await
@@ -186,27 +184,34 @@ async fn multipart_submission(
             });
             continue;
         }
-        let text = field
-            .text()
-            .await
-            .map_err(|e| ApiError::bad_request(format!("the field `{name}` is not text: {e}")))?;
+        let text = field.text().await.map_err(|e| {
+            ApiError::bad_request(format!("the form part `{name}` is not text: {e}"))
+                .with("field", name.clone().into())
+        })?;
         let value = match name.as_str() {
             "priority" | "max_attempts" => text
                 .trim()
                 .parse::<i64>()
                 .map(serde_json::Value::from)
-                .map_err(|_| ApiError::bad_request(format!("`{name}` must be a whole number")))?,
+                .map_err(|_| {
+                    ApiError::bad_request(format!(
+                        "the form part `{name}` must be a whole number, not `{}`",
+                        text.escape_debug()
+                    ))
+                    .with("field", name.clone().into())
+                })?,
             "budget" => serde_json::from_str(&text).map_err(|_| {
                 ApiError::bad_request(
-                    "`budget` must be JSON: {\"max_total_tokens\": N, \"max_cost_usd\": X}",
+                    "the form part `budget` is not accepted: `budget` must be JSON: \
+                     {\"max_total_tokens\": N, \"max_cost_usd\": X}",
                 )
+                .with("field", "budget".into())
             })?,
             _ => serde_json::Value::String(text),
         };
         fields.insert(name, value);
     }
-    let body: SubmitBody =
-        crate::extract::parse_json(&serde_json::to_vec(&fields).unwrap_or_default())?;
+    let body: SubmitBody = crate::extract::parse_form(fields)?;
     let mut submission = body.into_submission(caller)?;
     submission.inputs = inputs;
     Ok(submission)
@@ -251,10 +256,24 @@ pub(crate) async fn list(
                      cancelled",
                     s.escape_debug()
                 ))
+                .with("field", "status".into())
             })
         })
         .transpose()?;
-    let cursor = q.cursor.as_deref().map(parse_job_id).transpose()?;
+    let cursor = q
+        .cursor
+        .as_deref()
+        .map(|c| {
+            c.parse::<JobId>().map_err(|_| {
+                ApiError::bad_request(format!(
+                    "`cursor` `{}` is not one: pass the `next_cursor` of the page before (a \
+                     job's id), or leave it out for the first page",
+                    c.escape_debug()
+                ))
+                .with("field", "cursor".into())
+            })
+        })
+        .transpose()?;
     let filter = JobFilter {
         status,
         piece: q.piece,

@@ -453,10 +453,10 @@ pub(crate) mod schema {
     pub(crate) struct PieceError {
         /// The field path, e.g. `movements[1].rules[0].next`.
         path: String,
-        /// 1-based; 0 without a position.
-        line: u32,
-        /// 1-based; 0 without a position.
-        column: u32,
+        /// 1-based; absent when the error has no position.
+        line: Option<u32>,
+        /// 1-based; absent when the error has no position.
+        column: Option<u32>,
         message: String,
     }
 

@@ -18,7 +18,9 @@ use crate::extract::body_bytes;
 use crate::openapi::schema;
 use crate::state::ServerState;
 
-fn invalid(errors: &[PieceDiagnostic]) -> ApiError {
+/// 422 with each error of a piece: `path`, `line` and `column` (1-based; left out when the
+/// error has no position) and `message`. `yaml`, when given, is the text the errors are about.
+fn invalid(errors: &[PieceDiagnostic], yaml: Option<&str>) -> ApiError {
     ApiError::new(
         StatusCode::UNPROCESSABLE_ENTITY,
         format!(
@@ -29,14 +31,58 @@ fn invalid(errors: &[PieceDiagnostic]) -> ApiError {
     )
     .with(
         "errors",
-        serde_json::Value::Array(errors.iter().map(PieceDiagnostic::to_json).collect()),
+        serde_json::Value::Array(errors.iter().map(|e| diagnostic(e, yaml)).collect()),
     )
+}
+
+/// One error as the API gives it. An error about the top-level `name` without a position (the
+/// name differs from the one in the URL) points at the field's value in `yaml`.
+fn diagnostic(error: &PieceDiagnostic, yaml: Option<&str>) -> serde_json::Value {
+    let position = match (error.line, error.column) {
+        (Some(line), column) if line > 0 => Some((line, column.filter(|c| *c > 0))),
+        _ if error.path == "name" => yaml
+            .and_then(name_position)
+            .map(|(line, column)| (line, Some(column))),
+        _ => None,
+    };
+    let mut out = serde_json::Map::new();
+    out.insert("path".into(), error.path.clone().into());
+    if let Some((line, column)) = position {
+        out.insert("line".into(), line.into());
+        if let Some(column) = column {
+            out.insert("column".into(), column.into());
+        }
+    }
+    out.insert("message".into(), error.message.clone().into());
+    serde_json::Value::Object(out)
+}
+
+/// The 1-based line and column of the value of the top-level `name` field of a piece written
+/// in block style (the key at the start of a line), or of the key when its value is on a line
+/// of its own; `None` when the text has no such line (flow style: the position is left out).
+fn name_position(yaml: &str) -> Option<(u32, u32)> {
+    yaml.lines().enumerate().find_map(|(index, line)| {
+        let rest = ["name", "\"name\"", "'name'"]
+            .iter()
+            .find_map(|key| line.strip_prefix(key))?;
+        let after_colon = rest.trim_start_matches([' ', '\t']).strip_prefix(':')?;
+        if !(after_colon.is_empty() || after_colon.starts_with([' ', '\t'])) {
+            return None;
+        }
+        let value = after_colon.trim_start_matches([' ', '\t']);
+        let column = if value.is_empty() || value.starts_with('#') {
+            1
+        } else {
+            line.chars().count() - value.chars().count() + 1
+        };
+        Some((u32::try_from(index + 1).ok()?, u32::try_from(column).ok()?))
+    })
 }
 
 impl From<PieceWriteError> for ApiError {
     fn from(e: PieceWriteError) -> ApiError {
         match e {
-            PieceWriteError::Invalid(errors) => invalid(&errors),
+            PieceWriteError::Invalid(errors) => invalid(&errors, None),
             e @ PieceWriteError::BadName(_) => ApiError::bad_request(e.to_string()),
             e @ PieceWriteError::ReadOnly { .. } => ApiError::conflict(e.to_string()),
             PieceWriteError::Store(e) => e.into(),
@@ -114,7 +160,12 @@ pub(crate) async fn put(
     caller.require_piece_change()?;
     let yaml = yaml_body(&state, request).await?;
     let config = state.current_config().await;
-    let stored = maestro_app::put_piece(state.store(), &config, &name, &yaml, &caller.name).await?;
+    let stored = maestro_app::put_piece(state.store(), &config, &name, &yaml, &caller.name)
+        .await
+        .map_err(|e| match e {
+            PieceWriteError::Invalid(errors) => invalid(&errors, Some(&yaml)),
+            e => e.into(),
+        })?;
     maestro_app::record_audit(
         state.store(),
         &caller.name,
@@ -170,7 +221,7 @@ pub(crate) async fn validate(
             "graph": maestro_app::piece_graph(&piece),
         }))
         .into_response()),
-        Err(errors) => Err(invalid(&errors)),
+        Err(errors) => Err(invalid(&errors, Some(&yaml))),
     }
 }
 
@@ -187,7 +238,7 @@ async fn loaded(state: &ServerState, name: &str) -> Result<maestro_app::Piece, A
     match maestro_app::loaded_piece(state.store(), &config, name).await {
         Ok(Some(piece)) => Ok(piece),
         Ok(None) => Err(no_piece(name)),
-        Err(PieceLookupError::Invalid { name, errors }) => Err(invalid(&errors).with(
+        Err(PieceLookupError::Invalid { name, errors }) => Err(invalid(&errors, None).with(
             "detail",
             serde_json::Value::String(format!(
                 "the piece `{name}` in the store does not load under the current configuration \
@@ -298,8 +349,8 @@ pub(crate) async fn prompt_text(
 ) -> ApiResult<Response> {
     let yaml = yaml_body(&state, request).await?;
     let config = state.current_config().await;
-    let piece =
-        maestro_app::check_piece_text(&config, &name, &yaml).map_err(|errors| invalid(&errors))?;
+    let piece = maestro_app::check_piece_text(&config, &name, &yaml)
+        .map_err(|errors| invalid(&errors, Some(&yaml)))?;
     prompt_answer(&piece, &q.movement, q.task)
 }
 
@@ -372,6 +423,8 @@ pub(crate) async fn get_config(
 
 /// Replace the configuration. `If-Match` must carry the `ETag` it was read with; a `***` left
 /// in place keeps the secret it stands for. Every node's next job runs with it (within 5 s).
+/// What the body leaves out takes the node's own value: to change some keys and keep the
+/// rest, `PATCH`.
 #[utoipa::path(
     put, path = "/api/v1/config", tag = "config",
     params(("If-Match" = String, Header, description = "The ETag of `GET /config`")),
@@ -391,21 +444,99 @@ pub(crate) async fn put_config(
     request: Request,
 ) -> ApiResult<Response> {
     caller.require_config()?;
-    let if_match = headers
-        .get(header::IF_MATCH)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string);
+    let if_match = if_match(&headers);
     let bytes = body_bytes(request, &state).await?;
     let body: serde_json::Value = crate::extract::parse_json(&bytes)?;
-    let etag = maestro_app::put_config(
-        state.store(),
-        state.base_config(),
-        body,
-        if_match.as_deref(),
-        &caller.name,
-    )
-    .await
-    .map_err(|e| match e {
+    write_config(&state, &caller, body, if_match.as_deref()).await
+}
+
+/// Change some of the configuration: a JSON merge patch (RFC 7396) laid over the configuration
+/// in effect, as `GET /config` gives it. A key set to a value takes it, an object is merged key
+/// by key, `null` takes a key back to the node's own value, and every key the patch leaves out
+/// is kept as it is, secrets included. The same rules as `PUT`: `If-Match`, admins only, the
+/// whole result checked, the write audited.
+#[utoipa::path(
+    patch, path = "/api/v1/config", tag = "config",
+    params(("If-Match" = String, Header, description = "The ETag of `GET /config`")),
+    request_body(content = Object, content_type = "application/merge-patch+json",
+        description = "A JSON merge patch (RFC 7396) of the configuration; `application/json` is \
+            taken too"),
+    responses(
+        (status = 200, description = "Written: the configuration now (the new ETag in the \
+            header)", body = Object),
+        (status = 403, description = "Not an admin", body = schema::Problem),
+        (status = 412, description = "Changed since it was read", body = schema::Problem),
+        (status = 415, description = "Not a JSON merge patch", body = schema::Problem),
+        (status = 422, description = "The result is invalid: `errors` names each field and its \
+            fix", body = schema::Problem),
+        (status = 428, description = "No If-Match", body = schema::Problem),
+    ),
+)]
+pub(crate) async fn patch_config(
+    State(state): State<ServerState>,
+    caller: Caller,
+    headers: HeaderMap,
+    request: Request,
+) -> ApiResult<Response> {
+    caller.require_config()?;
+    let kind = crate::extract::media_type(&headers);
+    if !matches!(
+        kind.as_deref(),
+        Some("application/merge-patch+json" | "application/json")
+    ) {
+        return Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "send a JSON merge patch (RFC 7396) with `Content-Type: application/merge-patch+json` \
+             (or `application/json`)",
+        ));
+    }
+    let Some(if_match) = if_match(&headers) else {
+        return Err(config_problem(ConfigWriteError::PreconditionRequired));
+    };
+    let bytes = body_bytes(request, &state).await?;
+    let patch: serde_json::Value = crate::extract::parse_json(&bytes)?;
+    // The configuration the patch applies to must be the one `If-Match` names; the write
+    // checks it again, in the same compare-and-set as `PUT`.
+    let (config, etag) = state.fresh_config_tagged().await;
+    if !etag.matches(&if_match) {
+        return Err(config_problem(ConfigWriteError::Stale { current: etag }));
+    }
+    let mut body = maestro_app::config_json(&config);
+    merge_patch(&mut body, patch);
+    write_config(&state, &caller, body, Some(&if_match)).await
+}
+
+/// The `If-Match` header's value.
+fn if_match(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get(header::IF_MATCH)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
+}
+
+/// Lays the JSON merge patch `patch` over `target` (RFC 7396).
+fn merge_patch(target: &mut serde_json::Value, patch: serde_json::Value) {
+    let serde_json::Value::Object(patch) = patch else {
+        *target = patch;
+        return;
+    };
+    if !target.is_object() {
+        *target = serde_json::Value::Object(serde_json::Map::new());
+    }
+    if let serde_json::Value::Object(map) = target {
+        for (key, value) in patch {
+            if value.is_null() {
+                map.remove(&key);
+            } else {
+                merge_patch(map.entry(key).or_insert(serde_json::Value::Null), value);
+            }
+        }
+    }
+}
+
+/// The answer to a configuration write that was refused.
+fn config_problem(e: ConfigWriteError) -> ApiError {
+    match e {
         e @ ConfigWriteError::PreconditionRequired => {
             ApiError::new(StatusCode::PRECONDITION_REQUIRED, e.to_string())
         }
@@ -414,7 +545,16 @@ pub(crate) async fn put_config(
         }
         ConfigWriteError::Invalid(issues) => ApiError::new(
             StatusCode::UNPROCESSABLE_ENTITY,
-            "the configuration is invalid; nothing was written",
+            format!(
+                "the configuration is invalid ({} field{} at fault: {}); nothing was written",
+                issues.len(),
+                if issues.len() == 1 { "" } else { "s" },
+                issues
+                    .iter()
+                    .map(|i| format!("`{}`", i.field))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
         )
         .with(
             "errors",
@@ -427,7 +567,26 @@ pub(crate) async fn put_config(
             .unwrap_or_default(),
         ),
         ConfigWriteError::Store(e) => e.into(),
-    })?;
+    }
+}
+
+/// Writes `body` as the configuration (as `PUT` takes it), records it in the audit log, and
+/// answers the configuration now with its new tag.
+async fn write_config(
+    state: &ServerState,
+    caller: &Caller,
+    body: serde_json::Value,
+    if_match: Option<&str>,
+) -> ApiResult<Response> {
+    let etag = maestro_app::put_config(
+        state.store(),
+        state.base_config(),
+        body,
+        if_match,
+        &caller.name,
+    )
+    .await
+    .map_err(config_problem)?;
     maestro_app::record_audit(
         state.store(),
         &caller.name,

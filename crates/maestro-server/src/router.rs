@@ -45,7 +45,11 @@ fn api() -> OpenApiRouter<ServerState> {
         .routes(routes!(pieces::graph))
         .routes(routes!(pieces::prompt, pieces::prompt_text))
         .routes(routes!(pieces::show, pieces::put, pieces::delete))
-        .routes(routes!(pieces::get_config, pieces::put_config))
+        .routes(routes!(
+            pieces::get_config,
+            pieces::put_config,
+            pieces::patch_config
+        ))
         .routes(routes!(system::tools))
         .routes(routes!(system::workers))
         .routes(routes!(access::share))
@@ -105,6 +109,10 @@ pub fn router(state: ServerState) -> Router {
         .fallback(not_found)
         .layer(middleware::from_fn(crate::error::problems))
         .layer(DefaultBodyLimit::max(limits.max_upload_bytes))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            crate::ops::store_outage,
+        ))
         .layer(middleware::from_fn_with_state(state.clone(), observe))
         .with_state(state);
     // The gateway's routes keep their own limits and metrics: an answer that is not streamed

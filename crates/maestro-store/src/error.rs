@@ -160,6 +160,31 @@ impl StoreError {
         sqlite_code(source).is_some_and(|code| SQLITE_UNUSABLE.contains(&code))
     }
 
+    /// True when the store did not answer, for now: no connection could be had in time, the
+    /// connection broke, the server is shutting down or starting, or a SQLite database stayed
+    /// locked. Asking again later may succeed; a server answers 503 with `Retry-After`.
+    pub fn is_unavailable(&self) -> bool {
+        let source = match self {
+            StoreError::Connect { source, .. } | StoreError::Query { source, .. } => source,
+            _ => return false,
+        };
+        match source {
+            sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_) => true,
+            sqlx::Error::Database(db) => match db.code() {
+                // PostgreSQL: a connection exception (class 08), a server shutting down or
+                // starting (57P01 to 57P03).
+                Some(code)
+                    if code.starts_with("08") || matches!(&*code, "57P01" | "57P02" | "57P03") =>
+                {
+                    true
+                }
+                // SQLite: the database stayed busy or locked past the busy timeout.
+                _ => sqlite_code(source).is_some_and(|code| matches!(code, 5 | 6)),
+            },
+            _ => false,
+        }
+    }
+
     pub(crate) fn query(context: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError {
         move |source| StoreError::Query { context, source }
     }
@@ -192,4 +217,28 @@ pub(crate) fn sqlite_code(e: &sqlx::Error) -> Option<i64> {
         return None;
     };
     db.code()?.parse::<i64>().ok().map(|code| code & 0xff)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::StoreError;
+
+    #[test]
+    fn a_connection_that_cannot_be_had_or_broke_is_unavailable_and_a_bad_query_is_not() {
+        let query = |source| StoreError::Query {
+            context: "test",
+            source,
+        };
+        for source in [
+            sqlx::Error::PoolTimedOut,
+            sqlx::Error::PoolClosed,
+            sqlx::Error::Io(std::io::ErrorKind::BrokenPipe.into()),
+        ] {
+            assert!(query(source).is_unavailable());
+        }
+        for source in [sqlx::Error::RowNotFound, sqlx::Error::Protocol("x".into())] {
+            assert!(!query(source).is_unavailable());
+        }
+        assert!(!StoreError::Corrupt { what: "x".into() }.is_unavailable());
+    }
 }

@@ -1,10 +1,12 @@
 //! Markdown from a job (a model's result, a question) rendered to HTML a page may show: rendered
-//! with pulldown-cmark, then sanitised with ammonia, which keeps formatting and drops every
-//! script, event handler, style, form and frame, and every URL but `http`, `https` and `mailto`.
+//! with pulldown-cmark, with any HTML in the text shown as text (escaped: never dropped, never
+//! an element), then sanitised with ammonia, which keeps formatting and drops every script,
+//! event handler, style, form and frame, and every URL but `http`, `https` and `mailto`.
 
-use pulldown_cmark::{Options, Parser, html};
+use pulldown_cmark::{Event, Options, Parser, Tag, TagEnd, html};
 
-/// `markdown` as sanitised HTML: safe to insert into a page, whatever the text holds.
+/// `markdown` as sanitised HTML: safe to insert into a page, whatever the text holds. HTML in
+/// the text (`ANSWER: <colour>`, a `<div>` block) is shown as the text it is.
 pub fn markdown_html(markdown: &str) -> String {
     let parser = Parser::new_ext(
         markdown,
@@ -12,7 +14,14 @@ pub fn markdown_html(markdown: &str) -> String {
             | Options::ENABLE_STRIKETHROUGH
             | Options::ENABLE_TASKLISTS
             | Options::ENABLE_FOOTNOTES,
-    );
+    )
+    .map(|event| match event {
+        // A block of HTML becomes a paragraph of its text; inline HTML, text.
+        Event::Start(Tag::HtmlBlock) => Event::Start(Tag::Paragraph),
+        Event::End(TagEnd::HtmlBlock) => Event::End(TagEnd::Paragraph),
+        Event::Html(text) | Event::InlineHtml(text) => Event::Text(text),
+        other => other,
+    });
     let mut out = String::with_capacity(markdown.len() * 3 / 2);
     html::push_html(&mut out, parser);
     ammonia::Builder::default()
@@ -62,24 +71,58 @@ mod tests {
     }
 
     #[test]
+    fn html_in_the_text_is_shown_as_text() {
+        // Inline: the placeholder a model writes stays, as text.
+        let html = markdown_html("Reply with ANSWER: <colour>");
+        assert_eq!(html, "<p>Reply with ANSWER: &lt;colour&gt;</p>\n");
+        let html = markdown_html("say <b>hi</b> and <!-- note --> in `<code>`");
+        assert!(
+            html.contains(
+                "say &lt;b&gt;hi&lt;/b&gt; and &lt;!-- note --&gt; in <code>&lt;code&gt;</code>"
+            ),
+            "{html}"
+        );
+        // A block of HTML: its text, escaped, as a paragraph of its own.
+        let html = markdown_html("Before\n\n<div class=\"x\">\n<b>inside</b>\n</div>\n\nAfter");
+        assert!(html.contains("<p>Before</p>"), "{html}");
+        assert!(
+            html.contains("&lt;div class=\"x\"&gt;")
+                || html.contains("&lt;div class=&quot;x&quot;&gt;"),
+            "{html}"
+        );
+        assert!(html.contains("&lt;b&gt;inside&lt;/b&gt;"), "{html}");
+        assert!(html.contains("<p>After</p>"), "{html}");
+        assert!(!html.contains("<div") && !html.contains("<b>"), "{html}");
+    }
+
+    #[test]
     fn scripts_handlers_and_script_urls_are_removed() {
         let html = markdown_html(
             "<script>alert(1)</script>\n\n<img src=x onerror=alert(2)>\n\n\
              [click](javascript:alert(3)) <a href=\"data:text/html,x\">d</a>\n\n\
              <iframe src=/></iframe><style>body{}</style><form action=/x><input></form>",
         );
+        // The HTML is text now: nothing of it is an element, and the Markdown link's script URL
+        // is gone.
         for bad in [
             "<script",
-            "onerror",
-            "javascript:",
-            "data:text",
+            "<img",
             "<iframe",
             "<style",
             "<form",
             "<input",
+            "<a href",
+            "javascript:",
         ] {
             assert!(!html.contains(bad), "{bad} survived: {html}");
         }
-        assert!(html.contains("<img>"), "{html}");
+        assert!(
+            html.contains("&lt;script&gt;alert(1)&lt;/script&gt;"),
+            "{html}"
+        );
+        assert!(
+            html.contains("&lt;img src=x onerror=alert(2)&gt;"),
+            "{html}"
+        );
     }
 }

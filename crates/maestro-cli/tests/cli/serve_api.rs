@@ -1174,3 +1174,384 @@ async fn a_stream_cut_by_max_stream_secs_resumes_with_last_event_id_and_misses_n
     assert_eq!(received, log);
     served.stop().await;
 }
+
+/// A request with a body as given (`content_type` as given, none when `None`).
+async fn send_raw(
+    served: &support::serve::Served,
+    method: reqwest::Method,
+    path: &str,
+    content_type: Option<&str>,
+    body: Option<&str>,
+) -> (u16, reqwest::header::HeaderMap, Value) {
+    let mut request = served.http.request(method, served.url(path));
+    if let Some(kind) = content_type {
+        request = request.header("content-type", kind);
+    }
+    if let Some(body) = body {
+        request = request.body(body.to_string());
+    }
+    let response = request.send().await.unwrap();
+    let status = response.status().as_u16();
+    let headers = response.headers().clone();
+    let text = response.text().await.unwrap();
+    (
+        status,
+        headers,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refusal_names_the_field_at_fault_in_a_body_a_query_or_a_form() {
+    let project = Project::new();
+    let served = project.serve("http://127.0.0.1:9", &["--no-worker"]);
+    let id = submit(&served, "x").await;
+    let comments = format!("/api/v1/jobs/{id}/comments");
+    let json = Some("application/json");
+    // (method, path, body, status, field, what the detail says)
+    type Case<'a> = (
+        &'a str,
+        &'a str,
+        Option<&'a str>,
+        u16,
+        Option<&'a str>,
+        &'a str,
+    );
+    let cases: Vec<Case> = vec![
+        (
+            "POST",
+            "/api/v1/jobs",
+            Some(r#"{"piece": "one", "task": "#),
+            400,
+            None,
+            "at line 1 column",
+        ),
+        (
+            "POST",
+            "/api/v1/jobs",
+            Some(r#"{"piece": "one" "task": "x"}"#),
+            400,
+            None,
+            "at line 1 column",
+        ),
+        (
+            "POST",
+            "/api/v1/jobs",
+            Some(r#"{"piece": "one"}"#),
+            400,
+            Some("task"),
+            "missing field `task`",
+        ),
+        (
+            "POST",
+            "/api/v1/jobs",
+            Some(r#"{"task": "x", "budget": {}}"#),
+            400,
+            Some("piece"),
+            "missing field `piece`",
+        ),
+        (
+            "POST",
+            "/api/v1/jobs",
+            Some(r#"{"piece": "one", "task": "x", "budget": {"max_usd": 1}}"#),
+            400,
+            Some("budget.max_usd"),
+            "unknown field `max_usd`",
+        ),
+        (
+            "POST",
+            "/api/v1/jobs",
+            Some(r#"{"piece": "one", "task": "x", "class": ""}"#),
+            400,
+            Some("class"),
+            "`class` must be 1 to 64 characters",
+        ),
+        (
+            "GET",
+            "/api/v1/jobs?status=bogus",
+            None,
+            400,
+            Some("status"),
+            "not a job status",
+        ),
+        (
+            "GET",
+            "/api/v1/jobs?cursor=xyz",
+            None,
+            400,
+            Some("cursor"),
+            "`cursor`",
+        ),
+        (
+            "POST",
+            &comments,
+            Some(r#"{"body": "   "}"#),
+            400,
+            Some("body"),
+            "is empty",
+        ),
+    ];
+    for (method, path, body, want, field, says) in cases {
+        let method: reqwest::Method = method.parse().unwrap();
+        let (status, headers, problem) = send_raw(&served, method.clone(), path, json, body).await;
+        assert_eq!(status, want, "{method} {path} {body:?}: {problem}");
+        assert_eq!(headers["content-type"], "application/problem+json");
+        assert_eq!(
+            problem.get("field").and_then(Value::as_str),
+            field,
+            "{method} {path} {body:?}: {problem}"
+        );
+        let detail = problem["detail"].as_str().unwrap();
+        assert!(detail.contains(says), "{method} {path} {body:?}: {problem}");
+    }
+    // A multipart submission's refusal names the form's part, never a JSON body.
+    let form = |pairs: &[(&'static str, &'static str)]| {
+        let mut form = reqwest::multipart::Form::new();
+        for (name, value) in pairs {
+            form = form.text(*name, *value);
+        }
+        form
+    };
+    let forms: Vec<(reqwest::multipart::Form, &str, &str)> = vec![
+        (
+            form(&[("piece", "one"), ("task", "x"), ("workspace", "/etc")]),
+            "workspace",
+            "never takes a host directory",
+        ),
+        (form(&[("piece", "one")]), "task", "`task`"),
+        (
+            form(&[("piece", "one"), ("task", "x"), ("priority", "high")]),
+            "priority",
+            "whole number",
+        ),
+        (
+            form(&[("piece", "one"), ("task", "x"), ("budget", "lots")]),
+            "budget",
+            "`budget` must be JSON",
+        ),
+        (
+            form(&[
+                ("piece", "one"),
+                ("task", "x"),
+                ("budget", r#"{"max_usd": 1}"#),
+            ]),
+            "budget.max_usd",
+            "unknown field `max_usd`",
+        ),
+    ];
+    for (form, field, says) in forms {
+        let response = served
+            .http
+            .post(served.url("/api/v1/jobs"))
+            .multipart(form)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status().as_u16(), 400, "{field}");
+        let problem: Value = response.json().await.unwrap();
+        assert_eq!(problem["field"], field, "{problem}");
+        let detail = problem["detail"].as_str().unwrap();
+        assert!(detail.contains(says), "{problem}");
+        assert!(
+            detail.contains("form") && !detail.contains("JSON body") && !detail.contains("line 1"),
+            "{problem}"
+        );
+    }
+    // Media types are read without regard to case, with their parameters.
+    for kind in ["APPLICATION/JSON", "Application/Json; Charset=UTF-8"] {
+        let (status, _, job) = send_raw(
+            &served,
+            reqwest::Method::POST,
+            "/api/v1/jobs",
+            Some(kind),
+            Some(r#"{"piece": "one", "task": "cased"}"#),
+        )
+        .await;
+        assert_eq!(status, 201, "{kind}: {job}");
+    }
+    let (status, _, _) = send_raw(
+        &served,
+        reqwest::Method::POST,
+        "/api/v1/jobs",
+        Some("application/jsonp"),
+        Some(r#"{"piece": "one", "task": "x"}"#),
+    )
+    .await;
+    assert_eq!(status, 415);
+    served.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_share_link_is_made_without_a_body_or_with_an_empty_one() {
+    let project = Project::new();
+    let served = project.serve("http://127.0.0.1:9", &["--no-worker"]);
+    let id = submit(&served, "x").await;
+    let share = format!("/api/v1/jobs/{id}/share");
+    for (content_type, body) in [
+        (None, None),
+        (Some("application/json"), None),
+        (Some("application/json"), Some("")),
+        (Some("application/json"), Some("{}")),
+    ] {
+        let (status, _, link) =
+            send_raw(&served, reqwest::Method::POST, &share, content_type, body).await;
+        assert_eq!(status, 201, "{content_type:?} {body:?}: {link}");
+        assert!(link["token"].as_str().unwrap().starts_with("mss_"));
+        assert_eq!(link["expires_at"], Value::Null, "{link}");
+    }
+    // A body that is there is still read as JSON, and its fields are checked.
+    let (status, _, problem) = send_raw(
+        &served,
+        reqwest::Method::POST,
+        &share,
+        Some("text/plain"),
+        Some("24"),
+    )
+    .await;
+    assert_eq!(status, 415, "{problem}");
+    for (hours, says) in [(0_u64, "must be at least 1"), (876_001, "at most 876000")] {
+        let (status, _, problem) = send_raw(
+            &served,
+            reqwest::Method::POST,
+            &share,
+            Some("application/json"),
+            Some(&format!(r#"{{"expires_in_hours": {hours}}}"#)),
+        )
+        .await;
+        assert_eq!(status, 422, "{problem}");
+        assert_eq!(problem["field"], "expires_in_hours", "{problem}");
+        let detail = problem["detail"].as_str().unwrap();
+        assert!(detail.contains(says), "{hours}: {problem}");
+        assert!(hours > 0 || !detail.contains("smaller"), "{problem}");
+    }
+    served.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_configuration_is_patched_with_a_merge_patch_that_keeps_everything_else() {
+    let project = Project::new();
+    let served = project.serve("http://127.0.0.1:9", &["--no-worker"]);
+    let get = || async {
+        let response = served
+            .http
+            .get(served.url("/api/v1/config"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status().as_u16(), 200);
+        let etag = response.headers()["etag"].to_str().unwrap().to_string();
+        (etag, response.json::<Value>().await.unwrap())
+    };
+    let patch = |body: &str, content_type: &str, if_match: Option<&str>| {
+        let mut request = served
+            .http
+            .patch(served.url("/api/v1/config"))
+            .header("content-type", content_type)
+            .body(body.to_string());
+        if let Some(tag) = if_match {
+            request = request.header("if-match", tag);
+        }
+        request.send()
+    };
+    let (first, base) = get().await;
+    assert_eq!(base["llm"]["api_key"], Value::Null, "{base}");
+    let default_iterations = base["engine"]["max_iterations_per_movement"].clone();
+    // A whole document with a secret and a changed setting.
+    let mut whole = base.clone();
+    whole["llm"]["api_key"] = json!("sk-overlay-5678");
+    whole["engine"]["max_iterations_per_movement"] = json!(40);
+    let response = served
+        .http
+        .put(served.url("/api/v1/config"))
+        .header("if-match", &first)
+        .json(&whole)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    let put_tag = response.headers()["etag"].to_str().unwrap().to_string();
+
+    let merge = "application/merge-patch+json";
+    let change = r#"{"llm": {"tool_mode": "json"}}"#;
+    // The rules of PUT: If-Match required, a stale one refused, invalid values named.
+    let response = patch(change, merge, None).await.unwrap();
+    assert_eq!(response.status().as_u16(), 428);
+    let response = patch(change, merge, Some(&first)).await.unwrap();
+    assert_eq!(response.status().as_u16(), 412);
+    let response = patch(change, "text/plain", Some(&put_tag)).await.unwrap();
+    assert_eq!(response.status().as_u16(), 415);
+    let response = patch(
+        r#"{"llm": {"tool_mode": "telepathy"}}"#,
+        merge,
+        Some(&put_tag),
+    )
+    .await
+    .unwrap();
+    assert_eq!(response.status().as_u16(), 422);
+    let problem: Value = response.json().await.unwrap();
+    assert!(
+        problem["errors"].to_string().contains("tool_mode"),
+        "{problem}"
+    );
+    // Every field at fault is named, not only the first.
+    let response = patch(
+        r#"{"engine": {"foo": 1}, "subtasks": {"max_depth": -1}, "files": {"max_files": "many"}}"#,
+        merge,
+        Some(&put_tag),
+    )
+    .await
+    .unwrap();
+    assert_eq!(response.status().as_u16(), 422);
+    let problem: Value = response.json().await.unwrap();
+    let fields: HashSet<&str> = problem["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["field"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        fields,
+        HashSet::from(["engine.foo", "subtasks.max_depth", "files.max_files"]),
+        "{problem}"
+    );
+
+    // The patch changes what it names and keeps the rest: the setting and the secret.
+    let response = patch(change, merge, Some(&put_tag)).await.unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    let patched_tag = response.headers()["etag"].to_str().unwrap().to_string();
+    assert_ne!(patched_tag, put_tag);
+    let patched: Value = response.json().await.unwrap();
+    assert_eq!(patched["llm"]["tool_mode"], "json", "{patched}");
+    assert_eq!(patched["engine"]["max_iterations_per_movement"], 40);
+    assert_eq!(patched["llm"]["api_key"], "***", "the secret was dropped");
+    let (now, stored) = get().await;
+    assert_eq!((now.as_str(), &stored), (patched_tag.as_str(), &patched));
+    // `null` takes a key back to the node's own configuration; `application/json` is taken too.
+    let response = patch(
+        r#"{"engine": {"max_iterations_per_movement": null}, "llm": {"tool_mode": "native"}}"#,
+        "application/json",
+        Some(&patched_tag),
+    )
+    .await
+    .unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    let reverted: Value = response.json().await.unwrap();
+    assert_eq!(
+        reverted["engine"]["max_iterations_per_movement"],
+        default_iterations
+    );
+    assert_eq!(reverted["llm"]["tool_mode"], "native");
+    assert_eq!(reverted["llm"]["api_key"], "***", "the secret was dropped");
+    // Each write is audited.
+    let (status, audit) = served.get("/api/v1/admin/audit").await;
+    assert_eq!(status, 200, "{audit}");
+    let changes = audit["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["action"] == "config_changed")
+        .count();
+    assert_eq!(changes, 3, "{audit}");
+    let log = served.stop().await;
+    assert!(!log.contains("sk-overlay-5678"));
+}

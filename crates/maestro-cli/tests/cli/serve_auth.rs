@@ -62,6 +62,7 @@ async fn call(
         "get" => served.http.get(url),
         "post" => served.http.post(url).json(&body),
         "put" => served.http.put(url).json(&body),
+        "patch" => served.http.patch(url).json(&body),
         "delete" => served.http.delete(url),
         other => panic!("method {other}"),
     };
@@ -659,7 +660,7 @@ async fn an_expiry_of_zero_or_too_far_is_refused_naming_the_field() {
         .await;
     assert!(!out.status.success());
     assert!(
-        stderr(&out).contains("an expiry must be more than zero and at most 100 years"),
+        stderr(&out).contains("an expiry must be at least 1 (day or hour) and at most 100 years"),
         "{}",
         stderr(&out)
     );
@@ -680,13 +681,19 @@ async fn an_expiry_of_zero_or_too_far_is_refused_naming_the_field() {
             (422, &json!("expires_in_hours")),
             "{problem}"
         );
-        assert!(
-            problem["detail"]
-                .as_str()
-                .unwrap()
-                .contains("at most 100 years"),
-            "{problem}"
-        );
+        // Each bound is named as the one crossed.
+        let detail = problem["detail"].as_str().unwrap();
+        if hours == 0 {
+            assert!(
+                detail.contains("must be at least 1") && !detail.contains("smaller"),
+                "{problem}"
+            );
+        } else {
+            assert!(
+                detail.contains("at most 876000 hours (100 years)"),
+                "{problem}"
+            );
+        }
     }
     for days in [0_u64, 4_294_967_295] {
         let (status, problem) = call(
@@ -702,6 +709,18 @@ async fn an_expiry_of_zero_or_too_far_is_refused_naming_the_field() {
             (422, &json!("expires_days")),
             "{problem}"
         );
+        let detail = problem["detail"].as_str().unwrap();
+        if days == 0 {
+            assert!(
+                detail.contains("must be at least 1") && !detail.contains("smaller"),
+                "{problem}"
+            );
+        } else {
+            assert!(
+                detail.contains("at most 36500 days (100 years)"),
+                "{problem}"
+            );
+        }
     }
     let (status, created) = call(
         &served,
@@ -712,6 +731,75 @@ async fn an_expiry_of_zero_or_too_far_is_refused_naming_the_field() {
     )
     .await;
     assert_eq!(status, 201, "{created}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_401_asks_for_a_bearer_token_and_names_the_login_only_with_a_provider() {
+    let project = auth_project("");
+    let alice = user_with_token(&project, "alice@example.test", false, "read").await;
+    let served = project.serve("http://127.0.0.1:9", &["--no-worker"]);
+    let ask = |authorization: Option<String>| {
+        let mut request = served.http.get(served.url("/api/v1/jobs"));
+        if let Some(value) = authorization {
+            request = request.header("Authorization", value);
+        }
+        request.send()
+    };
+    // (Authorization, the challenge)
+    let cases = [
+        (None, r#"Bearer realm="maestro""#),
+        (Some(format!("Basic {alice}")), r#"Bearer realm="maestro""#),
+        (
+            Some("Bearer mst_not-a-token".to_string()),
+            r#"Bearer realm="maestro", error="invalid_token""#,
+        ),
+    ];
+    for (authorization, challenge) in cases {
+        let response = ask(authorization.clone()).await.unwrap();
+        assert_eq!(response.status().as_u16(), 401, "{authorization:?}");
+        assert_eq!(
+            response.headers()["www-authenticate"],
+            challenge,
+            "{authorization:?}"
+        );
+        let problem: Value = response.json().await.unwrap();
+        let detail = problem["detail"].as_str().unwrap();
+        assert!(
+            detail.contains("maestro tokens create") && !detail.contains("/auth/login"),
+            "no OpenID provider is configured, yet: {problem}"
+        );
+    }
+    let (status, _) = call(&served, "get", "/auth/login", None, Value::Null).await;
+    assert_eq!(status, 404);
+    served.stop().await;
+
+    // With a provider, the login is named (the provider is asked nothing until a login).
+    let project = auth_project(
+        "  public_url: http://127.0.0.1:9\n  oidc:\n    issuer: http://127.0.0.1:9/\n    \
+         client_id: maestro\n    client_secret_env: MAESTRO_TEST_OIDC_SECRET\n",
+    );
+    let served = project.serve_with_env(
+        "http://127.0.0.1:9",
+        &["--no-worker"],
+        &[("MAESTRO_TEST_OIDC_SECRET", "provider-secret-1234")],
+    );
+    let response = served
+        .http
+        .get(served.url("/api/v1/jobs"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 401);
+    assert_eq!(
+        response.headers()["www-authenticate"],
+        r#"Bearer realm="maestro""#
+    );
+    let problem: Value = response.json().await.unwrap();
+    assert!(
+        problem["detail"].as_str().unwrap().contains("/auth/login"),
+        "{problem}"
+    );
+    served.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -205,3 +205,113 @@ async fn two_nodes_on_one_postgres_share_jobs_streams_files_pieces_and_configura
     a.stop().await;
     b.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+#[cfg_attr(
+    no_postgres,
+    ignore = "PostgreSQL is not installed: apt-get install postgresql (scripts/prerequisites.sh)"
+)]
+async fn a_store_that_stops_answering_is_told_at_once_and_the_node_serves_again_once_it_is_back() {
+    let cluster = tokio::task::spawn_blocking(maestro_testkit::PgCluster::start)
+        .await
+        .unwrap();
+    let mut project = Project::new();
+    project.db = Some(cluster.url());
+    // With a worker: it rides the outage out, and the node stops cleanly afterwards.
+    let served = project.serve("http://127.0.0.1:9", &[]);
+    let (status, ready) = served.get("/readyz").await;
+    assert_eq!(status, 200, "{ready}");
+    let (status, before) = served.get("/api/v1/jobs").await;
+    assert_eq!(status, 200, "{before}");
+
+    tokio::task::block_in_place(|| cluster.stop());
+    // The first requests meet the pool's connections broken, the later ones a pool that waits
+    // for a new connection (30 s, for the worker's sake): each is answered as soon.
+    for round in 0..3 {
+        // A load balancer asking is answered within a couple of seconds.
+        let started = Instant::now();
+        let (status, problem) = served.get("/readyz").await;
+        let waited = started.elapsed();
+        assert_eq!(status, 503, "{round}: {problem}");
+        assert!(
+            waited < Duration::from_secs(10),
+            "{round}: /readyz took {waited:?}"
+        );
+        assert!(
+            problem["detail"]
+                .as_str()
+                .unwrap()
+                .contains("does not answer"),
+            "{round}: {problem}"
+        );
+        // The API's requests are answered 503 with Retry-After, reads and writes alike.
+        store_does_not_answer(&served).await;
+    }
+
+    // Back: the same node is ready and serves again, without a restart.
+    tokio::task::block_in_place(|| cluster.restart());
+    let started = Instant::now();
+    loop {
+        let (status, _) = served.get("/readyz").await;
+        if status == 200 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "not ready again: {status}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (status, after) = served.get("/api/v1/jobs").await;
+    assert_eq!(status, 200, "{after}");
+    assert_eq!(
+        after["jobs"], before["jobs"],
+        "nothing was queued in the outage"
+    );
+    served.stop().await;
+}
+
+/// A read and a write are answered 503, with `Retry-After`, within seconds.
+async fn store_does_not_answer(served: &support::serve::Served) {
+    for (method, path, body) in [
+        ("GET", "/api/v1/jobs", None),
+        (
+            "POST",
+            "/api/v1/jobs",
+            Some(json!({"piece": "one", "task": "x"})),
+        ),
+    ] {
+        let started = Instant::now();
+        let mut request = served
+            .http
+            .request(method.parse().unwrap(), served.url(path));
+        if let Some(body) = &body {
+            request = request.json(body);
+        }
+        let response = request.send().await.unwrap();
+        let waited = started.elapsed();
+        assert_eq!(response.status().as_u16(), 503, "{method} {path}");
+        assert!(
+            waited < Duration::from_secs(15),
+            "{method} {path} took {waited:?}"
+        );
+        let retry: u64 = response.headers()["retry-after"]
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(retry >= 1, "{retry}");
+        assert_eq!(
+            response.headers()["content-type"],
+            "application/problem+json"
+        );
+        let problem: Value = response.json().await.unwrap();
+        assert!(
+            problem["detail"]
+                .as_str()
+                .unwrap()
+                .contains("the store does not answer"),
+            "{problem}"
+        );
+    }
+}

@@ -287,9 +287,52 @@ async fn a_valid_piece_s_validation_answers_its_graph_and_an_invalid_one_its_err
         assert_eq!(body["valid"], true);
         assert_eq!(names(&body["graph"]), ["plan", "build"], "{body}");
     }
-    // Stored under another name than its own: the mismatch is the error.
+    // Stored under another name than its own: the mismatch is the error, at the `name` field's
+    // value (line 1, after `name: `), also when the piece is written there; and when the
+    // position is not known it is left out, never given as 0.
     let response = validate("?name=other", MAESTRO_PIECE).await.unwrap();
     assert_eq!(response.status().as_u16(), 422);
+    let problem: Value = response.json().await.unwrap();
+    let error = &problem["errors"][0];
+    assert_eq!(
+        (
+            error["path"].clone(),
+            error["line"].clone(),
+            error["column"].clone()
+        ),
+        (json!("name"), json!(1), json!(7)),
+        "{problem}"
+    );
+    let quoted = format!("# flow, quoted\n\"name\":   flow\n{}", &MAESTRO_PIECE[11..]);
+    let response = served
+        .http
+        .put(served.url("/api/v1/pieces/other"))
+        .header("content-type", "application/yaml")
+        .body(quoted)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 422);
+    let problem: Value = response.json().await.unwrap();
+    let error = &problem["errors"][0];
+    assert_eq!(
+        (
+            error["path"].clone(),
+            error["line"].clone(),
+            error["column"].clone()
+        ),
+        (json!("name"), json!(2), json!(11)),
+        "{problem}"
+    );
+    let flow = "{name: flow, description: plans, max_movements: 1, initial_movement: plan, \
+                movements: [{name: plan, persona: p, instruction: i, rules: []}]}";
+    let response = validate("?name=other", flow).await.unwrap();
+    assert_eq!(response.status().as_u16(), 422);
+    let problem: Value = response.json().await.unwrap();
+    for error in problem["errors"].as_array().unwrap() {
+        assert_ne!(error.get("line"), Some(&json!(0)), "{problem}");
+        assert_ne!(error.get("column"), Some(&json!(0)), "{problem}");
+    }
     let broken = MAESTRO_PIECE.replace("next: build", "next: nowhere");
     let response = validate("?name=flow", &broken).await.unwrap();
     assert_eq!(response.status().as_u16(), 422);

@@ -126,7 +126,7 @@ async fn a_result_and_a_question_come_as_sanitised_html_and_a_share_link_serves_
         Turn::tool_call(
             "complete",
             json!({"status": "needs_user_input",
-                   "result": "Which **format**? <img src=x onerror=alert(1)>"}),
+                   "result": "Which **format**? Reply with ANSWER: <colour>\n\n<img src=x onerror=alert(1)>"}),
         ),
         complete("**Done** <script>alert(2)</script> [x](javascript:alert(3)) ![i](https://evil.example/i.png)"),
     ])
@@ -144,8 +144,10 @@ async fn a_result_and_a_question_come_as_sanitised_html_and_a_share_link_serves_
         .await;
     let question = waiting["question_html"].as_str().unwrap();
     assert!(question.contains("<strong>format</strong>"), "{question}");
+    // HTML in the text is shown as text, escaped: never dropped, never an element.
+    assert!(question.contains("ANSWER: &lt;colour&gt;"), "{question}");
     assert!(
-        !question.contains("onerror") && !question.contains("src="),
+        question.contains("&lt;img src=x onerror=alert(1)&gt;") && !question.contains("<img"),
         "{question}"
     );
     let (status, _) = served
@@ -160,6 +162,10 @@ async fn a_result_and_a_question_come_as_sanitised_html_and_a_share_link_serves_
         .await;
     let html = done["result"]["html"].as_str().unwrap();
     assert!(html.contains("<strong>Done</strong>"), "{html}");
+    assert!(
+        html.contains("&lt;script&gt;alert(2)&lt;/script&gt;"),
+        "{html}"
+    );
     for bad in ["<script", "javascript:", "evil.example"] {
         assert!(!html.contains(bad), "{bad} in {html}");
     }

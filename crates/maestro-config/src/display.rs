@@ -13,7 +13,7 @@ pub const REDACTED: &str = "***";
 
 impl Config {
     /// The configuration as JSON with secrets (API key, MCP `env`/`headers` values, SSH
-    /// passwords) shown as `***`.
+    /// passwords, the store URL's password) shown as `***`.
     pub fn redacted_value(&self) -> Value {
         json!({
             "llm": to_value(&self.llm),
@@ -30,7 +30,7 @@ impl Config {
             "ssh": {"connections": self.ssh.connections.iter().map(ssh_connection).collect::<Vec<_>>()},
             "paths": to_value(&self.paths),
             "safety": to_value(&self.safety),
-            "store": to_value(&self.store),
+            "store": {"url": self.store.url.as_deref().map(maestro_protocol::mask_url_password)},
             "workers": to_value(&self.workers),
             "subtasks": to_value(&self.subtasks),
             "auth": to_value(&self.auth),

@@ -47,13 +47,11 @@ impl Config {
         }
         let mut merged = self.redacted_value();
         merge(&mut merged, overlay.clone(), &mut Vec::new());
-        let mut config = typed(&merged, Origin::Overlay).map_err(|e| match e {
-            ConfigError::Invalid(problem) => vec![*problem],
-            other => vec![problem(
-                "(top level)",
-                other.to_string(),
-                "correct the overlay",
-            )],
+        let mut config = typed_all(merged).map_err(|(mut found, other)| {
+            found.extend(
+                other.map(|other| problem("(top level)", other.to_string(), "correct the overlay")),
+            );
+            found
         })?;
         absolutize(&mut config, &self.root);
         config.root = self.root.clone();
@@ -91,6 +89,13 @@ impl Config {
             if config.llm.api_key.is_none() {
                 missing("llm.api_key".into());
             }
+        }
+        // The store URL is shown with its password masked: the masked form keeps the URL.
+        if let (Some(shown), Some(kept)) = (config.store.url.as_deref(), &self.store.url)
+            && shown != kept
+            && shown == maestro_protocol::mask_url_password(kept)
+        {
+            config.store.url = Some(kept.clone());
         }
         for (slug, server) in config.mcp.servers.iter_mut() {
             let base = self.mcp.servers.get(slug);
@@ -159,6 +164,73 @@ fn kind(value: &Value) -> &'static str {
         Value::String(_) => "a string",
         Value::Array(_) => "a list",
         Value::Object(_) => "an object",
+    }
+}
+
+/// Reads `merged` as a configuration, finding every field whose value does not read, not only
+/// the first: the field at fault is taken out and the rest read again (at most
+/// [`MAX_PROBLEMS`] times). `Err` holds the problems found and, when reading stopped for
+/// another reason, that error.
+fn typed_all(mut merged: Value) -> Result<Config, (Vec<Problem>, Option<ConfigError>)> {
+    let mut found: Vec<Problem> = Vec::new();
+    loop {
+        match typed(&merged, Origin::Overlay) {
+            Ok(config) if found.is_empty() => return Ok(config),
+            Ok(_) => return Err((found, None)),
+            Err(ConfigError::Invalid(problem)) => {
+                let again = found.len() + 1 < MAX_PROBLEMS
+                    && !found.iter().any(|f| f.field == problem.field)
+                    && remove_field(&mut merged, &problem.field);
+                found.push(*problem);
+                if !again {
+                    return Err((found, None));
+                }
+            }
+            Err(other) => return Err((found, Some(other))),
+        }
+    }
+}
+
+/// The most problems [`typed_all`] reports at once.
+const MAX_PROBLEMS: usize = 50;
+
+/// Takes the field at `path` (`engine.foo`, `workers[0].classes`; a key may hold dots itself,
+/// as a model's name does) out of `value`; false when there is no such field.
+fn remove_field(value: &mut Value, path: &str) -> bool {
+    match value {
+        Value::Object(map) => {
+            if map.remove(path).is_some() {
+                return true;
+            }
+            let keys: Vec<String> = map
+                .keys()
+                .filter(|key| {
+                    path.strip_prefix(key.as_str())
+                        .is_some_and(|rest| rest.starts_with('.') || rest.starts_with('['))
+                })
+                .cloned()
+                .collect();
+            keys.into_iter().any(|key| {
+                let rest = &path[key.len()..];
+                let rest = rest.strip_prefix('.').unwrap_or(rest);
+                map.get_mut(&key)
+                    .is_some_and(|inner| remove_field(inner, rest))
+            })
+        }
+        // Inside a list, only a field of an item is taken out: taking an item itself would
+        // renumber the items after it, and their problems' fields with them.
+        Value::Array(items) => path
+            .strip_prefix('[')
+            .and_then(|p| p.split_once(']'))
+            .and_then(|(index, rest)| Some((index.parse::<usize>().ok()?, rest)))
+            .filter(|(_, rest)| !rest.is_empty())
+            .is_some_and(|(index, rest)| {
+                let rest = rest.strip_prefix('.').unwrap_or(rest);
+                items
+                    .get_mut(index)
+                    .is_some_and(|item| remove_field(item, rest))
+            }),
+        _ => false,
     }
 }
 

@@ -16,7 +16,7 @@ pub use event::{
     CallPurpose, ContextLevel, EventRecord, JudgeKind, OutcomeSource, RecordedAnswer, ReminderKind,
     RunEvent, SelectionTarget, TeamPart,
 };
-pub use secret::Secret;
+pub use secret::{Secret, mask_url_password};
 pub use values::{ChecklistItem, Dialect, ImageRef, RunScratch, SubtaskOutcome, ToolMode};
 
 use serde::{Deserialize, Serialize};

@@ -47,6 +47,47 @@ impl fmt::Display for Secret {
     }
 }
 
+/// `url` with the password it carries shown as `***`: the one in its user info
+/// (`postgres://user:***@host/db`) and a `password=` query parameter
+/// (`postgres://host/db?password=***`). Everything else is kept, so the URL still says where
+/// it points. A URL without a password comes back as it is.
+///
+/// ```
+/// use maestro_protocol::mask_url_password;
+/// assert_eq!(mask_url_password("postgres://me:pw@db:5432/jobs"), "postgres://me:***@db:5432/jobs");
+/// assert_eq!(mask_url_password("postgres://db/jobs?user=me&password=pw"), "postgres://db/jobs?user=me&password=***");
+/// ```
+pub fn mask_url_password(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    // The user info ends at the last `@` before the path: a password with an unescaped `@`
+    // in it is still masked whole.
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    let authority = match authority.rsplit_once('@') {
+        Some((userinfo, host)) => match userinfo.split_once(':') {
+            Some((user, _password)) => format!("{user}:***@{host}"),
+            None => format!("{userinfo}@{host}"),
+        },
+        None => authority.to_string(),
+    };
+    let tail = match tail.split_once('?') {
+        Some((path, query)) => {
+            let params: Vec<String> = query
+                .split('&')
+                .map(|param| match param.split_once('=') {
+                    Some((key, _)) if key.eq_ignore_ascii_case("password") => format!("{key}=***"),
+                    _ => param.to_string(),
+                })
+                .collect();
+            format!("{path}?{}", params.join("&"))
+        }
+        None => tail.to_string(),
+    };
+    format!("{scheme}://{authority}{tail}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -60,5 +101,25 @@ mod tests {
             s.redact("bad key sk-live-abcdef given"),
             "bad key *** given"
         );
+    }
+
+    #[test]
+    fn a_url_shows_where_it_points_but_not_its_password() {
+        for (url, shown) in [
+            (
+                "postgres://me:pw@db:5432/jobs",
+                "postgres://me:***@db:5432/jobs",
+            ),
+            ("postgres://me:p@ss@db/jobs", "postgres://me:***@db/jobs"),
+            ("postgres://me@db/jobs", "postgres://me@db/jobs"),
+            (
+                "postgres://db/jobs?sslmode=require&password=pw",
+                "postgres://db/jobs?sslmode=require&password=***",
+            ),
+            ("sqlite:///srv/maestro.db", "sqlite:///srv/maestro.db"),
+            ("not a url", "not a url"),
+        ] {
+            assert_eq!(mask_url_password(url), shown, "{url}");
+        }
     }
 }

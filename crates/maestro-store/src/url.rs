@@ -107,7 +107,7 @@ impl fmt::Display for StoreUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             StoreUrl::Sqlite { path } => write!(f, "sqlite://{}", path.display()),
-            StoreUrl::Postgres { url } => f.write_str(&mask_password(url)),
+            StoreUrl::Postgres { url } => f.write_str(&maestro_protocol::mask_url_password(url)),
         }
     }
 }
@@ -118,22 +118,9 @@ impl fmt::Debug for StoreUrl {
             StoreUrl::Sqlite { path } => f.debug_struct("Sqlite").field("path", path).finish(),
             StoreUrl::Postgres { url } => f
                 .debug_struct("Postgres")
-                .field("url", &mask_password(url))
+                .field("url", &maestro_protocol::mask_url_password(url))
                 .finish(),
         }
-    }
-}
-
-fn mask_password(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_string();
-    };
-    let Some((userinfo, host)) = rest.split_once('@') else {
-        return url.to_string();
-    };
-    match userinfo.split_once(':') {
-        Some((user, _password)) => format!("{scheme}://{user}:***@{host}"),
-        None => url.to_string(),
     }
 }
 

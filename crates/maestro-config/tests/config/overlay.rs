@@ -7,11 +7,12 @@ use maestro_tools_ssh::{SecretSource, SshAuth};
 use pretty_assertions::assert_eq;
 use serde_json::json;
 
-const SECRETS: [&str; 4] = [
+const SECRETS: [&str; 5] = [
     "sk-inline-secret-1",
     "env-secret-2",
     "header-secret-3",
     "ssh-secret-4",
+    "store-secret-5",
 ];
 
 /// A project whose file holds a secret of every kind.
@@ -25,7 +26,8 @@ fn loaded() -> (tempfile::TempDir, Config) {
          mcp:\n  servers:\n    fs: {command: mcp-fs, env: {TOKEN: env-secret-2}}\n\
          \x20   web: {url: \"http://127.0.0.1:8000/mcp\", headers: {Authorization: Bearer header-secret-3}}\n\
          ssh:\n  connections:\n    - id: 6f9619ff-8b86-d011-b42d-00c04fc964ff\n      name: lab\n      host: 127.0.0.1\n\
-         \x20     user: u\n      auth: {password: ssh-secret-4}\n",
+         \x20     user: u\n      auth: {password: ssh-secret-4}\n\
+         store:\n  url: \"postgres://maestro:store-secret-5@127.0.0.1:5432/jobs\"\n",
     )
     .unwrap();
     let from = LoadFrom {
@@ -53,6 +55,7 @@ fn secrets_of(config: &Config) -> Vec<String> {
         SshAuth::Password(SecretSource::Inline(pw)) => found.push(pw.expose().to_string()),
         other => panic!("{other:?}"),
     }
+    found.push(config.store.url.clone().unwrap());
     found
 }
 
@@ -77,7 +80,7 @@ fn its_own_json_laid_over_it_changes_nothing_and_keeps_every_secret() {
     assert_eq!(secrets_of(&again), secrets_of(&config));
     let kept = secrets_of(&again);
     for (kept, secret) in kept.iter().zip(SECRETS) {
-        assert!(kept.ends_with(secret), "{kept} is not {secret}");
+        assert!(kept.contains(secret), "{kept} is not {secret}");
     }
 }
 

@@ -7,7 +7,9 @@ use std::time::Duration;
 use maestro_config::{BudgetSettings, Config, LlmConfig};
 use maestro_engine::{SpendAsk, SpendFuture, SpendGuard, SpendRefused, SpendTicket};
 use maestro_protocol::Usage;
-use maestro_store::{BudgetCap, BudgetLimits, Charge, JobId, ReservationId, Store, StoreError};
+use maestro_store::{
+    BudgetCap, BudgetLimits, BudgetRefusal, Charge, JobId, ReservationId, Store, StoreError,
+};
 
 /// How long a reservation holds when its run never settles it (the process died): the
 /// longest model call, with room to spare. [`Store::budget_sweep`] gives it back after.
@@ -157,51 +159,95 @@ impl StoreSpend {
     }
 }
 
+impl StoreSpend {
+    /// The worst case of `ask` with an answer of up to `answer` tokens: its tokens and, when
+    /// the model has a price, its cost. `Err` when a cost cap applies and no price is known.
+    fn worst_case(&self, ask: &SpendAsk, answer: u64) -> Result<Charge, SpendRefused> {
+        let worst = Usage {
+            prompt_tokens: ask.prompt_tokens,
+            completion_tokens: answer,
+            total_tokens: ask.prompt_tokens + answer,
+            cached_prompt_tokens: 0,
+            estimated: true,
+        };
+        let micro_usd = match (self.cost(&ask.model, &worst), self.limits.max_micro_usd) {
+            (Some(micro), _) => micro,
+            (None, None) => 0,
+            (None, Some(_)) => {
+                return Err(SpendRefused::Exceeded {
+                    cap: "max_cost_usd".into(),
+                    message: format!(
+                        "a cost cap applies but the model `{}` has no price: set {}",
+                        ask.model,
+                        price_setting(&ask.model)
+                    ),
+                });
+            }
+        };
+        Ok(Charge {
+            tokens: worst.total_tokens,
+            micro_usd,
+        })
+    }
+
+    /// The answer cap that fits what a token cap has left after the prompt, when that is less
+    /// than `answer` but still at least [`MIN_FITTED_ANSWER`]; `None` otherwise (the call
+    /// fits as asked, or it would leave too little room for an answer to be of use).
+    fn fitted_answer(refusal: &BudgetRefusal, ask: &SpendAsk, answer: u64) -> Option<u64> {
+        if refusal.cap != BudgetCap::Tokens {
+            return None;
+        }
+        let room = refusal.left().checked_sub(ask.prompt_tokens)?;
+        (MIN_FITTED_ANSWER..answer).contains(&room).then_some(room)
+    }
+}
+
+/// The least answer cap a call is lowered to so that it fits its token cap: below this, the
+/// call is refused instead (an answer cut at a few hundred tokens is seldom of use).
+const MIN_FITTED_ANSWER: u64 = 1_024;
+
 impl SpendGuard for StoreSpend {
     fn reserve(&self, ask: SpendAsk) -> SpendFuture<'_, Result<SpendTicket, SpendRefused>> {
         Box::pin(async move {
-            let answer = ask
+            let mut answer = ask
                 .max_answer_tokens
                 .map_or(self.llm.max_answer_tokens, u64::from);
-            let worst = Usage {
-                prompt_tokens: ask.prompt_tokens,
-                completion_tokens: answer,
-                total_tokens: ask.prompt_tokens + answer,
-                cached_prompt_tokens: 0,
-                estimated: true,
-            };
-            let micro = match (self.cost(&ask.model, &worst), self.limits.max_micro_usd) {
-                (Some(micro), _) => micro,
-                (None, None) => 0,
-                (None, Some(_)) => {
-                    return Err(SpendRefused::Exceeded {
-                        cap: "max_cost_usd".into(),
-                        message: format!(
-                            "a cost cap applies but the model `{}` has no price: set {}",
-                            ask.model,
-                            price_setting(&ask.model)
-                        ),
-                    });
+            let mut fitted = false;
+            loop {
+                let charge = self.worst_case(&ask, answer)?;
+                let refusal = match self
+                    .store
+                    .budget_reserve(&self.budget, self.limits, charge, RESERVATION_TTL)
+                    .await
+                {
+                    Ok(Ok(id)) => {
+                        return Ok(SpendTicket {
+                            id: id.to_string(),
+                            // A lowered cap goes out with the call, so the answer cannot pass
+                            // what was reserved for it.
+                            answer_cap: fitted.then(|| u32::try_from(answer).unwrap_or(u32::MAX)),
+                        });
+                    }
+                    Ok(Err(refusal)) => refusal,
+                    Err(e) => return Err(SpendRefused::Unavailable(crate::error_chain(&e))),
+                };
+                // A call whose answer cap passes what the token cap has left is asked again
+                // once, with its answer capped to fit (the cap the endpoint is sent).
+                if !fitted && let Some(room) = StoreSpend::fitted_answer(&refusal, &ask, answer) {
+                    answer = room;
+                    fitted = true;
+                    continue;
                 }
-            };
-            let charge = Charge {
-                tokens: worst.total_tokens,
-                micro_usd: micro,
-            };
-            match self
-                .store
-                .budget_reserve(&self.budget, self.limits, charge, RESERVATION_TTL)
-                .await
-            {
-                Ok(Ok(id)) => Ok(SpendTicket(id.to_string())),
-                Ok(Err(refusal)) => Err(SpendRefused::Exceeded {
+                return Err(SpendRefused::Exceeded {
                     cap: match refusal.cap {
                         BudgetCap::Tokens => "max_total_tokens",
                         BudgetCap::Usd => "max_cost_usd",
                     }
                     .into(),
                     message: format!(
-                        "budget: the {} call of `{}` needs up to {} tokens{} and does not fit: {}",
+                        "budget: the {} call of `{}` needs up to {} tokens{} ({} of the \
+                         prompt, as estimated, and up to {answer} of the answer) and does not \
+                         fit: {}{}",
                         format!("{:?}", ask.purpose).to_lowercase(),
                         ask.movement,
                         charge.tokens,
@@ -210,17 +256,18 @@ impl SpendGuard for StoreSpend {
                         } else {
                             String::new()
                         },
-                        refusal
+                        ask.prompt_tokens,
+                        refusal,
+                        never_fits_fix(&refusal, charge, answer, ask.max_answer_tokens.is_some()),
                     ),
-                }),
-                Err(e) => Err(SpendRefused::Unavailable(crate::error_chain(&e))),
+                });
             }
         })
     }
 
     fn settle(&self, ticket: SpendTicket, model: String, usage: Usage) -> SpendFuture<'_, ()> {
         Box::pin(async move {
-            let Ok(id) = ticket.0.parse::<ReservationId>() else {
+            let Ok(id) = ticket.id.parse::<ReservationId>() else {
                 return;
             };
             let actual = Charge {
@@ -237,7 +284,7 @@ impl SpendGuard for StoreSpend {
 
     fn release(&self, ticket: SpendTicket) -> SpendFuture<'_, ()> {
         Box::pin(async move {
-            let Ok(id) = ticket.0.parse::<ReservationId>() else {
+            let Ok(id) = ticket.id.parse::<ReservationId>() else {
                 return;
             };
             if let Err(e) = self.store.budget_release(id).await {
@@ -245,6 +292,33 @@ impl SpendGuard for StoreSpend {
             }
         })
     }
+}
+
+/// For a call that could not fit even the cap unspent: how to make it fit. Empty otherwise
+/// (the cap is spent, and the message says so).
+fn never_fits_fix(
+    refusal: &BudgetRefusal,
+    charge: Charge,
+    answer: u64,
+    answer_capped: bool,
+) -> String {
+    let needed = match refusal.cap {
+        BudgetCap::Tokens => charge.tokens,
+        BudgetCap::Usd => charge.micro_usd,
+    };
+    if needed <= refusal.limit {
+        return String::new();
+    }
+    let answer_setting = if answer_capped {
+        "`engine.max_tokens`"
+    } else {
+        "`llm.max_answer_tokens`, or set `engine.max_tokens`"
+    };
+    format!(
+        "; this call cannot fit the cap even unspent: the worst case counts the answer at \
+         {answer} tokens, so lower {answer_setting} (an answer of a few thousand tokens is \
+         usually enough), or raise the cap"
+    )
 }
 
 #[cfg(test)]
@@ -258,6 +332,49 @@ mod price_tests {
             price_setting("/models/SmolLM2.gguf"),
             "the price of this model under llm.models (in YAML: `llm: {models: \
              {\"/models/SmolLM2.gguf\": {price: {input_per_mtok: …, output_per_mtok: …}}}}`)"
+        );
+    }
+}
+
+#[cfg(test)]
+mod refusal_tests {
+    use super::*;
+
+    fn refusal(limit: u64, spent: u64) -> BudgetRefusal {
+        BudgetRefusal {
+            cap: BudgetCap::Tokens,
+            limit,
+            spent,
+            reserved: 0,
+        }
+    }
+
+    #[test]
+    fn a_call_that_cannot_fit_an_unspent_cap_says_how_to_make_it_fit() {
+        let charge = Charge {
+            tokens: 66_157,
+            micro_usd: 0,
+        };
+        let fix = never_fits_fix(&refusal(50_000, 0), charge, 65_536, false);
+        assert!(fix.contains("cannot fit the cap even unspent"), "{fix}");
+        assert!(fix.contains("65536 tokens"), "{fix}");
+        assert!(
+            fix.contains("`llm.max_answer_tokens`, or set `engine.max_tokens`"),
+            "{fix}"
+        );
+        assert!(
+            never_fits_fix(&refusal(50_000, 0), charge, 65_536, true)
+                .contains("lower `engine.max_tokens`")
+        );
+        // A call that would fit the cap unspent was refused for what is spent: nothing to add.
+        let small = Charge {
+            tokens: 700,
+            micro_usd: 0,
+        };
+        assert_eq!(never_fits_fix(&refusal(1_000, 600), small, 100, true), "");
+        assert_eq!(
+            refusal(1_000, 600).to_string(),
+            "the token cap of 1000 has 400 left (600 spent, 0 reserved by calls in progress)"
         );
     }
 }

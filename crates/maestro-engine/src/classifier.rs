@@ -127,7 +127,7 @@ pub async fn classify_within(
          use \"{NONE}\" when no piece fits.",
         listed.join("\n")
     );
-    let request = ChatRequest {
+    let mut request = ChatRequest {
         model: model.to_string(),
         messages: vec![
             Message::System {
@@ -169,6 +169,9 @@ pub async fn classify_within(
         ),
         None => None,
     };
+    if let Some(cap) = ticket.as_ref().and_then(|t| t.answer_cap) {
+        request.max_tokens = Some(cap);
+    }
     let response = match provider.chat(request, &|_| {}).await {
         Ok(response) => {
             if let (Some(guard), Some(ticket)) = (guard, ticket) {

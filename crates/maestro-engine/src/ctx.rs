@@ -184,6 +184,9 @@ impl RunCtx {
             ),
             None => None,
         };
+        if let Some(cap) = ticket.as_ref().and_then(|t| t.answer_cap) {
+            request.max_tokens = Some(cap);
+        }
         let observer = retry_observer(self, movement);
         let response = tokio::select! {
             response = self.provider.chat(request, &observer) => response,

@@ -27,9 +27,26 @@ pub struct SpendAsk {
     pub max_answer_tokens: Option<u32>,
 }
 
-/// A reservation the guard made, to settle or release; opaque to the engine.
+/// A reservation the guard made, to settle or release.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SpendTicket(pub String);
+pub struct SpendTicket {
+    /// The guard's name for the reservation; opaque to the engine.
+    pub id: String,
+    /// The answer cap the reservation was made for, when the guard lowered the call's own so
+    /// that it fits what the budget has left: the call is sent with it as `max_tokens`, so its
+    /// answer cannot pass what was reserved. `None`: the call goes as asked.
+    pub answer_cap: Option<u32>,
+}
+
+impl SpendTicket {
+    /// A reservation of the call as asked.
+    pub fn new(id: impl Into<String>) -> SpendTicket {
+        SpendTicket {
+            id: id.into(),
+            answer_cap: None,
+        }
+    }
+}
 
 /// Why a call may not be made.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -85,17 +85,30 @@ impl fmt::Display for BudgetRefusal {
         match self.cap {
             BudgetCap::Tokens => write!(
                 f,
-                "the token cap of {} is reached ({} spent, {} reserved by calls in progress)",
-                self.limit, self.spent, self.reserved
+                "the token cap of {} has {} left ({} spent, {} reserved by calls in progress)",
+                self.limit,
+                self.left(),
+                self.spent,
+                self.reserved
             ),
             BudgetCap::Usd => write!(
                 f,
-                "the cost cap of ${} is reached (${} spent, ${} reserved by calls in progress)",
+                "the cost cap of ${} has ${} left (${} spent, ${} reserved by calls in progress)",
                 usd(self.limit),
+                usd(self.left()),
                 usd(self.spent),
                 usd(self.reserved)
             ),
         }
+    }
+}
+
+impl BudgetRefusal {
+    /// What the cap still has room for: its limit less what is spent and reserved.
+    pub fn left(&self) -> u64 {
+        self.limit
+            .saturating_sub(self.spent)
+            .saturating_sub(self.reserved)
     }
 }
 

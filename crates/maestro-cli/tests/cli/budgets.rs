@@ -319,3 +319,30 @@ async fn the_classifiers_call_is_reserved_from_the_budget_too() {
     assert_eq!(all[0]["reason"], "budget: max_total_tokens", "{:?}", all[0]);
     assert!(stderr(&out).contains("token cap"), "{}", stderr(&out));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_call_whose_answer_cap_passes_a_token_cap_goes_with_its_cap_lowered_to_fit() {
+    // No `engine.max_tokens`: a call's worst case counts `llm.max_answer_tokens` (65,536 by
+    // default), more than the whole cap. The call is made with `max_tokens` lowered to what the
+    // cap leaves after the prompt, instead of the run ending before its first call.
+    let project = Project::new();
+    std::fs::write(
+        project.path().join(".maestro/config.yaml"),
+        "llm:\n  tool_mode: native\n  retry:\n    max_attempts: 1\n",
+    )
+    .unwrap();
+    let server = ScriptedLlm::start(vec![complete("done").with_usage(500, 10)]).await;
+    let out = run(
+        &project,
+        &server,
+        &["one", "--task", "Say done", "--max-total-tokens", "50000"],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let sent = server.requests();
+    assert_eq!(sent.len(), 1);
+    let cap = sent[0]["max_tokens"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no max_tokens in {}", sent[0]));
+    assert!((45_000..50_000).contains(&cap), "max_tokens {cap}");
+}

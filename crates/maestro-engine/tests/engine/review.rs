@@ -88,7 +88,7 @@ impl SpendGuard for Budget {
                 return Err(SpendRefused::Unavailable("the store is down".into()));
             }
             asks.push(ask);
-            Ok(SpendTicket(asks.len().to_string()))
+            Ok(SpendTicket::new(asks.len().to_string()))
         })
     }
 

@@ -14,6 +14,9 @@
 //! - `http_floor` and `tcp_floor`: the floors under `thousand_runs` on this machine: the same
 //!   3,000 calls through the model client alone (no engine, store or run directory), and the
 //!   same exchanges over bare loopback sockets (no HTTP at all).
+//! - `record_floor`: `http_floor` with only what a durable run cannot do without: the 1,000
+//!   jobs claimed in one batch, each call's `llm_request` committed (and waited for) before it
+//!   is made, and the jobs finished in batches; no engine, prompts, run directory or tools.
 //!
 //! Each bench prints what divan cannot: the latency from the event's own timestamp, the wall
 //! time over the critical path (and where it went), and the process's peak resident set
@@ -659,6 +662,147 @@ fn http_floor(bencher: Bencher) {
         println!(
             "http_floor: {RUNS} × 3 calls in {:.0} ms, {:.2} × the critical path of {} ms; \
              server received (median/last, ms) {calls}; peak RSS while the calls ran {peak}",
+            wall.as_secs_f64() * 1e3,
+            wall.as_secs_f64() / CRITICAL_PATH.as_secs_f64(),
+            CRITICAL_PATH.as_millis(),
+        );
+    }
+    assert_eq!(server.remaining(), 0);
+}
+
+/// The floor of a durable run under `thousand_runs`: `http_floor`'s 1,000 × 3 calls, each made
+/// under a job's lease with only what the record cannot do without. The 1,000 jobs are claimed
+/// in one batch (as the worker claims them); before each call the task commits an
+/// `llm_request` event through the worker's [`EventWriter`] and waits for the commit (the
+/// write-ahead record of the call, with the previous call's `llm_response` in the same batch);
+/// after the last answer it commits the last `llm_response`, and the jobs are finished in
+/// batches (as the worker finishes them). No engine, prompts, run directory, tools or
+/// `events.jsonl`. The wall time runs from the claim to the last job's finish.
+#[divan::bench(sample_count = 3, sample_size = 1)]
+fn record_floor(bencher: Bencher) {
+    use maestro_app::EventWriter;
+    use maestro_llm::{ChatRequest, Message, OpenAiCompat, OpenAiConfig, Provider};
+    use maestro_store::{NewEvent, Outcome};
+    use std::sync::Arc;
+    let rt = runtime();
+    let server = rt.block_on(ScriptedLlm::builder().forget_requests().start());
+    let walls: Mutex<Vec<(Duration, String)>> = Mutex::new(Vec::new());
+    bencher
+        .with_inputs(|| {
+            for _ in 0..RUNS * 3 {
+                server.push(Turn::text(ANSWER).with_delay(DELAY).with_usage(60, 12));
+            }
+            rt.block_on(async {
+                let project = Project::new(&server.base_url()).await;
+                for i in 0..RUNS {
+                    let job = NewJob::new("three", format!("job {i}"), "bench");
+                    project.store.submit(job).await.unwrap();
+                }
+                project
+            })
+        })
+        .bench_local_values(|project| {
+            rt.block_on(async {
+                let reset = reset_peak();
+                let started = std::time::Instant::now();
+                let store = project.store.clone();
+                let claimed = store
+                    .claim_batch("bench", &Classes::Any, WorkerOptions::LEASE, RUNS)
+                    .await
+                    .unwrap();
+                assert_eq!(claimed.len(), RUNS);
+                let client =
+                    Arc::new(OpenAiCompat::new(OpenAiConfig::new(server.base_url())).unwrap());
+                let writer = EventWriter::new(store.clone());
+                let (ended, mut ends) = tokio::sync::mpsc::unbounded_channel();
+                let finisher = tokio::spawn({
+                    let store = store.clone();
+                    async move {
+                        let mut finished = 0;
+                        let mut group = Vec::new();
+                        while ends.recv_many(&mut group, 512).await > 0 {
+                            let results = store.finish_batch(&group).await.unwrap();
+                            assert!(results.iter().all(Result::is_ok));
+                            finished += group.len();
+                            group.clear();
+                        }
+                        finished
+                    }
+                });
+                for (i, claim) in claimed.into_iter().enumerate() {
+                    let client = Arc::clone(&client);
+                    let writer = writer.clone();
+                    let ended = ended.clone();
+                    tokio::spawn(async move {
+                        let lease = claim.lease;
+                        let mut messages = vec![
+                            Message::System {
+                                content: "You plan. ".repeat(30),
+                            },
+                            Message::user(format!("Plan job {i}. {}", "Some context. ".repeat(20))),
+                        ];
+                        let mut seq = 0;
+                        let mut pending = Vec::new();
+                        for call in 0..3 {
+                            seq += 1;
+                            pending.push(
+                                NewEvent::new(
+                                    seq,
+                                    "llm_request",
+                                    &serde_json::json!({"call": call, "model": "scripted-model"}),
+                                )
+                                .unwrap(),
+                            );
+                            writer
+                                .append(&lease, std::mem::take(&mut pending))
+                                .await
+                                .unwrap()
+                                .unwrap();
+                            let request = ChatRequest {
+                                model: "scripted-model".into(),
+                                messages: messages.clone(),
+                                tools: Arc::from(Vec::new()),
+                                response_schema: None,
+                                temperature: None,
+                                max_tokens: None,
+                                headers: Vec::new(),
+                            };
+                            let answer = client.chat(request, &|_| {}).await.unwrap();
+                            seq += 1;
+                            pending.push(
+                                NewEvent::new(
+                                    seq,
+                                    "llm_response",
+                                    &serde_json::json!({"call": call, "content": answer.content}),
+                                )
+                                .unwrap(),
+                            );
+                            messages.push(Message::Assistant {
+                                content: answer.content,
+                                tool_calls: Vec::new(),
+                            });
+                        }
+                        writer.append(&lease, pending).await.unwrap().unwrap();
+                        let outcome = Outcome {
+                            status: JobStatus::Completed,
+                            result: None,
+                            reason: None,
+                        };
+                        let _ = ended.send((lease, outcome));
+                    });
+                }
+                drop(ended);
+                assert_eq!(finisher.await.unwrap(), RUNS);
+                let wall = started.elapsed();
+                let peak = sample_peak(reset);
+                walls.lock().unwrap().push((wall, peak));
+                drop(project);
+            })
+        });
+    for (wall, peak) in walls.into_inner().unwrap() {
+        println!(
+            "record_floor: {RUNS} × 3 recorded calls in {:.0} ms, {:.2} × the critical path of {} ms; \
+             peak RSS while the calls ran {peak}",
             wall.as_secs_f64() * 1e3,
             wall.as_secs_f64() / CRITICAL_PATH.as_secs_f64(),
             CRITICAL_PATH.as_millis(),

@@ -17,6 +17,8 @@ bash scripts/prerequisites.sh
 LOCAL_LLM=scripts/local-llm.sh
 if [ -z "${MAESTRO_TEST_LLM_URL:-}" ] && [ -f "$LOCAL_LLM" ] \
   && [ -x "${MAESTRO_LLM_CACHE:-$HOME/.cache/maestro-local-llm}/llama.cpp/build/bin/llama-server" ]; then
+  # A server this script starts is stopped when it ends; one already running is left running.
+  bash "$LOCAL_LLM" url >/dev/null 2>&1 || started_llm=1
   if url=$(bash "$LOCAL_LLM" start 8088 2>/dev/null); then
     export MAESTRO_TEST_LLM_URL="$url"
     echo "real-model tier: $MAESTRO_TEST_LLM_URL"
@@ -31,7 +33,7 @@ for arg in "$@"; do
   case "$arg" in -p | -p* | --package | --package=*) scope=() ;; esac
 done
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+trap 'rm -f "$log"; if [ -n "${started_llm:-}" ]; then bash "$LOCAL_LLM" stop >/dev/null 2>&1 || true; fi' EXIT
 status=0
 cargo nextest run "${scope[@]}" --no-fail-fast "$@" 2>&1 | tee "$log" || status=1
 if [ -n "${MAESTRO_TEST_LLM_URL:-}" ]; then

@@ -862,9 +862,10 @@ fn count(history: &[EventRecord], which: impl Fn(&RunEvent) -> bool) -> usize {
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
+    use std::path::Path;
     use std::time::Duration;
 
-    use maestro_store::{Classes, NewJob, StoreUrl};
+    use maestro_store::{Classes, JobId, NewJob, StoreUrl};
     use sqlx::Connection;
 
     use super::*;
@@ -872,17 +873,14 @@ mod tests {
 
     const LEASE: Duration = Duration::from_secs(30);
 
-    /// A first attempt that leaves no output files writes nothing about them: its end does not
-    /// queue for the store's write lock (taken here by another connection, as a thousand runs
-    /// ending together take it in turn). A later attempt still forgets the files an earlier
-    /// one recorded.
-    #[tokio::test]
-    async fn only_an_attempt_with_outputs_to_record_or_forget_writes_them() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("maestro.db");
-        let store = Store::open(&StoreUrl::Sqlite { path: path.clone() })
-            .await
-            .unwrap();
+    /// A store at `path` holding one queued job, and the worker's context and live sink for
+    /// its run.
+    async fn one_job(path: &Path) -> (Store, JobId, JobContext, LiveSink) {
+        let store = Store::open(&StoreUrl::Sqlite {
+            path: path.to_path_buf(),
+        })
+        .await
+        .unwrap();
         let id = store.submit(NewJob::new("p", "t", "alice")).await.unwrap();
         let ctx = JobContext::new(
             store.clone(),
@@ -893,6 +891,18 @@ mod tests {
         let live = LiveSink {
             run: ctx.live.open(id),
         };
+        (store, id, ctx, live)
+    }
+
+    /// A first attempt that leaves no output files writes nothing about them: its end does not
+    /// queue for the store's write lock (taken here by another connection, as a thousand runs
+    /// ending together take it in turn). A later attempt still forgets the files an earlier
+    /// one recorded.
+    #[tokio::test]
+    async fn only_an_attempt_with_outputs_to_record_or_forget_writes_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("maestro.db");
+        let (store, id, ctx, live) = one_job(&path).await;
         let claim = || async {
             store
                 .claim_batch("w", &Classes::Any, LEASE, 1)
@@ -946,21 +956,7 @@ mod tests {
     #[tokio::test]
     async fn a_file_recorded_during_a_first_attempt_and_removed_is_forgotten_at_its_end() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(&StoreUrl::Sqlite {
-            path: dir.path().join("maestro.db"),
-        })
-        .await
-        .unwrap();
-        let id = store.submit(NewJob::new("p", "t", "alice")).await.unwrap();
-        let ctx = JobContext::new(
-            store.clone(),
-            Arc::new(Config::default()),
-            LeaseKeeper::new(store.clone(), LEASE),
-            false,
-        );
-        let live = LiveSink {
-            run: ctx.live.open(id),
-        };
+        let (store, id, ctx, live) = one_job(&dir.path().join("maestro.db")).await;
         let first = store
             .claim_batch("w", &Classes::Any, LEASE, 1)
             .await

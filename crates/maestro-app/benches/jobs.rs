@@ -568,6 +568,19 @@ fn thousand_runs(bencher: Bencher) {
     assert_eq!(server.remaining(), 0);
 }
 
+/// The floors' request: the conversation so far to the scripted model, nothing else.
+fn floor_request(messages: &[maestro_llm::Message]) -> maestro_llm::ChatRequest {
+    maestro_llm::ChatRequest {
+        model: "scripted-model".into(),
+        messages: messages.to_vec(),
+        tools: std::sync::Arc::from(Vec::new()),
+        response_schema: None,
+        temperature: None,
+        max_tokens: None,
+        headers: Vec::new(),
+    }
+}
+
 /// What `thousand_runs` cannot go below on this machine: the same 1,000 × 3 model calls
 /// (200 ms each, streamed over real HTTP from the same scripted server in the same process),
 /// made by 1,000 tasks through one model client (new for each sample, as each `thousand_runs`
@@ -575,7 +588,7 @@ fn thousand_runs(bencher: Bencher) {
 /// directory or events. The wall time runs from the first call to the last answer.
 #[divan::bench(sample_count = 3, sample_size = 1)]
 fn http_floor(bencher: Bencher) {
-    use maestro_llm::{ChatRequest, Message, OpenAiCompat, OpenAiConfig, Provider};
+    use maestro_llm::{Message, OpenAiCompat, OpenAiConfig, Provider};
     use std::sync::Arc;
     let rt = runtime();
     let server = rt.block_on(ScriptedLlm::builder().forget_requests().start());
@@ -607,16 +620,10 @@ fn http_floor(bencher: Bencher) {
                                 )),
                             ];
                             for _ in 0..3 {
-                                let request = ChatRequest {
-                                    model: "scripted-model".into(),
-                                    messages: messages.clone(),
-                                    tools: Arc::from(Vec::new()),
-                                    response_schema: None,
-                                    temperature: None,
-                                    max_tokens: None,
-                                    headers: Vec::new(),
-                                };
-                                let answer = client.chat(request, &|_| {}).await.unwrap();
+                                let answer = client
+                                    .chat(floor_request(&messages), &|_| {})
+                                    .await
+                                    .unwrap();
                                 messages.push(Message::Assistant {
                                     content: answer.content,
                                     tool_calls: Vec::new(),
@@ -681,7 +688,7 @@ fn http_floor(bencher: Bencher) {
 #[divan::bench(sample_count = 3, sample_size = 1)]
 fn record_floor(bencher: Bencher) {
     use maestro_app::EventWriter;
-    use maestro_llm::{ChatRequest, Message, OpenAiCompat, OpenAiConfig, Provider};
+    use maestro_llm::{Message, OpenAiCompat, OpenAiConfig, Provider};
     use maestro_store::{NewEvent, Outcome};
     use std::sync::Arc;
     let rt = runtime();
@@ -758,16 +765,10 @@ fn record_floor(bencher: Bencher) {
                                 .await
                                 .unwrap()
                                 .unwrap();
-                            let request = ChatRequest {
-                                model: "scripted-model".into(),
-                                messages: messages.clone(),
-                                tools: Arc::from(Vec::new()),
-                                response_schema: None,
-                                temperature: None,
-                                max_tokens: None,
-                                headers: Vec::new(),
-                            };
-                            let answer = client.chat(request, &|_| {}).await.unwrap();
+                            let answer = client
+                                .chat(floor_request(&messages), &|_| {})
+                                .await
+                                .unwrap();
                             seq += 1;
                             pending.push(
                                 NewEvent::new(
